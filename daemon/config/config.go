@@ -1,0 +1,132 @@
+// Package config loads and validates rdmad's TOML configuration: one main file
+// plus drop-ins in <dir>/rdmad.d/*.toml merged in lexical order.
+//
+// Decoding is strict. Unknown keys, wrong types and invalid values are errors
+// that name the file, the line and the key, so that an operator can fix the
+// right line without reading rdmad's source.
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Default paths.
+const (
+	DefaultPath   = "/etc/rdmad/rdmad.toml"
+	DefaultSocket = "/run/rdmad/rdmad.sock"
+	// DropInDir is the directory, next to the main file, whose *.toml files
+	// are merged after it in lexical order.
+	DropInDir = "rdmad.d"
+)
+
+// A Config is the merged, validated configuration. It is never mutated after
+// Load returns it; the daemon replaces it as a whole on reload.
+type Config struct {
+	Daemon   Daemon   `toml:"daemon" json:"daemon"`
+	Policies []Policy `toml:"policy" json:"policies"`
+
+	// Files lists the files that were merged, main file first.
+	Files []string `toml:"-" json:"files"`
+}
+
+// Daemon holds the [daemon] table.
+type Daemon struct {
+	// Socket is the path of the Unix socket API.
+	Socket string `toml:"socket" json:"socket"`
+	// SocketGroup may read from the socket. Empty: only root.
+	SocketGroup string `toml:"socket_group" json:"socket_group"`
+	// AdminGroup may also change state (reload, apply). Empty: only root.
+	AdminGroup string `toml:"admin_group" json:"admin_group"`
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string `toml:"log_level" json:"log_level"`
+	// ResyncInterval is how often every object is reconciled even without
+	// an event, to catch anything a lost event hid.
+	ResyncInterval Duration `toml:"resync_interval" json:"resync_interval"`
+}
+
+// A Policy is one [[policy]] block: settings declared for the netdevs and
+// RDMA devices its selectors match.
+type Policy struct {
+	Name string `toml:"name" json:"name"`
+	// Netdevs and Devices are shell globs (path.Match syntax) over netdev
+	// names and RDMA device names.
+	Netdevs []string `toml:"netdevs" json:"netdevs,omitempty"`
+	Devices []string `toml:"devices" json:"devices,omitempty"`
+	// Mode is "enforce" (apply differences) or "observe" (report drift only).
+	Mode string `toml:"mode" json:"mode"`
+	// MTU of matched netdevs; 0 leaves it unmanaged.
+	MTU  int   `toml:"mtu" json:"mtu,omitempty"`
+	QoS  *QoS  `toml:"qos" json:"qos,omitempty"`
+	RoCE *RoCE `toml:"roce" json:"roce,omitempty"`
+
+	src source
+}
+
+// QoS holds [policy.qos]: data-centre bridging for the matched netdevs.
+type QoS struct {
+	// Trust is "pcp" or "dscp"; empty leaves it unmanaged.
+	Trust string `toml:"trust" json:"trust,omitempty"`
+	// PFC lists the priorities (0-7) with priority flow control enabled;
+	// the others are disabled. Absent leaves PFC unmanaged; [] disables all.
+	PFC []int `toml:"pfc" json:"pfc"`
+	// DSCPToPrio maps DSCP code points (0-63) to priorities (0-7).
+	DSCPToPrio map[int]int `toml:"-" json:"dscp_to_prio,omitempty"`
+
+	RawDSCPToPrio map[string]int `toml:"dscp_to_prio" json:"-"`
+}
+
+// RoCE holds [policy.roce]: RDMA-CM defaults for the matched devices' ports.
+type RoCE struct {
+	// TOS is the default type of service for RDMA-CM connections (0-255);
+	// nil leaves it unmanaged.
+	TOS *int `toml:"tos" json:"tos,omitempty"`
+	// Mode is "v1" or "v2" (RoCE version RDMA-CM uses); empty leaves it
+	// unmanaged.
+	Mode string `toml:"mode" json:"mode,omitempty"`
+}
+
+// source records where a block came from, for error messages.
+type source struct {
+	file  string
+	index int // index among the file's [[...]] blocks of the same name
+}
+
+// File reports the file that declared p.
+func (p *Policy) File() string { return p.src.file }
+
+// A Duration is a time.Duration written as a Go duration string ("5m").
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: write it like \"30s\", \"5m\" or \"1h\"", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.Duration.String()), nil }
+
+// Default returns the configuration rdmad uses when a key is not set.
+func Default() *Config {
+	return &Config{
+		Daemon: Daemon{
+			Socket:         DefaultSocket,
+			SocketGroup:    "",
+			AdminGroup:     "",
+			LogLevel:       "info",
+			ResyncInterval: Duration{5 * time.Minute},
+		},
+	}
+}
+
+// DropIns returns the glob of the drop-in files that belong to the main file
+// at path.
+func DropIns(path string) string {
+	return filepath.Join(filepath.Dir(path), DropInDir, "*.toml")
+}

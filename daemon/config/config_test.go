@@ -1,0 +1,255 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// write lays out a config directory: files maps a path relative to dir to
+// its content. It returns the main file's path.
+func write(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "rdmad.toml")
+}
+
+func TestLoadDefaults(t *testing.T) {
+	p := write(t, map[string]string{"rdmad.toml": "# nothing set\n"})
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Files = []string{p}
+	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadFull(t *testing.T) {
+	p := write(t, map[string]string{
+		"rdmad.toml": `
+[daemon]
+socket = "/run/x/rdmad.sock"
+log_level = "debug"
+resync_interval = "1m"
+
+[[policy]]
+name = "fabric"
+netdevs = ["ens1f*"]
+mtu = 4200
+
+[policy.qos]
+trust = "dscp"
+pfc = [3]
+dscp_to_prio = { 26 = 3, 48 = 6 }
+
+[policy.roce]
+tos = 106
+mode = "v2"
+
+[[policy]]
+name = "ib"
+devices = ["mlx5_*"]
+mode = "observe"
+mtu = 4092
+`,
+		"rdmad.d/10-site.toml": `
+[daemon]
+log_level = "warn"
+
+[[policy]]
+name = "ib"
+devices = ["mlx5_1"]
+mtu = 2044
+`,
+		"rdmad.d/ignored.conf": "garbage that is not a drop-in",
+	})
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tos := 106
+	want := &Config{
+		Daemon: Daemon{Socket: "/run/x/rdmad.sock", LogLevel: "warn", ResyncInterval: Duration{time.Minute}},
+		Policies: []Policy{
+			{Name: "fabric", Netdevs: []string{"ens1f*"}, Mode: "enforce", MTU: 4200,
+				QoS: &QoS{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3, 48: 6},
+					RawDSCPToPrio: map[string]int{"26": 3, "48": 6}},
+				RoCE: &RoCE{TOS: &tos, Mode: "v2"}},
+			{Name: "ib", Devices: []string{"mlx5_1"}, Mode: "enforce", MTU: 2044},
+		},
+		Files: []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
+	}
+	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
+		t.Errorf("merged config (-want +got):\n%s", diff)
+	}
+	if got := cfg.Policies[1].File(); !strings.HasSuffix(got, "10-site.toml") {
+		t.Errorf("policy ib comes from %q, want the drop-in", got)
+	}
+}
+
+var cmpIgnoreSrc = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".src" }, cmp.Ignore())
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  []string // each error's text, with the temp dir replaced by D
+	}{
+		{
+			name:  "unknown top-level key",
+			files: map[string]string{"rdmad.toml": "\n[daemon]\nsockett = \"/x\"\n"},
+			want:  []string{"D/rdmad.toml:3: daemon.sockett: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"},
+		},
+		{
+			name:  "unknown key in the second policy",
+			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = 1500\n\n[[policy]]\nname = \"b\"\nnetdevs = [\"y\"]\nmtu = 1500\n[policy.qos]\npfcc = [3]\n"},
+			want:  []string{"D/rdmad.toml:11: policy[1].qos.pfcc: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"},
+		},
+		{
+			name:  "wrong type",
+			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = \"big\"\n"},
+			want:  []string{"D/rdmad.toml:4: policy[0].mtu: TOML value has type string; destination has type integer"},
+		},
+		{
+			name:  "syntax error",
+			files: map[string]string{"rdmad.toml": "[daemon]\nlog_level = \n"},
+			want:  []string{"D/rdmad.toml:2: daemon.log_level: expected value but found '\\n' instead"},
+		},
+		{
+			name:  "bad duration",
+			files: map[string]string{"rdmad.toml": "[daemon]\nresync_interval = \"often\"\n"},
+			want:  []string{"D/rdmad.toml:2: daemon.resync_interval: invalid duration \"often\": write it like \"30s\", \"5m\" or \"1h\""},
+		},
+		{
+			name:  "bad values in a drop-in name the drop-in",
+			files: map[string]string{"rdmad.toml": "", "rdmad.d/50-x.toml": "[daemon]\nlog_level = \"loud\"\nsocket = \"rel.sock\"\n"},
+			want: []string{
+				`D/rdmad.d/50-x.toml:3: daemon.socket: "rel.sock" is not an absolute path; use e.g. "/run/rdmad/rdmad.sock"`,
+				`D/rdmad.d/50-x.toml:2: daemon.log_level: "loud" is not a log level; use debug, info, warn or error`,
+			},
+		},
+		{
+			name: "policy values",
+			files: map[string]string{"rdmad.toml": `[[policy]]
+name = "p"
+netdevs = ["[x"]
+mode = "sometimes"
+mtu = 70000
+[policy.qos]
+trust = "cos"
+pfc = [3, 3, 9]
+dscp_to_prio = { 64 = 1 }
+[policy.roce]
+tos = 300
+mode = "v3"
+`},
+			want: []string{
+				`D/rdmad.toml:3: policy[0].netdevs: bad glob "[x": syntax error in pattern`,
+				`D/rdmad.toml:4: policy[0].mode: "sometimes" is not a mode; use "enforce" (apply) or "observe" (report drift only)`,
+				`D/rdmad.toml:5: policy[0].mtu: 70000 is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)`,
+				`D/rdmad.toml:7: policy[0].qos.trust: "cos" is not a trust mode; use "pcp" or "dscp"`,
+				`D/rdmad.toml:8: policy[0].qos.pfc: priority 3 is listed twice; list each PFC priority once (pfc = [3], not the 8 flags of mlnx_qos)`,
+				`D/rdmad.toml:8: policy[0].qos.pfc: priority 9 is out of range; list the priorities 0-7 that get PFC, e.g. pfc = [3]`,
+				`D/rdmad.toml:9: policy[0].qos.dscp_to_prio.64: "64" is not a DSCP code point; use 0 to 63`,
+				`D/rdmad.toml:11: policy[0].roce.tos: 300 is out of range; use 0 to 255 (e.g. 106 for DSCP 26 with ECN)`,
+				`D/rdmad.toml:12: policy[0].roce.mode: "v3" is not a RoCE mode; use "v1" or "v2"`,
+			},
+		},
+		{
+			name:  "policy without name, selector or settings",
+			files: map[string]string{"rdmad.toml": "# c\n[[policy]]\nmode = \"observe\"\n"},
+			want: []string{
+				`D/rdmad.toml:2: policy[0]: every [[policy]] needs a name (name = "fabric"); it identifies the policy in status and logs`,
+				`D/rdmad.toml:2: policy[0]: policy "" selects nothing; set netdevs = ["ens1f*"] and/or devices = ["mlx5_*"]`,
+				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos] or [policy.roce]`,
+			},
+		},
+		{
+			name:  "duplicate policy in one file",
+			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = 1500\n[[policy]]\nname = \"a\"\nnetdevs = [\"y\"]\nmtu = 1500\n"},
+			want:  []string{`D/rdmad.toml:6: policy[1].name: policy "a" is declared twice in this file (also policy[0]); give each block its own name`},
+		},
+		{
+			name:  "missing group",
+			files: map[string]string{"rdmad.toml": "[daemon]\nadmin_group = \"no-such-group-rdmad\"\n"},
+			want:  []string{`D/rdmad.toml:2: daemon.admin_group: group "no-such-group-rdmad" does not exist; create it (groupadd --system no-such-group-rdmad) or remove the key`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := write(t, tt.files)
+			cfg, err := Load(p)
+			if err == nil {
+				t.Fatalf("Load succeeded with %+v; want errors", cfg)
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %v (%T) is not config.Errors", err, err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, strings.ReplaceAll(e.Error(), filepath.Dir(p), "D"))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadMissingMain(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "rdmad.toml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Load of a missing file: %v, want an error wrapping ErrNotExist", err)
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("[daemon]\nlog_level = \"debug\"\n[[policy]]\nname = \"a\"\nnetdevs = [\"x*\"]\nmtu = 1500\n[policy.qos]\npfc = [3]\ndscp_to_prio = { 26 = 3 }\n"))
+	f.Add([]byte("[[policy]]\n[policy.roce]\ntos = 1\n[[policy]]\nname='x'\n"))
+	f.Add([]byte("a.b.\"c\" = 1\n[[x.y]]\n[x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "rdmad.toml")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(p)
+		if err != nil {
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("Load error %v (%T) is not a non-empty config.Errors", err, err)
+			}
+			for _, e := range errs {
+				if e.File != p || e.Msg == "" {
+					t.Fatalf("error %+v lacks its file or message", e)
+				}
+			}
+			return
+		}
+		for _, pol := range cfg.Policies {
+			if pol.Name == "" || (pol.Mode != "enforce" && pol.Mode != "observe") {
+				t.Fatalf("accepted an invalid policy %+v", pol)
+			}
+		}
+		if !filepath.IsAbs(cfg.Daemon.Socket) {
+			t.Fatalf("accepted a relative socket %q", cfg.Daemon.Socket)
+		}
+	})
+}

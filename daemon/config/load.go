@@ -1,0 +1,279 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// An Error is one problem in one configuration file.
+type Error struct {
+	File string
+	Line int    // 0 when unknown
+	Key  string // dotted key, with [i] for the i-th [[block]] of the file
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found in one load, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Load reads the main file at path and the drop-ins next to it, merges them
+// (later files win: tables key by key, [[policy]] blocks by name) and
+// validates the result. A missing main file is an error that wraps
+// fs.ErrNotExist; a missing drop-in directory is not.
+func Load(path string) (*Config, error) {
+	files, err := filepath.Glob(DropIns(path))
+	if err != nil {
+		return nil, fmt.Errorf("config: list drop-ins of %s: %w", path, err)
+	}
+	sort.Strings(files)
+	files = append([]string{path}, files...)
+
+	cfg := Default()
+	locs := map[string]*locator{}
+	var errs Errors
+	for i, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			if i == 0 {
+				return nil, fmt.Errorf("config: read %s: %w", f, err)
+			}
+			// A drop-in that vanished between Glob and ReadFile (an editor
+			// renaming it) is not part of this load.
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			errs = append(errs, &Error{File: f, Msg: err.Error()})
+			continue
+		}
+		cfg.Files = append(cfg.Files, f)
+		locs[f] = newLocator(data)
+		errs = append(errs, decodeFile(cfg, f, data, locs[f])...)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, cfg.validate(locs)...)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// decodeFile merges one file into cfg.
+func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
+	prev := cfg.Policies
+	cfg.Policies = nil
+	md, err := toml.NewDecoder(strings.NewReader(string(data))).Decode(cfg)
+	added := cfg.Policies
+	cfg.Policies = prev
+	if err != nil {
+		e := decodeError(file, err)
+		e.Key = loc.at(e.Key, e.Line)
+		return Errors{e}
+	}
+	var errs Errors
+	for _, k := range md.Undecoded() {
+		key, line := loc.find(strings.Join(k, "."))
+		errs = append(errs, &Error{File: file, Line: line, Key: key,
+			Msg: "unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"})
+	}
+	seen := map[string]int{}
+	for i := range added {
+		p := added[i]
+		p.src = source{file: file, index: i}
+		if p.Name != "" {
+			if j, dup := seen[p.Name]; dup {
+				key, line := loc.find(fmt.Sprintf("policy[%d].name", i))
+				errs = append(errs, &Error{File: file, Line: line, Key: key,
+					Msg: fmt.Sprintf("policy %q is declared twice in this file (also policy[%d]); give each block its own name", p.Name, j)})
+				continue
+			}
+			seen[p.Name] = i
+		}
+		cfg.Policies = mergePolicy(cfg.Policies, p)
+	}
+	return errs
+}
+
+// mergePolicy replaces the policy of the same name, or appends p.
+func mergePolicy(ps []Policy, p Policy) []Policy {
+	for i := range ps {
+		if ps[i].Name == p.Name && p.Name != "" {
+			out := append([]Policy(nil), ps...)
+			out[i] = p
+			return out
+		}
+	}
+	return append(ps, p)
+}
+
+var decodeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// decodeError turns a BurntSushi/toml error into an *Error with a line and a
+// key wherever the decoder knew them.
+func decodeError(file string, err error) *Error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return &Error{File: file, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+	}
+	if m := decodeErrRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{File: file, Line: line, Key: m[2], Msg: strings.TrimPrefix(m[3], "incompatible types: ")}
+	}
+	return &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
+}
+
+// validate checks values and fills in defaults that depend on other keys.
+func (c *Config) validate(locs map[string]*locator) Errors {
+	var errs Errors
+	bad := func(file string, key string, format string, args ...any) {
+		k, line := locs[file].find(key)
+		errs = append(errs, &Error{File: file, Line: line, Key: k, Msg: fmt.Sprintf(format, args...)})
+	}
+	main := c.Files[0]
+	d := &c.Daemon
+	if !filepath.IsAbs(d.Socket) {
+		bad(lastSetter(c.Files, locs, "daemon.socket", main), "daemon.socket",
+			"%q is not an absolute path; use e.g. %q", d.Socket, DefaultSocket)
+	}
+	for _, g := range []struct{ key, val string }{{"socket_group", d.SocketGroup}, {"admin_group", d.AdminGroup}} {
+		if g.val == "" {
+			continue
+		}
+		if _, err := user.LookupGroup(g.val); err != nil {
+			bad(lastSetter(c.Files, locs, "daemon."+g.key, main), "daemon."+g.key,
+				"group %q does not exist; create it (groupadd --system %s) or remove the key", g.val, g.val)
+		}
+	}
+	switch d.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad(lastSetter(c.Files, locs, "daemon.log_level", main), "daemon.log_level",
+			"%q is not a log level; use debug, info, warn or error", d.LogLevel)
+	}
+	if d.ResyncInterval.Duration < 10e9 {
+		bad(lastSetter(c.Files, locs, "daemon.resync_interval", main), "daemon.resync_interval",
+			"%s is too short; use at least 10s (events drive reconciliation; this only catches lost ones)", d.ResyncInterval.Duration)
+	}
+
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		f := p.src.file
+		key := func(k ...string) string {
+			return strings.Join(append([]string{fmt.Sprintf("policy[%d]", p.src.index)}, k...), ".")
+		}
+		if p.Name == "" {
+			bad(f, key(), "every [[policy]] needs a name (name = \"fabric\"); it identifies the policy in status and logs")
+		}
+		if len(p.Netdevs) == 0 && len(p.Devices) == 0 {
+			bad(f, key(), "policy %q selects nothing; set netdevs = [\"ens1f*\"] and/or devices = [\"mlx5_*\"]", p.Name)
+		}
+		for _, g := range p.Netdevs {
+			if _, err := path.Match(g, ""); err != nil {
+				bad(f, key("netdevs"), "bad glob %q: %v", g, err)
+			}
+		}
+		for _, g := range p.Devices {
+			if _, err := path.Match(g, ""); err != nil {
+				bad(f, key("devices"), "bad glob %q: %v", g, err)
+			}
+		}
+		switch p.Mode {
+		case "":
+			p.Mode = "enforce"
+		case "enforce", "observe":
+		default:
+			bad(f, key("mode"), "%q is not a mode; use \"enforce\" (apply) or \"observe\" (report drift only)", p.Mode)
+		}
+		if p.MTU != 0 && (p.MTU < 68 || p.MTU > 65535) {
+			bad(f, key("mtu"), "%d is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)", p.MTU)
+		}
+		if p.MTU == 0 && p.QoS == nil && p.RoCE == nil {
+			bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos] or [policy.roce]", p.Name)
+		}
+		if q := p.QoS; q != nil {
+			switch q.Trust {
+			case "", "pcp", "dscp":
+			default:
+				bad(f, key("qos", "trust"), "%q is not a trust mode; use \"pcp\" or \"dscp\"", q.Trust)
+			}
+			seen := map[int]bool{}
+			for _, prio := range q.PFC {
+				if prio < 0 || prio > 7 {
+					bad(f, key("qos", "pfc"), "priority %d is out of range; list the priorities 0-7 that get PFC, e.g. pfc = [3]", prio)
+				} else if seen[prio] {
+					bad(f, key("qos", "pfc"), "priority %d is listed twice; list each PFC priority once (pfc = [3], not the 8 flags of mlnx_qos)", prio)
+				}
+				seen[prio] = true
+			}
+			if q.RawDSCPToPrio != nil {
+				q.DSCPToPrio = make(map[int]int, len(q.RawDSCPToPrio))
+			}
+			for k, prio := range q.RawDSCPToPrio {
+				dscp, err := strconv.Atoi(k)
+				if err != nil || dscp < 0 || dscp > 63 {
+					bad(f, key("qos", "dscp_to_prio", k), "%q is not a DSCP code point; use 0 to 63", k)
+					continue
+				}
+				if prio < 0 || prio > 7 {
+					bad(f, key("qos", "dscp_to_prio", k), "priority %d is out of range; use 0 to 7", prio)
+					continue
+				}
+				q.DSCPToPrio[dscp] = prio
+			}
+		}
+		if r := p.RoCE; r != nil {
+			if r.TOS != nil && (*r.TOS < 0 || *r.TOS > 255) {
+				bad(f, key("roce", "tos"), "%d is out of range; use 0 to 255 (e.g. 106 for DSCP 26 with ECN)", *r.TOS)
+			}
+			switch r.Mode {
+			case "", "v1", "v2":
+			default:
+				bad(f, key("roce", "mode"), "%q is not a RoCE mode; use \"v1\" or \"v2\"", r.Mode)
+			}
+		}
+	}
+	return errs
+}
+
+// lastSetter reports the last of files that sets key, or def.
+func lastSetter(files []string, locs map[string]*locator, key, def string) string {
+	for i := len(files) - 1; i >= 0; i-- {
+		if locs[files[i]].has(key) {
+			return files[i]
+		}
+	}
+	return def
+}
