@@ -1,0 +1,31 @@
+package verbs
+
+// QPConfig sizes a new queue pair.
+type QPConfig struct {
+	Type      QPType
+	SendCQ    *CQ
+	RecvCQ    *CQ
+	MaxSendWR int
+	MaxRecvWR int
+	MaxSGE    int
+	MaxInline int
+}
+
+// Path is where a QP sends: the local port and GID and the remote end.
+type Path struct {
+	Port      int
+	GIDIndex  int    // local (source) GID index; RoCE needs a GID
+	Global    bool   // use a GRH (always for RoCE)
+	MTU       MTU    // path MTU, at most the port's active MTU
+	DLID      uint16 // IB only
+	SL        uint8
+	TClass    uint8 // traffic class (RoCE: DSCP<<2 | ECN)
+	HopLimit  uint8
+	RemoteGID GID
+}
+
+// Remote identifies the peer QP of an RC connection.
+type Remote struct {
+	QPN uint32
+	PSN uint32
+}
