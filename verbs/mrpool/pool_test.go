@@ -1,0 +1,355 @@
+package mrpool
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/verbs"
+)
+
+// newTestDevicePool builds a device pool whose classes are mapped but not
+// registered (this host has no RDMA device): it exercises the accounting
+// and the lock-free stack exactly as the registered pool runs them. The
+// registered path runs in e2e/verbs_test.go inside the Soft-RoCE VM.
+func newTestDevicePool(t testing.TB, classes ...Class) *DevicePool {
+	t.Helper()
+	d := &DevicePool{name: "test0"}
+	for _, c := range classes {
+		cl, err := allocClass(d, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.classes = append(d.classes, cl)
+	}
+	t.Cleanup(func() { d.close() })
+	return d
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Size
+		wantErr bool
+	}{
+		{"4KiB", 4096, false}, {"64 KiB", 64 << 10, false}, {"1MiB", 1 << 20, false}, {"2GiB", 2 << 30, false},
+		{"4096", 4096, false}, {"4k", 4096, false}, {"1kB", 1000, false}, {"512B", 512, false},
+		{"", 0, true}, {"0KiB", 0, true}, {"-4KiB", 0, true}, {"4 KiBs", 0, true}, {"1.5MiB", 0, true}, {"99999999999GiB", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSize(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("ParseSize(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestSizeTOML(t *testing.T) {
+	var s Size
+	if err := s.UnmarshalTOML(int64(8192)); err != nil || s != 8192 {
+		t.Errorf("UnmarshalTOML(8192) = %d, %v", s, err)
+	}
+	if err := s.UnmarshalTOML("1MiB"); err != nil || s != 1<<20 {
+		t.Errorf("UnmarshalTOML(1MiB) = %d, %v", s, err)
+	}
+	if err := s.UnmarshalTOML(1.5); err == nil {
+		t.Errorf("UnmarshalTOML(1.5) accepted a float")
+	}
+	b, _ := Size(64 << 10).MarshalText()
+	if string(b) != "64KiB" {
+		t.Errorf("MarshalText = %q, want 64KiB", b)
+	}
+}
+
+func TestPlanBudget(t *testing.T) {
+	page := int64(os.Getpagesize())
+	classes := []Class{{4 << 10, 256}, {1 << 20, 8}}
+	need := int64(256*4<<10 + 8<<20)
+	tests := []struct {
+		name     string
+		avail    int64
+		wantFits []int
+		wantErr  bool
+	}{
+		{"all fit", 64 << 20, []int{256, 8}, false},
+		{"exact", need, []int{256, 8}, false},
+		{"8 MiB", 8 << 20, []int{256, 7}, true},
+		{"first class partly", 512 << 10, []int{128, 0}, true},
+		{"nothing", 0, []int{0, 0}, true},
+		{"one page", page, []int{int(page / 4096), 0}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fits, gotNeed, err := PlanBudget(classes, tt.avail)
+			if gotNeed != need {
+				t.Errorf("need = %d, want %d", gotNeed, need)
+			}
+			var got []int
+			var used int64
+			for _, f := range fits {
+				got = append(got, f.Fits)
+				used += f.Bytes
+			}
+			if diff := cmp.Diff(tt.wantFits, got); diff != "" {
+				t.Errorf("fits mismatch (-want +got):\n%s", diff)
+			}
+			if used > tt.avail {
+				t.Errorf("fits use %d bytes, more than the %d available", used, tt.avail)
+			}
+			var be *BudgetError
+			if tt.wantErr != errors.As(err, &be) {
+				t.Fatalf("error = %v, want BudgetError: %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestBudgetErrorText(t *testing.T) {
+	_, _, err := PlanBudget([]Class{{4 << 10, 256}, {1 << 20, 8}}, 8<<20)
+	var be *BudgetError
+	if !errors.As(err, &be) {
+		t.Fatalf("PlanBudget error = %v, want *BudgetError", err)
+	}
+	be.Device, be.Limit = "rxe0", 8<<20
+	want := "mrpool: register buffers on rxe0: classes need 9 MiB of locked memory but only 8 MiB of RLIMIT_MEMLOCK 8 MiB is left; " +
+		"would fit: 4 KiB x 256 of 256, 1 MiB x 7 of 8; raise LimitMEMLOCK= in rdmad.service to at least 1 MiB more, or lower [mrpool] classes counts"
+	if diff := cmp.Diff(want, be.Error()); diff != "" {
+		t.Errorf("Error() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		classes []Class
+		wantErr string
+	}{
+		{"ok", []Class{{4096, 1}, {8192, 2}}, ""},
+		{"zero count", []Class{{4096, 0}}, "count must be positive"},
+		{"zero size", []Class{{0, 1}}, "size must be positive"},
+		{"duplicate", []Class{{4096, 1}, {4096, 2}}, "appears twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validate(tt.classes)
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("validate = %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestAddDeviceBudget(t *testing.T) {
+	p, err := New(Config{Classes: []Class{{4 << 10, 256}, {1 << 20, 8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.memlock = func() (verbs.MemlockStatus, error) {
+		return verbs.MemlockStatus{Limit: 8 << 20, Pinned: 0}, nil
+	}
+	err = p.AddDevice("rxe0")
+	var be *BudgetError
+	if !errors.As(err, &be) {
+		t.Fatalf("AddDevice with an 8 MiB budget = %v, want *BudgetError", err)
+	}
+	if be.Device != "rxe0" || be.Limit != 8<<20 {
+		t.Errorf("BudgetError names device %q limit %d", be.Device, be.Limit)
+	}
+	if p.Device("rxe0") != nil {
+		t.Errorf("device registered despite the budget error")
+	}
+}
+
+func TestGetPutAccounting(t *testing.T) {
+	d := newTestDevicePool(t, Class{4 << 10, 3}, Class{64 << 10, 1})
+	var held []Buf
+	for i := 0; i < 3; i++ {
+		b, ok := d.Get(100)
+		if !ok || b.Size() != 4<<10 {
+			t.Fatalf("Get(100) #%d = size %d, %v", i, b.Size(), ok)
+		}
+		held = append(held, b)
+	}
+	// The 4 KiB class is empty: a small Get falls through to 64 KiB.
+	b, ok := d.Get(100)
+	if !ok || b.Size() != 64<<10 {
+		t.Fatalf("Get(100) after exhausting 4 KiB = size %d, %v; want the 64 KiB buffer", b.Size(), ok)
+	}
+	held = append(held, b)
+	if _, ok := d.Get(1); ok {
+		t.Errorf("Get succeeded with every buffer held")
+	}
+	if _, ok := d.Get(1 << 20); ok {
+		t.Errorf("Get(1 MiB) succeeded with no class that large")
+	}
+	// Buffers do not overlap and are where their class says.
+	seen := map[*byte]bool{}
+	for _, b := range held {
+		p := &b.Bytes()[0]
+		if seen[p] {
+			t.Errorf("two buffers share memory at %p", p)
+		}
+		seen[p] = true
+		b.Bytes()[len(b.Bytes())-1] = 0xAA // in range, mapped
+	}
+	for _, b := range held {
+		d.Put(b)
+	}
+	p := &Pool{wanted: map[string]bool{}, canary: map[string]*canaryStats{}}
+	m := map[string]*DevicePool{"test0": d}
+	p.devs.Store(&m)
+	p.wanted["test0"] = true
+	got := p.Stats()[0]
+	want := DeviceStats{Device: "test0", Registered: true, Failures: 2, TooLarge: 1, HighWaterBytes: 3*4<<10 + 64<<10,
+		Classes: []ClassStats{{Size: 4 << 10, Count: 3, HighWater: 3, Gets: 3, Exhausted: 2}, {Size: 64 << 10, Count: 1, HighWater: 1, Gets: 1, Exhausted: 1}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Stats mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestDoublePutPanics(t *testing.T) {
+	d := newTestDevicePool(t, Class{4 << 10, 2})
+	b, _ := d.Get(1)
+	d.Put(b)
+	defer func() {
+		if recover() == nil {
+			t.Errorf("second Put did not panic")
+		}
+	}()
+	d.Put(b)
+}
+
+// TestCloseWhileHeld checks that closing a device pool (device removed)
+// keeps held buffers mapped until their Put, and refuses new Gets.
+func TestCloseWhileHeld(t *testing.T) {
+	d := newTestDevicePool(t, Class{4 << 10, 2})
+	b, _ := d.Get(1)
+	d.close()
+	if d.unmapped.Load() {
+		t.Fatalf("memory unmapped while a buffer is held")
+	}
+	b.Bytes()[0] = 1 // must not fault
+	if _, ok := d.Get(1); ok {
+		t.Errorf("Get succeeded on a closed pool")
+	}
+	d.Put(b)
+	if !d.unmapped.Load() {
+		t.Errorf("memory still mapped after the last Put on a closed pool")
+	}
+}
+
+func TestConcurrentGetPut(t *testing.T) {
+	const workers, rounds, count = 8, 20000, 4
+	d := newTestDevicePool(t, Class{4 << 10, count})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	owner := map[uint32]int{}
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				b, ok := d.Get(1)
+				if !ok {
+					continue
+				}
+				// Each buffer must be held by one worker at a time.
+				b.Bytes()[0] = byte(w)
+				if i%512 == 0 {
+					mu.Lock()
+					if o, dup := owner[b.i]; dup {
+						t.Errorf("buffer %d held by workers %d and %d", b.i, o, w)
+					}
+					owner[b.i] = w
+					mu.Unlock()
+					mu.Lock()
+					delete(owner, b.i)
+					mu.Unlock()
+				}
+				if b.Bytes()[0] != byte(w) {
+					t.Errorf("buffer %d written by another worker while held", b.i)
+				}
+				d.Put(b)
+			}
+		}()
+	}
+	wg.Wait()
+	c := d.classes[0]
+	if c.inUse.Load() != 0 || d.inUse.Load() != 0 {
+		t.Errorf("in use after all Puts: class %d device %d", c.inUse.Load(), d.inUse.Load())
+	}
+	n := 0
+	for _, ok := c.pop(); ok; _, ok = c.pop() {
+		n++
+	}
+	if n != count {
+		t.Errorf("free stack holds %d buffers after the run, want %d", n, count)
+	}
+}
+
+func TestGetPutNoAllocs(t *testing.T) {
+	d := newTestDevicePool(t, Class{4 << 10, 4})
+	allocs := testing.AllocsPerRun(1000, func() {
+		b, _ := d.Get(4096)
+		d.Put(b)
+	})
+	if allocs != 0 {
+		t.Errorf("Get+Put allocates %v times per call, want 0", allocs)
+	}
+}
+
+// BenchmarkGetPut is the pool's fast path: one Get and one Put.
+func BenchmarkGetPut(b *testing.B) {
+	for _, size := range []Size{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(size.String(), func(b *testing.B) {
+			d := newTestDevicePool(b, Class{size, 8})
+			b.ReportAllocs()
+			for b.Loop() {
+				x, _ := d.Get(int(size))
+				d.Put(x)
+			}
+		})
+	}
+}
+
+// BenchmarkGetPutParallel shows contention on one class from all cores.
+func BenchmarkGetPutParallel(b *testing.B) {
+	d := newTestDevicePool(b, Class{4 << 10, 256})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			x, _ := d.Get(1)
+			d.Put(x)
+		}
+	})
+}
+
+// BenchmarkChanFreeList is the alternative the design considered: a
+// buffered channel of free indices per class. Kept to compare against the
+// Treiber stack (see docs/BENCHMARKS.md).
+func BenchmarkChanFreeList(b *testing.B) {
+	free := make(chan uint32, 256)
+	for i := range 256 {
+		free <- uint32(i)
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			i := <-free
+			free <- i
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := <-free
+				free <- i
+			}
+		})
+	})
+}
