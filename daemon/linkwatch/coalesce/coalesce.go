@@ -28,6 +28,7 @@ type Queue[K comparable, V any] struct {
 	delay    time.Duration // quiet time before a key is delivered
 	maxDelay time.Duration // upper bound on how long a busy key is held back
 	limit    int
+	merge    func(old, new V) V
 
 	mu      sync.Mutex
 	items   map[K]*item[V]
@@ -46,6 +47,14 @@ type item[V any] struct {
 // keeps changing is still reported. At most limit keys are pending at once.
 // A delay of zero delivers values as soon as Next runs.
 func New[K comparable, V any](delay time.Duration, limit int) *Queue[K, V] {
+	return NewMerging[K, V](delay, limit, nil)
+}
+
+// NewMerging is like New, but a repeated Add for a pending key stores
+// merge(old, new) instead of the new value. Sources use it when some
+// notifications carry more information than later ones for the same object.
+// A nil merge keeps the latest value.
+func NewMerging[K comparable, V any](delay time.Duration, limit int, merge func(old, new V) V) *Queue[K, V] {
 	if limit < 1 {
 		limit = 1
 	}
@@ -56,19 +65,23 @@ func New[K comparable, V any](delay time.Duration, limit int) *Queue[K, V] {
 		delay:    delay,
 		maxDelay: 8 * delay,
 		limit:    limit,
+		merge:    merge,
 		items:    make(map[K]*item[V]),
 		wake:     make(chan struct{}, 1),
 	}
 }
 
 // Add records v as the latest value for k. A later Add for the same key
-// replaces the value and postpones its delivery. If the queue already holds
+// replaces (or merges into) the value and postpones its delivery. If the queue already holds
 // limit other keys, all pending values are discarded and the next call to
 // Next returns ErrDropped.
 func (q *Queue[K, V]) Add(k K, v V) {
 	now := time.Now()
 	q.mu.Lock()
 	if it, ok := q.items[k]; ok {
+		if q.merge != nil {
+			v = q.merge(it.v, v)
+		}
 		it.v = v
 		it.last = now
 	} else if len(q.items) >= q.limit {

@@ -135,3 +135,15 @@ func TestQueueNextHonoursCancel(t *testing.T) {
 		t.Errorf("Next: err = %v, want context.Canceled", err)
 	}
 }
+
+func TestQueueMerge(t *testing.T) {
+	// Keep the maximum seen: the merge function decides, not arrival order.
+	q := NewMerging[string, int](0, 4, func(old, new int) int { return max(old, new) })
+	for _, v := range []int{3, 9, 1} {
+		q.Add("k", v)
+	}
+	v, err := next(t, q, time.Second)
+	if err != nil || v != 9 {
+		t.Errorf("Next = %d, %v; want 9, nil", v, err)
+	}
+}
