@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string) int {
+	if !noArgs(g, "status", args) {
+		return exitUsage
+	}
+	raw, err := c.StatusRaw(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	s, err := decodeSnapshot(raw)
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json {
+		g.stdout.Write(raw)
+		if len(raw) > 0 && raw[len(raw)-1] != '\n' {
+			fmt.Fprintln(g.stdout)
+		}
+	} else {
+		printStatus(g.stdout, s)
+	}
+	if !s.Healthy() {
+		return exitDegraded
+	}
+	return exitOK
+}
+
+func printStatus(w io.Writer, s *state.Snapshot) {
+	fmt.Fprintf(w, "rdmad %s: %s (pid %d, up %s)\n", s.Version, s.State, s.PID, since(s.StartedAt))
+	cfg := "ok"
+	if s.Config.Error != "" {
+		cfg = "ERROR (running on generation " + fmt.Sprint(s.Config.Generation) + ")"
+	}
+	fmt.Fprintf(w, "config: %s, generation %d, loaded %s: %s\n", s.Config.Path, s.Config.Generation, ago(s.Config.LoadedAt), cfg)
+	if s.Config.Error != "" {
+		fmt.Fprintln(w, indent(s.Config.Error))
+	}
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(s.Devices) == 0 {
+		fmt.Fprintln(w, "No RDMA devices.")
+	} else {
+		fmt.Fprintln(tw, "DEVICE\tPORT\tSTATE\tPHYS\tLINK\tRATE\tNETDEV\tGIDS")
+		for _, d := range s.Devices {
+			for _, p := range d.Ports {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, p.Port, p.State, p.PhysState,
+					p.LinkLayer, dash(p.Rate), dash(p.Netdev), gidSummary(p.GIDs))
+			}
+		}
+		tw.Flush()
+	}
+
+	if len(s.Policy.Policies) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
+		for _, p := range s.Policy.Policies {
+			if len(p.Targets) == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t-\t(no matching objects)\t\t\t\n", p.Name, p.Mode)
+			}
+			for _, t := range p.Targets {
+				st := t.State
+				if t.Error != "" {
+					st += ": " + t.Error
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Mode, t.Kind, t.Object, t.Desired, t.Actual, st)
+			}
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w)
+	names := make([]string, 0, len(s.Components))
+	for n := range s.Components {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
+	for _, n := range names {
+		c := s.Components[n]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, c.State, ago(c.Since), c.Error)
+	}
+	tw.Flush()
+}
+
+func gidSummary(gids []inventory.GID) string {
+	if len(gids) == 0 {
+		return "-"
+	}
+	count := map[string]int{}
+	var order []string
+	for _, g := range gids {
+		if count[g.Type] == 0 {
+			order = append(order, g.Type)
+		}
+		count[g.Type]++
+	}
+	parts := make([]string, len(order))
+	for i, t := range order {
+		parts[i] = fmt.Sprintf("%d %s", count[t], t)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return since(t) + " ago"
+}
+
+func since(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Second:
+		return "now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// decodeSnapshot decodes the raw status.
+func decodeSnapshot(raw []byte) (*state.Snapshot, error) {
+	var s state.Snapshot
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("decode status: %w", err)
+	}
+	return &s, nil
+}

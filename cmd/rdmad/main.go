@@ -1,0 +1,67 @@
+// Command rdmad is the RDMA node agent. See rdmad(8).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rdmad/rdmad/daemon"
+	"github.com/rdmad/rdmad/daemon/config"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rdmad:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("rdmad", flag.ContinueOnError)
+	cfgPath := fs.String("config", config.DefaultPath, "main configuration `file`; drop-ins are read from rdmad.d/ next to it")
+	socket := fs.String("socket", "", "Unix socket `path` of the API (overrides [daemon] socket)")
+	sysfs := fs.String("sysfs-root", "/", "root `dir` under which sys/class/infiniband is read (for tests)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q; rdmad takes only flags (see rdmad --help)\n", fs.Arg(0))
+		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println("rdmad", version)
+		return nil
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := daemon.Run(ctx, daemon.Options{
+		ConfigPath:     *cfgPath,
+		ConfigRequired: explicit,
+		Socket:         *socket,
+		SysfsRoot:      *sysfs,
+		Version:        version,
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

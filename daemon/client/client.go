@@ -1,0 +1,156 @@
+// Package client is the typed Go client of rdmad's local API. rdmactl is a
+// thin formatter over it; other programs on the node can use it too.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// A NotRunningError means nothing answers on the socket.
+type NotRunningError struct {
+	Socket string
+	Err    error
+}
+
+func (e *NotRunningError) Error() string {
+	return fmt.Sprintf("rdmad is not running (nothing answers on %s: %v); start it with `systemctl start rdmad`, or point --socket/RDMAD_SOCKET at the right socket", e.Socket, e.Err)
+}
+
+func (e *NotRunningError) Unwrap() error { return e.Err }
+
+// An AccessDeniedError means the daemon refused the request for the caller's
+// credentials (HTTP 403) or the socket's mode refused the connection.
+type AccessDeniedError struct{ Message string }
+
+func (e *AccessDeniedError) Error() string { return "access denied: " + e.Message }
+
+// An APIError is any other non-2xx answer.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("rdmad answered %d: %s", e.Status, e.Message) }
+
+// A Client talks to one rdmad socket.
+type Client struct {
+	Socket string
+	hc     *http.Client
+}
+
+// DefaultSocket is RDMAD_SOCKET, or the configured default.
+func DefaultSocket() string {
+	if s := os.Getenv("RDMAD_SOCKET"); s != "" {
+		return s
+	}
+	return config.DefaultSocket
+}
+
+// New returns a Client for the socket at path.
+func New(path string) *Client {
+	c := &Client{Socket: path}
+	c.hc = &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns: 1,
+	}}
+	return c
+}
+
+// Status returns GET /v1/status.
+func (c *Client) Status(ctx context.Context) (*state.Snapshot, error) {
+	var s state.Snapshot
+	if err := c.do(ctx, http.MethodGet, "/v1/status", &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// StatusRaw returns GET /v1/status as the daemon sent it.
+func (c *Client) StatusRaw(ctx context.Context) (json.RawMessage, error) {
+	var m json.RawMessage
+	err := c.do(ctx, http.MethodGet, "/v1/status", &m)
+	return m, err
+}
+
+// Reload asks for POST /v1/reload. A configuration error is returned in the
+// result (OK false), not as an error.
+func (c *Client) Reload(ctx context.Context) (api.ReloadResult, error) {
+	var r api.ReloadResult
+	err := c.do(ctx, http.MethodPost, "/v1/reload", &r)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity {
+		return r, nil
+	}
+	return r, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://rdmad"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+			return &NotRunningError{Socket: c.Socket, Err: unwrapSyscall(err)}
+		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+			return &AccessDeniedError{Message: fmt.Sprintf("cannot connect to %s: permission denied; join the socket's group ([daemon] socket_group) or use sudo", c.Socket)}
+		}
+		return fmt.Errorf("rdmad at %s: %w", c.Socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("rdmad at %s: read answer: %w", c.Socket, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb api.ErrorBody
+		if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
+			eb.Error = string(body)
+		}
+		if resp.StatusCode == http.StatusForbidden {
+			return &AccessDeniedError{Message: eb.Error}
+		}
+		if resp.StatusCode == http.StatusUnprocessableEntity && out != nil {
+			json.Unmarshal(body, out)
+		}
+		return &APIError{Status: resp.StatusCode, Message: eb.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("rdmad at %s: decode %s: %w", c.Socket, path, err)
+	}
+	return nil
+}
+
+func unwrapSyscall(err error) error {
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		return se
+	}
+	return err
+}

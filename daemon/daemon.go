@@ -1,0 +1,383 @@
+// Package daemon is rdmad's lifecycle: it loads the configuration, owns the
+// one goroutine that writes state, serves the local API, talks to systemd
+// and stops cleanly.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// Options are rdmad's command-line settings.
+type Options struct {
+	// ConfigPath is the main configuration file.
+	ConfigPath string
+	// ConfigRequired makes a missing ConfigPath fatal (it was named on the
+	// command line); otherwise rdmad runs on defaults.
+	ConfigRequired bool
+	// Socket overrides [daemon] socket when not empty.
+	Socket string
+	// SysfsRoot is where sysfs is read ("/" normally; tests use fixtures).
+	SysfsRoot string
+	Version   string
+	Stderr    io.Writer
+}
+
+// ShutdownGrace bounds how long open API requests may delay the exit.
+const ShutdownGrace = 3 * time.Second
+
+// A Daemon is one running rdmad. Its fields are owned by the main loop
+// unless noted.
+type Daemon struct {
+	opts   Options
+	log    *slog.Logger
+	level  *slog.LevelVar
+	notify notifier
+	store  *state.Store // safe for concurrent use
+	api    *api.Server  // safe for concurrent use
+	inv    inventory.Reader
+
+	cfg    *config.Config
+	socket string
+	gen    uint64
+
+	reqs chan reloadRequest // from API and D-Bus to the main loop
+}
+
+type reloadRequest struct {
+	why   string
+	reply chan api.ReloadResult
+}
+
+// Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
+// returns nil after a clean stop.
+func Run(ctx context.Context, opts Options) error {
+	if abs, err := filepath.Abs(opts.ConfigPath); err == nil {
+		opts.ConfigPath = abs
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	d := &Daemon{
+		opts:  opts,
+		level: new(slog.LevelVar),
+		inv:   inventory.Reader{Root: opts.SysfsRoot},
+		reqs:  make(chan reloadRequest, 8),
+	}
+	d.log = newLogger(opts.Stderr, d.level)
+	now := time.Now()
+	d.store = state.NewStore(state.Snapshot{
+		Version:   opts.Version,
+		State:     state.Starting,
+		PID:       os.Getpid(),
+		StartedAt: now,
+		Config:    state.Config{Path: opts.ConfigPath},
+		Devices:   []inventory.Device{},
+		Policy:    state.Policy{Policies: []state.PolicyStatus{}},
+	})
+
+	// The first load decides the socket. A broken file at start does not
+	// stop rdmad: it runs on defaults, reports the error and picks up the
+	// fix when the file changes, like any later bad edit.
+	cfg, loadErr := config.Load(opts.ConfigPath)
+	if loadErr != nil {
+		if errors.Is(loadErr, fs.ErrNotExist) && opts.ConfigRequired {
+			return fmt.Errorf("%w; create it (see rdmad.toml(5)) or drop --config to run on defaults", loadErr)
+		}
+		cfg = config.Default()
+		if errors.Is(loadErr, fs.ErrNotExist) {
+			d.log.Warn("no configuration file; running on defaults", "path", opts.ConfigPath)
+			loadErr = nil
+		}
+	}
+	d.socket = cfg.Daemon.Socket
+	if opts.Socket != "" {
+		d.socket = opts.Socket
+	}
+	d.accept(cfg, loadErr)
+
+	ln, err := d.listen(cfg)
+	if err != nil {
+		return err
+	}
+	d.api = api.NewServer(backend{d}, d.accessPolicy(cfg))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	apiErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		apiErr <- d.api.Serve(ctx, ln, ShutdownGrace)
+	}()
+
+	cfgChanged := make(chan struct{}, 1)
+	if err := watchConfig(ctx, d.log, opts.ConfigPath, 200*time.Millisecond, cfgChanged); err != nil {
+		d.setComponent("config-watch", state.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
+	} else {
+		d.setComponent("config-watch", state.OK, nil)
+	}
+
+	d.refresh("start")
+	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
+	d.notify.ready(snap.Summary)
+	d.log.Info("rdmad started", "version", opts.Version, "socket", d.socket, "config", opts.ConfigPath,
+		"generation", d.gen, "devices", len(snap.Devices))
+
+	return d.loop(ctx, cfgChanged, apiErr)
+}
+
+func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-chan error) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	fault := faultSwitch()
+
+	var wdC <-chan time.Time
+	if iv := watchdogInterval(); iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		wdC = t.C
+		d.notify.watchdog()
+	}
+	resync := time.NewTicker(d.cfg.Daemon.ResyncInterval.Duration)
+	defer resync.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			d.stop()
+			return nil
+		case err := <-apiErr:
+			d.stop()
+			return err
+		case <-wdC:
+			// Driven by this loop on purpose: a loop that hangs stops the
+			// pings, and systemd restarts rdmad.
+			d.notify.watchdog()
+		case <-hup:
+			d.reload("SIGHUP")
+		case <-cfgChanged:
+			d.reload("config file changed")
+		case r := <-d.reqs:
+			r.reply <- d.reload(r.why)
+		case <-resync.C:
+			d.refresh("periodic resync")
+			resync.Reset(d.cfg.Daemon.ResyncInterval.Duration)
+		case <-fault:
+			d.log.Warn("test fault: main loop hangs until stopped (RDMAD_TEST_FAULT=hang-on-sigusr2)")
+			<-ctx.Done()
+		}
+	}
+}
+
+// stop announces the stop; deferred functions in Run close the rest.
+func (d *Daemon) stop() {
+	d.notify.stopping()
+	d.store.Update(func(s *state.Snapshot) { s.State = state.Stopping; s.Summary = "stopping" })
+	d.log.Info("rdmad stopping")
+}
+
+// reload loads the configuration again. A load that fails leaves the
+// running configuration in place and is reported in status.
+func (d *Daemon) reload(why string) api.ReloadResult {
+	d.notify.reloading()
+	d.store.Update(func(s *state.Snapshot) { s.State = state.Reloading })
+	cfg, err := config.Load(d.opts.ConfigPath)
+	d.accept(cfg, err)
+	if err == nil {
+		if cfg.Daemon.Socket != d.socket && d.opts.Socket == "" {
+			d.log.Warn("the socket path changes only on restart", "running", d.socket, "configured", cfg.Daemon.Socket)
+		}
+		if err := api.Secure(d.socket, cfg.Daemon.SocketGroup); err != nil {
+			d.setComponent("api", state.Error, err)
+		}
+		d.api.SetPolicy(d.accessPolicy(cfg))
+		d.refresh("reload")
+	}
+	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
+	d.notify.ready(snap.Summary)
+	res := api.ReloadResult{OK: err == nil, Generation: d.gen}
+	if err != nil {
+		res.Error = err.Error()
+		d.log.Error("configuration rejected; keeping the running one", "why", why, "err", oneLine(err), "generation", d.gen)
+	} else {
+		d.log.Info("configuration loaded", "why", why, "generation", d.gen, "files", strings.Join(cfg.Files, ","))
+	}
+	return res
+}
+
+// accept installs cfg when err is nil and records the outcome.
+func (d *Daemon) accept(cfg *config.Config, err error) {
+	now := time.Now()
+	if err == nil {
+		d.cfg = cfg
+		d.gen++
+		d.level.Set(parseLevel(cfg.Daemon.LogLevel))
+	} else if d.cfg == nil {
+		d.cfg = config.Default()
+	}
+	d.store.Update(func(s *state.Snapshot) {
+		s.Config.Path = d.opts.ConfigPath
+		s.Config.Generation = d.gen
+		if err == nil {
+			s.Config.Files = cfg.Files
+			s.Config.LoadedAt = now
+			s.Config.Error = ""
+			state.SetComponent(s, "config", state.OK, nil, now)
+		} else {
+			s.Config.Error = err.Error()
+			state.SetComponent(s, "config", state.Error, errors.New("configuration rejected; the last good one stays in force (see config.error)"), now)
+		}
+	})
+}
+
+// refresh re-reads the inventory.
+func (d *Daemon) refresh(why string) {
+	devs, err := d.inv.Read()
+	now := time.Now()
+	d.store.Update(func(s *state.Snapshot) {
+		if err != nil {
+			state.SetComponent(s, "inventory", state.Error, err, now)
+			return
+		}
+		if devs == nil {
+			devs = []inventory.Device{}
+		}
+		s.Devices = devs
+		st, e := state.OK, error(nil)
+		if len(devs) == 0 {
+			st, e = state.Unavailable, errors.New("no RDMA devices (no /sys/class/infiniband entries); load the NIC's RDMA driver or add a Soft-RoCE link: rdma link add rxe0 type rxe netdev eth0")
+		}
+		state.SetComponent(s, "inventory", st, e, now)
+	})
+	d.log.Debug("inventory read", "why", why, "devices", len(devs), "err", err)
+}
+
+// summarise sets State and the one-line Summary (also sent as STATUS=).
+func (d *Daemon) summarise(s *state.Snapshot, st string) {
+	if !s.Healthy() {
+		st = state.Degraded
+	}
+	s.State = st
+	ports, active := 0, 0
+	for _, dev := range s.Devices {
+		for _, p := range dev.Ports {
+			ports++
+			if p.State == "ACTIVE" {
+				active++
+			}
+		}
+	}
+	parts := []string{st}
+	if len(s.Devices) == 0 {
+		parts = append(parts, "no RDMA devices")
+	} else {
+		parts = append(parts, fmt.Sprintf("%d devices, %d/%d ports active", len(s.Devices), active, ports))
+	}
+	parts = append(parts, fmt.Sprintf("config generation %d", s.Config.Generation))
+	if s.Config.Error != "" {
+		parts = append(parts, "config error: "+oneLine(errors.New(s.Config.Error)))
+	}
+	s.Summary = strings.Join(parts, "; ")
+}
+
+func (d *Daemon) setComponent(name, st string, err error) {
+	now := time.Now()
+	d.store.Update(func(s *state.Snapshot) { state.SetComponent(s, name, st, err, now) })
+}
+
+// listen returns the socket systemd passed (socket activation) or creates it.
+func (d *Daemon) listen(cfg *config.Config) (net.Listener, error) {
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: %w", err)
+	}
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if a, ok := ln.Addr().(*net.UnixAddr); ok {
+			d.socket = a.Name
+			d.log.Info("using the socket systemd passed", "socket", a.Name)
+			return ln, nil
+		}
+	}
+	return api.Listen(d.socket, cfg.Daemon.SocketGroup)
+}
+
+func (d *Daemon) accessPolicy(cfg *config.Config) api.Policy {
+	p := api.Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1}
+	if g, err := api.LookupGID(cfg.Daemon.SocketGroup); err == nil {
+		p.ReadGID = g
+	}
+	if g, err := api.LookupGID(cfg.Daemon.AdminGroup); err == nil {
+		p.AdminGID = g
+	}
+	return p
+}
+
+// oneLine shortens a multi-line error (config.Errors) for one log line.
+func oneLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return fmt.Sprintf("%s (and %d more)", s[:i], strings.Count(s, "\n"))
+	}
+	return s
+}
+
+// faultSwitch returns a channel that receives SIGUSR2 when the test-only
+// fault RDMAD_TEST_FAULT=hang-on-sigusr2 is set, so the VM suite can prove
+// that systemd's watchdog catches a hung main loop. Otherwise it returns nil.
+func faultSwitch() <-chan os.Signal {
+	if os.Getenv("RDMAD_TEST_FAULT") != "hang-on-sigusr2" {
+		return nil
+	}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGUSR2)
+	return c
+}
+
+// backend serves the API from the daemon.
+type backend struct{ d *Daemon }
+
+func (b backend) Snapshot() *state.Snapshot { return b.d.store.Load() }
+
+func (b backend) Reload(ctx context.Context) (api.ReloadResult, error) {
+	r := reloadRequest{why: "API request", reply: make(chan api.ReloadResult, 1)}
+	select {
+	case b.d.reqs <- r:
+	case <-ctx.Done():
+		return api.ReloadResult{}, ctx.Err()
+	default:
+		return api.ReloadResult{}, errors.New("too many reloads queued; try again in a moment")
+	}
+	select {
+	case res := <-r.reply:
+		return res, nil
+	case <-ctx.Done():
+		return api.ReloadResult{}, ctx.Err()
+	}
+}

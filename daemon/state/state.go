@@ -1,0 +1,192 @@
+// Package state holds rdmad's published state: an immutable, versioned
+// Snapshot that one goroutine (the daemon's main loop) writes and any number
+// of readers (socket API, D-Bus, metrics) load without locks.
+//
+// The JSON form of Snapshot is the contract of GET /v1/status and
+// `rdmactl status --json`; docs/API.md documents it. Add fields; never
+// rename or remove them.
+package state
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+)
+
+// Daemon states.
+const (
+	Starting  = "starting"
+	Running   = "running"
+	Degraded  = "degraded"
+	Reloading = "reloading"
+	Stopping  = "stopping"
+)
+
+// Component states.
+const (
+	OK          = "ok"
+	Error       = "error"
+	Unavailable = "unavailable" // the capability does not exist here (no RDMA, no bus)
+	Disabled    = "disabled"    // switched off by configuration
+)
+
+// A Snapshot is the daemon's whole state at one moment. A published
+// Snapshot is never modified: writers build a new one with Store.Update.
+type Snapshot struct {
+	// Seq increases with every published snapshot.
+	Seq       uint64    `json:"seq"`
+	Version   string    `json:"version"`
+	State     string    `json:"state"`
+	Summary   string    `json:"summary"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+
+	Config  Config             `json:"config"`
+	Devices []inventory.Device `json:"devices"`
+	Policy  Policy             `json:"policy"`
+	// Components maps a component name (config, inventory, api, ...) to
+	// its health.
+	Components map[string]Component `json:"components"`
+}
+
+// Config describes the configuration in force.
+type Config struct {
+	Path       string    `json:"path"`
+	Files      []string  `json:"files"`
+	Generation uint64    `json:"generation"`
+	LoadedAt   time.Time `json:"loaded_at"`
+	// Error is the last load's error; empty when the last load succeeded.
+	// A failed load never replaces the running configuration.
+	Error string `json:"error"`
+}
+
+// Policy is the state of every declared policy.
+type Policy struct {
+	Policies []PolicyStatus `json:"policies"`
+}
+
+// A PolicyStatus is one [[policy]] block and its targets.
+type PolicyStatus struct {
+	Name    string   `json:"name"`
+	Mode    string   `json:"mode"`
+	Targets []Target `json:"targets"`
+}
+
+// Target states.
+const (
+	InSync      = "in-sync"
+	Drifted     = "drifted" // observe mode: actual differs from desired
+	Applied     = "applied" // enforce mode: the last pass changed it
+	Unsupported = "unsupported"
+	TargetError = "error"
+)
+
+// A Target is one setting on one object (MTU of ens1f0, PFC of ens1f0, ToS
+// of mlx5_0/1, ...).
+type Target struct {
+	Kind       string    `json:"kind"`   // mtu, qos, roce, memlock
+	Object     string    `json:"object"` // netdev, device/port or "rdmad"
+	Desired    string    `json:"desired"`
+	Actual     string    `json:"actual"`
+	State      string    `json:"state"`
+	Error      string    `json:"error,omitempty"`
+	LastChange time.Time `json:"last_change"`
+	Applies    uint64    `json:"applies"`
+	Drifts     uint64    `json:"drifts"`
+}
+
+// A Component is the health of one part of the daemon.
+type Component struct {
+	State string    `json:"state"`
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since"`
+}
+
+// Healthy reports whether nothing in s needs an operator: the configuration
+// loaded and no component is in error.
+func (s *Snapshot) Healthy() bool {
+	if s.Config.Error != "" {
+		return false
+	}
+	for _, c := range s.Components {
+		if c.State == Error {
+			return false
+		}
+	}
+	for _, p := range s.Policy.Policies {
+		for _, t := range p.Targets {
+			if t.State == TargetError || t.State == Drifted {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// A Store publishes snapshots.
+type Store struct {
+	mu      sync.Mutex // serialises writers; readers never take it
+	cur     atomic.Pointer[Snapshot]
+	changed chan struct{}
+	now     func() time.Time
+}
+
+// NewStore returns a Store whose first snapshot is initial.
+func NewStore(initial Snapshot) *Store {
+	s := &Store{changed: make(chan struct{}), now: time.Now}
+	initial.Seq = 1
+	initial.UpdatedAt = s.now()
+	if initial.Components == nil {
+		initial.Components = map[string]Component{}
+	}
+	s.cur.Store(&initial)
+	return s
+}
+
+// Load returns the current snapshot. Callers must not modify it.
+func (s *Store) Load() *Snapshot { return s.cur.Load() }
+
+// Update publishes a copy of the current snapshot changed by f and returns
+// it. f receives a shallow copy: it must replace, not modify, slices and
+// maps it changes (SetComponent does this for Components).
+func (s *Store) Update(f func(*Snapshot)) *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := *s.cur.Load()
+	f(&next)
+	next.Seq++
+	next.UpdatedAt = s.now()
+	s.cur.Store(&next)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return &next
+}
+
+// Changed returns a channel that is closed when the next snapshot is
+// published.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// SetComponent records a component's health on snap (inside Update),
+// keeping Since when the state and error did not change.
+func SetComponent(snap *Snapshot, name, st string, err error, now time.Time) {
+	c := Component{State: st, Since: now}
+	if err != nil {
+		c.Error = err.Error()
+	}
+	if old, ok := snap.Components[name]; ok && old.State == c.State && old.Error == c.Error {
+		return
+	}
+	m := make(map[string]Component, len(snap.Components)+1)
+	for k, v := range snap.Components {
+		m[k] = v
+	}
+	m[name] = c
+	snap.Components = m
+}
