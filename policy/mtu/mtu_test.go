@@ -1,0 +1,193 @@
+package mtu
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// testNetNS creates a private network namespace with the veth pair
+// mtu0/mtu1 and returns it with a netlink handle bound to it.
+func testNetNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces (CAP_SYS_ADMIN)")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatalf("get current netns: %v", err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	if err := netns.Set(orig); err != nil {
+		t.Fatalf("restore original netns: %v", err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		t.Fatalf("netlink handle in test netns: %v", err)
+	}
+	t.Cleanup(func() { h.Close(); ns.Close() })
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "mtu0"}, PeerName: "mtu1"}); err != nil {
+		t.Fatalf("add veth: %v", err)
+	}
+	return ns, h
+}
+
+func openClient(t *testing.T, ns netns.NsHandle) *Client {
+	t.Helper()
+	c, err := Open(Options{NetNS: &ns})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestIntegrationSetObserve(t *testing.T) {
+	ns, h := testNetNS(t)
+	c := openClient(t, ns)
+
+	if got, err := c.Observe("mtu0"); err != nil || got != 1500 {
+		t.Fatalf("Observe(mtu0) = %d, %v; want the veth default 1500", got, err)
+	}
+	for _, want := range []int{9000, 1280, 65535, 68} {
+		if err := c.Set("mtu0", want); err != nil {
+			t.Fatalf("Set(mtu0, %d): %v", want, err)
+		}
+		got, err := c.Observe("mtu0")
+		if err != nil || got != want {
+			t.Errorf("Observe after Set(%d) = %d, %v", want, got, err)
+		}
+		// Cross-check with an independent reader.
+		l, err := h.LinkByName("mtu0")
+		if err != nil || l.Attrs().MTU != want {
+			t.Errorf("kernel reports MTU %v (err %v), want %d", l.Attrs().MTU, err, want)
+		}
+	}
+	lo, hi, err := c.Range("mtu0")
+	if err != nil || lo != 68 || hi != 65535 {
+		t.Errorf("Range(mtu0) = %d, %d, %v; want veth's 68, 65535", lo, hi, err)
+	}
+}
+
+func TestIntegrationSetUnchangedSendsNothing(t *testing.T) {
+	ns, _ := testNetNS(t)
+	c := openClient(t, ns)
+	if err := c.Set("mtu0", 4000); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{Namespace: &ns}); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	defer func() {
+		close(done)
+		for range updates {
+		}
+	}()
+	notified := func() bool {
+		select {
+		case <-updates:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	}
+	if err := c.Set("mtu0", 4000); err != nil {
+		t.Fatalf("Set (same value): %v", err)
+	}
+	if notified() {
+		t.Errorf("Set with the current MTU caused a link notification; reapplying must be silent")
+	}
+	if err := c.Set("mtu0", 4001); err != nil {
+		t.Fatalf("Set (new value): %v", err)
+	}
+	if !notified() {
+		t.Errorf("Set with a new MTU caused no link notification")
+	}
+}
+
+func TestIntegrationSetErrors(t *testing.T) {
+	ns, _ := testNetNS(t)
+	c := openClient(t, ns)
+	tests := []struct {
+		name   string
+		ifname string
+		mtu    int
+		errno  error
+		want   string
+	}{
+		{"above max", "mtu0", 70000, unix.EINVAL, "mtu: set MTU 70000 on mtu0: out of range for this device (min 68, max 65535): invalid argument"},
+		{"below min", "mtu0", 60, unix.EINVAL, "mtu: set MTU 60 on mtu0: out of range for this device (min 68, max 65535): invalid argument"},
+		{"zero", "mtu0", 0, unix.EINVAL, "mtu: set MTU 0 on mtu0: MTU must be a positive 32-bit number: invalid argument"},
+		{"no device", "nosuch0", 1500, unix.ENODEV, `mtu: set MTU 1500: no network interface "nosuch0": no such device`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.Set(tt.ifname, tt.mtu)
+			if !errors.Is(err, tt.errno) {
+				t.Fatalf("Set(%s, %d) = %v, want an error matching %v", tt.ifname, tt.mtu, err, tt.errno)
+			}
+			// The kernel may append an extended ack message; the part we
+			// build must be exact.
+			if !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("Set(%s, %d) error:\n got %q\nwant %q", tt.ifname, tt.mtu, err, tt.want)
+			}
+		})
+	}
+	if _, err := c.Observe("nosuch0"); !errors.Is(err, unix.ENODEV) {
+		t.Errorf("Observe(nosuch0) = %v, want ENODEV", err)
+	}
+}
+
+func TestParseRange(t *testing.T) {
+	enc := func(attrs map[uint16]uint32) []byte {
+		ae := mdnetlink.NewAttributeEncoder()
+		ae.String(unix.IFLA_IFNAME, "x0")
+		for typ, v := range attrs {
+			ae.Uint32(typ, v)
+		}
+		b, err := ae.Encode()
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		return b
+	}
+	tests := []struct {
+		name   string
+		in     []byte
+		lo, hi int
+		err    bool
+	}{
+		{"both", enc(map[uint16]uint32{unix.IFLA_MIN_MTU: 68, unix.IFLA_MAX_MTU: 9216}), 68, 9216, false},
+		{"no max", enc(map[uint16]uint32{unix.IFLA_MIN_MTU: 0, unix.IFLA_MAX_MTU: 0}), 0, 0, false},
+		{"old kernel", enc(nil), 0, 0, false},
+		{"truncated", []byte{8, 0, 50}, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lo, hi, err := parseRange(tt.in)
+			if (err != nil) != tt.err || lo != tt.lo || hi != tt.hi {
+				t.Errorf("parseRange = %d, %d, %v; want %d, %d, error %v", lo, hi, err, tt.lo, tt.hi, tt.err)
+			}
+		})
+	}
+	if got := rangeText(0, 0); got != "min 0, no maximum" {
+		t.Errorf("rangeText(0, 0) = %q", got)
+	}
+}
