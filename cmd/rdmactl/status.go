@@ -129,7 +129,10 @@ func ago(t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return since(t) + " ago"
+	if s := since(t); s != "now" {
+		return s + " ago"
+	}
+	return "just now"
 }
 
 func since(t time.Time) string {

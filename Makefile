@@ -1,0 +1,46 @@
+# rdmad — see README.md. `make run` and `make test` are the two set-up
+# commands; both install what they need on Debian/Ubuntu when run as root.
+
+GO       ?= go
+VERSION  ?= $(shell cat VERSION 2>/dev/null || echo 0.0.0)+git$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X main.version=$(VERSION)
+RUN_DIR  ?= $(CURDIR)/.run
+RUN_SOCK ?= $(RUN_DIR)/rdmad.sock
+
+.PHONY: all build run test deps e2e package clean
+
+all: build
+
+build: deps-build
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/rdmad ./cmd/rdmad
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/rdmactl ./cmd/rdmactl
+
+# run: build, start rdmad in the foreground on etc/rdmad.toml with a socket
+# the invoking user can reach, show `rdmactl status` against it, and keep
+# running until Ctrl-C.
+run: build
+	@mkdir -p $(RUN_DIR)
+	@./scripts/run-foreground bin/rdmad bin/rdmactl etc/rdmad.toml $(RUN_SOCK)
+
+# test: install missing build/test dependencies (as root), then vet and test
+# everything, with the race detector.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+deps-build:
+	@./scripts/deps build
+
+deps:
+	@./scripts/deps test
+
+# e2e: the VM suite (docs/TESTING.md): real RDMA over Soft-RoCE in qemu.
+e2e: build
+	./test/vm/e2e
+
+# package: dist/*.deb and dist/*.rpm (nfpm.yaml).
+package: build
+	VERSION=$(VERSION) ./packaging/build
+
+clean:
+	rm -rf bin dist $(RUN_DIR)
