@@ -1,0 +1,443 @@
+// Package probe runs loopback probes: on every ACTIVE port of every RDMA
+// device, a pair of RC queue pairs connected to each other through the port
+// moves a small, verified payload by RDMA WRITE, RDMA READ and SEND/RECV
+// every interval, and records round-trip latencies per operation.
+//
+// A probe's memory is one page of its own, registered for the probe only:
+// it is separate from the MR pool and exposes nothing else.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs"
+)
+
+// Config configures a Runner. Zero values take the defaults.
+type Config struct {
+	// Interval between probe rounds on each port; default 1s
+	// (config [probe] loopback_interval).
+	Interval time.Duration
+	// Timeout for one operation to complete; default 500ms, at most
+	// Interval.
+	Timeout time.Duration
+	// Rescan is how often the device list is read again to find devices
+	// that appeared or returned; default 5s.
+	Rescan time.Duration
+	// Window is the number of samples per operation that percentiles are
+	// computed over; default 300 (five minutes at 1 Hz).
+	Window int
+	// Payload is the bytes moved per operation; default 64, at most 512.
+	Payload int
+	// Spin is how long to poll the CQ for a completion before sleeping on
+	// the completion channel. A loopback reply takes tens of microseconds,
+	// which a wakeup through the poller would double; a bounded spin per
+	// operation keeps the measured RTT honest at a cost of at most three
+	// Spins of CPU per interval. Default 200µs; negative disables spinning.
+	Spin time.Duration
+	// Devices limits probing to these devices; empty probes all.
+	Devices []string
+	// OnResult, if set, is called with each port's new result from the
+	// probing goroutine; it must not block.
+	OnResult func(PortResult)
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Interval < 0 {
+		return fmt.Errorf("probe: interval %v must be positive", c.Interval)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 500 * time.Millisecond
+	}
+	c.Timeout = min(c.Timeout, c.Interval)
+	if c.Rescan == 0 {
+		c.Rescan = 5 * time.Second
+	}
+	if c.Window == 0 {
+		c.Window = 300
+	}
+	if c.Payload == 0 {
+		c.Payload = 64
+	}
+	if c.Payload < 8 || c.Payload > slotSize {
+		return fmt.Errorf("probe: payload %d bytes must be between 8 and %d", c.Payload, slotSize)
+	}
+	if c.Spin == 0 {
+		c.Spin = 200 * time.Microsecond
+	}
+	if c.Spin < 0 {
+		c.Spin = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// A Runner probes every ACTIVE port until its Run's context is done. Read
+// results with Snapshot or receive them through Config.OnResult.
+type Runner struct {
+	cfg Config
+
+	mu          sync.Mutex
+	ports       map[portKey]*portState
+	inject      map[portKey]bool
+	unavailable string
+}
+
+type portKey struct {
+	dev  string
+	port int
+}
+
+// portState is a port's result plus its latency windows, kept across QP
+// and device lifetimes. Guarded by Runner.mu.
+type portState struct {
+	res PortResult
+	win [numOps]*window
+}
+
+// New returns a Runner for cfg.
+func New(cfg Config) (*Runner, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Runner{cfg: cfg, ports: map[portKey]*portState{}, inject: map[portKey]bool{}}, nil
+}
+
+// InjectQPError makes the next round on dev's port move the probe's QP to
+// the error state (a real ibv_modify_qp to ERR) before it posts. The round
+// fails with ErrorKind qp_error and the QPs are rebuilt, proving the
+// recovery path on a live port (rdmactl probe --inject, and the e2e tests).
+func (r *Runner) InjectQPError(dev string, port int) {
+	r.mu.Lock()
+	r.inject[portKey{dev, port}] = true
+	r.mu.Unlock()
+}
+
+func (r *Runner) takeInject(dev string, port int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := portKey{dev, port}
+	v := r.inject[k]
+	delete(r.inject, k)
+	return v
+}
+
+// Snapshot returns a copy of the latest results, sorted by device and port.
+func (r *Runner) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Snapshot{Unavailable: r.unavailable, Ports: make([]PortResult, 0, len(r.ports))}
+	for _, ps := range r.ports {
+		s.Ports = append(s.Ports, ps.res)
+	}
+	slices.SortFunc(s.Ports, func(a, b PortResult) int {
+		if c := strings.Compare(a.Device, b.Device); c != 0 {
+			return c
+		}
+		return a.Port - b.Port
+	})
+	return s
+}
+
+// update applies fn to a port's state under the lock, stamps and returns
+// the result, and hands it to OnResult outside the lock.
+func (r *Runner) update(dev string, port int, fn func(*portState)) {
+	k := portKey{dev, port}
+	r.mu.Lock()
+	ps := r.ports[k]
+	if ps == nil {
+		ps = &portState{res: PortResult{Device: dev, Port: port}}
+		for i := range ps.win {
+			ps.win[i] = newWindow(r.cfg.Window)
+		}
+		r.ports[k] = ps
+	}
+	fn(ps)
+	ps.res.UpdatedAt = time.Now()
+	res := ps.res
+	r.mu.Unlock()
+	if r.cfg.OnResult != nil {
+		r.cfg.OnResult(res)
+	}
+}
+
+// markDevice sets every known port of dev to state with err.
+func (r *Runner) markDevice(dev string, state State, kind ErrorKind, err error) {
+	r.mu.Lock()
+	var ports []int
+	for k := range r.ports {
+		if k.dev == dev {
+			ports = append(ports, k.port)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range ports {
+		r.update(dev, p, func(ps *portState) {
+			ps.res.State = state
+			ps.res.ErrorKind = kind
+			ps.res.LastError = err.Error()
+		})
+	}
+}
+
+func (r *Runner) wanted(name string) bool {
+	return len(r.cfg.Devices) == 0 || slices.Contains(r.cfg.Devices, name)
+}
+
+// Run probes until ctx is done and returns ctx.Err(). It owns one goroutine
+// per device, each stopped and waited for before Run returns.
+func (r *Runner) Run(ctx context.Context) error {
+	type devRun struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	running := map[string]*devRun{}
+	defer func() {
+		for _, d := range running {
+			d.cancel()
+		}
+		for _, d := range running {
+			<-d.done
+		}
+	}()
+	t := time.NewTicker(r.cfg.Rescan)
+	defer t.Stop()
+	for {
+		for name, d := range running {
+			select {
+			case <-d.done:
+				delete(running, name)
+			default:
+			}
+		}
+		devs, err := verbs.Devices()
+		r.mu.Lock()
+		if err != nil {
+			r.unavailable = err.Error()
+		} else {
+			r.unavailable = ""
+		}
+		r.mu.Unlock()
+		for _, d := range devs {
+			if !r.wanted(d.Name) || running[d.Name] != nil {
+				continue
+			}
+			dctx, cancel := context.WithCancel(ctx)
+			dr := &devRun{cancel: cancel, done: make(chan struct{})}
+			running[d.Name] = dr
+			go func(name string) {
+				defer close(dr.done)
+				r.runDevice(dctx, name)
+			}(d.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// runDevice probes the ports of one device until ctx is done or the device
+// goes away.
+func (r *Runner) runDevice(ctx context.Context, name string) {
+	log := r.cfg.Logger.With("device", name)
+	vctx, err := verbs.Open(name)
+	if err != nil {
+		r.markDevice(name, StateUnavailable, KindDeviceGone, err)
+		return
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	wake := make(chan struct{}, 1)
+	var fatal bool
+	var fatalMu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		vctx.WatchAsyncEvents(dctx, func(ev verbs.AsyncEvent) {
+			log.Debug("probe: async event", "event", ev.String())
+			if ev.Type == verbs.EventDeviceFatal {
+				fatalMu.Lock()
+				fatal = true
+				fatalMu.Unlock()
+				cancel()
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+	})
+	sessions := map[int]*session{}
+	defer func() {
+		for _, s := range sessions {
+			s.close()
+		}
+		cancel()
+		wg.Wait()
+		vctx.Close()
+	}()
+
+	attr, err := vctx.QueryDevice()
+	if err != nil {
+		r.markDevice(name, StateUnavailable, KindVerbs, err)
+		return
+	}
+	recreate := map[int]bool{}
+	var seq uint64
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	full := true
+	for {
+		fatalMu.Lock()
+		f := fatal
+		fatalMu.Unlock()
+		if f || !vctx.Alive() {
+			log.Warn("probe: device removed; closing it")
+			r.markDevice(name, StateUnavailable, KindDeviceGone, fmt.Errorf("probe: device %s was removed", name))
+			return
+		}
+		seq++
+		for port := 1; port <= attr.PhysPortCount; port++ {
+			r.probePort(dctx, vctx, port, sessions, recreate, seq, full)
+		}
+		select {
+		case <-dctx.Done():
+			if ctx.Err() == nil {
+				continue // DEVICE_FATAL: report at the top of the loop
+			}
+			return
+		case <-t.C:
+			full = true
+		case <-wake:
+			// A port event: look at port states now, move data on the tick.
+			full = false
+		}
+	}
+}
+
+// probePort runs one round on port, or only refreshes its state when full
+// is false.
+func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, sessions map[int]*session, recreate map[int]bool, seq uint64, full bool) {
+	dev := vctx.Name()
+	pa, err := vctx.QueryPort(port)
+	if err != nil {
+		if s := sessions[port]; s != nil {
+			s.close()
+			delete(sessions, port)
+		}
+		r.update(dev, port, func(ps *portState) {
+			ps.res.State, ps.res.ErrorKind, ps.res.LastError = StateFailed, KindVerbs, err.Error()
+		})
+		return
+	}
+	if pa.State != verbs.PortActive {
+		// QPs on a port that is not ACTIVE cannot move data; rebuild them
+		// when the port returns.
+		if s := sessions[port]; s != nil {
+			s.close()
+			delete(sessions, port)
+		}
+		r.update(dev, port, func(ps *portState) {
+			ps.res.State, ps.res.PortState = StatePaused, pa.State.String()
+			ps.res.ErrorKind, ps.res.LastError = "", fmt.Sprintf("port %d is %s; probing resumes when it is ACTIVE", port, pa.State)
+		})
+		return
+	}
+	if !full {
+		return
+	}
+	s := sessions[port]
+	if s == nil {
+		s, err = newSession(vctx, port, pa, r.cfg)
+		if err != nil {
+			r.update(dev, port, func(ps *portState) {
+				ps.res.State, ps.res.PortState = StateFailed, pa.State.String()
+				ps.res.Rounds++
+				ps.res.Failures++
+				ps.res.ErrorKind, ps.res.LastError = KindSetup, err.Error()
+			})
+			return
+		}
+		sessions[port] = s
+		if recreate[port] {
+			delete(recreate, port)
+			r.update(dev, port, func(ps *portState) { ps.res.QPRecreated++ })
+		}
+	}
+	if r.takeInject(dev, port) {
+		if err := s.a.SetState(verbs.QPStateErr); err != nil {
+			r.cfg.Logger.Warn("probe: inject QP error", "device", dev, "port", port, "err", err)
+		}
+	}
+	rtts, failedOp, err := s.round(ctx, seq)
+	if err != nil && ctx.Err() != nil {
+		return // stopping or device fatal: not a probe failure
+	}
+	kind := ErrorKind("")
+	if err != nil {
+		kind = s.classify(err)
+		// Whatever failed, the QPs may hold outstanding or flushed work:
+		// rebuild them rather than reason about their queues.
+		s.close()
+		delete(sessions, port)
+		recreate[port] = true
+	}
+	r.update(dev, port, func(ps *portState) {
+		ps.res.PortState = pa.State.String()
+		ps.res.GID, ps.res.GIDIndex, ps.res.GIDType = s.gid.GID.String(), s.gid.Index, s.gid.Type.String()
+		ps.res.Rounds++
+		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send}
+		scratch := make([]time.Duration, 0, r.cfg.Window)
+		for op := range numOps {
+			if rtts[op] > 0 {
+				ps.win[op].add(rtts[op])
+				st := stats[op]
+				st.LastRTT = rtts[op]
+				st.Count++
+				st.P50, st.P99, st.Max = ps.win[op].quantiles(scratch)
+			}
+		}
+		if err != nil {
+			stats[failedOp].Errors++
+			ps.res.State, ps.res.Failures = StateFailed, ps.res.Failures+1
+			ps.res.ErrorKind, ps.res.LastError = kind, err.Error()
+			return
+		}
+		ps.res.State, ps.res.ErrorKind, ps.res.LastError = StateOK, "", ""
+	})
+}
+
+// classify names the kind of a round's failure, looking at the QPs' states
+// because a QP in ERR explains most failures.
+func (s *session) classify(err error) ErrorKind {
+	for _, qp := range []*verbs.QP{s.a, s.b} {
+		if st, qerr := qp.State(); qerr == nil && st == verbs.QPStateErr {
+			return KindQPError
+		}
+	}
+	var wce *verbs.WCError
+	var mm *mismatchError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.As(err, &mm):
+		return KindDataMismatch
+	case errors.As(err, &wce):
+		return KindCompletion
+	}
+	return KindVerbs
+}

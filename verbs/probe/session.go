@@ -1,0 +1,267 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs"
+)
+
+const (
+	opWrite = iota
+	opRead
+	opSend
+	numOps
+)
+
+var opNames = [numOps]string{"RDMA WRITE", "RDMA READ", "SEND/RECV"}
+
+// The probe's page is cut into slots, one per role, so that no operation
+// can pass by finding the bytes another one left.
+const slotSize = 512
+
+const (
+	slotWriteSrc = iota // A's payload for WRITE
+	slotWriteDst        // B's memory WRITE lands in
+	slotReadSrc         // B's memory READ fetches
+	slotReadDst         // A's memory READ lands in
+	slotSendSrc         // A's payload for SEND
+	slotRecvDst         // B's receive buffer
+	numSlots
+)
+
+// A session is one port's probe: QP a and QP b, connected to each other
+// through the port, sharing one CQ and completion channel and one
+// registered page.
+type session struct {
+	port    int
+	payload int
+	timeout time.Duration
+	spin    time.Duration
+	gid     verbs.GIDEntry
+
+	buf  *verbs.Buffer
+	mem  []byte
+	pd   *verbs.PD
+	mr   *verbs.MR
+	ch   *verbs.CompChannel
+	cq   *verbs.CQ
+	a, b *verbs.QP
+	wcs  []verbs.WorkCompletion
+}
+
+func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, cfg Config) (s *session, err error) {
+	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: cfg.Spin, wcs: make([]verbs.WorkCompletion, 4)}
+	defer func() {
+		if err != nil {
+			s.close()
+			s = nil
+		}
+	}()
+	table, err := vctx.GIDTable(port)
+	if err != nil {
+		return nil, err
+	}
+	gid, ok := verbs.PickGID(table, pa.LinkLayer)
+	if !ok && pa.LinkLayer != verbs.LinkLayerInfiniBand {
+		return nil, fmt.Errorf("probe: %s port %d has no usable GID; give its netdev an IP address", vctx.Name(), port)
+	}
+	s.gid = gid
+	if s.buf, err = verbs.AllocBuffer(slotSize * numSlots); err != nil {
+		return nil, err
+	}
+	s.mem = s.buf.Bytes()
+	if s.pd, err = vctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+		return nil, err
+	}
+	if s.ch, err = vctx.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if s.cq, err = vctx.NewCQ(16, s.ch); err != nil {
+		return nil, err
+	}
+	qcfg := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 4, MaxRecvWR: 4, MaxSGE: 1}
+	if s.a, err = s.pd.NewQP(qcfg); err != nil {
+		return nil, err
+	}
+	if s.b, err = s.pd.NewQP(qcfg); err != nil {
+		return nil, err
+	}
+	path := verbs.Path{Port: port, GIDIndex: gid.Index, Global: pa.LinkLayer != verbs.LinkLayerInfiniBand,
+		MTU: min(pa.ActiveMTU, 3 /* 1024: the payload is small */), DLID: pa.LID, RemoteGID: gid.GID}
+	for _, pair := range [][2]*verbs.QP{{s.a, s.b}, {s.b, s.a}} {
+		q, peer := pair[0], pair[1]
+		if err = q.Init(port, access, 0); err != nil {
+			return nil, err
+		}
+		if err = q.ReadyToReceive(path, verbs.Remote{QPN: peer.Num(), PSN: 0}); err != nil {
+			return nil, err
+		}
+		// timeout 14: 67 ms ACK timeout, far above a loopback RTT but
+		// inside the op timeout; 7 retries is the InfiniBand maximum.
+		if err = q.ReadyToSend(0, 14, 7); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// close releases the session; it is safe on a partly built session and
+// after the device's Context was closed (its resources are then gone).
+func (s *session) close() {
+	if s.a != nil {
+		s.a.Close()
+	}
+	if s.b != nil {
+		s.b.Close()
+	}
+	if s.cq != nil {
+		s.cq.Close()
+	}
+	if s.ch != nil {
+		s.ch.Close()
+	}
+	if s.mr != nil {
+		s.mr.Close()
+	}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+	if s.buf != nil {
+		s.buf.Close()
+	}
+}
+
+func (s *session) slot(i int) []byte { return s.mem[i*slotSize : i*slotSize+s.payload] }
+
+func (s *session) sge(i int) verbs.SGE {
+	return verbs.SGE{Addr: s.mr.Addr() + uint64(i*slotSize), Length: uint32(s.payload), LKey: s.mr.LKey()}
+}
+
+// fill writes the pattern of (seq, op) into b: the sequence number first,
+// so a stale payload from an earlier round never matches, then bytes that
+// differ per position and operation.
+func fill(b []byte, seq uint64, op int) {
+	for i := range b {
+		if i < 8 {
+			b[i] = byte(seq >> (8 * i))
+			continue
+		}
+		b[i] = byte(uint64(i)*7 + seq*131 + uint64(op)*29 + 1)
+	}
+}
+
+// A mismatchError is data that arrived different from what was sent.
+type mismatchError struct {
+	op     string
+	offset int
+	want   byte
+	got    byte
+}
+
+func (e *mismatchError) Error() string {
+	return fmt.Sprintf("probe: %s data mismatch at byte %d: sent 0x%02x, received 0x%02x", e.op, e.offset, e.want, e.got)
+}
+
+func check(op int, got []byte, seq uint64) error {
+	want := make([]byte, len(got))
+	fill(want, seq, op)
+	for i := range got {
+		if got[i] != want[i] {
+			return &mismatchError{op: opNames[op], offset: i, want: want[i], got: got[i]}
+		}
+	}
+	return nil
+}
+
+func wrid(seq uint64, op int) uint64 { return seq<<4 | uint64(op) }
+
+// round runs WRITE, READ and SEND/RECV once and returns their RTTs. On
+// failure it returns the RTTs of the operations that succeeded, the index
+// of the one that failed, and the error.
+func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Duration, failed int, err error) {
+	mr := s.mr
+	// RDMA WRITE: A's payload into B's memory, no receiver involvement.
+	fill(s.slot(slotWriteSrc), seq, opWrite)
+	clear(s.slot(slotWriteDst))
+	rtts[opWrite], err = s.op(ctx, opWrite, seq, 1, func() error {
+		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opWrite), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
+			RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
+	})
+	if err == nil {
+		err = check(opWrite, s.slot(slotWriteDst), seq)
+	}
+	if err != nil {
+		rtts[opWrite] = 0
+		return rtts, opWrite, err
+	}
+
+	// RDMA READ: A fetches B's memory.
+	fill(s.slot(slotReadSrc), seq, opRead)
+	clear(s.slot(slotReadDst))
+	rtts[opRead], err = s.op(ctx, opRead, seq, 1, func() error {
+		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opRead), Opcode: verbs.OpRDMARead, SGE: s.sge(slotReadDst),
+			RemoteAddr: mr.Addr() + slotReadSrc*slotSize, RKey: mr.RKey(), Signaled: true})
+	})
+	if err == nil {
+		err = check(opRead, s.slot(slotReadDst), seq)
+	}
+	if err != nil {
+		rtts[opRead] = 0
+		return rtts, opRead, err
+	}
+
+	// SEND/RECV: B posts a receive, A sends; both completions count.
+	fill(s.slot(slotSendSrc), seq, opSend)
+	clear(s.slot(slotRecvDst))
+	if err = s.b.PostRecv(wrid(seq, opSend)|1<<3, s.sge(slotRecvDst)); err != nil {
+		return rtts, opSend, err
+	}
+	rtts[opSend], err = s.op(ctx, opSend, seq, 2, func() error {
+		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opSend), Opcode: verbs.OpSend, SGE: s.sge(slotSendSrc), Signaled: true})
+	})
+	if err == nil {
+		err = check(opSend, s.slot(slotRecvDst), seq)
+	}
+	if err != nil {
+		rtts[opSend] = 0
+		return rtts, opSend, err
+	}
+	return rtts, 0, nil
+}
+
+// op posts one request and waits for want completions of this round,
+// returning the time from post to the last completion.
+func (s *session) op(ctx context.Context, op int, seq uint64, want int, post func() error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	if err := post(); err != nil {
+		return 0, err
+	}
+	got := 0
+	for got < want {
+		n, err := s.cq.PollWait(ctx, s.wcs, s.spin)
+		if err != nil {
+			if ctx.Err() == context.DeadlineExceeded {
+				return 0, fmt.Errorf("probe: %s on port %d: no completion within %v: %w", opNames[op], s.port, s.timeout, context.DeadlineExceeded)
+			}
+			return 0, err
+		}
+		for _, wc := range s.wcs[:n] {
+			if err := wc.Err(); err != nil {
+				return 0, fmt.Errorf("probe: %s on port %d: %w", opNames[op], s.port, err)
+			}
+			if wc.WRID>>4 != seq || int(wc.WRID&7) != op {
+				return 0, fmt.Errorf("probe: %s on port %d: unexpected completion %#x (round %d)", opNames[op], s.port, wc.WRID, seq)
+			}
+			got++
+		}
+	}
+	return time.Since(start), nil
+}
