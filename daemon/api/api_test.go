@@ -1,0 +1,274 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+type fakeBackend struct {
+	reloads atomic.Int32
+	fail    bool
+}
+
+func (f *fakeBackend) Snapshot() *state.Snapshot {
+	return &state.Snapshot{Version: "test", State: state.Running, Seq: 7}
+}
+
+func (f *fakeBackend) Reload(ctx context.Context) (ReloadResult, error) {
+	n := f.reloads.Add(1)
+	if f.fail {
+		return ReloadResult{OK: false, Generation: 1, Error: "x.toml:1: bad"}, nil
+	}
+	return ReloadResult{OK: true, Generation: uint64(n) + 1}, nil
+}
+
+func TestServeHTTP(t *testing.T) {
+	const self, member, admin, stranger = 1000, 1001, 1002, 1003
+	pol := Policy{SelfUID: self, ReadGID: 500, AdminGID: 600}
+	peers := map[string]Peer{
+		"root":     {UID: 0, GID: 0, Known: true},
+		"self":     {UID: self, GID: self, Known: true},
+		"member":   {UID: member, GID: member, Groups: []uint32{20, 500}, Known: true},
+		"admin":    {UID: admin, GID: 600, Known: true},
+		"stranger": {UID: stranger, GID: stranger, Groups: []uint32{20}, Known: true},
+		"unknown":  {},
+	}
+	tests := []struct {
+		peer, method, path string
+		code               int
+		errHas             string
+	}{
+		{"root", "GET", "/v1/status", 200, ""},
+		{"self", "GET", "/v1/status", 200, ""},
+		{"member", "GET", "/v1/status", 200, ""},
+		{"admin", "GET", "/v1/status", 200, ""},
+		{"stranger", "GET", "/v1/status", 403, "uid 1003 may not read"},
+		{"unknown", "GET", "/v1/status", 403, "may not read"},
+		{"root", "POST", "/v1/reload", 200, ""},
+		{"self", "POST", "/v1/reload", 200, ""},
+		{"admin", "POST", "/v1/reload", 200, ""},
+		{"member", "POST", "/v1/reload", 403, "may not change rdmad's state (/v1/reload)"},
+		{"root", "GET", "/v1/reload", 405, "GET /v1/reload is not allowed; use POST"},
+		{"root", "POST", "/v1/status", 405, "use GET"},
+		{"root", "HEAD", "/v1/status", 200, ""},
+		{"root", "GET", "/v2/status", 404, "no route /v2/status"},
+		{"root", "GET", "/", 404, "routes: GET /v1/status, POST /v1/reload"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {
+			b := &fakeBackend{}
+			s := NewServer(b, pol)
+			r := httptest.NewRequest(tt.method, tt.path, nil)
+			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, peers[tt.peer]))
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, r)
+			if w.Code != tt.code {
+				t.Fatalf("code = %d, want %d; body %s", w.Code, tt.code, w.Body)
+			}
+			if tt.code >= 400 && tt.method != "HEAD" {
+				var eb ErrorBody
+				if err := json.Unmarshal(w.Body.Bytes(), &eb); err != nil || !strings.Contains(eb.Error, tt.errHas) {
+					t.Errorf("error body %q (%v), want it to contain %q", w.Body, err, tt.errHas)
+				}
+			}
+			if tt.code == 405 && w.Header().Get("Allow") == "" {
+				t.Error("405 without an Allow header")
+			}
+			wantReloads := int32(0)
+			if tt.path == "/v1/reload" && tt.code == 200 {
+				wantReloads = 1
+			}
+			if got := b.reloads.Load(); got != wantReloads {
+				t.Errorf("backend reloaded %d times, want %d", got, wantReloads)
+			}
+		})
+	}
+}
+
+func TestReloadRejected(t *testing.T) {
+	s := NewServer(&fakeBackend{fail: true}, Policy{})
+	r := httptest.NewRequest("POST", "/v1/reload", nil)
+	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, Peer{UID: 0, Known: true}))
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	var res ReloadResult
+	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != http.StatusUnprocessableEntity || res.OK || res.Error == "" {
+		t.Errorf("rejected reload answered %d %+v, want 422 with the error", w.Code, res)
+	}
+}
+
+// serve starts a Server on a real socket in a temp dir.
+func serve(t *testing.T, b Backend, pol Policy) (path string, stop func()) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "rdmad.sock")
+	ln, err := Listen(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewServer(b, pol).Serve(ctx, ln, time.Second) }()
+	return path, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
+}
+
+func unixClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+}
+
+func TestSocketPeerCredentials(t *testing.T) {
+	// The test process is the peer: SO_PEERCRED must report our own uid,
+	// which the policy admits as the daemon's own user.
+	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	defer stop()
+	resp, err := unixClient(path).Get("http://rdmad/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status as ourselves: %d", resp.StatusCode)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Errorf("socket mode %v, want 0660", fi.Mode().Perm())
+	}
+}
+
+func TestListenStaleAndLive(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rdmad.sock")
+
+	// A stale socket: bound, then its listener gone without unlinking.
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	ln, err = Listen(path, "")
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+
+	// A live one: refused, and left in place.
+	if _, err := Listen(path, ""); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Listen over a live socket: %v, want ErrInUse", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the live socket was removed: %v", err)
+	}
+
+	// A regular file is not ours to delete.
+	file := filepath.Join(dir, "file.sock")
+	os.WriteFile(file, []byte("keep"), 0o644)
+	if _, err := Listen(file, ""); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("Listen over a regular file: %v", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep" {
+		t.Error("Listen clobbered a regular file")
+	}
+}
+
+func TestMalformedRequests(t *testing.T) {
+	b := &fakeBackend{}
+	path, stop := serve(t, b, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	defer stop()
+
+	raw := func(req string) string {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, req)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line
+	}
+	tests := []struct{ name, req, want string }{
+		{"garbage", "\x00\x01\x02 hello\r\n\r\n", "HTTP/1.1 400"},
+		{"huge header", "GET /v1/status HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 2*MaxHeaderBytes) + "\r\n\r\n", "HTTP/1.1 431"},
+		{"reload with an ignored body", "POST /v1/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789", "HTTP/1.1 200"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := raw(tt.req); !strings.HasPrefix(got, tt.want) {
+				t.Errorf("answer %q, want %q", got, tt.want)
+			}
+		})
+	}
+	// The daemon still serves.
+	resp, err := unixClient(path).Get("http://rdmad/v1/status")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after malformed requests: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestConnectionLimit(t *testing.T) {
+	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	defer stop()
+	// Fill every slot with an idle connection that never sends a request.
+	var conns []net.Conn
+	for i := 0; i < MaxConns; i++ {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// One more is accepted by the kernel's backlog but not served...
+	c := &http.Client{Transport: unixClient(path).Transport, Timeout: 300 * time.Millisecond}
+	if resp, err := c.Get("http://rdmad/v1/status"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("request beyond %d connections was served", MaxConns)
+	}
+	// ...until a slot frees.
+	conns[0].Close()
+	c.Timeout = 5 * time.Second
+	resp, err := c.Get("http://rdmad/v1/status")
+	if err != nil {
+		t.Fatalf("after a slot freed: %v", err)
+	}
+	resp.Body.Close()
+	for _, c := range conns[1:] {
+		c.Close()
+	}
+}
