@@ -2,7 +2,7 @@ module github.com/rdmad/rdmad/tools
 
 go 1.26.8
 
-require github.com/goreleaser/nfpm/v2 v2.45.2
+require github.com/goreleaser/nfpm/v2 v2.45.2 // indirect
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -63,3 +63,5 @@ require (
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+tool github.com/goreleaser/nfpm/v2/cmd/nfpm
