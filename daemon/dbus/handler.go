@@ -1,0 +1,295 @@
+package dbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	godbus "github.com/godbus/dbus/v5"
+)
+
+// MaxCalls bounds the privileged method calls (Reload, Apply) in progress
+// at once; godbus runs every call in its own goroutine, so this is what
+// keeps a flood of calls from piling up behind the daemon's main loop.
+const MaxCalls = 4
+
+// CallTimeout bounds one Reload or Apply.
+const CallTimeout = 2 * time.Minute
+
+// uidTimeout bounds the GetConnectionUnixUser question to the bus.
+const uidTimeout = 5 * time.Second
+
+// A handler is the godbus Handler of the service: it serves the current
+// view, so objects appear and vanish with devices without exporting or
+// unexporting anything.
+type handler struct {
+	cur     atomic.Pointer[view]
+	backend Backend
+	log     *slog.Logger
+	sem     chan struct{}
+}
+
+func newHandler(b Backend, log *slog.Logger) *handler {
+	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls)}
+}
+
+// LookupObject implements godbus.Handler.
+func (h *handler) LookupObject(path godbus.ObjectPath) (godbus.ServerObject, bool) {
+	v := h.cur.Load()
+	if v == nil {
+		return nil, false
+	}
+	_, isObj := v.objects[path]
+	_, isNode := v.nodes[path]
+	if !isObj && !isNode {
+		return nil, false
+	}
+	return serverObject{h: h, v: v, path: path}, true
+}
+
+// A serverObject is one path of a view.
+type serverObject struct {
+	h    *handler
+	v    *view
+	path godbus.ObjectPath
+}
+
+// iface is a method table.
+type iface map[string]method
+
+// LookupMethod implements godbus.Interface.
+func (i iface) LookupMethod(name string) (godbus.Method, bool) {
+	m, ok := i[name]
+	return m, ok
+}
+
+// LookupInterface implements godbus.ServerObject. An empty name (a call
+// without an interface header) finds the method on any interface.
+func (o serverObject) LookupInterface(name string) (godbus.Interface, bool) {
+	tables := o.interfaces()
+	if name == "" {
+		all := iface{}
+		for _, t := range tables {
+			for n, m := range t {
+				all[n] = m
+			}
+		}
+		return all, true
+	}
+	t, ok := tables[name]
+	return t, ok
+}
+
+func (o serverObject) interfaces() map[string]iface {
+	t := map[string]iface{
+		IntrospectableInterface: {"Introspect": {out: []any{""}, fn: o.introspect}},
+	}
+	obj, ok := o.v.objects[o.path]
+	if !ok {
+		return t
+	}
+	t[PropertiesInterface] = iface{
+		"Get":    {in: []any{"", ""}, out: []any{godbus.Variant{}}, fn: o.get},
+		"GetAll": {in: []any{""}, out: []any{map[string]godbus.Variant{}}, fn: o.getAll},
+		"Set":    {in: []any{"", "", godbus.Variant{}}, fn: o.set},
+	}
+	if _, ok := obj.props[Interface]; ok {
+		t[ObjectManagerInterface] = iface{"GetManagedObjects": {out: []any{map[godbus.ObjectPath]props{}}, fn: o.managedObjects}}
+		t[Interface] = iface{
+			"Reload": {out: []any{uint64(0)}, fn: o.h.privileged("Reload", o.h.reload)},
+			"Apply":  {fn: o.h.privileged("Apply", o.h.apply)},
+		}
+	}
+	return t
+}
+
+// A call is one incoming method call after its arguments were decoded.
+type call struct {
+	conn   *godbus.Conn
+	sender string
+	args   []any
+}
+
+// A method is one D-Bus method. in and out hold a value of each argument's
+// type, for decoding and for godbus's Method interface.
+type method struct {
+	in  []any
+	out []any
+	fn  func(c call) ([]any, error)
+}
+
+// DecodeArguments implements godbus.ArgumentDecoder: it checks the
+// arguments against in and passes the connection and the sender on to
+// Call, which the privileged methods need to ask the bus for the caller's
+// uid.
+func (m method) DecodeArguments(conn *godbus.Conn, sender string, _ *godbus.Message, body []any) ([]any, error) {
+	if len(body) != len(m.in) {
+		return nil, godbus.ErrMsgInvalidArg
+	}
+	ptrs := make([]any, len(m.in))
+	for i, sample := range m.in {
+		ptrs[i] = reflect.New(reflect.TypeOf(sample)).Interface()
+	}
+	if len(ptrs) > 0 {
+		if err := godbus.Store(body, ptrs...); err != nil {
+			return nil, godbus.ErrMsgInvalidArg
+		}
+	}
+	c := call{conn: conn, sender: sender}
+	for _, p := range ptrs {
+		c.args = append(c.args, reflect.ValueOf(p).Elem().Interface())
+	}
+	return []any{c}, nil
+}
+
+// Call implements godbus.Method.
+func (m method) Call(args ...any) ([]any, error) {
+	if len(args) != 1 {
+		return nil, godbus.ErrMsgInvalidArg
+	}
+	c, ok := args[0].(call)
+	if !ok {
+		return nil, godbus.ErrMsgInvalidArg
+	}
+	return m.fn(c)
+}
+
+// NumArguments implements godbus.Method.
+func (m method) NumArguments() int { return len(m.in) }
+
+// NumReturns implements godbus.Method.
+func (m method) NumReturns() int { return len(m.out) }
+
+// ArgumentValue implements godbus.Method.
+func (m method) ArgumentValue(i int) any { return m.in[i] }
+
+// ReturnValue implements godbus.Method.
+func (m method) ReturnValue(i int) any { return m.out[i] }
+
+func dbusError(name, format string, a ...any) *godbus.Error {
+	return godbus.NewError(name, []any{fmt.Sprintf(format, a...)})
+}
+
+func (o serverObject) introspect(call) ([]any, error) {
+	x, ok := introspectXML(o.v, o.path)
+	if !ok {
+		return nil, godbus.MakeNoObjectError(o.path)
+	}
+	return []any{x}, nil
+}
+
+func (o serverObject) get(c call) ([]any, error) {
+	ifc, name := c.args[0].(string), c.args[1].(string)
+	ps, ok := o.v.objects[o.path].props[ifc]
+	if !ok {
+		return nil, dbusError("org.freedesktop.DBus.Error.UnknownInterface", "%s has no interface %s", o.path, ifc)
+	}
+	val, ok := ps[name]
+	if !ok {
+		return nil, dbusError("org.freedesktop.DBus.Error.UnknownProperty", "%s has no property %s.%s", o.path, ifc, name)
+	}
+	return []any{val}, nil
+}
+
+func (o serverObject) getAll(c call) ([]any, error) {
+	ifc := c.args[0].(string)
+	ps, ok := o.v.objects[o.path].props[ifc]
+	if !ok {
+		if ifc == PropertiesInterface || ifc == IntrospectableInterface || ifc == ObjectManagerInterface || ifc == peerInterface {
+			// Standard interfaces have no properties; an empty answer is
+			// what gdbus and busctl expect.
+			return []any{map[string]godbus.Variant{}}, nil
+		}
+		return nil, dbusError("org.freedesktop.DBus.Error.UnknownInterface", "%s has no interface %s", o.path, ifc)
+	}
+	return []any{ps}, nil
+}
+
+func (o serverObject) set(c call) ([]any, error) {
+	ifc, name := c.args[0].(string), c.args[1].(string)
+	if _, ok := o.v.objects[o.path].props[ifc][name]; ok {
+		return nil, dbusError("org.freedesktop.DBus.Error.PropertyReadOnly",
+			"%s.%s is read-only: it reports the daemon's state; change /etc/rdmad/rdmad.toml and call Reload", ifc, name)
+	}
+	return nil, dbusError("org.freedesktop.DBus.Error.UnknownProperty", "%s has no property %s.%s", o.path, ifc, name)
+}
+
+func (o serverObject) managedObjects(call) ([]any, error) {
+	m := make(map[godbus.ObjectPath]props, len(o.v.objects))
+	for p, obj := range o.v.objects {
+		if p != Path {
+			m[p] = obj.props
+		}
+	}
+	return []any{m}, nil
+}
+
+// privileged wraps f with the daemon-side access check and the call limit.
+// The bus policy (org.rdmad.Agent1.conf) already refuses these methods to
+// anyone but root; this check holds even when a local policy file opens
+// the bus policy up by mistake.
+func (h *handler) privileged(name string, f func(ctx context.Context) ([]any, error)) func(call) ([]any, error) {
+	return func(c call) ([]any, error) {
+		uid, err := callerUID(c)
+		if err != nil {
+			h.log.Warn("D-Bus call refused: cannot tell who the caller is", "method", name, "sender", c.sender, "err", err)
+			return nil, dbusError(ErrAccessDenied, "%s: cannot verify the caller %s: %v", name, c.sender, err)
+		}
+		if uid != 0 {
+			h.log.Warn("D-Bus call refused: caller is not root", "method", name, "sender", c.sender, "uid", uid)
+			return nil, dbusError(ErrAccessDenied, "%s needs root (caller uid %d); run it with sudo", name, uid)
+		}
+		select {
+		case h.sem <- struct{}{}:
+			defer func() { <-h.sem }()
+		default:
+			return nil, dbusError(ErrBusy, "%s: %d calls are already in progress; try again in a moment", name, MaxCalls)
+		}
+		ctx, cancel := context.WithTimeout(c.conn.Context(), CallTimeout)
+		defer cancel()
+		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", uid)
+		return f(ctx)
+	}
+}
+
+// callerUID asks the bus for the uid of the connection that sent c.
+func callerUID(c call) (uint32, error) {
+	if c.sender == "" {
+		return 0, errors.New("the message has no sender (not a bus connection)")
+	}
+	ctx, cancel := context.WithTimeout(c.conn.Context(), uidTimeout)
+	defer cancel()
+	var uid uint32
+	err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixUser", 0, c.sender).Store(&uid)
+	if err != nil {
+		return 0, fmt.Errorf("GetConnectionUnixUser %s: %w", c.sender, err)
+	}
+	return uid, nil
+}
+
+func (h *handler) reload(ctx context.Context) ([]any, error) {
+	res, err := h.backend.Reload(ctx)
+	if err != nil {
+		return nil, dbusError(ErrFailed, "reload: %v", err)
+	}
+	if !res.OK {
+		return nil, dbusError(ErrConfigRejected, "%s (configuration generation %d stays in force; fix the file and call Reload again)",
+			res.Error, res.Generation)
+	}
+	return []any{res.Generation}, nil
+}
+
+func (h *handler) apply(ctx context.Context) ([]any, error) {
+	a, ok := h.backend.(Applier)
+	if !ok {
+		return nil, dbusError(ErrNotSupported, "Apply: this rdmad has no policy reconciler to run; policy is applied on reload and on kernel events")
+	}
+	if err := a.Apply(ctx); err != nil {
+		return nil, dbusError(ErrFailed, "apply: %v; see PolicyTargets for each target's error", err)
+	}
+	return nil, nil
+}

@@ -1,0 +1,167 @@
+package dbus
+
+import (
+	"encoding/xml"
+	"strings"
+
+	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5/introspect"
+)
+
+// Names on the bus. The "1" is the interface version: an incompatible change
+// gets a new name (org.rdmad.Agent2) next to the old one; adding members is
+// compatible.
+const (
+	// Name is the well-known bus name rdmad owns.
+	Name = "org.rdmad.Agent1"
+	// Path is the agent's object; the ObjectManager of the device objects.
+	Path godbus.ObjectPath = "/org/rdmad/Agent1"
+	// Interface is the agent's interface on Path.
+	Interface = "org.rdmad.Agent1"
+	// DeviceInterface is the interface of every device object.
+	DeviceInterface = "org.rdmad.Agent1.Device"
+	// DevicePrefix is the parent path of the device objects.
+	DevicePrefix = string(Path) + "/device"
+
+	// ErrConfigRejected is the error of Reload when the configuration does
+	// not load; its message is the loader's error.
+	ErrConfigRejected = "org.rdmad.Agent1.Error.ConfigRejected"
+	// ErrNotSupported is the error of a method this rdmad cannot do yet.
+	ErrNotSupported = "org.rdmad.Agent1.Error.NotSupported"
+	// ErrBusy is the error of a method call over the concurrency limit.
+	ErrBusy = "org.rdmad.Agent1.Error.Busy"
+	// ErrFailed is the error of a method whose work failed.
+	ErrFailed = "org.rdmad.Agent1.Error.Failed"
+	// ErrAccessDenied is the bus's standard error for a refused caller.
+	ErrAccessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+
+	PropertiesInterface     = "org.freedesktop.DBus.Properties"
+	IntrospectableInterface = "org.freedesktop.DBus.Introspectable"
+	ObjectManagerInterface  = "org.freedesktop.DBus.ObjectManager"
+	peerInterface           = "org.freedesktop.DBus.Peer"
+)
+
+func ro(name, typ string) introspect.Property {
+	return introspect.Property{Name: name, Type: typ, Access: "read"}
+}
+
+func in(name, typ string) introspect.Arg {
+	return introspect.Arg{Name: name, Type: typ, Direction: "in"}
+}
+func out(name, typ string) introspect.Arg {
+	return introspect.Arg{Name: name, Type: typ, Direction: "out"}
+}
+func arg(name, typ string) introspect.Arg { return introspect.Arg{Name: name, Type: typ} }
+
+// agentIntrospection describes Interface. docs/DBUS.md carries it verbatim
+// (TestDocsMatchIntrospection keeps them equal).
+var agentIntrospection = introspect.Interface{
+	Name: Interface,
+	Methods: []introspect.Method{
+		{Name: "Reload", Args: []introspect.Arg{out("generation", "t")}},
+		{Name: "Apply"},
+	},
+	Signals: []introspect.Signal{
+		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),
+			arg("old_state", "s"), arg("new_state", "s"), arg("netdev", "s")}},
+		{Name: "PolicyChanged", Args: []introspect.Arg{arg("policy", "s"), arg("kind", "s"), arg("object", "s"),
+			arg("old_state", "s"), arg("new_state", "s"), arg("desired", "s"), arg("actual", "s"), arg("error", "s")}},
+	},
+	Properties: []introspect.Property{
+		ro("Version", "s"),
+		ro("State", "s"),
+		ro("Summary", "s"),
+		ro("Healthy", "b"),
+		ro("ConfigGeneration", "t"),
+		ro("ConfigError", "s"),
+		ro("ConfigPath", "s"),
+		ro("Devices", "ao"),
+		ro("PortsTotal", "u"),
+		ro("PortsActive", "u"),
+		ro("PolicyTargets", "a(sssssss)"),
+		ro("Components", "a{s(ss)}"),
+	},
+}
+
+// deviceIntrospection describes DeviceInterface.
+var deviceIntrospection = introspect.Interface{
+	Name: DeviceInterface,
+	Properties: []introspect.Property{
+		ro("Name", "s"),
+		ro("NodeType", "s"),
+		ro("NodeGUID", "s"),
+		ro("FirmwareVersion", "s"),
+		ro("Parent", "s"),
+		ro("Uverbs", "s"),
+		ro("Ports", "a(usssss)"),
+		ro("Netdevs", "as"),
+		ro("PolicyState", "s"),
+		ro("PolicyTargets", "a(sssssss)"),
+	},
+}
+
+var propertiesIntrospection = introspect.Interface{
+	Name: PropertiesInterface,
+	Methods: []introspect.Method{
+		{Name: "Get", Args: []introspect.Arg{in("interface_name", "s"), in("property_name", "s"), out("value", "v")}},
+		{Name: "GetAll", Args: []introspect.Arg{in("interface_name", "s"), out("props", "a{sv}")}},
+		{Name: "Set", Args: []introspect.Arg{in("interface_name", "s"), in("property_name", "s"), in("value", "v")}},
+	},
+	Signals: []introspect.Signal{
+		{Name: "PropertiesChanged", Args: []introspect.Arg{arg("interface_name", "s"),
+			arg("changed_properties", "a{sv}"), arg("invalidated_properties", "as")}},
+	},
+}
+
+var objectManagerIntrospection = introspect.Interface{
+	Name: ObjectManagerInterface,
+	Methods: []introspect.Method{
+		{Name: "GetManagedObjects", Args: []introspect.Arg{out("objects", "a{oa{sa{sv}}}")}},
+	},
+	Signals: []introspect.Signal{
+		{Name: "InterfacesAdded", Args: []introspect.Arg{arg("object", "o"), arg("interfaces", "a{sa{sv}}")}},
+		{Name: "InterfacesRemoved", Args: []introspect.Arg{arg("object", "o"), arg("interfaces", "as")}},
+	},
+}
+
+// introspectXML returns the introspection document of path in v, or false
+// when v has nothing at path.
+func introspectXML(v *view, path godbus.ObjectPath) (string, bool) {
+	node := introspect.Node{}
+	obj, isObj := v.objects[path]
+	children, isNode := v.nodes[path]
+	if !isObj && !isNode {
+		return "", false
+	}
+	node.Interfaces = append(node.Interfaces, introspect.IntrospectData, introspect.PeerData)
+	if isObj {
+		node.Interfaces = append(node.Interfaces, propertiesIntrospection)
+		if _, ok := obj.props[Interface]; ok {
+			node.Interfaces = append(node.Interfaces, objectManagerIntrospection, agentIntrospection)
+		}
+		if _, ok := obj.props[DeviceInterface]; ok {
+			node.Interfaces = append(node.Interfaces, deviceIntrospection)
+		}
+	}
+	for _, c := range children {
+		node.Children = append(node.Children, introspect.Node{Name: c})
+	}
+	b, err := xml.MarshalIndent(node, "", " ")
+	if err != nil {
+		// The document is built from constants and valid path elements;
+		// failing to marshal it is a programming error.
+		panic("dbus: marshal introspection of " + string(path) + ": " + err.Error())
+	}
+	return strings.TrimSpace(introspect.IntrospectDeclarationString) + "\n" + string(b), true
+}
+
+// InterfaceXML returns the introspection XML of rdmad's own interfaces
+// (org.rdmad.Agent1 and org.rdmad.Agent1.Device), as docs/DBUS.md shows it.
+func InterfaceXML() string {
+	node := introspect.Node{Interfaces: []introspect.Interface{agentIntrospection, deviceIntrospection}}
+	b, err := xml.MarshalIndent(node, "", "  ")
+	if err != nil {
+		panic("dbus: marshal interface XML: " + err.Error())
+	}
+	return string(b)
+}

@@ -1,0 +1,217 @@
+// Package dbus serves rdmad's state on the D-Bus system bus as
+// org.rdmad.Agent1: properties with PropertiesChanged, one child object per
+// RDMA device under an ObjectManager, signals for link and policy changes,
+// and the methods Reload and Apply for root. docs/DBUS.md is its reference.
+//
+// The service reads published snapshots (daemon/state) in its own
+// goroutine and never blocks the daemon: when the bus is slow it emits the
+// difference to the latest snapshot, skipping the ones in between. When the
+// bus is absent or the name is taken, rdmad runs on without D-Bus, reports
+// the error as a component's health and tries again with backoff.
+package dbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// A Backend is what the methods act on; the daemon implements it.
+type Backend interface {
+	// Reload loads the configuration again, with the semantics of the
+	// socket API's POST /v1/reload: a rejected configuration is a result
+	// (OK false), not an error.
+	Reload(ctx context.Context) (api.ReloadResult, error)
+}
+
+// An Applier is a Backend that can also run a policy pass on demand. A
+// Backend without it answers Apply with ErrNotSupported.
+type Applier interface {
+	// Apply runs one reconcile pass and returns when it is done; the
+	// outcome per target is published in the snapshot. An error means the
+	// pass could not run, not that a target failed.
+	Apply(ctx context.Context) error
+}
+
+// Options configure Run.
+type Options struct {
+	// Store is read for snapshots; Changed drives the signals. Required.
+	Store *state.Store
+	// Backend serves the methods. Required.
+	Backend Backend
+	// Logger logs connects, losses and refused calls; nil discards.
+	Logger *slog.Logger
+	// Report receives the component's health: state.OK once the name is
+	// owned, state.Error or state.Unavailable with the reason otherwise.
+	// It is called from Run's goroutine and must not block for long. Nil
+	// reports nothing.
+	Report func(st string, err error)
+	// MinBackoff and MaxBackoff bound the wait between connection
+	// attempts (defaults 1s and 30s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// ComponentName is the name under which the daemon should record Report's
+// health in the snapshot.
+const ComponentName = "dbus"
+
+// connectTimeout bounds connecting, authenticating and requesting the name.
+const connectTimeout = 10 * time.Second
+
+// Run serves org.rdmad.Agent1 on the system bus (DBUS_SYSTEM_BUS_ADDRESS, or
+// the standard socket) until ctx is done, then releases the name, closes the
+// connection and returns nil. A missing bus, a taken name or a lost
+// connection is reported through o.Report and retried with backoff; it
+// never makes Run return. Run returns an error only for invalid Options.
+func Run(ctx context.Context, o Options) error {
+	if o.Store == nil || o.Backend == nil {
+		return errors.New("dbus: Run needs Options.Store and Options.Backend")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Report == nil {
+		o.Report = func(string, error) {}
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
+	}
+	s := &service{o: o, h: newHandler(o.Backend, o.Logger)}
+	wait := o.MinBackoff
+	var lastErr string
+	for {
+		owned, err := s.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if owned {
+			// The name was ours for a while: the next failure starts the
+			// backoff from the bottom again.
+			wait = o.MinBackoff
+		}
+		st := state.Error
+		if errors.Is(err, fs.ErrNotExist) {
+			st = state.Unavailable
+		}
+		o.Report(st, err)
+		if err.Error() != lastErr {
+			o.Logger.Warn("D-Bus unavailable; rdmad runs without it and retries", "err", err, "retry", wait)
+			lastErr = err.Error()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(wait*2, o.MaxBackoff)
+	}
+}
+
+// A service is Run's state across sessions.
+type service struct {
+	o Options
+	h *handler
+}
+
+// session connects once and serves until the connection or the name is
+// lost or ctx is done. owned reports whether it held the name.
+func (s *service) session(ctx context.Context) (owned bool, err error) {
+	// The objects are served from the moment the connection exists, so
+	// they are exported before RequestName: a client that sees the name
+	// appear finds them.
+	cur := newView(s.o.Store.Load())
+	s.h.cur.Store(cur)
+
+	connCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(connectTimeout, cancel)
+	conn, err := godbus.ConnectSystemBus(godbus.WithHandler(s.h), godbus.WithContext(connCtx))
+	if err != nil {
+		timer.Stop()
+		return false, connectError(err)
+	}
+	defer conn.Close()
+	// NameLost and NameAcquired come unicast from the bus; the channel is
+	// bounded and read below.
+	sigs := make(chan *godbus.Signal, 16)
+	conn.Signal(sigs)
+
+	reply, err := conn.RequestName(Name, godbus.NameFlagDoNotQueue)
+	timer.Stop()
+	if err != nil {
+		var de godbus.Error
+		if errors.As(err, &de) && de.Name == ErrAccessDenied {
+			return false, fmt.Errorf("dbus: request name %s: %w; install org.rdmad.Agent1.conf in /usr/share/dbus-1/system.d/ and run rdmad as root", Name, err)
+		}
+		return false, fmt.Errorf("dbus: request name %s: %w", Name, err)
+	}
+	if reply != godbus.RequestNameReplyPrimaryOwner {
+		return false, fmt.Errorf("dbus: request name %s: %s: another rdmad (or another program) owns it; find it with: busctl status %s", Name, reply, Name)
+	}
+	s.o.Report(state.OK, nil)
+	s.o.Logger.Info("D-Bus name acquired", "name", Name, "unique", conn.Names()[0])
+	// No ReleaseName on the way out: cancelling ctx closes the connection
+	// (WithContext), and the bus drops the name of a closed connection at
+	// once.
+
+	for {
+		changed := s.o.Store.Changed()
+		// Publish the latest snapshot and emit the difference to the last
+		// one published. Snapshots published while this ran are coalesced
+		// into the next round.
+		next := newView(s.o.Store.Load())
+		if next.snap != cur.snap {
+			s.h.cur.Store(next)
+			for _, sig := range changes(cur, next) {
+				if err := conn.Emit(sig.path, sig.name, sig.body...); err != nil {
+					return true, fmt.Errorf("dbus: emit %s on %s: %w", sig.name, sig.path, err)
+				}
+			}
+			cur = next
+		}
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-conn.Context().Done():
+			return true, fmt.Errorf("dbus: connection to the system bus lost; is dbus.service running?")
+		case sig, ok := <-sigs:
+			if !ok {
+				return true, errors.New("dbus: connection to the system bus closed")
+			}
+			if sig.Name == "org.freedesktop.DBus.NameLost" && len(sig.Body) > 0 && sig.Body[0] == Name {
+				return true, fmt.Errorf("dbus: lost the name %s", Name)
+			}
+		case <-changed:
+		}
+	}
+}
+
+// connectError makes err say what an admin can do about it.
+func connectError(err error) error {
+	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
+	if addr == "" {
+		addr = "unix:path=/var/run/dbus/system_bus_socket"
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("dbus: connect to the system bus at %s: %w; is dbus installed and dbus.service running?", addr, err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("dbus: connect to the system bus at %s: %w; start dbus.service", addr, err)
+	}
+	return fmt.Errorf("dbus: connect to the system bus at %s: %w", addr, err)
+}

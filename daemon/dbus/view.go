@@ -1,0 +1,346 @@
+package dbus
+
+import (
+	"reflect"
+	"sort"
+	"strings"
+
+	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// A Port is one port of a device as the Ports property shows it
+// (D-Bus type (usssss)).
+type Port struct {
+	Port      uint32
+	State     string // DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
+	PhysState string // Polling, LinkUp, Disabled, ...
+	LinkLayer string // InfiniBand or Ethernet
+	Netdev    string
+	Rate      string
+}
+
+// A Target is one policy target as the PolicyTargets properties show it
+// (D-Bus type (sssssss)).
+type Target struct {
+	Policy  string
+	Kind    string // mtu, qos, roce, memlock
+	Object  string // netdev, device/port or "rdmad"
+	Desired string
+	Actual  string
+	State   string // in-sync, drifted, applied, unsupported, error
+	Error   string
+}
+
+// A Component is one supervised part of rdmad as the Components property
+// shows it (D-Bus type (ss)).
+type Component struct {
+	State string
+	Error string
+}
+
+// props holds one object's properties: interface -> property -> value.
+type props map[string]map[string]godbus.Variant
+
+// An object is one exported object of a view.
+type object struct {
+	path  godbus.ObjectPath
+	props props
+}
+
+// A view is what the service exports for one snapshot. It is built once per
+// snapshot and never modified, so method handlers read it without locks.
+type view struct {
+	snap    *state.Snapshot
+	objects map[godbus.ObjectPath]*object
+	// nodes maps every path that is a proper prefix of an object's path to
+	// its child names, so that introspecting "/", "/org" ... lets busctl
+	// tree and gdbus walk down to the objects.
+	nodes map[godbus.ObjectPath][]string
+}
+
+// DevicePath returns the object path of the device named name.
+func DevicePath(name string) godbus.ObjectPath {
+	return godbus.ObjectPath(DevicePrefix + "/" + EscapePathElement(name))
+}
+
+// newView builds the view of s.
+func newView(s *state.Snapshot) *view {
+	v := &view{snap: s, objects: map[godbus.ObjectPath]*object{}, nodes: map[godbus.ObjectPath][]string{}}
+	targets := allTargets(s)
+	var paths []godbus.ObjectPath
+	total, active := uint32(0), uint32(0)
+	for _, d := range s.Devices {
+		p := DevicePath(d.Name)
+		paths = append(paths, p)
+		v.objects[p] = &object{path: p, props: props{DeviceInterface: deviceProps(d, targets)}}
+		for _, port := range d.Ports {
+			total++
+			if port.State == "ACTIVE" {
+				active++
+			}
+		}
+	}
+	if paths == nil {
+		paths = []godbus.ObjectPath{}
+	}
+	comps := make(map[string]Component, len(s.Components))
+	for name, c := range s.Components {
+		comps[name] = Component{State: c.State, Error: c.Error}
+	}
+	v.objects[Path] = &object{path: Path, props: props{Interface: {
+		"Version":          godbus.MakeVariant(s.Version),
+		"State":            godbus.MakeVariant(s.State),
+		"Summary":          godbus.MakeVariant(s.Summary),
+		"Healthy":          godbus.MakeVariant(s.Healthy()),
+		"ConfigGeneration": godbus.MakeVariant(s.Config.Generation),
+		"ConfigError":      godbus.MakeVariant(s.Config.Error),
+		"ConfigPath":       godbus.MakeVariant(s.Config.Path),
+		"Devices":          godbus.MakeVariant(paths),
+		"PortsTotal":       godbus.MakeVariant(total),
+		"PortsActive":      godbus.MakeVariant(active),
+		"PolicyTargets":    godbus.MakeVariant(targets),
+		"Components":       godbus.MakeVariant(comps),
+	}}}
+	for p := range v.objects {
+		v.addNodes(p)
+	}
+	for p := range v.nodes {
+		sort.Strings(v.nodes[p])
+	}
+	return v
+}
+
+// addNodes records p's ancestors and their children.
+func (v *view) addNodes(p godbus.ObjectPath) {
+	elems := strings.Split(strings.TrimPrefix(string(p), "/"), "/")
+	parent := "/"
+	for _, e := range elems {
+		if !contains(v.nodes[godbus.ObjectPath(parent)], e) {
+			v.nodes[godbus.ObjectPath(parent)] = append(v.nodes[godbus.ObjectPath(parent)], e)
+		}
+		if parent == "/" {
+			parent += e
+		} else {
+			parent += "/" + e
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceProps returns the org.rdmad.Agent1.Device properties of d; targets
+// are all policy targets, of which d shows those on its netdevs and ports.
+func deviceProps(d inventory.Device, targets []Target) map[string]godbus.Variant {
+	ports := make([]Port, 0, len(d.Ports))
+	netdevs := []string{}
+	for _, p := range d.Ports {
+		ports = append(ports, Port{Port: uint32(p.Port), State: p.State, PhysState: p.PhysState,
+			LinkLayer: p.LinkLayer, Netdev: p.Netdev, Rate: p.Rate})
+		if p.Netdev != "" && !contains(netdevs, p.Netdev) {
+			netdevs = append(netdevs, p.Netdev)
+		}
+	}
+	mine := []Target{}
+	for _, t := range targets {
+		if contains(netdevs, t.Object) || t.Object == d.Name || strings.HasPrefix(t.Object, d.Name+"/") {
+			mine = append(mine, t)
+		}
+	}
+	return map[string]godbus.Variant{
+		"Name":            godbus.MakeVariant(d.Name),
+		"NodeType":        godbus.MakeVariant(d.NodeType),
+		"NodeGUID":        godbus.MakeVariant(d.NodeGUID),
+		"FirmwareVersion": godbus.MakeVariant(d.FWVer),
+		"Parent":          godbus.MakeVariant(d.Parent),
+		"Uverbs":          godbus.MakeVariant(d.Uverbs),
+		"Ports":           godbus.MakeVariant(ports),
+		"Netdevs":         godbus.MakeVariant(netdevs),
+		"PolicyState":     godbus.MakeVariant(worstState(mine)),
+		"PolicyTargets":   godbus.MakeVariant(mine),
+	}
+}
+
+// statePriority orders target states from the one that most needs an
+// operator; PolicyState shows the first one present.
+var statePriority = []string{state.TargetError, state.Drifted, state.Applied, state.InSync, state.Unsupported}
+
+// worstState summarises targets in one word: the most urgent state among
+// them, or "none" when no policy targets the device.
+func worstState(ts []Target) string {
+	if len(ts) == 0 {
+		return "none"
+	}
+	for _, st := range statePriority {
+		for _, t := range ts {
+			if t.State == st {
+				return st
+			}
+		}
+	}
+	return ts[0].State
+}
+
+func allTargets(s *state.Snapshot) []Target {
+	out := []Target{}
+	for _, p := range s.Policy.Policies {
+		for _, t := range p.Targets {
+			out = append(out, Target{Policy: p.Name, Kind: t.Kind, Object: t.Object, Desired: t.Desired,
+				Actual: t.Actual, State: t.State, Error: t.Error})
+		}
+	}
+	return out
+}
+
+// A signal is one D-Bus signal to emit.
+type signal struct {
+	path godbus.ObjectPath
+	name string // interface.member
+	body []any
+}
+
+// changes returns the signals that take a client from old to cur, in the
+// order they must be emitted: objects that appeared, changed properties,
+// link and policy events, then objects that disappeared. old may be nil
+// (first export after connecting): then nothing is emitted, because a client
+// that (re)appears reads the state with GetManagedObjects.
+func changes(old, cur *view) []signal {
+	if old == nil {
+		return nil
+	}
+	var sigs []signal
+	for _, p := range sortedPaths(cur.objects) {
+		if _, ok := old.objects[p]; !ok {
+			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesAdded",
+				[]any{p, cur.objects[p].props}})
+		}
+	}
+	for _, p := range sortedPaths(cur.objects) {
+		o, ok := old.objects[p]
+		if !ok {
+			continue
+		}
+		n := cur.objects[p]
+		for _, iface := range sortedKeys(n.props) {
+			changed := map[string]godbus.Variant{}
+			for name, val := range n.props[iface] {
+				if prev, ok := o.props[iface][name]; !ok || !reflect.DeepEqual(prev.Value(), val.Value()) {
+					changed[name] = val
+				}
+			}
+			if len(changed) > 0 {
+				sigs = append(sigs, signal{p, PropertiesInterface + ".PropertiesChanged",
+					[]any{iface, changed, []string{}}})
+			}
+		}
+	}
+	sigs = append(sigs, linkChanges(old.snap, cur.snap)...)
+	sigs = append(sigs, policyChanges(old.snap, cur.snap)...)
+	for _, p := range sortedPaths(old.objects) {
+		if _, ok := cur.objects[p]; !ok {
+			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesRemoved",
+				[]any{p, sortedKeys(old.objects[p].props)}})
+		}
+	}
+	return sigs
+}
+
+// linkChanges returns a LinkChanged signal for every port whose state
+// differs between old and cur on a device present in both; ports that
+// appear or vanish on such a device have "" as their old or new state.
+// Devices that appear or vanish are InterfacesAdded/Removed instead.
+func linkChanges(old, cur *state.Snapshot) []signal {
+	before := map[string]map[int]inventory.Port{}
+	for _, d := range old.Devices {
+		m := map[int]inventory.Port{}
+		for _, p := range d.Ports {
+			m[p.Port] = p
+		}
+		before[d.Name] = m
+	}
+	var sigs []signal
+	emit := func(dev string, port int, from, to, netdev string) {
+		sigs = append(sigs, signal{Path, Interface + ".LinkChanged",
+			[]any{DevicePath(dev), dev, uint32(port), from, to, netdev}})
+	}
+	for _, d := range cur.Devices {
+		prev, ok := before[d.Name]
+		if !ok {
+			continue
+		}
+		seen := map[int]bool{}
+		for _, p := range d.Ports {
+			seen[p.Port] = true
+			if q, ok := prev[p.Port]; !ok || q.State != p.State {
+				emit(d.Name, p.Port, q.State, p.State, p.Netdev)
+			}
+		}
+		var gone []int
+		for n := range prev {
+			if !seen[n] {
+				gone = append(gone, n)
+			}
+		}
+		sort.Ints(gone)
+		for _, n := range gone {
+			emit(d.Name, n, prev[n].State, "", prev[n].Netdev)
+		}
+	}
+	return sigs
+}
+
+// policyChanges returns a PolicyChanged signal for every target whose state
+// differs between old and cur, including targets that appear ("" old
+// state, e.g. a new [[policy]] block) or vanish ("" new state).
+func policyChanges(old, cur *state.Snapshot) []signal {
+	key := func(t Target) [3]string { return [3]string{t.Policy, t.Kind, t.Object} }
+	before := map[[3]string]Target{}
+	for _, t := range allTargets(old) {
+		before[key(t)] = t
+	}
+	var sigs []signal
+	emit := func(t Target, from, to string) {
+		sigs = append(sigs, signal{Path, Interface + ".PolicyChanged",
+			[]any{t.Policy, t.Kind, t.Object, from, to, t.Desired, t.Actual, t.Error}})
+	}
+	seen := map[[3]string]bool{}
+	for _, t := range allTargets(cur) {
+		seen[key(t)] = true
+		if p, ok := before[key(t)]; !ok || p.State != t.State {
+			emit(t, p.State, t.State)
+		}
+	}
+	for _, t := range allTargets(old) {
+		if !seen[key(t)] {
+			emit(t, t.State, "")
+		}
+	}
+	return sigs
+}
+
+func sortedPaths(m map[godbus.ObjectPath]*object) []godbus.ObjectPath {
+	out := make([]godbus.ObjectPath, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
