@@ -46,9 +46,25 @@ func (h *handler) LookupObject(path godbus.ObjectPath) (godbus.ServerObject, boo
 	_, isObj := v.objects[path]
 	_, isNode := v.nodes[path]
 	if !isObj && !isNode {
-		return nil, false
+		return noObject(path), true
 	}
 	return serverObject{h: h, v: v, path: path}, true
+}
+
+// A noObject answers every call with the specification's UnknownObject
+// (godbus's own answer is a non-standard NoSuchObject, which gdbus and
+// sd-bus clients do not map).
+type noObject godbus.ObjectPath
+
+// LookupInterface implements godbus.ServerObject.
+func (n noObject) LookupInterface(string) (godbus.Interface, bool) { return n, true }
+
+// LookupMethod implements godbus.Interface.
+func (n noObject) LookupMethod(string) (godbus.Method, bool) {
+	return method{any: true, fn: func(call) ([]any, error) {
+		return nil, dbusError("org.freedesktop.DBus.Error.UnknownObject",
+			"no object %s; list the objects with GetManagedObjects on %s", string(n), Path)
+	}}, true
 }
 
 // A serverObject is one path of a view.
@@ -120,6 +136,8 @@ type method struct {
 	in  []any
 	out []any
 	fn  func(c call) ([]any, error)
+	// any makes the method take any arguments (and ignore them).
+	any bool
 }
 
 // DecodeArguments implements godbus.ArgumentDecoder: it checks the
@@ -127,6 +145,9 @@ type method struct {
 // Call, which the privileged methods need to ask the bus for the caller's
 // uid.
 func (m method) DecodeArguments(conn *godbus.Conn, sender string, _ *godbus.Message, body []any) ([]any, error) {
+	if m.any {
+		return []any{call{conn: conn, sender: sender}}, nil
+	}
 	if len(body) != len(m.in) {
 		return nil, godbus.ErrMsgInvalidArg
 	}

@@ -188,10 +188,10 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 		case <-ctx.Done():
 			return true, ctx.Err()
 		case <-conn.Context().Done():
-			return true, fmt.Errorf("dbus: connection to the system bus lost; is dbus.service running?")
+			return true, errors.New("dbus: connection to the system bus lost; is dbus.service running?")
 		case sig, ok := <-sigs:
 			if !ok {
-				return true, errors.New("dbus: connection to the system bus closed")
+				return true, errors.New("dbus: connection to the system bus lost; is dbus.service running?")
 			}
 			if sig.Name == "org.freedesktop.DBus.NameLost" && len(sig.Body) > 0 && sig.Body[0] == Name {
 				return true, fmt.Errorf("dbus: lost the name %s", Name)

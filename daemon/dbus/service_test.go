@@ -1,0 +1,861 @@
+package dbus
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// The integration tests run a private dbus-daemon with the system bus's
+// default policy and the project's policy file included as installed, and
+// play unprivileged callers by re-executing this test binary as nobody.
+
+// helperEnv selects the helper mode of the test binary (see TestMain).
+const helperEnv = "RDMAD_DBUS_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if op := os.Getenv(helperEnv); op != "" {
+		os.Exit(dbusHelper(op, os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// A helperResult is what the helper prints: a value or a D-Bus error.
+type helperResult struct {
+	UID     int
+	Value   string
+	ErrName string
+	ErrMsg  string
+}
+
+// dbusHelper connects to the bus at DBUS_SYSTEM_BUS_ADDRESS as whoever runs
+// it, does op and prints a helperResult as JSON.
+func dbusHelper(op, arg string) int {
+	res := helperResult{UID: os.Getuid()}
+	err := func() error {
+		conn, err := godbus.ConnectSystemBus()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		obj := conn.Object(Name, Path)
+		switch op {
+		case "get":
+			v, err := obj.GetProperty(Interface + "." + arg)
+			res.Value = fmt.Sprint(v.Value())
+			return err
+		case "introspect":
+			return obj.Call(IntrospectableInterface+".Introspect", 0).Store(&res.Value)
+		case "managed":
+			var m map[godbus.ObjectPath]map[string]map[string]godbus.Variant
+			err := obj.Call(ObjectManagerInterface+".GetManagedObjects", 0).Store(&m)
+			res.Value = fmt.Sprint(len(m))
+			return err
+		case "call":
+			c := obj.Call(Interface+"."+arg, 0)
+			res.Value = fmt.Sprint(c.Body)
+			return c.Err
+		case "set":
+			return obj.SetProperty(Interface+"."+arg, godbus.MakeVariant("x"))
+		case "own":
+			r, err := conn.RequestName(Name, godbus.NameFlagDoNotQueue)
+			res.Value = r.String()
+			return err
+		}
+		return fmt.Errorf("unknown helper op %q", op)
+	}()
+	if err != nil {
+		var de godbus.Error
+		if errors.As(err, &de) {
+			res.ErrName = de.Name
+		}
+		res.ErrMsg = err.Error()
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	return 0
+}
+
+// A testBus is a private dbus-daemon.
+type testBus struct {
+	t    *testing.T
+	dir  string
+	conf string
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// defaultPolicy is the default context of /usr/share/dbus-1/system.conf
+// (Debian bookworm): anyone may connect, nobody may own names or send
+// method calls unless a service's policy file punches a hole.
+const defaultPolicy = `
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="UpdateActivationEnvironment"/>
+  </policy>`
+
+// startBus starts a dbus-daemon whose configuration is the system bus's
+// default policy, the project's policy file, then extra, and points
+// DBUS_SYSTEM_BUS_ADDRESS at it.
+func startBus(t *testing.T, extra string) *testBus {
+	t.Helper()
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		t.Skip("dbus-daemon is not installed (apt-get install dbus-daemon): cannot run a private bus")
+	}
+	policy, err := filepath.Abs("../../etc/dbus-1/system.d/org.rdmad.Agent1.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "rdmad-dbus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// nobody must reach the socket (and the helper binary copied here).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "bus.conf")
+	doc := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=` + filepath.Join(dir, "bus") + `</listen>
+  <auth>EXTERNAL</auth>` + defaultPolicy + `
+  <include>` + policy + `</include>
+` + extra + `
+</busconfig>
+`
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &testBus{t: t, dir: dir, conf: conf}
+	b.start()
+	t.Cleanup(b.stop)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", b.addr)
+	return b
+}
+
+// start runs dbus-daemon and waits for its address.
+func (b *testBus) start() {
+	b.t.Helper()
+	cmd := exec.Command("dbus-daemon", "--config-file="+b.conf, "--print-address", "--nofork")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &syncWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		b.t.Fatalf("start dbus-daemon: %v", err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.t.Fatalf("dbus-daemon --config-file=%s printed no address: %v; stderr: %s", b.conf, err, stderr.String())
+	}
+	addr := strings.TrimSpace(line)
+	if b.addr != "" && addr != b.addr {
+		// Same socket, new guid: the path is what clients use.
+		addr = strings.Split(addr, ",")[0]
+	}
+	if b.addr == "" {
+		b.addr = strings.Split(addr, ",")[0]
+	}
+	b.cmd = cmd
+	b.done = make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = cmd.Wait()
+		close(b.done)
+	}()
+}
+
+// stop terminates dbus-daemon and waits for it.
+func (b *testBus) stop() {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(5 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+	b.cmd = nil
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// asNobody runs the helper op as uid/gid 65534 and returns its result.
+func (b *testBus) asNobody(op, arg string) helperResult {
+	b.t.Helper()
+	if os.Geteuid() != 0 {
+		b.t.Skip("running a caller as nobody needs root (setpriv --reuid); run the tests as root (make test)")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		b.t.Skip("setpriv (util-linux) is not installed: cannot run a caller as nobody")
+	}
+	bin := filepath.Join(b.dir, "helper.test")
+	if _, err := os.Stat(bin); err != nil {
+		self, err := os.Executable()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		data, err := os.ReadFile(self)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^$", arg)
+	cmd.Env = append(os.Environ(), helperEnv+"="+op)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.t.Fatalf("helper %s %s as nobody: %v; output: %s", op, arg, err, out)
+	}
+	var res helperResult
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		b.t.Fatalf("helper %s %s: decode %q: %v", op, arg, out, err)
+	}
+	if res.UID != 65534 {
+		b.t.Fatalf("helper ran as uid %d, want 65534", res.UID)
+	}
+	return res
+}
+
+// fakeBackend counts reloads and publishes a new generation on each good
+// one, like the daemon does.
+type fakeBackend struct {
+	store *state.Store
+	mu    sync.Mutex
+	n     int
+	// reject, when set, is the error of the next loads.
+	reject string
+}
+
+func (f *fakeBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+	f.mu.Lock()
+	f.n++
+	reject := f.reject
+	f.mu.Unlock()
+	if reject != "" {
+		s := f.store.Update(func(s *state.Snapshot) { s.Config.Error = reject })
+		return api.ReloadResult{OK: false, Generation: s.Config.Generation, Error: reject}, nil
+	}
+	s := f.store.Update(func(s *state.Snapshot) { s.Config.Generation++; s.Config.Error = "" })
+	return api.ReloadResult{OK: true, Generation: s.Config.Generation}, nil
+}
+
+func (f *fakeBackend) reloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// applyBackend is a fakeBackend with Apply.
+type applyBackend struct {
+	*fakeBackend
+	applies int
+}
+
+func (a *applyBackend) Apply(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.applies++
+	return nil
+}
+
+// A report is one call of Options.Report.
+type report struct {
+	st  string
+	err string
+}
+
+// reports records Report calls.
+type reports struct {
+	mu  sync.Mutex
+	all []report
+}
+
+func (r *reports) add(st string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := report{st: st}
+	if err != nil {
+		rep.err = err.Error()
+	}
+	r.all = append(r.all, rep)
+}
+
+// waitFor waits until a report after the first `after` ones matches.
+func (r *reports) waitFor(t *testing.T, after int, st, errContains string) report {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.mu.Lock()
+		all := append([]report(nil), r.all...)
+		r.mu.Unlock()
+		for _, rep := range all[min(after, len(all)):] {
+			if rep.st == st && strings.Contains(rep.err, errContains) {
+				return rep
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no report %q with error containing %q after report %d; reports: %+v", st, errContains, after, all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *reports) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.all)
+}
+
+// newStore returns a store with one rxe device, running, generation 1.
+func newStore() *state.Store {
+	return state.NewStore(state.Snapshot{
+		Version: "test", State: state.Running, Summary: "running",
+		Config:  state.Config{Generation: 1, Path: "/etc/rdmad/rdmad.toml"},
+		Devices: []inventory.Device{device("rxe0", "eth0", "ACTIVE")},
+	})
+}
+
+// startRun runs Run with b as backend until the test ends.
+func startRun(t *testing.T, store *state.Store, b Backend) *reports {
+	t.Helper()
+	r := &reports{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Store: store, Backend: b, Report: r.add,
+			Logger:     slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+			MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10s of cancel")
+		}
+	})
+	return r
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// rootConn connects to the bus as this (root) process.
+func rootConn(t *testing.T) *godbus.Conn {
+	t.Helper()
+	conn, err := godbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the bus policy lets only root own org.rdmad.Agent1 and call its methods; run the tests as root (make test)")
+	}
+}
+
+func TestIntegrationOwnsNameAndServesState(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	r := startRun(t, store, &fakeBackend{store: store})
+	r.waitFor(t, 0, state.OK, "")
+
+	conn := rootConn(t)
+	var owner string
+	if err := conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, Name).Store(&owner); err != nil {
+		t.Fatalf("GetNameOwner %s: %v", Name, err)
+	}
+	obj := conn.Object(Name, Path)
+	var all map[string]godbus.Variant
+	if err := obj.Call(PropertiesInterface+".GetAll", 0, Interface).Store(&all); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for k, v := range all {
+		got[k] = v.Value()
+	}
+	want := map[string]any{
+		"Version": "test", "State": "running", "Summary": "running", "Healthy": true,
+		"ConfigGeneration": uint64(1), "ConfigError": "", "ConfigPath": "/etc/rdmad/rdmad.toml",
+		"Devices":    []godbus.ObjectPath{"/org/rdmad/Agent1/device/rxe0"},
+		"PortsTotal": uint32(1), "PortsActive": uint32(1),
+		"PolicyTargets": [][]any{},
+		"Components":    map[string][]any{},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)
+	}
+
+	var managed map[godbus.ObjectPath]map[string]map[string]godbus.Variant
+	if err := obj.Call(ObjectManagerInterface+".GetManagedObjects", 0).Store(&managed); err != nil {
+		t.Fatal(err)
+	}
+	dev, ok := managed["/org/rdmad/Agent1/device/rxe0"][DeviceInterface]
+	if !ok || len(managed) != 1 {
+		t.Fatalf("GetManagedObjects = %v, want exactly rxe0's device object", managed)
+	}
+	if name := dev["Name"].Value(); name != "rxe0" {
+		t.Errorf("rxe0 Name = %v", name)
+	}
+	wantPorts := [][]any{{uint32(1), "ACTIVE", "LinkUp", "Ethernet", "eth0", ""}}
+	if diff := cmp.Diff(wantPorts, dev["Ports"].Value()); diff != "" {
+		t.Errorf("rxe0 Ports: -want +got\n%s", diff)
+	}
+
+	var xml string
+	if err := obj.Call(IntrospectableInterface+".Introspect", 0).Store(&xml); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`<interface name="org.rdmad.Agent1">`, `<interface name="org.freedesktop.DBus.ObjectManager">`,
+		`<property name="ConfigGeneration" type="t" access="read">`, `<node name="device">`} {
+		if !strings.Contains(xml, s) {
+			t.Errorf("Introspect %s lacks %s:\n%s", Path, s, xml)
+		}
+	}
+	if err := conn.Object(Name, "/org/rdmad/Agent1/device/nope").Call(PropertiesInterface+".GetAll", 0, DeviceInterface).Err; !isDBusError(err, "org.freedesktop.DBus.Error.UnknownObject") {
+		t.Errorf("GetAll on a missing device: err = %v, want UnknownObject", err)
+	}
+	if err := obj.Call(PropertiesInterface+".Get", 0, Interface, "Nope").Err; !isDBusError(err, "org.freedesktop.DBus.Error.UnknownProperty") {
+		t.Errorf("Get of a missing property: err = %v, want UnknownProperty", err)
+	}
+	if err := obj.SetProperty(Interface+".State", godbus.MakeVariant("x")); !isDBusError(err, "org.freedesktop.DBus.Error.PropertyReadOnly") {
+		t.Errorf("Set State as root: err = %v, want PropertyReadOnly", err)
+	}
+	if err := obj.Call(PropertiesInterface+".Get", 0, Interface).Err; !isDBusError(err, "org.freedesktop.DBus.Error.InvalidArgs") {
+		t.Errorf("Get with one argument: err = %v, want InvalidArgs", err)
+	}
+}
+
+// TestIntegrationBusctl checks that systemd's busctl, which admins use,
+// walks and shows the objects.
+func TestIntegrationBusctl(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("busctl"); err != nil {
+		t.Skip("busctl (systemd) is not installed")
+	}
+	b := startBus(t, "")
+	store := newStore()
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	busctl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("busctl", append([]string{"--address=" + b.addr}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("busctl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	tree := busctl("tree", Name)
+	for _, p := range []string{"/org/rdmad/Agent1", "/org/rdmad/Agent1/device/rxe0"} {
+		if !strings.Contains(tree, p) {
+			t.Errorf("busctl tree lacks %s:\n%s", p, tree)
+		}
+	}
+	intro := busctl("introspect", Name, string(Path))
+	for _, s := range []string{".ConfigGeneration", ".Reload", ".LinkChanged", ".InterfacesAdded"} {
+		if !strings.Contains(intro, s) {
+			t.Errorf("busctl introspect lacks %s:\n%s", s, intro)
+		}
+	}
+	if got := strings.TrimSpace(busctl("get-property", Name, string(Path), Interface, "State")); got != `s "running"` {
+		t.Errorf("busctl get-property State = %q, want %q", got, `s "running"`)
+	}
+	if got := strings.TrimSpace(busctl("call", Name, string(Path), Interface, "Reload")); got != "t 2" {
+		t.Errorf("busctl call Reload = %q, want %q", got, "t 2")
+	}
+}
+
+func isDBusError(err error, name string) bool {
+	var de godbus.Error
+	return errors.As(err, &de) && de.Name == name
+}
+
+func TestIntegrationUnprivilegedCaller(t *testing.T) {
+	requireRoot(t)
+	b := startBus(t, "")
+	store := newStore()
+	fb := &fakeBackend{store: store}
+	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+
+	tests := []struct {
+		op, arg   string
+		wantValue string // checked when wantErr is ""
+		wantErr   string
+	}{
+		{op: "get", arg: "State", wantValue: "running"},
+		{op: "get", arg: "ConfigGeneration", wantValue: "1"},
+		{op: "managed", wantValue: "1"},
+		{op: "introspect"},
+		{op: "call", arg: "Reload", wantErr: ErrAccessDenied},
+		{op: "call", arg: "Apply", wantErr: ErrAccessDenied},
+		{op: "set", arg: "State", wantErr: ErrAccessDenied},
+		{op: "own", wantErr: ErrAccessDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op+" "+tt.arg, func(t *testing.T) {
+			res := b.asNobody(tt.op, tt.arg)
+			if res.ErrName != tt.wantErr {
+				t.Fatalf("as nobody: error %q (%s), want %q", res.ErrName, res.ErrMsg, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				// The bus, not rdmad, refuses: its message names the
+				// rule that did.
+				if !strings.Contains(res.ErrMsg, "Rejected") && !strings.Contains(res.ErrMsg, "not allowed") {
+					t.Errorf("error %q does not come from the bus policy", res.ErrMsg)
+				}
+				return
+			}
+			if tt.op == "introspect" {
+				if !strings.Contains(res.Value, `<interface name="org.rdmad.Agent1">`) {
+					t.Errorf("Introspect as nobody lacks the interface:\n%s", res.Value)
+				}
+				return
+			}
+			if res.Value != tt.wantValue {
+				t.Errorf("as nobody: value %q, want %q", res.Value, tt.wantValue)
+			}
+		})
+	}
+	if n := fb.reloads(); n != 0 {
+		t.Errorf("backend reloaded %d times for nobody, want 0", n)
+	}
+}
+
+// TestIntegrationDaemonChecksUID opens the bus policy to nobody, as a
+// careless local policy might, and checks that rdmad itself refuses.
+func TestIntegrationDaemonChecksUID(t *testing.T) {
+	requireRoot(t)
+	b := startBus(t, `<policy user="nobody"><allow send_destination="org.rdmad.Agent1"/></policy>`)
+	store := newStore()
+	fb := &applyBackend{fakeBackend: &fakeBackend{store: store}}
+	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+	for _, m := range []string{"Reload", "Apply"} {
+		t.Run(m, func(t *testing.T) {
+			res := b.asNobody("call", m)
+			if res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, "needs root (caller uid 65534)") {
+				t.Errorf("%s as nobody with an open bus policy: %q %q, want rdmad's own AccessDenied", m, res.ErrName, res.ErrMsg)
+			}
+		})
+	}
+	if fb.reloads() != 0 || fb.applies != 0 {
+		t.Errorf("backend ran %d reloads and %d applies for nobody, want none", fb.reloads(), fb.applies)
+	}
+}
+
+func TestIntegrationRootMethods(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	fb := &fakeBackend{store: store}
+	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+	obj := rootConn(t).Object(Name, Path)
+
+	var gen uint64
+	if err := obj.Call(Interface+".Reload", 0).Store(&gen); err != nil {
+		t.Fatalf("Reload as root: %v", err)
+	}
+	if gen != 2 {
+		t.Errorf("Reload returned generation %d, want 2", gen)
+	}
+	// The property follows once the service published the new snapshot.
+	waitProperty(t, obj, "ConfigGeneration", uint64(2))
+
+	fb.mu.Lock()
+	fb.reject = "/etc/rdmad/rdmad.toml:3: mtu: 12 is below the minimum 68"
+	fb.mu.Unlock()
+	err := obj.Call(Interface+".Reload", 0).Err
+	if !isDBusError(err, ErrConfigRejected) || !strings.Contains(err.Error(), "below the minimum 68") ||
+		!strings.Contains(err.Error(), "generation 2 stays in force") {
+		t.Errorf("Reload of a bad config: err = %v, want %s with the loader's message", err, ErrConfigRejected)
+	}
+	waitProperty(t, obj, "ConfigError", "/etc/rdmad/rdmad.toml:3: mtu: 12 is below the minimum 68")
+	if v, _ := obj.GetProperty(Interface + ".ConfigGeneration"); v.Value() != uint64(2) {
+		t.Errorf("ConfigGeneration after a rejected load = %v, want 2", v.Value())
+	}
+	if n := fb.reloads(); n != 2 {
+		t.Errorf("backend reloads = %d, want 2", n)
+	}
+	if err := obj.Call(Interface+".Apply", 0).Err; !isDBusError(err, ErrNotSupported) {
+		t.Errorf("Apply on a backend without Apply: err = %v, want %s", err, ErrNotSupported)
+	}
+}
+
+func TestIntegrationApply(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	ab := &applyBackend{fakeBackend: &fakeBackend{store: store}}
+	startRun(t, store, ab).waitFor(t, 0, state.OK, "")
+	if err := rootConn(t).Object(Name, Path).Call(Interface+".Apply", 0).Err; err != nil {
+		t.Fatalf("Apply as root: %v", err)
+	}
+	ab.mu.Lock()
+	defer ab.mu.Unlock()
+	if ab.applies != 1 {
+		t.Errorf("backend applies = %d, want 1", ab.applies)
+	}
+}
+
+// waitProperty waits until obj's property name equals want.
+func waitProperty(t *testing.T, obj godbus.BusObject, name string, want any) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := obj.GetProperty(Interface + "." + name)
+		if err == nil && cmp.Equal(v.Value(), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("property %s = %v (err %v), want %v", name, v.Value(), err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscribe returns a channel of the signals rdmad sends.
+func subscribe(t *testing.T, conn *godbus.Conn) <-chan *godbus.Signal {
+	t.Helper()
+	if err := conn.AddMatchSignal(godbus.WithMatchSender(Name)); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *godbus.Signal, 64)
+	conn.Signal(ch)
+	return ch
+}
+
+// nextSignal returns the next signal named name, skipping others.
+func nextSignal(t *testing.T, ch <-chan *godbus.Signal, name string) *godbus.Signal {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case s := <-ch:
+			if s.Name == name {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("no %s signal within 5s", name)
+			return nil
+		}
+	}
+}
+
+func TestIntegrationSignals(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	sigs := subscribe(t, rootConn(t))
+
+	store.Update(func(s *state.Snapshot) { s.State = state.Degraded })
+	pc := nextSignal(t, sigs, PropertiesInterface+".PropertiesChanged")
+	if pc.Path != Path || pc.Body[0] != Interface {
+		t.Errorf("PropertiesChanged on %s for %v, want %s %s", pc.Path, pc.Body[0], Path, Interface)
+	}
+	if got := pc.Body[1].(map[string]godbus.Variant); len(got) != 1 || got["State"].Value() != state.Degraded {
+		t.Errorf("PropertiesChanged changed = %v, want only State=degraded", got)
+	}
+
+	store.Update(func(s *state.Snapshot) {
+		s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "ACTIVE"), s.Devices[0]}
+	})
+	added := nextSignal(t, sigs, ObjectManagerInterface+".InterfacesAdded")
+	if added.Body[0] != DevicePath("mlx5_0") {
+		t.Errorf("InterfacesAdded for %v, want %s", added.Body[0], DevicePath("mlx5_0"))
+	}
+	ifaces := added.Body[1].(map[string]map[string]godbus.Variant)
+	if ifaces[DeviceInterface]["Name"].Value() != "mlx5_0" {
+		t.Errorf("InterfacesAdded properties = %v, want Name mlx5_0", ifaces)
+	}
+
+	store.Update(func(s *state.Snapshot) {
+		s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "DOWN"), s.Devices[1]}
+	})
+	link := nextSignal(t, sigs, Interface+".LinkChanged")
+	want := []any{DevicePath("mlx5_0"), "mlx5_0", uint32(1), "ACTIVE", "DOWN", "ens1f0"}
+	if diff := cmp.Diff(want, link.Body); diff != "" {
+		t.Errorf("LinkChanged: -want +got\n%s", diff)
+	}
+
+	store.Update(func(s *state.Snapshot) {
+		s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
+			{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "9000", State: state.Applied}}}}}
+	})
+	pol := nextSignal(t, sigs, Interface+".PolicyChanged")
+	if diff := cmp.Diff([]any{"fabric", "mtu", "ens1f0", "", state.Applied, "9000", "9000", ""}, pol.Body); diff != "" {
+		t.Errorf("PolicyChanged: -want +got\n%s", diff)
+	}
+
+	store.Update(func(s *state.Snapshot) { s.Devices = s.Devices[1:] })
+	removed := nextSignal(t, sigs, ObjectManagerInterface+".InterfacesRemoved")
+	if diff := cmp.Diff([]any{DevicePath("mlx5_0"), []string{DeviceInterface}}, removed.Body); diff != "" {
+		t.Errorf("InterfacesRemoved: -want +got\n%s", diff)
+	}
+	err := rootConn(t).Object(Name, DevicePath("mlx5_0")).Call(PropertiesInterface+".GetAll", 0, DeviceInterface).Err
+	if !isDBusError(err, "org.freedesktop.DBus.Error.UnknownObject") {
+		t.Errorf("GetAll on the removed device: err = %v, want UnknownObject", err)
+	}
+}
+
+// TestIntegrationCoalesces publishes many snapshots in a burst and checks
+// that the last state arrives and the signals are at most one per
+// snapshot: the service never queues without bound.
+func TestIntegrationCoalesces(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	conn := rootConn(t)
+	sigs := subscribe(t, conn)
+	const n = 500
+	for i := 1; i <= n; i++ {
+		store.Update(func(s *state.Snapshot) { s.Summary = fmt.Sprint("burst ", i) })
+	}
+	waitProperty(t, conn.Object(Name, Path), "Summary", fmt.Sprint("burst ", n))
+	got := 0
+	for {
+		select {
+		case s := <-sigs:
+			if s.Name == PropertiesInterface+".PropertiesChanged" {
+				got++
+			}
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	if got < 1 || got > n {
+		t.Errorf("%d PropertiesChanged for %d snapshots, want between 1 and %d", got, n, n)
+	}
+	t.Logf("%d snapshots -> %d PropertiesChanged", n, got)
+}
+
+func TestIntegrationNameTaken(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	squatter := rootConn(t)
+	if r, err := squatter.RequestName(Name, godbus.NameFlagDoNotQueue); err != nil || r != godbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("squatter RequestName = %v, %v", r, err)
+	}
+	store := newStore()
+	r := startRun(t, store, &fakeBackend{store: store})
+	r.waitFor(t, 0, state.Error, "another rdmad (or another program) owns it")
+	// It keeps trying: a second failure shows the retry loop runs.
+	n := r.len()
+	r.waitFor(t, n, state.Error, "owns it")
+
+	if _, err := squatter.ReleaseName(Name); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, r.len(), state.OK, "")
+	var has bool
+	if err := squatter.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, Name).Store(&has); err != nil || !has {
+		t.Errorf("NameHasOwner after the squatter left = %v, %v; want true", has, err)
+	}
+}
+
+func TestIntegrationBusRestart(t *testing.T) {
+	requireRoot(t)
+	b := startBus(t, "")
+	store := newStore()
+	r := startRun(t, store, &fakeBackend{store: store})
+	r.waitFor(t, 0, state.OK, "")
+
+	b.stop()
+	lost := r.waitFor(t, 0, state.Error, "")
+	t.Logf("bus gone: %s", lost.err)
+	// The state moves on while the bus is away; the new connection must
+	// serve the latest.
+	store.Update(func(s *state.Snapshot) { s.State = state.Degraded })
+	n := r.len()
+	b.start()
+	r.waitFor(t, n, state.OK, "")
+	obj := rootConn(t).Object(Name, Path)
+	waitProperty(t, obj, "State", state.Degraded)
+}
+
+func TestIntegrationBusAbsent(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "no-bus"))
+	store := newStore()
+	r := startRun(t, store, &fakeBackend{store: store})
+	rep := r.waitFor(t, 0, state.Unavailable, "no-bus")
+	if !strings.Contains(rep.err, "dbus.service running") {
+		t.Errorf("report %q does not say what to do", rep.err)
+	}
+	// And it retries rather than giving up.
+	r.waitFor(t, 1, state.Unavailable, "no-bus")
+}
+
+func TestRunNeedsStoreAndBackend(t *testing.T) {
+	if err := Run(context.Background(), Options{}); err == nil {
+		t.Error("Run with empty Options returned nil, want an error")
+	}
+}

@@ -1,0 +1,344 @@
+package dbus
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+func TestEscapePathElement(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"rxe0", "rxe0"},
+		{"mlx5_0", "mlx5_5f0"},
+		{"", "_"},
+		{"0dev", "_30dev"},
+		{"ibp0s1.8001", "ibp0s1_2e8001"},
+		{"siw-eth0", "siw_2deth0"},
+		{"a/b", "a_2fb"},
+		{"é", "_c3_a9"},
+	}
+	valid := regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got := EscapePathElement(tt.in)
+			if got != tt.want {
+				t.Errorf("EscapePathElement(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if !valid.MatchString(got) {
+				t.Errorf("EscapePathElement(%q) = %q is not a valid path element", tt.in, got)
+			}
+			if !DevicePath(tt.in).IsValid() {
+				t.Errorf("DevicePath(%q) = %q is not a valid object path", tt.in, DevicePath(tt.in))
+			}
+			back, err := UnescapePathElement(got)
+			if err != nil || back != tt.in {
+				t.Errorf("UnescapePathElement(%q) = %q, %v; want %q", got, back, err, tt.in)
+			}
+		})
+	}
+}
+
+func TestUnescapePathElementErrors(t *testing.T) {
+	for _, in := range []string{"a_2", "a_zz", "a-b", "x_"} {
+		t.Run(in, func(t *testing.T) {
+			if got, err := UnescapePathElement(in); err == nil {
+				t.Errorf("UnescapePathElement(%q) = %q, want an error", in, got)
+			}
+		})
+	}
+}
+
+// snapshot returns a snapshot with the given devices and policy targets.
+func snapshot(devs []inventory.Device, targets ...state.Target) *state.Snapshot {
+	return &state.Snapshot{
+		Version: "1.0", State: state.Running, Summary: "running",
+		Config:  state.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
+		Devices: devs,
+		Policy:  state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Mode: "enforce", Targets: targets}}},
+		Components: map[string]state.Component{
+			"config": {State: state.OK},
+		},
+	}
+}
+
+func device(name, netdev string, portStates ...string) inventory.Device {
+	d := inventory.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001"}
+	for i, st := range portStates {
+		d.Ports = append(d.Ports, inventory.Port{Port: i + 1, State: st, PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev})
+	}
+	return d
+}
+
+func TestNewViewProperties(t *testing.T) {
+	s := snapshot([]inventory.Device{device("mlx5_0", "ens1f0", "ACTIVE", "DOWN"), device("rxe0", "eth0", "ACTIVE")},
+		state.Target{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: state.Drifted},
+		state.Target{Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: state.InSync},
+		state.Target{Kind: "memlock", Object: "rdmad", Desired: "unlimited", Actual: "unlimited", State: state.InSync},
+	)
+	v := newView(s)
+
+	root := v.objects[Path].props[Interface]
+	if got, want := root["Devices"].Value(), []godbus.ObjectPath{"/org/rdmad/Agent1/device/mlx5_5f0", "/org/rdmad/Agent1/device/rxe0"}; !cmp.Equal(got, want) {
+		t.Errorf("Devices: -want +got\n%s", cmp.Diff(want, got))
+	}
+	if got := root["PortsTotal"].Value(); got != uint32(3) {
+		t.Errorf("PortsTotal = %v, want 3", got)
+	}
+	if got := root["PortsActive"].Value(); got != uint32(2) {
+		t.Errorf("PortsActive = %v, want 2", got)
+	}
+	if got := root["Healthy"].Value(); got != false {
+		t.Errorf("Healthy = %v with a drifted target, want false", got)
+	}
+	if got := root["ConfigGeneration"].Value(); got != uint64(3) {
+		t.Errorf("ConfigGeneration = %v (%T), want uint64 3", got, got)
+	}
+
+	mlx := v.objects[DevicePath("mlx5_0")].props[DeviceInterface]
+	wantTargets := []Target{
+		{Policy: "roce", Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: state.Drifted},
+		{Policy: "roce", Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: state.InSync},
+	}
+	if diff := cmp.Diff(wantTargets, mlx["PolicyTargets"].Value()); diff != "" {
+		t.Errorf("mlx5_0 PolicyTargets: -want +got\n%s", diff)
+	}
+	if got := mlx["PolicyState"].Value(); got != state.Drifted {
+		t.Errorf("mlx5_0 PolicyState = %v, want drifted", got)
+	}
+	wantPorts := []Port{
+		{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: "ens1f0"},
+		{Port: 2, State: "DOWN", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: "ens1f0"},
+	}
+	if diff := cmp.Diff(wantPorts, mlx["Ports"].Value()); diff != "" {
+		t.Errorf("mlx5_0 Ports: -want +got\n%s", diff)
+	}
+	rxe := v.objects[DevicePath("rxe0")].props[DeviceInterface]
+	if got := rxe["PolicyState"].Value(); got != "none" {
+		t.Errorf("rxe0 PolicyState = %v, want none", got)
+	}
+	if got := rxe["PolicyTargets"].Value().([]Target); len(got) != 0 {
+		t.Errorf("rxe0 PolicyTargets = %v, want none", got)
+	}
+
+	// Every property's type must match what the introspection declares,
+	// or busctl and gdbus would show one thing and receive another.
+	for p, o := range v.objects {
+		for ifc, ps := range o.props {
+			decl := map[string]string{}
+			src := agentIntrospection
+			if ifc == DeviceInterface {
+				src = deviceIntrospection
+			}
+			for _, pr := range src.Properties {
+				decl[pr.Name] = pr.Type
+			}
+			for name, val := range ps {
+				if got := val.Signature().String(); got != decl[name] {
+					t.Errorf("%s %s.%s has type %q, introspection says %q", p, ifc, name, got, decl[name])
+				}
+			}
+			if len(ps) != len(decl) {
+				t.Errorf("%s %s has %d properties, introspection declares %d", p, ifc, len(ps), len(decl))
+			}
+		}
+	}
+
+	wantNodes := map[godbus.ObjectPath][]string{
+		"/":                        {"org"},
+		"/org":                     {"rdmad"},
+		"/org/rdmad":               {"Agent1"},
+		"/org/rdmad/Agent1":        {"device"},
+		"/org/rdmad/Agent1/device": {"mlx5_5f0", "rxe0"},
+	}
+	if diff := cmp.Diff(wantNodes, v.nodes); diff != "" {
+		t.Errorf("nodes: -want +got\n%s", diff)
+	}
+}
+
+func TestWorstState(t *testing.T) {
+	tests := []struct {
+		name   string
+		states []string
+		want   string
+	}{
+		{"none", nil, "none"},
+		{"in sync", []string{state.InSync, state.InSync}, state.InSync},
+		{"error wins", []string{state.InSync, state.Drifted, state.TargetError}, state.TargetError},
+		{"drift over applied", []string{state.Applied, state.Drifted}, state.Drifted},
+		{"applied over unsupported", []string{state.Unsupported, state.Applied}, state.Applied},
+		{"unknown state shown", []string{"weird"}, "weird"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ts []Target
+			for _, s := range tt.states {
+				ts = append(ts, Target{State: s})
+			}
+			if got := worstState(ts); got != tt.want {
+				t.Errorf("worstState(%v) = %q, want %q", tt.states, got, tt.want)
+			}
+		})
+	}
+}
+
+// sigSummary is a signal in a form cmp can compare.
+type sigSummary struct {
+	Path godbus.ObjectPath
+	Name string
+	Body []any
+}
+
+func summarise(sigs []signal) []sigSummary {
+	var out []sigSummary
+	for _, s := range sigs {
+		body := s.body
+		switch s.name {
+		case ObjectManagerInterface + ".InterfacesAdded":
+			// The properties are checked elsewhere; here only which
+			// interfaces the object has.
+			body = []any{s.body[0], sortedKeys(s.body[1].(props))}
+		case PropertiesInterface + ".PropertiesChanged":
+			body = []any{s.body[0], sortedKeys(s.body[1].(map[string]godbus.Variant))}
+		}
+		out = append(out, sigSummary{s.path, s.name, body})
+	}
+	return out
+}
+
+func TestChanges(t *testing.T) {
+	base := snapshot([]inventory.Device{device("rxe0", "eth0", "ACTIVE")},
+		state.Target{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync})
+	withState := func(f func(s *state.Snapshot)) *state.Snapshot {
+		s := *base
+		f(&s)
+		return &s
+	}
+	rxe := DevicePath("rxe0")
+	tests := []struct {
+		name string
+		old  *state.Snapshot
+		cur  *state.Snapshot
+		want []sigSummary
+	}{
+		{name: "first view emits nothing", old: nil, cur: base},
+		{name: "no change", old: base, cur: withState(func(s *state.Snapshot) { s.Seq++ })},
+		{
+			name: "state",
+			old:  base,
+			cur:  withState(func(s *state.Snapshot) { s.State = state.Reloading }),
+			want: []sigSummary{{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"State"}}}},
+		},
+		{
+			name: "device appears",
+			old:  base,
+			cur: withState(func(s *state.Snapshot) {
+				s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "DOWN"), base.Devices[0]}
+			}),
+			want: []sigSummary{
+				{Path, ObjectManagerInterface + ".InterfacesAdded", []any{DevicePath("mlx5_0"), []string{DeviceInterface}}},
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Devices", "PortsTotal"}}},
+			},
+		},
+		{
+			name: "device vanishes",
+			old:  base,
+			cur:  withState(func(s *state.Snapshot) { s.Devices = nil }),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Devices", "PortsActive", "PortsTotal"}}},
+				{Path, ObjectManagerInterface + ".InterfacesRemoved", []any{rxe, []string{DeviceInterface}}},
+			},
+		},
+		{
+			name: "port goes down",
+			old:  base,
+			cur:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "DOWN")} }),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PortsActive"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
+				{Path, Interface + ".LinkChanged", []any{rxe, "rxe0", uint32(1), "ACTIVE", "DOWN", "eth0"}},
+			},
+		},
+		{
+			name: "port added and removed",
+			old:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "ACTIVE", "DOWN")} }),
+			cur:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "ACTIVE")} }),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PortsTotal"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
+				{Path, Interface + ".LinkChanged", []any{rxe, "rxe0", uint32(2), "DOWN", "", "eth0"}},
+			},
+		},
+		{
+			name: "policy drifts",
+			old:  base,
+			cur: withState(func(s *state.Snapshot) {
+				s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Targets: []state.Target{
+					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: state.Drifted}}}}}
+			}),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Healthy", "PolicyTargets"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
+				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", state.InSync, state.Drifted, "9000", "1500", ""}},
+			},
+		},
+		{
+			name: "actual value changes without a state change",
+			old:  base,
+			cur: withState(func(s *state.Snapshot) {
+				s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Targets: []state.Target{
+					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync, Applies: 7}}}}}
+			}),
+		},
+		{
+			name: "policy removed",
+			old:  base,
+			cur:  withState(func(s *state.Snapshot) { s.Policy = state.Policy{} }),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PolicyTargets"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
+				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", state.InSync, "", "9000", "9000", ""}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var old *view
+			if tt.old != nil {
+				old = newView(tt.old)
+			}
+			got := summarise(changes(old, newView(tt.cur)))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("changes: -want +got\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDocsMatchIntrospection keeps docs/DBUS.md's XML equal to what rdmad
+// serves.
+func TestDocsMatchIntrospection(t *testing.T) {
+	b, err := os.ReadFile("../../docs/DBUS.md")
+	if err != nil {
+		t.Fatalf("read the interface reference: %v", err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "```xml\n")
+	if start < 0 {
+		t.Fatal("docs/DBUS.md has no ```xml block with the introspection data")
+	}
+	rest := doc[start+len("```xml\n"):]
+	end := strings.Index(rest, "```")
+	if end < 0 {
+		t.Fatal("docs/DBUS.md: the ```xml block does not end")
+	}
+	if diff := cmp.Diff(InterfaceXML(), strings.TrimSpace(rest[:end])); diff != "" {
+		t.Errorf("docs/DBUS.md's XML differs from InterfaceXML() (update the doc with go test -run TestDocsMatchIntrospection -v output): -want +got\n%s", diff)
+	}
+}
