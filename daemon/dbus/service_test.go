@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	godbus "github.com/godbus/dbus/v5"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/inventory"
