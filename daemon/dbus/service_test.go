@@ -604,8 +604,11 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 			}
 		})
 	}
-	if fb.reloads() != 0 || fb.applies != 0 {
-		t.Errorf("backend ran %d reloads and %d applies for nobody, want none", fb.reloads(), fb.applies)
+	fb.mu.Lock()
+	applies := fb.applies
+	fb.mu.Unlock()
+	if fb.reloads() != 0 || applies != 0 {
+		t.Errorf("backend ran %d reloads and %d applies for nobody, want none", fb.reloads(), applies)
 	}
 }
 
@@ -779,22 +782,76 @@ func TestIntegrationCoalesces(t *testing.T) {
 		store.Update(func(s *state.Snapshot) { s.Summary = fmt.Sprint("burst ", i) })
 	}
 	waitProperty(t, conn.Object(Name, Path), "Summary", fmt.Sprint("burst ", n))
-	got := 0
+	got, last := 0, ""
 	for {
 		select {
 		case s := <-sigs:
 			if s.Name == PropertiesInterface+".PropertiesChanged" {
 				got++
+				if v, ok := s.Body[1].(map[string]godbus.Variant)["Summary"]; ok {
+					last = v.Value().(string)
+				}
 			}
 			continue
 		case <-time.After(200 * time.Millisecond):
 		}
 		break
 	}
-	if got < 1 || got > n {
-		t.Errorf("%d PropertiesChanged for %d snapshots, want between 1 and %d", got, n, n)
+	if want := fmt.Sprint("burst ", n); last != want {
+		t.Errorf("last PropertiesChanged has Summary %q, want %q (the newest state)", last, want)
+	}
+	if got > n {
+		t.Errorf("%d PropertiesChanged for %d snapshots, want at most one per snapshot", got, n)
 	}
 	t.Logf("%d snapshots -> %d PropertiesChanged", n, got)
+}
+
+// blockingBackend holds every Reload until release is closed.
+type blockingBackend struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+		return api.ReloadResult{OK: true, Generation: 9}, nil
+	case <-ctx.Done():
+		return api.ReloadResult{}, ctx.Err()
+	}
+}
+
+// TestIntegrationCallLimit checks that calls beyond MaxCalls are refused
+// with ErrBusy instead of piling up behind a slow daemon.
+func TestIntegrationCallLimit(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	bb := &blockingBackend{started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
+	startRun(t, newStore(), bb).waitFor(t, 0, state.OK, "")
+	obj := rootConn(t).Object(Name, Path)
+	calls := make([]*godbus.Call, MaxCalls)
+	for i := range calls {
+		calls[i] = obj.Go(Interface+".Reload", 0, make(chan *godbus.Call, 1))
+	}
+	for range MaxCalls {
+		select {
+		case <-bb.started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("fewer than %d Reloads reached the backend", MaxCalls)
+		}
+	}
+	if err := obj.Call(Interface+".Reload", 0).Err; !isDBusError(err, ErrBusy) {
+		t.Errorf("Reload number %d while %d run: err = %v, want %s", MaxCalls+1, MaxCalls, err, ErrBusy)
+	}
+	close(bb.release)
+	for i, c := range calls {
+		<-c.Done
+		var gen uint64
+		if err := c.Store(&gen); err != nil || gen != 9 {
+			t.Errorf("held Reload %d = %d, %v; want 9", i, gen, err)
+		}
+	}
 }
 
 func TestIntegrationNameTaken(t *testing.T) {
