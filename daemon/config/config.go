@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/rdmad/rdmad/policy/memlock"
 )
 
 // Default paths.
@@ -26,6 +28,7 @@ const (
 type Config struct {
 	Daemon   Daemon   `toml:"daemon" json:"daemon"`
 	Policies []Policy `toml:"policy" json:"policies"`
+	Memlock  Memlock  `toml:"memlock" json:"memlock"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-" json:"files"`
@@ -96,6 +99,21 @@ type source struct {
 // File reports the file that declared p.
 func (p *Policy) File() string { return p.src.file }
 
+// Memlock holds [memlock]: locked-memory limits, which memory registration
+// (ibv_reg_mr) counts against.
+type Memlock struct {
+	// Daemon is the RLIMIT_MEMLOCK rdmad raises for itself at start and on
+	// reload ("unlimited", "64MiB"); nil leaves it as systemd set it
+	// (LimitMEMLOCK=).
+	Daemon *memlock.Size `toml:"daemon" json:"daemon,omitempty"`
+	// Users, when set, makes rdmad keep LimitsFile with memlock rules for
+	// UsersDomain, so that RDMA applications of users get a usable limit
+	// at their next login.
+	Users       *memlock.Size `toml:"users" json:"users,omitempty"`
+	UsersDomain string        `toml:"users_domain" json:"users_domain"`
+	LimitsFile  string        `toml:"limits_file" json:"limits_file"`
+}
+
 // A Duration is a time.Duration written as a Go duration string ("5m").
 type Duration struct{ time.Duration }
 
@@ -122,6 +140,7 @@ func Default() *Config {
 			LogLevel:       "info",
 			ResyncInterval: Duration{5 * time.Minute},
 		},
+		Memlock: Memlock{UsersDomain: "*", LimitsFile: memlock.DefaultLimitsPath},
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/policy/memlock"
 )
 
 // write lays out a config directory: files maps a path relative to dir to
@@ -63,6 +65,11 @@ dscp_to_prio = { 26 = 3, 48 = 6 }
 tos = 106
 mode = "v2"
 
+[memlock]
+daemon = "unlimited"
+users = "64MiB"
+users_domain = "@rdma"
+
 [[policy]]
 name = "ib"
 devices = ["mlx5_*"]
@@ -85,6 +92,7 @@ mtu = 2044
 		t.Fatal(err)
 	}
 	tos := 106
+	unlimited, mib64 := memlock.Unlimited, 64*memlock.MiB
 	want := &Config{
 		Daemon: Daemon{Socket: "/run/x/rdmad.sock", LogLevel: "warn", ResyncInterval: Duration{time.Minute}},
 		Policies: []Policy{
@@ -94,6 +102,7 @@ mtu = 2044
 				RoCE: &RoCE{TOS: &tos, Mode: "v2"}},
 			{Name: "ib", Devices: []string{"mlx5_1"}, Mode: "enforce", MTU: 2044},
 		},
+		Memlock: Memlock{Daemon: &unlimited, Users: &mib64, UsersDomain: "@rdma", LimitsFile: memlock.DefaultLimitsPath},
 		Files: []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
 	}
 	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
@@ -185,6 +194,11 @@ mode = "v3"
 			name:  "duplicate policy in one file",
 			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = 1500\n[[policy]]\nname = \"a\"\nnetdevs = [\"y\"]\nmtu = 1500\n"},
 			want:  []string{`D/rdmad.toml:6: policy[1].name: policy "a" is declared twice in this file (also policy[0]); give each block its own name`},
+		},
+		{
+			name:  "memlock values",
+			files: map[string]string{"rdmad.toml": "[memlock]\ndaemon = \"64MB\"\n"},
+			want:  []string{`D/rdmad.toml:2: memlock.daemon: memlock: parse size "64MB": decimal unit "MB" is ambiguous; use MiB (binary, 1024-based)`},
 		},
 		{
 			name:  "missing group",

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/rdmad/rdmad/policy/memlock"
 )
 
 // An Error is one problem in one configuration file.
@@ -186,6 +188,16 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 	if d.ResyncInterval.Duration < 10e9 {
 		bad(lastSetter(c.Files, locs, "daemon.resync_interval", main), "daemon.resync_interval",
 			"%s is too short; use at least 10s (events drive reconciliation; this only catches lost ones)", d.ResyncInterval.Duration)
+	}
+
+	m := &c.Memlock
+	if m.UsersDomain == "" || strings.ContainsAny(m.UsersDomain, " \t\n") {
+		bad(lastSetter(c.Files, locs, "memlock.users_domain", main), "memlock.users_domain",
+			"%q is not a limits.conf domain; use \"*\", \"@group\" or a user name", m.UsersDomain)
+	}
+	if !filepath.IsAbs(m.LimitsFile) {
+		bad(lastSetter(c.Files, locs, "memlock.limits_file", main), "memlock.limits_file",
+			"%q is not an absolute path; use e.g. %q", m.LimitsFile, memlock.DefaultLimitsPath)
 	}
 
 	for i := range c.Policies {

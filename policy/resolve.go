@@ -1,0 +1,169 @@
+// Package policy decides what the node's RDMA settings should be: it matches
+// the declared [[policy]] blocks against the netdevs and RDMA ports that exist
+// and resolves, per object and setting, which policy is in charge. The
+// appliers in its sub-packages (mtu, qos, roce, memlock) act; the daemon's
+// reconciler orchestrates.
+package policy
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/policy/qos"
+)
+
+// A Port is an RDMA port and the netdev it runs over ("" for InfiniBand ports
+// without IPoIB).
+type Port struct {
+	Device string
+	Port   int
+	Netdev string
+}
+
+func (p Port) String() string { return fmt.Sprintf("%s/%d", p.Device, p.Port) }
+
+// A Source names the policy a desired value comes from.
+type Source struct {
+	Policy string
+	// Observe reports whether the policy only observes (mode = "observe").
+	Observe bool
+}
+
+// NetdevWant is what the policies want of one netdev.
+type NetdevWant struct {
+	MTU    int // 0: unmanaged
+	MTUSrc Source
+	QoS    *qos.Desired // nil: unmanaged
+	QoSSrc Source
+}
+
+// PortWant is what the policies want of one RDMA port.
+type PortWant struct {
+	ToS     *int   // nil: unmanaged
+	Mode    string // "", "v1" or "v2"
+	RoCESrc Source
+}
+
+// Desired is the resolved policy for every matched object.
+type Desired struct {
+	Netdevs map[string]NetdevWant
+	Ports   map[Port]PortWant
+	// Matches lists, per policy name, the objects it is in charge of (for
+	// status: a policy that matches nothing says so).
+	Matches map[string][]string
+}
+
+// Resolve matches policies against netdevs and ports.
+//
+// A policy selects a netdev when one of its netdevs globs matches the name,
+// or when one of its devices globs matches an RDMA device with a port over
+// that netdev. It selects an RDMA port when one of its devices globs matches
+// the device, or one of its netdevs globs matches the port's netdev. When
+// several policies set the same thing on the same object, the later one in
+// configuration order wins (drop-ins are merged after the main file, so a
+// drop-in overrides it); MTU, [policy.qos] and [policy.roce] are resolved
+// separately.
+func Resolve(policies []config.Policy, netdevs []string, ports []Port) Desired {
+	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Matches: map[string][]string{}}
+	for _, p := range policies {
+		d.Matches[p.Name] = []string{}
+		src := Source{Policy: p.Name, Observe: p.Mode == "observe"}
+		selected := map[string]bool{}
+		for _, nd := range netdevs {
+			if anyMatch(p.Netdevs, nd) {
+				selected[nd] = true
+			}
+		}
+		for _, pt := range ports {
+			if pt.Netdev != "" && anyMatch(p.Devices, pt.Device) {
+				selected[pt.Netdev] = true
+			}
+		}
+		for nd := range selected {
+			if p.MTU == 0 && p.QoS == nil {
+				break
+			}
+			w := d.Netdevs[nd]
+			if p.MTU != 0 {
+				w.MTU, w.MTUSrc = p.MTU, src
+			}
+			if p.QoS != nil {
+				w.QoS, w.QoSSrc = desiredQoS(p.QoS), src
+			}
+			d.Netdevs[nd] = w
+			d.Matches[p.Name] = append(d.Matches[p.Name], nd)
+		}
+		if p.RoCE != nil {
+			for _, pt := range ports {
+				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
+					continue
+				}
+				d.Ports[pt] = PortWant{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode, RoCESrc: src}
+				d.Matches[p.Name] = append(d.Matches[p.Name], pt.String())
+			}
+		}
+		sort.Strings(d.Matches[p.Name])
+		d.Matches[p.Name] = dedup(d.Matches[p.Name])
+	}
+	return d
+}
+
+func desiredQoS(q *config.QoS) *qos.Desired {
+	return &qos.Desired{Trust: q.Trust, PFC: q.PFC, DSCPToPrio: q.DSCPToPrio}
+}
+
+func anyMatch(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func dedup(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// FormatQoS renders a QoS setting for status ("trust=dscp pfc=3 dscp=26:3,48:6").
+func FormatQoS(trust string, pfc []int, dscp map[int]int, pfcManaged, dscpManaged bool) string {
+	var parts []string
+	if trust != "" {
+		parts = append(parts, "trust="+trust)
+	}
+	if pfcManaged {
+		ps := make([]string, len(pfc))
+		for i, p := range pfc {
+			ps[i] = fmt.Sprint(p)
+		}
+		if len(ps) == 0 {
+			ps = []string{"none"}
+		}
+		parts = append(parts, "pfc="+strings.Join(ps, ","))
+	}
+	if dscpManaged {
+		keys := make([]int, 0, len(dscp))
+		for k := range dscp {
+			keys = append(keys, k)
+		}
+		sort.Ints(keys)
+		ms := make([]string, len(keys))
+		for i, k := range keys {
+			ms[i] = fmt.Sprintf("%d:%d", k, dscp[k])
+		}
+		if len(ms) == 0 {
+			ms = []string{"none"}
+		}
+		parts = append(parts, "dscp="+strings.Join(ms, ","))
+	}
+	return strings.Join(parts, " ")
+}

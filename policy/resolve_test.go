@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/policy/qos"
+)
+
+func TestResolve(t *testing.T) {
+	tos := 106
+	policies := []config.Policy{
+		{Name: "fabric", Netdevs: []string{"rdt*"}, Mode: "enforce", MTU: 4200},
+		{Name: "by-device", Devices: []string{"mlx5_*"}, Mode: "observe", MTU: 9000,
+			QoS: &config.QoS{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3}}},
+		{Name: "roce", Netdevs: []string{"ens1f1"}, Mode: "enforce", RoCE: &config.RoCE{TOS: &tos, Mode: "v2"}},
+		{Name: "override", Netdevs: []string{"rdt1"}, Mode: "enforce", MTU: 1500},
+		{Name: "nothing", Netdevs: []string{"zz*"}, Mode: "enforce", MTU: 1500},
+	}
+	netdevs := []string{"lo", "rdt0", "rdt1", "ens1f0", "ens1f1", "eth9"}
+	ports := []Port{{"mlx5_0", 1, "ens1f0"}, {"mlx5_1", 1, "ens1f1"}, {"mlx4_0", 1, ""}}
+
+	got := Resolve(policies, netdevs, ports)
+	enforce := func(p string) Source { return Source{Policy: p} }
+	observe := func(p string) Source { return Source{Policy: p, Observe: true} }
+	q := &qos.Desired{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3}}
+	want := Desired{
+		Netdevs: map[string]NetdevWant{
+			"rdt0":   {MTU: 4200, MTUSrc: enforce("fabric")},
+			"rdt1":   {MTU: 1500, MTUSrc: enforce("override")}, // the later policy wins
+			"ens1f0": {MTU: 9000, MTUSrc: observe("by-device"), QoS: q, QoSSrc: observe("by-device")},
+			"ens1f1": {MTU: 9000, MTUSrc: observe("by-device"), QoS: q, QoSSrc: observe("by-device")},
+		},
+		Ports: map[Port]PortWant{
+			{"mlx5_1", 1, "ens1f1"}: {ToS: &tos, Mode: "v2", RoCESrc: enforce("roce")},
+		},
+		Matches: map[string][]string{
+			"fabric":    {"rdt0", "rdt1"},
+			"by-device": {"ens1f0", "ens1f1"},
+			"roce":      {"mlx5_1/1"},
+			"override":  {"rdt1"},
+			"nothing":   {},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Resolve (-want +got):\n%s", diff)
+	}
+}
+
+func TestFormatQoS(t *testing.T) {
+	for _, tt := range []struct {
+		trust  string
+		pfc    []int
+		dscp   map[int]int
+		pm, dm bool
+		want   string
+	}{
+		{"dscp", []int{3, 4}, map[int]int{48: 6, 26: 3}, true, true, "trust=dscp pfc=3,4 dscp=26:3,48:6"},
+		{"", nil, nil, true, false, "pfc=none"},
+		{"pcp", nil, map[int]int{}, false, true, "trust=pcp dscp=none"},
+	} {
+		if got := FormatQoS(tt.trust, tt.pfc, tt.dscp, tt.pm, tt.dm); got != tt.want {
+			t.Errorf("FormatQoS = %q, want %q", got, tt.want)
+		}
+	}
+}
