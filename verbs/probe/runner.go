@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -25,8 +26,8 @@ type Config struct {
 	// Interval between probe rounds on each port; default 1s
 	// (config [probe] loopback_interval).
 	Interval time.Duration
-	// Timeout for one operation to complete; default 500ms, at most
-	// Interval.
+	// Timeout for one round (WRITE, READ and SEND/RECV) to complete;
+	// default 500ms, at most Interval.
 	Timeout time.Duration
 	// Rescan is how often the device list is read again to find devices
 	// that appeared or returned; default 5s.
@@ -91,6 +92,8 @@ func (c *Config) setDefaults() error {
 type Runner struct {
 	cfg Config
 
+	rescan chan struct{} // Rescan's trigger, buffered 1
+
 	mu          sync.Mutex
 	ports       map[portKey]*portState
 	inject      map[portKey]bool
@@ -114,7 +117,36 @@ func New(cfg Config) (*Runner, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, ports: map[portKey]*portState{}, inject: map[portKey]bool{}}, nil
+	return &Runner{cfg: cfg, ports: map[portKey]*portState{}, inject: map[portKey]bool{}, rescan: make(chan struct{}, 1)}, nil
+}
+
+// Rescan makes Run look for new devices now instead of at the next Rescan
+// interval; the daemon calls it on an infiniband uevent. It never blocks.
+func (r *Runner) Rescan() {
+	select {
+	case r.rescan <- struct{}{}:
+	default:
+	}
+}
+
+// uverbsDir lists the uverbs character devices; a change in it is what
+// makes a new ibv_get_device_list worthwhile.
+const uverbsDir = "/sys/class/infiniband_verbs"
+
+// uverbsNames returns the entries of uverbsDir, or nil if it is missing.
+// Reading one sysfs directory costs a few syscalls, ibv_get_device_list
+// reads dozens of sysfs files per device; the cheap check runs on every
+// rescan tick and the expensive one only when the set changed.
+func uverbsNames() []string {
+	ents, err := os.ReadDir(uverbsDir)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // InjectQPError makes the next round on dev's port move the probe's QP to
@@ -216,14 +248,29 @@ func (r *Runner) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(r.cfg.Rescan)
 	defer t.Stop()
+	var seen []string
+	first := true
 	for {
+		exited := false
 		for name, d := range running {
 			select {
 			case <-d.done:
 				delete(running, name)
+				exited = true
 			default:
 			}
 		}
+		names := uverbsNames()
+		if !first && !exited && slices.Equal(names, seen) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			case <-r.rescan:
+			}
+			continue
+		}
+		first, seen = false, names
 		devs, err := verbs.Devices()
 		r.mu.Lock()
 		if err != nil {
@@ -248,6 +295,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-r.rescan:
 		}
 	}
 }

@@ -185,6 +185,10 @@ func wrid(seq uint64, op int) uint64 { return seq<<4 | uint64(op) }
 // failure it returns the RTTs of the operations that succeeded, the index
 // of the one that failed, and the error.
 func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Duration, failed int, err error) {
+	// One deadline for the round rather than one timer per operation:
+	// each operation still fails as a timeout if the round runs out.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	mr := s.mr
 	// RDMA WRITE: A's payload into B's memory, no receiver involvement.
 	fill(s.slot(slotWriteSrc), seq, opWrite)
@@ -238,8 +242,6 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 // op posts one request and waits for want completions of this round,
 // returning the time from post to the last completion.
 func (s *session) op(ctx context.Context, op int, seq uint64, want int, post func() error) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	start := time.Now()
 	if err := post(); err != nil {
 		return 0, err
@@ -249,7 +251,7 @@ func (s *session) op(ctx context.Context, op int, seq uint64, want int, post fun
 		n, err := s.cq.PollWait(ctx, s.wcs, s.spin)
 		if err != nil {
 			if ctx.Err() == context.DeadlineExceeded {
-				return 0, fmt.Errorf("probe: %s on port %d: no completion within %v: %w", opNames[op], s.port, s.timeout, context.DeadlineExceeded)
+				return 0, fmt.Errorf("probe: %s on port %d: no completion within the round's %v: %w", opNames[op], s.port, s.timeout, context.DeadlineExceeded)
 			}
 			return 0, err
 		}
