@@ -23,6 +23,7 @@ import (
 
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/config"
+	rdbus "github.com/rdmad/rdmad/daemon/dbus"
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 )
@@ -59,13 +60,9 @@ type Daemon struct {
 	cfg    *config.Config
 	socket string
 	gen    uint64
+	rec    *reconciler
 
-	reqs chan reloadRequest // from API and D-Bus to the main loop
-}
-
-type reloadRequest struct {
-	why   string
-	reply chan api.ReloadResult
+	reqs chan func() // work for the main loop, from the API and D-Bus
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -81,7 +78,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts:  opts,
 		level: new(slog.LevelVar),
 		inv:   inventory.Reader{Root: opts.SysfsRoot},
-		reqs:  make(chan reloadRequest, 8),
+		reqs:  make(chan func(), 8),
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	now := time.Now()
@@ -140,16 +137,28 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent("config-watch", state.OK, nil)
 	}
 
+	d.rec = newReconciler(d.log)
+	defer d.rec.Close()
+	ev := d.startEvents(ctx, &wg)
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rdbus.Run(ctx, rdbus.Options{Store: d.store, Backend: backend{d}, Logger: d.log.With("component", "dbus"),
+			Report: func(st string, err error) { d.setComponent(rdbus.ComponentName, st, err) }})
+	}()
+
 	d.refresh("start")
+	d.reconcile(nil)
 	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
 	d.notify.ready(snap.Summary)
 	d.log.Info("rdmad started", "version", opts.Version, "socket", d.socket, "config", opts.ConfigPath,
 		"generation", d.gen, "devices", len(snap.Devices))
 
-	return d.loop(ctx, cfgChanged, apiErr)
+	return d.loop(ctx, cfgChanged, apiErr, ev)
 }
 
-func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-chan error) error {
+func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-chan error, ev events) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -181,10 +190,19 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.reload("SIGHUP")
 		case <-cfgChanged:
 			d.reload("config file changed")
-		case r := <-d.reqs:
-			r.reply <- d.reload(r.why)
+		case f := <-d.reqs:
+			f()
+		case e := <-ev.link:
+			d.onLink(e)
+		case e := <-ev.uevent:
+			d.onUevent(e)
+		case <-ev.lost:
+			d.log.Warn("kernel events were lost; resyncing everything")
+			d.refresh("lost events")
+			d.reconcile(nil)
 		case <-resync.C:
 			d.refresh("periodic resync")
+			d.reconcile(nil)
 			resync.Reset(d.cfg.Daemon.ResyncInterval.Duration)
 		case <-fault:
 			d.log.Warn("test fault: main loop hangs until stopped (RDMAD_TEST_FAULT=hang-on-sigusr2)")
@@ -216,6 +234,8 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		}
 		d.api.SetPolicy(d.accessPolicy(cfg))
 		d.refresh("reload")
+		d.rec.forget()
+		d.reconcile(nil)
 	}
 	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
 	d.notify.ready(snap.Summary)
@@ -366,18 +386,49 @@ type backend struct{ d *Daemon }
 func (b backend) Snapshot() *state.Snapshot { return b.d.store.Load() }
 
 func (b backend) Reload(ctx context.Context) (api.ReloadResult, error) {
-	r := reloadRequest{why: "API request", reply: make(chan api.ReloadResult, 1)}
+	var res api.ReloadResult
+	err := b.d.do(ctx, func() { res = b.d.reload("request") })
+	return res, err
+}
+
+func (b backend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
+	var cs []state.Change
+	err := b.d.do(ctx, func() { cs, _ = b.d.rec.pass(b.d.cfg, b.d.store.Load().Devices, nil, false) })
+	return cs, err
+}
+
+func (b backend) PolicyApply(ctx context.Context) (api.ApplyResult, error) {
+	var res api.ApplyResult
+	err := b.d.do(ctx, func() {
+		d := b.d
+		d.refresh("policy apply request")
+		res.Changes = d.reconcile(nil)
+		res.Policy = d.store.Load().Policy
+	})
+	return res, err
+}
+
+// Apply serves D-Bus's Apply().
+func (b backend) Apply(ctx context.Context) error {
+	_, err := b.PolicyApply(ctx)
+	return err
+}
+
+// do runs f on the main loop and waits for it. The queue is short on
+// purpose: callers beyond it are told to come back rather than pile up.
+func (d *Daemon) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
 	select {
-	case b.d.reqs <- r:
+	case d.reqs <- func() { f(); close(done) }:
 	case <-ctx.Done():
-		return api.ReloadResult{}, ctx.Err()
+		return ctx.Err()
 	default:
-		return api.ReloadResult{}, errors.New("too many reloads queued; try again in a moment")
+		return errors.New("rdmad is busy with other requests; try again in a moment")
 	}
 	select {
-	case res := <-r.reply:
-		return res, nil
+	case <-done:
+		return nil
 	case <-ctx.Done():
-		return api.ReloadResult{}, ctx.Err()
+		return ctx.Err()
 	}
 }

@@ -37,6 +37,7 @@ func init() {
 	commands = []command{
 		{"status", "", "show the daemon, its configuration, devices, ports and components", cmdStatus},
 		{"reload", "", "reload the configuration (root or admin_group)", cmdReload},
+		{"policy", "diff|apply", "show what the policies would change / apply them now (apply: root or admin_group)", cmdPolicy},
 		{"version", "", "print rdmactl's and rdmad's versions", cmdVersion},
 		{"help", "", "show this help", nil},
 	}

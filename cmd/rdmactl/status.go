@@ -69,20 +69,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 
 	if len(s.Policy.Policies) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
-		for _, p := range s.Policy.Policies {
-			if len(p.Targets) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t-\t(no matching objects)\t\t\t\n", p.Name, p.Mode)
-			}
-			for _, t := range p.Targets {
-				st := t.State
-				if t.Error != "" {
-					st += ": " + t.Error
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Mode, t.Kind, t.Object, t.Desired, t.Actual, st)
-			}
-		}
-		tw.Flush()
+		printPolicies(w, s.Policy.Policies)
 	}
 
 	fmt.Fprintln(w)
@@ -157,4 +144,22 @@ func decodeSnapshot(raw []byte) (*state.Snapshot, error) {
 		return nil, fmt.Errorf("decode status: %w", err)
 	}
 	return &s, nil
+}
+
+func printPolicies(w io.Writer, ps []state.PolicyStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
+	for _, p := range ps {
+		if len(p.Targets) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t-\t(matches nothing)\t\t\t\n", p.Name, p.Mode)
+		}
+		for _, t := range p.Targets {
+			st := t.State
+			if t.Error != "" {
+				st += ": " + t.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Mode, t.Kind, t.Object, dash(t.Desired), dash(t.Actual), st)
+		}
+	}
+	tw.Flush()
 }

@@ -36,6 +36,15 @@ func (f *fakeBackend) Reload(ctx context.Context) (ReloadResult, error) {
 	return ReloadResult{OK: true, Generation: uint64(n) + 1}, nil
 }
 
+func (f *fakeBackend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
+	return []state.Change{{Policy: "p", Kind: "mtu", Object: "x", From: "1500", To: "4200", Action: "apply"}}, nil
+}
+
+func (f *fakeBackend) PolicyApply(ctx context.Context) (ApplyResult, error) {
+	f.reloads.Add(100)
+	return ApplyResult{}, nil
+}
+
 func TestServeHTTP(t *testing.T) {
 	const self, member, admin, stranger = 1000, 1001, 1002, 1003
 	pol := Policy{SelfUID: self, ReadGID: 500, AdminGID: 600}
@@ -66,7 +75,10 @@ func TestServeHTTP(t *testing.T) {
 		{"root", "POST", "/v1/status", 405, "use GET"},
 		{"root", "HEAD", "/v1/status", 200, ""},
 		{"root", "GET", "/v2/status", 404, "no route /v2/status"},
-		{"root", "GET", "/", 404, "routes: GET /v1/status, POST /v1/reload"},
+		{"root", "GET", "/", 404, "routes: GET /v1/policy/diff, GET /v1/status, POST /v1/policy/apply, POST /v1/reload"},
+		{"member", "GET", "/v1/policy/diff", 200, ""},
+		{"member", "POST", "/v1/policy/apply", 403, "may not change rdmad's state (/v1/policy/apply)"},
+		{"admin", "POST", "/v1/policy/apply", 200, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {
@@ -91,6 +103,9 @@ func TestServeHTTP(t *testing.T) {
 			wantReloads := int32(0)
 			if tt.path == "/v1/reload" && tt.code == 200 {
 				wantReloads = 1
+			}
+			if tt.path == "/v1/policy/apply" && tt.code == 200 {
+				wantReloads = 100
 			}
 			if got := b.reloads.Load(); got != wantReloads {
 				t.Errorf("backend reloaded %d times, want %d", got, wantReloads)

@@ -32,6 +32,24 @@ type Backend interface {
 	// Reload loads the configuration again. A config error is reported in
 	// the result, not as an error: the daemon keeps the last good config.
 	Reload(ctx context.Context) (ReloadResult, error)
+	// PolicyDiff returns what a policy pass would change, changing nothing.
+	PolicyDiff(ctx context.Context) ([]state.Change, error)
+	// PolicyApply runs a full policy pass now.
+	PolicyApply(ctx context.Context) (ApplyResult, error)
+}
+
+// ApplyResult is the answer of POST /v1/policy/apply.
+type ApplyResult struct {
+	// Changes lists the differences the pass found (and, for policies in
+	// enforce mode, applied).
+	Changes []state.Change `json:"changes"`
+	// Policy is the policy state after the pass.
+	Policy state.Policy `json:"policy"`
+}
+
+// DiffResult is the answer of GET /v1/policy/diff.
+type DiffResult struct {
+	Changes []state.Change `json:"changes"`
 }
 
 // ReloadResult is the answer of POST /v1/reload.
@@ -62,8 +80,10 @@ type route struct {
 
 // routes is the whole API. Keep docs/API.md in step with it.
 var routes = map[string]route{
-	"/v1/status": {http.MethodGet, read, (*Server).serveStatus},
-	"/v1/reload": {http.MethodPost, write, (*Server).serveReload},
+	"/v1/status":       {http.MethodGet, read, (*Server).serveStatus},
+	"/v1/reload":       {http.MethodPost, write, (*Server).serveReload},
+	"/v1/policy/diff":  {http.MethodGet, read, (*Server).servePolicyDiff},
+	"/v1/policy/apply": {http.MethodPost, write, (*Server).servePolicyApply},
 }
 
 // A Server is the local API.
@@ -151,6 +171,30 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusUnprocessableEntity
 	}
 	writeJSON(w, code, res)
+}
+
+func (s *Server) servePolicyDiff(w http.ResponseWriter, r *http.Request) {
+	cs, err := s.backend.PolicyDiff(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if cs == nil {
+		cs = []state.Change{}
+	}
+	writeJSON(w, http.StatusOK, DiffResult{Changes: cs})
+}
+
+func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
+	res, err := s.backend.PolicyApply(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if res.Changes == nil {
+		res.Changes = []state.Change{}
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 // Serve serves the API on ln until ctx is cancelled, then shuts down,

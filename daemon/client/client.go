@@ -100,6 +100,20 @@ func (c *Client) Reload(ctx context.Context) (api.ReloadResult, error) {
 	return r, err
 }
 
+// PolicyDiff returns GET /v1/policy/diff: what a policy pass would change.
+func (c *Client) PolicyDiff(ctx context.Context) ([]state.Change, error) {
+	var r api.DiffResult
+	err := c.do(ctx, http.MethodGet, "/v1/policy/diff", &r)
+	return r.Changes, err
+}
+
+// PolicyApply asks for POST /v1/policy/apply: a full policy pass now.
+func (c *Client) PolicyApply(ctx context.Context) (api.ApplyResult, error) {
+	var r api.ApplyResult
+	err := c.do(ctx, http.MethodPost, "/v1/policy/apply", &r)
+	return r, err
+}
+
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -103,7 +103,7 @@ mtu = 2044
 			{Name: "ib", Devices: []string{"mlx5_1"}, Mode: "enforce", MTU: 2044},
 		},
 		Memlock: Memlock{Daemon: &unlimited, Users: &mib64, UsersDomain: "@rdma", LimitsFile: memlock.DefaultLimitsPath},
-		Files: []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
+		Files:   []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
 	}
 	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
 		t.Errorf("merged config (-want +got):\n%s", diff)

@@ -140,7 +140,7 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)
-	conn, err := godbus.ConnectSystemBus(godbus.WithHandler(s.h), godbus.WithContext(connCtx))
+	conn, err := connectSystemBus(godbus.WithHandler(s.h), godbus.WithContext(connCtx))
 	if err != nil {
 		timer.Stop()
 		return false, connectError(err)
@@ -205,7 +205,7 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 func connectError(err error) error {
 	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 	if addr == "" {
-		addr = "unix:path=/var/run/dbus/system_bus_socket"
+		addr = "unix:path=" + systemBusSocket
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -214,4 +214,23 @@ func connectError(err error) error {
 		return fmt.Errorf("dbus: connect to the system bus at %s: %w; start dbus.service", addr, err)
 	}
 	return fmt.Errorf("dbus: connect to the system bus at %s: %w", addr, err)
+}
+
+// systemBusSocket is the system bus's socket when DBUS_SYSTEM_BUS_ADDRESS is
+// not set (the D-Bus specification's default).
+const systemBusSocket = "/run/dbus/system_bus_socket"
+
+// connectSystemBus is godbus's ConnectSystemBus, except that a machine
+// without a system bus gives an error wrapping fs.ErrNotExist (godbus says
+// only "system bus not found"), so that the component shows "unavailable"
+// rather than "error" where there is no bus at all.
+func connectSystemBus(opts ...godbus.ConnOption) (*godbus.Conn, error) {
+	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
+	if addr == "" {
+		if _, err := os.Stat(systemBusSocket); err != nil {
+			return nil, fmt.Errorf("no system bus (%w)", err)
+		}
+		addr = "unix:path=" + systemBusSocket
+	}
+	return godbus.Connect(addr, opts...)
 }

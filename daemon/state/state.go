@@ -98,6 +98,19 @@ type Target struct {
 	Drifts     uint64    `json:"drifts"`
 }
 
+// A Change is one difference between desired and actual state, as
+// `rdmactl policy diff` shows it (GET /v1/policy/diff).
+type Change struct {
+	Policy string `json:"policy"`
+	Kind   string `json:"kind"`
+	Object string `json:"object"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	// Action is what enforcement does: "apply", or "report" for a policy
+	// in observe mode.
+	Action string `json:"action"`
+}
+
 // A Component is the health of one part of the daemon.
 type Component struct {
 	State string    `json:"state"`

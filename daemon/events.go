@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"path"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/linkwatch"
+	"github.com/rdmad/rdmad/daemon/linkwatch/coalesce"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/daemon/uevent"
+)
+
+// events are the kernel's notifications, each saying "look again at X".
+type events struct {
+	link   <-chan linkwatch.Event
+	uevent <-chan uevent.Event
+	lost   <-chan struct{}
+}
+
+// linkDebounce is short: a reverted MTU should be back within milliseconds,
+// and the coalescing queue still folds a storm into few passes.
+const linkDebounce = 2 * time.Millisecond
+
+// startEvents starts the rtnetlink watcher and the uevent reader. A source
+// that cannot start is reported as a component error; the periodic resync
+// still covers its objects.
+func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
+	lost := make(chan struct{}, 1)
+	signalLost := func() {
+		select {
+		case lost <- struct{}{}:
+		default:
+		}
+	}
+
+	w := linkwatch.New(linkwatch.Options{Debounce: linkDebounce,
+		OnError: func(err error) { d.log.Warn("rtnetlink watcher", "err", err) }})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.setComponent("events-rtnetlink", state.Error, err)
+		}
+	}()
+	d.setComponent("events-rtnetlink", state.OK, nil)
+
+	uev := make(chan uevent.Event, 64)
+	conn, err := uevent.Dial(&uevent.Options{Subsystems: []string{"net", "infiniband"}})
+	if err != nil {
+		d.setComponent("events-uevent", state.Error, err)
+		return events{link: w.Events(), uevent: uev, lost: lost}
+	}
+	d.setComponent("events-uevent", state.OK, nil)
+	q := coalesce.New[string, uevent.Event](20*time.Millisecond, 1024)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer conn.Close()
+		if err := conn.Run(ctx, q); err != nil && !errors.Is(err, context.Canceled) {
+			d.setComponent("events-uevent", state.Error, err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			e, err := q.Next(ctx)
+			switch {
+			case errors.Is(err, coalesce.ErrDropped):
+				signalLost()
+				continue
+			case err != nil:
+				return
+			}
+			select {
+			case uev <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return events{link: w.Events(), uevent: uev, lost: lost}
+}
+
+// onLink handles "look again at netdev X".
+func (d *Daemon) onLink(e linkwatch.Event) {
+	if e.Kind == linkwatch.KindResync {
+		d.refresh("rtnetlink resync")
+		d.reconcile(nil)
+		return
+	}
+	if e.Name == "" {
+		return
+	}
+	d.reconcile(&scope{netdevs: map[string]bool{e.Name: true}})
+}
+
+// onUevent handles a kernel uevent for a netdev or an RDMA device: the
+// inventory is read again (ports, GIDs and netdevs follow the device), and
+// the policies of the touched objects are reconciled.
+func (d *Daemon) onUevent(e uevent.Event) {
+	name := path.Base(e.DevPath)
+	d.log.Debug("uevent", "action", e.Action, "subsystem", e.Subsystem, "device", name)
+	d.refresh("uevent " + e.Action + " " + name)
+	sc := &scope{netdevs: map[string]bool{}, devices: map[string]bool{}}
+	switch e.Subsystem {
+	case "infiniband":
+		sc.devices[name] = true
+	case "net":
+		if ifname := e.Env["INTERFACE"]; ifname != "" {
+			name = ifname
+		}
+		sc.netdevs[name] = true
+	}
+	d.reconcile(sc)
+}
+
+// reconcile runs a policy pass over sc (nil: everything) and publishes the
+// result.
+func (d *Daemon) reconcile(sc *scope) []state.Change {
+	changes, policies := d.rec.pass(d.cfg, d.store.Load().Devices, sc, true)
+	if reflect.DeepEqual(d.store.Load().Policy.Policies, policies) {
+		return changes // nothing new to publish
+	}
+	d.store.Update(func(s *state.Snapshot) {
+		s.Policy = state.Policy{Policies: policies}
+		st := s.State
+		if st == state.Degraded {
+			st = state.Running // summarise decides again
+		}
+		d.summarise(s, st)
+	})
+	return changes
+}

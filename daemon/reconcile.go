@@ -1,0 +1,459 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/policy"
+	"github.com/rdmad/rdmad/policy/dcb"
+	"github.com/rdmad/rdmad/policy/memlock"
+	"github.com/rdmad/rdmad/policy/mtu"
+	"github.com/rdmad/rdmad/policy/qos"
+	"github.com/rdmad/rdmad/policy/roce"
+)
+
+// Change is one difference between desired and actual state.
+type Change = state.Change
+
+// A scope limits a pass to the objects an event touched. A nil scope is a
+// full pass.
+type scope struct {
+	netdevs map[string]bool
+	devices map[string]bool
+}
+
+func (s *scope) netdev(n string) bool { return s == nil || s.netdevs[n] }
+func (s *scope) port(p policy.Port) bool {
+	return s == nil || s.devices[p.Device] || (p.Netdev != "" && s.netdevs[p.Netdev])
+}
+
+// A reconciler makes actual state match the policies. It is owned by the
+// daemon's main loop.
+type reconciler struct {
+	log  *slog.Logger
+	mtu  *mtu.Client
+	dcb  *dcb.Conn
+	roce *roce.Client
+	now  func() time.Time
+
+	// targets persists counters and last-change times across passes.
+	targets map[string]entry
+	// unsupported remembers, per netdev, the ifindex at which dcbnl said
+	// the device has no DCB, so that it is reported once and not asked
+	// again until the link is replaced or the configuration reloaded.
+	unsupported map[string]int
+}
+
+type entry struct {
+	policy string
+	t      state.Target
+}
+
+func targetKey(kind, object string) string { return kind + " " + object }
+
+// newReconciler opens the appliers' kernel interfaces. One that cannot be
+// opened is reported by its targets, not fatal.
+func newReconciler(log *slog.Logger) *reconciler {
+	r := &reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
+	var err error
+	if r.mtu, err = mtu.Open(mtu.Options{}); err != nil {
+		log.Error("rtnetlink unavailable; MTU policies cannot be applied", "err", err)
+	}
+	if r.dcb, err = dcb.Dial(nil); err != nil {
+		log.Error("dcbnl unavailable; QoS policies cannot be applied", "err", err)
+	}
+	r.roce = roce.New(roce.Options{})
+	return r
+}
+
+func (r *reconciler) Close() {
+	if r.mtu != nil {
+		r.mtu.Close()
+	}
+	if r.dcb != nil {
+		r.dcb.Close()
+	}
+}
+
+// forget drops what is remembered of netdevs (after a reload, so every
+// setting is looked at afresh).
+func (r *reconciler) forget() { r.unsupported = map[string]int{} }
+
+// pass reconciles the objects in sc. With apply false it only computes the
+// changes enforcement would make and records nothing.
+func (r *reconciler) pass(cfg *config.Config, devs []inventory.Device, sc *scope, apply bool) ([]Change, []state.PolicyStatus) {
+	netdevs, index := listNetdevs()
+	ports := portsOf(devs)
+	want := policy.Resolve(cfg.Policies, netdevs, ports)
+
+	var changes []Change
+	seen := map[string]bool{}
+	record := func(src policy.Source, kind, object string, t state.Target, cs []Change) {
+		if t.State == "" {
+			return // gone; see failed
+		}
+		key := targetKey(kind, object)
+		seen[key] = true
+		for i := range cs {
+			cs[i].Policy, cs[i].Kind, cs[i].Object = src.Policy, kind, object
+			cs[i].Action = "apply"
+			if src.Observe {
+				cs[i].Action = "report"
+			}
+		}
+		changes = append(changes, cs...)
+		if !apply {
+			return
+		}
+		prev, ok := r.targets[key]
+		t.Kind, t.Object = kind, object
+		t.Applies, t.Drifts, t.LastChange = prev.t.Applies, prev.t.Drifts, prev.t.LastChange
+		if len(cs) > 0 {
+			t.Drifts++
+		}
+		if t.State == state.Applied {
+			t.Applies++
+		}
+		if !ok || prev.t.State != t.State || prev.t.Actual != t.Actual || prev.t.Error != t.Error {
+			t.LastChange = r.now()
+		}
+		r.targets[key] = entry{policy: src.Policy, t: t}
+		if ok && prev.t.State != t.State {
+			r.log.Info("policy target changed", "policy", src.Policy, "kind", kind, "object", object,
+				"state", t.State, "desired", t.Desired, "actual", t.Actual, "err", t.Error)
+		}
+	}
+
+	for _, nd := range sortedKeys(want.Netdevs) {
+		if !sc.netdev(nd) {
+			continue
+		}
+		w := want.Netdevs[nd]
+		if w.MTU != 0 {
+			t, cs := r.checkMTU(nd, w.MTU, apply && !w.MTUSrc.Observe)
+			record(w.MTUSrc, "mtu", nd, t, cs)
+		}
+		if w.QoS != nil {
+			t, cs := r.checkQoS(nd, index[nd], *w.QoS, apply && !w.QoSSrc.Observe)
+			record(w.QoSSrc, "qos", nd, t, cs)
+		}
+	}
+	for _, p := range ports {
+		w, ok := want.Ports[p]
+		if !ok || !sc.port(p) {
+			continue
+		}
+		t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
+		record(w.RoCESrc, "roce", p.String(), t, cs)
+	}
+	if sc == nil && cfg.Memlock.Daemon != nil {
+		t, cs := r.checkDaemonMemlock(*cfg.Memlock.Daemon, apply)
+		record(policy.Source{Policy: "memlock"}, "memlock", "rdmad", t, cs)
+	}
+	if sc == nil && cfg.Memlock.Users != nil {
+		t, cs := r.checkUserMemlock(cfg.Memlock, apply)
+		record(policy.Source{Policy: "memlock"}, "memlock", cfg.Memlock.LimitsFile, t, cs)
+	}
+
+	if !apply {
+		return changes, nil
+	}
+	// A target this pass should have visited but did not is no longer
+	// wanted: its object or its policy is gone. A scoped pass only speaks
+	// for the objects in its scope.
+	for key, e := range r.targets {
+		if seen[key] {
+			continue
+		}
+		inScope := sc == nil || sc.netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.devices[deviceOf(e.t.Object)])
+		_, ok := want.Matches[e.policy]
+		if e.t.Kind == "memlock" {
+			ok = true // not a [[policy]]; only full passes drop it
+		}
+		if !ok || inScope {
+			delete(r.targets, key)
+		}
+	}
+	return changes, r.status(cfg, want)
+}
+
+func deviceOf(object string) string {
+	for i := 0; i < len(object); i++ {
+		if object[i] == '/' {
+			return object[:i]
+		}
+	}
+	return ""
+}
+
+// status builds the per-policy view of the targets, in configuration order.
+func (r *reconciler) status(cfg *config.Config, want policy.Desired) []state.PolicyStatus {
+	out := make([]state.PolicyStatus, 0, len(cfg.Policies)+1)
+	byPolicy := map[string][]state.Target{}
+	for _, e := range r.targets {
+		byPolicy[e.policy] = append(byPolicy[e.policy], e.t)
+	}
+	add := func(name, mode string) {
+		ts := byPolicy[name]
+		sort.Slice(ts, func(i, j int) bool {
+			if ts[i].Object != ts[j].Object {
+				return ts[i].Object < ts[j].Object
+			}
+			return ts[i].Kind < ts[j].Kind
+		})
+		if ts == nil {
+			ts = []state.Target{}
+		}
+		out = append(out, state.PolicyStatus{Name: name, Mode: mode, Targets: ts})
+	}
+	for _, p := range cfg.Policies {
+		add(p.Name, p.Mode)
+	}
+	if cfg.Memlock.Daemon != nil || cfg.Memlock.Users != nil {
+		add("memlock", "enforce")
+	}
+	return out
+}
+
+func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (state.Target, []Change) {
+	t := state.Target{Desired: strconv.Itoa(desired)}
+	if r.mtu == nil {
+		return failed(t, errors.New("rtnetlink is unavailable (see the log)")), nil
+	}
+	actual, err := r.mtu.Observe(nd)
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = strconv.Itoa(actual)
+	if actual == desired {
+		t.State = state.InSync
+		return t, nil
+	}
+	cs := []Change{{From: t.Actual, To: t.Desired}}
+	if !enforce {
+		t.State = state.Drifted
+		return t, cs
+	}
+	if err := r.mtu.Set(nd, desired); err != nil {
+		return failed(t, err), cs
+	}
+	t.Actual, t.State = t.Desired, state.Applied
+	return t, cs
+}
+
+func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (state.Target, []Change) {
+	t := state.Target{Desired: policy.FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
+	if idx, ok := r.unsupported[nd]; ok && idx == ifindex {
+		if prev, ok := r.targets[targetKey("qos", nd)]; ok {
+			return prev.t, nil
+		}
+	}
+	if r.dcb == nil {
+		return failed(t, errors.New("dcbnl is unavailable (see the log)")), nil
+	}
+	actual, err := qos.Observe(r.dcb, nd)
+	if qos.IsUnsupported(err) {
+		r.unsupported[nd] = ifindex
+		t.State, t.Actual = state.Unsupported, "no DCB"
+		t.Error = fmt.Sprintf("%s has no DCB (dcbnl) support in its driver; QoS cannot be managed on it", nd)
+		return t, nil
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = policy.FormatQoS(actual.Trust, actual.PFC, actual.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)
+	plan, err := qos.Plan(want, actual)
+	if err != nil {
+		return failed(t, err), nil
+	}
+	if len(plan) == 0 {
+		t.State = state.InSync
+		return t, nil
+	}
+	var cs []Change
+	for _, c := range plan {
+		cs = append(cs, Change{From: c.From, To: c.String()})
+	}
+	if !enforce {
+		t.State = state.Drifted
+		return t, cs
+	}
+	if err := qos.Apply(r.dcb, nd, plan); err != nil {
+		if qos.IsUnsupported(err) {
+			r.unsupported[nd] = ifindex
+			t.State, t.Error = state.Unsupported, err.Error()
+			return t, cs
+		}
+		return failed(t, err), cs
+	}
+	t.State, t.Actual = state.Applied, t.Desired
+	return t, cs
+}
+
+func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (state.Target, []Change) {
+	var want roce.Settings
+	desc := ""
+	t := state.Target{}
+	actual, err := r.roce.Observe(p.Device, p.Port)
+	if err != nil {
+		t.Desired = roceString(w.ToS, w.Mode)
+		return failed(t, err), nil
+	}
+	want = actual
+	if w.ToS != nil {
+		want.ToS = uint8(*w.ToS)
+	}
+	if w.Mode != "" {
+		m, err := roce.ParseMode(w.Mode)
+		if err != nil {
+			return failed(t, err), nil
+		}
+		want.Mode = m
+	}
+	desc = roceString(w.ToS, w.Mode)
+	t.Desired = desc
+	tos := int(actual.ToS)
+	t.Actual = roceString(&tos, modeShort(actual.Mode, w.Mode))
+	if want == actual {
+		t.State = state.InSync
+		return t, nil
+	}
+	cs := []Change{{From: t.Actual, To: t.Desired}}
+	if !enforce {
+		t.State = state.Drifted
+		return t, cs
+	}
+	if err := r.roce.Apply(p.Device, p.Port, want); err != nil {
+		return failed(t, err), cs
+	}
+	t.State, t.Actual = state.Applied, t.Desired
+	return t, cs
+}
+
+func roceString(tos *int, mode string) string {
+	s := ""
+	if tos != nil {
+		s = fmt.Sprintf("tos=%d", *tos)
+	}
+	if mode != "" {
+		if s != "" {
+			s += " "
+		}
+		s += "mode=" + mode
+	}
+	return s
+}
+
+// modeShort shows the kernel's mode the way the config spells it, and only
+// when the policy manages the mode.
+func modeShort(m roce.Mode, managed string) string {
+	if managed == "" {
+		return ""
+	}
+	switch m {
+	case roce.ModeV1:
+		return "v1"
+	case roce.ModeV2:
+		return "v2"
+	}
+	return string(m)
+}
+
+func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (state.Target, []Change) {
+	t := state.Target{Desired: want.String()}
+	cur, err := memlock.Observe()
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = cur.Soft.String()
+	if cur.Soft >= want {
+		t.State = state.InSync
+		return t, nil
+	}
+	cs := []Change{{From: t.Actual, To: t.Desired}}
+	if !enforce {
+		t.State = state.Drifted
+		return t, cs
+	}
+	got, err := memlock.Raise(want)
+	if err != nil {
+		return failed(t, err), cs
+	}
+	t.State, t.Actual = state.Applied, got.Soft.String()
+	return t, cs
+}
+
+func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Target, []Change) {
+	rule := memlock.Rule{Domain: m.UsersDomain, Soft: *m.Users, Hard: *m.Users}
+	t := state.Target{Desired: fmt.Sprintf("%s memlock %s", rule.Domain, m.Users.String())}
+	if !enforce {
+		t.State, t.Actual = state.InSync, "(not checked in a diff)"
+		return t, nil
+	}
+	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = t.Desired
+	if changed {
+		t.State = state.Applied
+		return t, []Change{{From: "(different or missing)", To: t.Desired}}
+	}
+	t.State = state.InSync
+	return t, nil
+}
+
+// failed marks t as failed with err, or as gone (State "") when err says
+// the object disappeared: a device that vanishes mid-pass is normal, and its
+// removal event follows.
+func failed(t state.Target, err error) state.Target {
+	if errors.Is(err, unix.ENODEV) {
+		t.State = ""
+		return t
+	}
+	t.State, t.Error = state.TargetError, err.Error()
+	return t
+}
+
+func listNetdevs() ([]string, map[string]int) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, nil
+	}
+	names := make([]string, 0, len(ifs))
+	index := make(map[string]int, len(ifs))
+	for _, i := range ifs {
+		names = append(names, i.Name)
+		index[i.Name] = i.Index
+	}
+	return names, index
+}
+
+func portsOf(devs []inventory.Device) []policy.Port {
+	var ps []policy.Port
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			ps = append(ps, policy.Port{Device: d.Name, Port: p.Port, Netdev: p.Netdev})
+		}
+	}
+	return ps
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

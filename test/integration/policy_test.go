@@ -1,0 +1,247 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// netns is a private network namespace made for one test.
+type netns struct {
+	t    *testing.T
+	name string
+}
+
+func newNetns(t testing.TB) *netns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root (CI runs as root)")
+	}
+	name := fmt.Sprintf("rdmadt%d", time.Now().UnixNano()%1e9)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return &netns{name: name}
+}
+
+func (n *netns) ip(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"-n", n.name}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip -n %s %s: %v %s", n.name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (n *netns) mtu(t testing.TB, ifname string) int {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", n.name, "cat", "/sys/class/net/"+ifname+"/mtu").Output()
+	if err != nil {
+		t.Fatalf("read MTU of %s: %v", ifname, err)
+	}
+	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return v
+}
+
+// startIn runs rdmad inside the namespace.
+func startIn(t testing.TB, ns *netns, config string) *node {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rdmad-netns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := &node{dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
+		log: new(syncBuffer), exited: make(chan error, 1)}
+	if tt, ok := t.(*testing.T); ok {
+		n.t = tt
+	}
+	os.WriteFile(n.config, []byte(config), 0o644)
+	n.cmd = exec.Command("ip", "netns", "exec", ns.name, filepath.Join(bin, "rdmad"),
+		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n.exited <- n.cmd.Wait() }()
+	t.Cleanup(func() {
+		n.cmd.Process.Kill()
+		<-n.exited
+		if t.Failed() {
+			t.Logf("rdmad's log:\n%s", n.log)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if out, _ := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "version").CombinedOutput(); strings.Contains(string(out), "rdmad ") {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rdmad in netns did not answer\n%s", n.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type policyStatus struct {
+	Policy struct {
+		Policies []struct {
+			Name    string `json:"name"`
+			Mode    string `json:"mode"`
+			Targets []struct {
+				Kind    string `json:"kind"`
+				Object  string `json:"object"`
+				Desired string `json:"desired"`
+				Actual  string `json:"actual"`
+				State   string `json:"state"`
+				Error   string `json:"error"`
+				Applies int    `json:"applies"`
+				Drifts  int    `json:"drifts"`
+			} `json:"targets"`
+		} `json:"policies"`
+	} `json:"policy"`
+}
+
+func (n *node) policy(t *testing.T) policyStatus {
+	t.Helper()
+	out, _ := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "--json", "status").Output()
+	var s policyStatus
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	return s
+}
+
+// TestPolicyMTUContract is the contract of the policy issue: rdmad inside a
+// network namespace keeps MTU 4200 on the veths its policy matches.
+func TestPolicyMTUContract(t *testing.T) {
+	ns := newNetns(t)
+	ns.ip(t, "link", "add", "rdt0", "type", "veth", "peer", "name", "other0")
+	ns.ip(t, "link", "add", "rdt1", "type", "veth", "peer", "name", "other1")
+	n := startIn(t, ns, `
+[[policy]]
+name = "fabric"
+netdevs = ["rdt*"]
+mtu = 4200
+`)
+	eventually(t, "MTU 4200 on rdt0 and rdt1", func() bool { return ns.mtu(t, "rdt0") == 4200 && ns.mtu(t, "rdt1") == 4200 })
+	if m := ns.mtu(t, "other0"); m != 1500 {
+		t.Errorf("non-matching other0 has MTU %d, want it left at 1500", m)
+	}
+
+	// An outside change is reverted.
+	ns.ip(t, "link", "set", "rdt0", "mtu", "1500")
+	eventually(t, "rdt0 reverted to 4200", func() bool { return ns.mtu(t, "rdt0") == 4200 })
+
+	// A matching netdev created later gets the policy.
+	ns.ip(t, "link", "add", "rdt7", "type", "veth", "peer", "name", "other7")
+	eventually(t, "rdt7 set to 4200", func() bool { return ns.mtu(t, "rdt7") == 4200 })
+	if m := ns.mtu(t, "other7"); m != 1500 {
+		t.Errorf("other7 has MTU %d, want 1500", m)
+	}
+
+	var s policyStatus
+	eventually(t, "status to list the targets in sync", func() bool {
+		s = n.policy(t)
+		if len(s.Policy.Policies) != 1 || len(s.Policy.Policies[0].Targets) != 3 {
+			return false
+		}
+		for _, tg := range s.Policy.Policies[0].Targets {
+			if tg.State != "in-sync" {
+				return false
+			}
+		}
+		return true
+	})
+	p := s.Policy.Policies[0]
+	var objs []string
+	for _, tg := range p.Targets {
+		objs = append(objs, tg.Object)
+		if tg.Kind != "mtu" || tg.Desired != "4200" || tg.Actual != "4200" {
+			t.Errorf("target %+v", tg)
+		}
+		if tg.Object == "rdt0" && (tg.Applies < 2 || tg.Drifts < 2) {
+			t.Errorf("rdt0 was applied twice (start, revert); counters %+v", tg)
+		}
+	}
+	sort.Strings(objs)
+	if p.Name != "fabric" || p.Mode != "enforce" || strings.Join(objs, ",") != "rdt0,rdt1,rdt7" {
+		t.Errorf("policy %s/%s targets %v", p.Name, p.Mode, objs)
+	}
+
+	// A deleted netdev leaves the status.
+	ns.ip(t, "link", "del", "rdt7")
+	eventually(t, "rdt7 to leave the status", func() bool {
+		s = n.policy(t)
+		return len(s.Policy.Policies[0].Targets) == 2
+	})
+
+	// rdmactl policy diff is empty when in sync.
+	out, _, code := n.ctl("policy", "diff")
+	if code != 0 || !strings.Contains(out, "in sync with the policies") {
+		t.Errorf("policy diff in sync (exit %d): %s", code, out)
+	}
+}
+
+func TestPolicyObserveAndDiff(t *testing.T) {
+	ns := newNetns(t)
+	ns.ip(t, "link", "add", "rdt0", "type", "veth", "peer", "name", "other0")
+	n := startIn(t, ns, `
+[[policy]]
+name = "watch"
+netdevs = ["rdt0"]
+mode = "observe"
+mtu = 9000
+
+[[policy]]
+name = "dcb"
+netdevs = ["rdt0"]
+[policy.qos]
+pfc = [3]
+`)
+	var s policyStatus
+	eventually(t, "drift and unsupported to be reported", func() bool {
+		s = n.policy(t)
+		return len(s.Policy.Policies) == 2 && len(s.Policy.Policies[0].Targets) == 1 && len(s.Policy.Policies[1].Targets) == 1
+	})
+	mtu, q := s.Policy.Policies[0].Targets[0], s.Policy.Policies[1].Targets[0]
+	if mtu.State != "drifted" || mtu.Actual != "1500" || mtu.Desired != "9000" {
+		t.Errorf("observe-mode MTU target %+v, want drifted 1500 -> 9000", mtu)
+	}
+	if m := ns.mtu(t, "rdt0"); m != 1500 {
+		t.Errorf("observe mode changed the MTU to %d", m)
+	}
+	if q.Kind != "qos" || q.State != "unsupported" || !strings.Contains(q.Error, "no DCB") {
+		t.Errorf("QoS on veth: %+v, want unsupported", q)
+	}
+
+	out, _, code := n.ctl("policy", "diff")
+	if code != 3 || !strings.Contains(out, "watch") || !strings.Contains(out, "1500") || !strings.Contains(out, "9000") || !strings.Contains(out, "report") {
+		t.Errorf("policy diff (exit %d):\n%s", code, out)
+	}
+	out, _, code = n.ctl("--json", "policy", "apply")
+	if code != 3 || !strings.Contains(out, `"drifted"`) {
+		t.Errorf("policy apply with drift (exit %d): %s", code, out)
+	}
+	// Many link events on the unsupported device do not make rdmad ask
+	// dcbnl again and again: the target stays the same and quiet.
+	for i := 0; i < 20; i++ {
+		ns.ip(t, "link", "set", "rdt0", "mtu", strconv.Itoa(1400+i))
+	}
+	time.Sleep(300 * time.Millisecond)
+	s = n.policy(t)
+	if got := s.Policy.Policies[1].Targets[0]; got.State != "unsupported" {
+		t.Errorf("after link events QoS is %+v", got)
+	}
+	if got := s.Policy.Policies[0].Targets[0]; got.Actual != "1419" || got.State != "drifted" {
+		t.Errorf("observe MTU after flips: %+v, want actual 1419", got)
+	}
+}
