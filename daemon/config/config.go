@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/policy/memlock"
+	"github.com/rdmad/rdmad/verbs/mrpool"
 )
 
 // Default paths.
@@ -29,6 +30,9 @@ type Config struct {
 	Daemon   Daemon   `toml:"daemon" json:"daemon"`
 	Policies []Policy `toml:"policy" json:"policies"`
 	Memlock  Memlock  `toml:"memlock" json:"memlock"`
+	Metrics  Metrics  `toml:"metrics" json:"metrics"`
+	MRPool   MRPool   `toml:"mrpool" json:"mrpool"`
+	Probe    Probe    `toml:"probe" json:"probe"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-" json:"files"`
@@ -114,6 +118,33 @@ type Memlock struct {
 	LimitsFile  string        `toml:"limits_file" json:"limits_file"`
 }
 
+// MRPool holds [mrpool]: memory regions registered ahead of use on every
+// RDMA device.
+type MRPool struct {
+	// Classes are the size classes, in the operator's priority order: when
+	// the memlock budget is short, earlier classes are filled first.
+	Classes []mrpool.Class `toml:"classes" json:"classes"`
+	// CanaryInterval is how often a buffer is registered and deregistered
+	// to time registration and catch memlock trouble early.
+	CanaryInterval Duration `toml:"canary_interval" json:"canary_interval"`
+}
+
+// Probe holds [probe]: probes that move real data over verbs.
+type Probe struct {
+	// Loopback enables the loopback probe on every ACTIVE port.
+	Loopback bool `toml:"loopback" json:"loopback"`
+	// LoopbackInterval is the time between loopback rounds on each port.
+	LoopbackInterval Duration `toml:"loopback_interval" json:"loopback_interval"`
+}
+
+// Metrics holds [metrics]: where Prometheus can scrape rdmad. GET /metrics
+// on the Unix socket is always there; Listen adds a TCP listener.
+type Metrics struct {
+	// Listen is a TCP host:port ("127.0.0.1:9879") serving GET /metrics;
+	// empty (the default) opens no port. It takes effect at start only.
+	Listen string `toml:"listen" json:"listen,omitempty"`
+}
+
 // A Duration is a time.Duration written as a Go duration string ("5m").
 type Duration struct{ time.Duration }
 
@@ -141,6 +172,11 @@ func Default() *Config {
 			ResyncInterval: Duration{5 * time.Minute},
 		},
 		Memlock: Memlock{UsersDomain: "*", LimitsFile: memlock.DefaultLimitsPath},
+		MRPool: MRPool{
+			Classes:        []mrpool.Class{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
+			CanaryInterval: Duration{30 * time.Second},
+		},
+		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second}},
 	}
 }
 

@@ -38,6 +38,9 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Files = []string{p}
+	if len(cfg.MRPool.Classes) != 2 || !cfg.Probe.Loopback || cfg.Probe.LoopbackInterval.Duration != time.Second {
+		t.Errorf("defaults: mrpool %+v probe %+v", cfg.MRPool, cfg.Probe)
+	}
 	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
@@ -103,6 +106,8 @@ mtu = 2044
 			{Name: "ib", Devices: []string{"mlx5_1"}, Mode: "enforce", MTU: 2044},
 		},
 		Memlock: Memlock{Daemon: &unlimited, Users: &mib64, UsersDomain: "@rdma", LimitsFile: memlock.DefaultLimitsPath},
+		MRPool:  Default().MRPool,
+		Probe:   Default().Probe,
 		Files:   []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
 	}
 	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
@@ -196,9 +201,38 @@ mode = "v3"
 			want:  []string{`D/rdmad.toml:6: policy[1].name: policy "a" is declared twice in this file (also policy[0]); give each block its own name`},
 		},
 		{
+			name:  "mrpool and probe values",
+			files: map[string]string{"rdmad.toml": "[mrpool]\nclasses = [{size = \"4KiB\", count = 0}, {size = \"2GiB\", count = 1}]\ncanary_interval = \"1ms\"\n[probe]\nloopback_interval = \"1ms\"\n"},
+			want: []string{
+				`D/rdmad.toml:2: mrpool.classes[0]: count 0 is out of range; use 1 to 1048576 (or remove the class)`,
+				`D/rdmad.toml:2: mrpool.classes[1]: size 2 GiB is out of range; use 64B to 1GiB`,
+				`D/rdmad.toml:3: mrpool.canary_interval: 1ms is too short; use at least 1s`,
+				`D/rdmad.toml:5: probe.loopback_interval: 1ms is out of range; use 10ms to 1h (default 1s)`,
+			},
+		},
+		{
 			name:  "memlock values",
 			files: map[string]string{"rdmad.toml": "[memlock]\ndaemon = \"64MB\"\n"},
 			want:  []string{`D/rdmad.toml:2: memlock.daemon: memlock: parse size "64MB": decimal unit "MB" is ambiguous; use MiB (binary, 1024-based)`},
+		},
+		{
+			name: "metrics listen addresses",
+			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"9879\"\n",
+				"rdmad.d/1.toml": "[metrics]\nlisten = \"127.0.0.1:http\"\n",
+				"rdmad.d/2.toml": "[metrics]\nlisten = \"127.0.0.1:70000\"\n",
+				"rdmad.d/3.toml": "[metrics]\nlisten = \"example.org:9879\"\n"},
+			// Only the last file's value is in force, so only it is reported.
+			want: []string{`D/rdmad.d/3.toml:2: metrics.listen: "example.org:9879" has host "example.org", which is not an IP address or localhost; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
+		},
+		{
+			name:  "metrics listen without port",
+			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"127.0.0.1\"\n"},
+			want:  []string{`D/rdmad.toml:2: metrics.listen: "127.0.0.1" is not host:port; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
+		},
+		{
+			name:  "metrics listen port out of range",
+			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"[::1]:0\"\n"},
+			want:  []string{`D/rdmad.toml:2: metrics.listen: "[::1]:0" has port "0"; use a number from 1 to 65535; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
 		},
 		{
 			name:  "missing group",
@@ -266,4 +300,19 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("accepted a relative socket %q", cfg.Daemon.Socket)
 		}
 	})
+}
+
+func TestLoadMetricsListen(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:9879", "[::1]:9879", "localhost:9879", ":9879", "0.0.0.0:65535"} {
+		t.Run(addr, func(t *testing.T) {
+			p := write(t, map[string]string{"rdmad.toml": "[metrics]\nlisten = \"" + addr + "\"\n"})
+			cfg, err := Load(p)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if diff := cmp.Diff(Metrics{Listen: addr}, cfg.Metrics); diff != "" {
+				t.Errorf("[metrics] (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/user"
 	"path"
@@ -11,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -200,6 +203,29 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 			"%q is not an absolute path; use e.g. %q", m.LimitsFile, memlock.DefaultLimitsPath)
 	}
 
+	for i, cl := range c.MRPool.Classes {
+		key := fmt.Sprintf("mrpool.classes[%d]", i)
+		if cl.Size < 64 || cl.Size > 1<<30 {
+			bad(lastSetter(c.Files, locs, "mrpool.classes", main), key, "size %v is out of range; use 64B to 1GiB", cl.Size)
+		}
+		if cl.Count < 1 || cl.Count > 1<<20 {
+			bad(lastSetter(c.Files, locs, "mrpool.classes", main), key, "count %d is out of range; use 1 to 1048576 (or remove the class)", cl.Count)
+		}
+	}
+	if iv := c.MRPool.CanaryInterval.Duration; iv < time.Second {
+		bad(lastSetter(c.Files, locs, "mrpool.canary_interval", main), "mrpool.canary_interval", "%s is too short; use at least 1s", iv)
+	}
+	if iv := c.Probe.LoopbackInterval.Duration; iv < 10*time.Millisecond || iv > time.Hour {
+		bad(lastSetter(c.Files, locs, "probe.loopback_interval", main), "probe.loopback_interval", "%s is out of range; use 10ms to 1h (default 1s)", iv)
+	}
+
+	if l := c.Metrics.Listen; l != "" {
+		if msg := checkListen(l); msg != "" {
+			bad(lastSetter(c.Files, locs, "metrics.listen", main), "metrics.listen",
+				"%q %s; write host:port, e.g. \"127.0.0.1:9879\" (or remove the key to serve metrics on the socket only)", l, msg)
+		}
+	}
+
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		f := p.src.file
@@ -278,6 +304,23 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 		}
 	}
 	return errs
+}
+
+// checkListen returns what is wrong with a [metrics] listen address, or "".
+func checkListen(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "is not host:port"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("has port %q; use a number from 1 to 65535", port)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Sprintf("has host %q, which is not an IP address or localhost", host)
+		}
+	}
+	return ""
 }
 
 // lastSetter reports the last of files that sets key, or def.
