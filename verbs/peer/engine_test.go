@@ -1,0 +1,76 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs"
+)
+
+// TestEngineWithoutVerbs runs the engine where verbs cannot be used (the
+// build host: no uverbs, or a build without cgo). It must say so through
+// Ports, with ErrUnavailable, refuse probes, and stop cleanly.
+func TestEngineWithoutVerbs(t *testing.T) {
+	if devs, err := verbs.Devices(); err == nil && len(devs) > 0 {
+		t.Skip("this machine has RDMA devices; the e2e suite covers the engine there")
+	}
+	var got error
+	reported := make(chan struct{}, 1)
+	e, err := New(Config{OnPorts: func(_ []LocalPort, err error) {
+		got = err
+		select {
+		case reported <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	select {
+	case <-reported:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no port report within 10s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	if !errors.Is(got, verbs.ErrUnavailable) {
+		t.Errorf("OnPorts error = %v, want verbs.ErrUnavailable", got)
+	}
+	ports, perr := e.Ports()
+	if len(ports) != 0 || !errors.Is(perr, verbs.ErrUnavailable) {
+		t.Errorf("Ports = %v, %v; want none, ErrUnavailable", ports, perr)
+	}
+	if err := e.Probe("rxe0/1", Endpoint{QPN: 1}, 1); !errors.Is(err, ErrNoPort) {
+		t.Errorf("Probe = %v, want ErrNoPort", err)
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr bool
+	}{
+		{"defaults", Config{}, false},
+		{"negative slots", Config{SendSlots: -1}, true},
+		{"too many slots", Config{RecvSlots: 8000, SendSlots: 8000}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := New(tt.cfg)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("New = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err == nil && (e.qkey == 0 || e.qkey&0x80000000 != 0) {
+				t.Errorf("qkey %#x: want non-zero, not controlled", e.qkey)
+			}
+		})
+	}
+}
