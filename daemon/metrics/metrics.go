@@ -1,0 +1,360 @@
+// Package metrics exports rdmad's state to Prometheus.
+//
+// A Collector turns the current state.Snapshot into metrics on every scrape;
+// it does no work between scrapes. Device and port metrics follow
+// node_exporter's infiniband collector, with the rdmad_infiniband_ prefix in
+// place of node_infiniband_, so that dashboards built for one read the other
+// with a rename. docs/METRICS.md lists every metric.
+package metrics
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// Options configure a Collector.
+type Options struct {
+	// Snapshot returns the state to export. It must not block.
+	Snapshot func() *state.Snapshot
+	// SysfsRoot is the directory holding sys/ ("/" normally): the netdev
+	// MTUs, which the snapshot does not carry, are read below it at scrape
+	// time.
+	SysfsRoot string
+	// GoVersion is reported in rdmad_build_info; empty means
+	// runtime.Version(). Tests fix it for their golden files.
+	GoVersion string
+	// Config counts configuration load failures; nil exports none.
+	Config *ConfigTracker
+}
+
+// A Collector is a prometheus.Collector over rdmad's snapshots.
+type Collector struct {
+	opts     Options
+	sections []section
+}
+
+// A section exports one part of a snapshot. New parts of the state (probe
+// results, the MR pool) become new sections; the others do not change.
+type section struct {
+	descs   []*prometheus.Desc
+	collect func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric)
+}
+
+// NewCollector returns a Collector reading snapshots from opts.Snapshot.
+func NewCollector(opts Options) *Collector {
+	if opts.GoVersion == "" {
+		opts.GoVersion = runtime.Version()
+	}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, policySection}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, sec := range c.sections {
+		for _, d := range sec.descs {
+			ch <- d
+		}
+	}
+	if c.opts.Config != nil {
+		ch <- configFailures
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.opts.Snapshot()
+	for _, sec := range c.sections {
+		sec.collect(c, s, ch)
+	}
+	if c.opts.Config != nil {
+		ch <- prometheus.MustNewConstMetric(configFailures, prometheus.CounterValue, float64(c.opts.Config.Failures()))
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// --- daemon -----------------------------------------------------------------
+
+var (
+	buildInfo = prometheus.NewDesc("rdmad_build_info",
+		"rdmad's version and the Go version it was built with; always 1.", []string{"version", "goversion"}, nil)
+	startTime = prometheus.NewDesc("rdmad_start_time_seconds",
+		"When rdmad started, in seconds since the Unix epoch.", nil, nil)
+	healthy = prometheus.NewDesc("rdmad_healthy",
+		"1 when nothing needs an operator (configuration loaded, no component or policy target in error or drifted), else 0.", nil, nil)
+	snapshotSeq = prometheus.NewDesc("rdmad_state_updates_total",
+		"State snapshots rdmad has published (the seq of GET /v1/status).", nil, nil)
+	daemonState = prometheus.NewDesc("rdmad_state",
+		"rdmad's state: 1 for the current one of starting, running, degraded, reloading, stopping.", []string{"state"}, nil)
+	configGen = prometheus.NewDesc("rdmad_config_generation",
+		"Generation of the configuration in force; it grows with every successful load.", nil, nil)
+	configError = prometheus.NewDesc("rdmad_config_last_load_failed",
+		"1 when the last configuration load failed (the previous configuration stays in force), else 0.", nil, nil)
+	configLoaded = prometheus.NewDesc("rdmad_config_last_load_success_timestamp_seconds",
+		"When the configuration in force was loaded, in seconds since the Unix epoch.", nil, nil)
+	configFailures = prometheus.NewDesc("rdmad_config_load_failures_total",
+		"Configuration loads that failed since rdmad started (counted as changes of the load error).", nil, nil)
+	componentUp = prometheus.NewDesc("rdmad_component_up",
+		"1 when the component is ok, 0 when it is in error, unavailable or disabled (see rdmad_component_state).", []string{"component"}, nil)
+	componentState = prometheus.NewDesc("rdmad_component_state",
+		"1 for the component's current state: ok, error, unavailable or disabled.", []string{"component", "state"}, nil)
+)
+
+var daemonStates = []string{state.Starting, state.Running, state.Degraded, state.Reloading, state.Stopping}
+var componentStates = []string{state.OK, state.Error, state.Unavailable, state.Disabled}
+
+var daemonSection = section{
+	descs: []*prometheus.Desc{buildInfo, startTime, healthy, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
+	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+		ch <- gauge(buildInfo, 1, s.Version, c.opts.GoVersion)
+		ch <- gauge(startTime, float64(s.StartedAt.UnixNano())/1e9)
+		ch <- gauge(healthy, b2f(s.Healthy()))
+		ch <- counter(snapshotSeq, float64(s.Seq))
+		for _, st := range daemonStates {
+			ch <- gauge(daemonState, b2f(s.State == st), st)
+		}
+		ch <- gauge(configGen, float64(s.Config.Generation))
+		ch <- gauge(configError, b2f(s.Config.Error != ""))
+		if !s.Config.LoadedAt.IsZero() {
+			ch <- gauge(configLoaded, float64(s.Config.LoadedAt.UnixNano())/1e9)
+		}
+		for name, comp := range s.Components {
+			ch <- gauge(componentUp, b2f(comp.State == state.OK), name)
+			for _, st := range componentStates {
+				ch <- gauge(componentState, b2f(comp.State == st), name, st)
+			}
+		}
+	},
+}
+
+// --- devices and ports ------------------------------------------------------
+
+var (
+	devInfo = prometheus.NewDesc("rdmad_infiniband_info",
+		"Non-numeric data of an RDMA device; always 1.",
+		[]string{"device", "board_id", "firmware_version", "hca_type", "node_guid"}, nil)
+	portInfo = prometheus.NewDesc("rdmad_infiniband_port_info",
+		"Non-numeric data of an RDMA port; always 1.",
+		[]string{"device", "port", "link_layer", "netdev"}, nil)
+	portState = prometheus.NewDesc("rdmad_infiniband_state_id",
+		"State of the port: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER (0 unknown).", []string{"device", "port"}, nil)
+	portPhys = prometheus.NewDesc("rdmad_infiniband_physical_state_id",
+		"Physical state of the port: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test (0 unknown).",
+		[]string{"device", "port"}, nil)
+	portRate = prometheus.NewDesc("rdmad_infiniband_rate_bytes_per_second",
+		"Signalling rate of the port in bytes per second.", []string{"device", "port"}, nil)
+	netdevMTU = prometheus.NewDesc("rdmad_infiniband_netdev_mtu_bytes",
+		"MTU of the port's network device (the RoCE netdev or the IPoIB interface).", []string{"device", "port", "netdev"}, nil)
+	activeMTU = prometheus.NewDesc("rdmad_infiniband_active_mtu_bytes",
+		"RDMA path MTU of a RoCE port: the largest of 256..4096 that fits the netdev MTU with RoCE v2 headers, as the kernel derives it.",
+		[]string{"device", "port"}, nil)
+	hwCounter = prometheus.NewDesc("rdmad_infiniband_hw_stat_total",
+		"A driver-specific counter of the port (sysfs hw_counters/), named by the counter label.", []string{"device", "port", "counter"}, nil)
+	otherCounter = prometheus.NewDesc("rdmad_infiniband_port_stat_total",
+		"A port counter (sysfs counters/) without a dedicated metric, named by the counter label.", []string{"device", "port", "counter"}, nil)
+)
+
+// portCounters maps sysfs counters/ files to metrics, as node_exporter's
+// infiniband collector names them. scale converts the unit: port_rcv_data
+// and port_xmit_data count 4-octet words.
+var portCounters = map[string]struct {
+	desc  *prometheus.Desc
+	scale float64
+}{}
+
+func init() {
+	for _, pc := range []struct{ file, name, help string }{
+		{"excessive_buffer_overrun_errors", "excessive_buffer_overrun_errors_total", "Number of times that OverrunErrors consecutive flow control update periods occurred, each having at least one overrun error."},
+		{"link_downed", "link_downed_total", "Number of times the link failed to recover from an error state and went down."},
+		{"link_error_recovery", "link_error_recovery_total", "Number of times the link successfully recovered from an error state."},
+		{"local_link_integrity_errors", "local_link_integrity_errors_total", "Number of times that the count of local physical errors exceeded the threshold."},
+		{"multicast_rcv_packets", "multicast_packets_received_total", "Number of multicast packets received (including errors)."},
+		{"multicast_xmit_packets", "multicast_packets_transmitted_total", "Number of multicast packets transmitted (including errors)."},
+		{"port_rcv_constraint_errors", "port_constraint_errors_received_total", "Number of packets received on the switch physical port that are discarded."},
+		{"port_xmit_constraint_errors", "port_constraint_errors_transmitted_total", "Number of packets not transmitted from the switch physical port."},
+		{"port_rcv_data", "port_data_received_bytes_total", "Number of data octets received on all links."},
+		{"port_xmit_data", "port_data_transmitted_bytes_total", "Number of data octets transmitted on all links."},
+		{"port_rcv_discards", "port_discards_received_total", "Number of inbound packets discarded by the port because the port is down or congested."},
+		{"port_xmit_discards", "port_discards_transmitted_total", "Number of outbound packets discarded by the port because the port is down or congested."},
+		{"port_rcv_errors", "port_errors_received_total", "Number of packets containing an error that were received on this port."},
+		{"port_rcv_packets", "port_packets_received_total", "Number of packets received on all VLs by this port (including errors)."},
+		{"port_xmit_packets", "port_packets_transmitted_total", "Number of packets transmitted on all VLs from this port (including errors)."},
+		{"port_xmit_wait", "port_transmit_wait_total", "Number of ticks during which the port had data to transmit but no data was sent during the entire tick."},
+		{"port_rcv_remote_physical_errors", "port_receive_remote_physical_errors_total", "Number of packets marked with the EBP delimiter received on the port."},
+		{"port_rcv_switch_relay_errors", "port_receive_switch_relay_errors_total", "Number of packets that could not be forwarded by the switch."},
+		{"symbol_error", "symbol_error_total", "Number of minor link errors detected on one or more physical lanes."},
+		{"unicast_rcv_packets", "unicast_packets_received_total", "Number of unicast packets received (including errors)."},
+		{"unicast_xmit_packets", "unicast_packets_transmitted_total", "Number of unicast packets transmitted (including errors)."},
+		{"VL15_dropped", "vl15_dropped_total", "Number of incoming VL15 packets dropped due to resource limitations."},
+	} {
+		scale := 1.0
+		if pc.file == "port_rcv_data" || pc.file == "port_xmit_data" {
+			scale = 4
+		}
+		portCounters[pc.file] = struct {
+			desc  *prometheus.Desc
+			scale float64
+		}{prometheus.NewDesc("rdmad_infiniband_"+pc.name, pc.help, []string{"device", "port"}, nil), scale}
+	}
+	var descs []*prometheus.Desc
+	for _, f := range sortedKeys(portCounters) {
+		descs = append(descs, portCounters[f].desc)
+	}
+	deviceSection.descs = append(deviceSection.descs, descs...)
+}
+
+// hwGauges are hw_counters files that are not counters.
+var hwGauges = map[string]bool{
+	"lifespan": true, // mlx5: how long (ms) the kernel caches the values
+}
+
+var portStateIDs = map[string]int{"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
+var physStateIDs = map[string]int{"Sleep": 1, "Polling": 2, "Disabled": 3, "PortConfigurationTraining": 4,
+	"LinkUp": 5, "LinkErrorRecovery": 6, "Phy Test": 7}
+
+var deviceSection = section{
+	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, netdevMTU, activeMTU, hwCounter, otherCounter},
+	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+		for _, d := range s.Devices {
+			ch <- gauge(devInfo, 1, d.Name, d.BoardID, d.FWVer, d.HCAType, d.NodeGUID)
+			for _, p := range d.Ports {
+				c.collectPort(d, p, ch)
+			}
+		}
+	},
+}
+
+func (c *Collector) collectPort(d inventory.Device, p inventory.Port, ch chan<- prometheus.Metric) {
+	port := strconv.Itoa(p.Port)
+	ch <- gauge(portInfo, 1, d.Name, port, p.LinkLayer, p.Netdev)
+	ch <- gauge(portState, float64(portStateIDs[p.State]), d.Name, port)
+	ch <- gauge(portPhys, float64(physStateIDs[p.PhysState]), d.Name, port)
+	if p.RateGbps > 0 {
+		ch <- gauge(portRate, p.RateGbps*1e9/8, d.Name, port)
+	}
+	if p.Netdev != "" {
+		if mtu, ok := readMTU(c.opts.SysfsRoot, p.Netdev); ok {
+			ch <- gauge(netdevMTU, float64(mtu), d.Name, port, p.Netdev)
+			if p.LinkLayer == "Ethernet" {
+				if a := RoCEActiveMTU(mtu); a > 0 {
+					ch <- gauge(activeMTU, float64(a), d.Name, port)
+				}
+			}
+		}
+	}
+	for _, name := range sortedKeys(p.Counters) {
+		v := p.Counters[name]
+		if pc, ok := portCounters[name]; ok {
+			ch <- counter(pc.desc, float64(v)*pc.scale, d.Name, port)
+		} else {
+			ch <- counter(otherCounter, float64(v), d.Name, port, name)
+		}
+	}
+	for _, name := range sortedKeys(p.HWCounters) {
+		if hwGauges[name] {
+			continue
+		}
+		ch <- counter(hwCounter, float64(p.HWCounters[name]), d.Name, port, name)
+	}
+}
+
+// RoCE v2 headers around an RDMA payload: GRH (40), UDP (8), BTH (12),
+// XRC ETH (4), AtomicETH (28) and ICRC (4), as the kernel's iboe_get_mtu
+// subtracts them from the netdev MTU.
+const roceOverhead = 40 + 8 + 12 + 4 + 28 + 4
+
+// RoCEActiveMTU returns the RDMA path MTU (256, 512, 1024, 2048 or 4096) a
+// RoCE port gets from a netdev MTU, or 0 when the netdev MTU is too small
+// for any.
+func RoCEActiveMTU(netdevMTU int) int {
+	for m := 4096; m >= 256; m /= 2 {
+		if netdevMTU-roceOverhead >= m {
+			return m
+		}
+	}
+	return 0
+}
+
+// readMTU reads /sys/class/net/<netdev>/mtu below root.
+func readMTU(root, netdev string) (int, bool) {
+	if root == "" {
+		root = "/"
+	}
+	if strings.ContainsAny(netdev, "/\x00") || netdev == ".." || netdev == "." {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(root, "sys/class/net", netdev, "mtu"))
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return v, err == nil
+}
+
+// --- policy -----------------------------------------------------------------
+
+var (
+	targetInSync = prometheus.NewDesc("rdmad_policy_target_in_sync",
+		"1 when the target matches its policy (in-sync, or applied by the last pass), else 0.", []string{"policy", "kind", "object"}, nil)
+	targetState = prometheus.NewDesc("rdmad_policy_target_state",
+		"1 for the target's current state: in-sync, drifted, applied, unsupported or error.", []string{"policy", "kind", "object", "state"}, nil)
+	targetApplies = prometheus.NewDesc("rdmad_policy_target_applies_total",
+		"Times rdmad changed the target to match its policy.", []string{"policy", "kind", "object"}, nil)
+	targetDrifts = prometheus.NewDesc("rdmad_policy_target_drifts_total",
+		"Times rdmad found the target different from its policy.", []string{"policy", "kind", "object"}, nil)
+	targetLastChange = prometheus.NewDesc("rdmad_policy_target_last_change_timestamp_seconds",
+		"When the target's state last changed, in seconds since the Unix epoch.", []string{"policy", "kind", "object"}, nil)
+)
+
+var targetStates = []string{state.InSync, state.Drifted, state.Applied, state.Unsupported, state.TargetError}
+
+var policySection = section{
+	descs: []*prometheus.Desc{targetInSync, targetState, targetApplies, targetDrifts, targetLastChange},
+	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+		for _, p := range s.Policy.Policies {
+			for _, t := range p.Targets {
+				l := []string{p.Name, t.Kind, t.Object}
+				ch <- gauge(targetInSync, b2f(t.State == state.InSync || t.State == state.Applied), l...)
+				for _, st := range targetStates {
+					ch <- gauge(targetState, b2f(t.State == st), append(l, st)...)
+				}
+				ch <- counter(targetApplies, float64(t.Applies), l...)
+				ch <- counter(targetDrifts, float64(t.Drifts), l...)
+				if !t.LastChange.IsZero() {
+					ch <- gauge(targetLastChange, float64(t.LastChange.UnixNano())/1e9, l...)
+				}
+			}
+		}
+	},
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

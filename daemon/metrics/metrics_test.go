@@ -1,0 +1,257 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fixtureSnapshot is the state of a daemon on inventory's fake sysfs tree
+// with one policy and a failed reload.
+func fixtureSnapshot(t *testing.T) *state.Snapshot {
+	t.Helper()
+	devs, err := inventory.Reader{Root: "../inventory/testdata/roce-ib"}.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &state.Snapshot{
+		Seq: 42, Version: "1.2.3", State: state.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
+		Config:  state.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key"},
+		Devices: devs,
+		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []state.Target{
+			{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "9000", State: state.Applied, LastChange: t0.Add(20 * time.Second), Applies: 2, Drifts: 2},
+			{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "no DCB", State: state.Unsupported, LastChange: t0},
+			{Kind: "roce", Object: "mlx5_0/1", Desired: "tos=106", Actual: "tos=0", State: state.TargetError, Error: "permission denied"},
+		}}}},
+		Components: map[string]state.Component{
+			"config":    {State: state.Error, Error: "configuration rejected", Since: t0},
+			"inventory": {State: state.OK, Since: t0},
+			"dbus":      {State: state.Unavailable, Error: "no system bus", Since: t0},
+		},
+	}
+}
+
+func scrape(t *testing.T, c *Collector) []byte {
+	t.Helper()
+	reg := NewRegistry(c, false)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func fixtureCollector(t *testing.T) *Collector {
+	snap := fixtureSnapshot(t)
+	tr := &ConfigTracker{}
+	tr.Observe(&state.Snapshot{})
+	tr.Observe(snap)
+	return NewCollector(Options{Snapshot: func() *state.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x", Config: tr})
+}
+
+// TestGolden scrapes the fixture snapshot and compares the exposition with
+// testdata/roce-ib.golden (go test -update rewrites it).
+func TestGolden(t *testing.T) {
+	got := scrape(t, fixtureCollector(t))
+	golden := filepath.Join("testdata", "roce-ib.golden")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update once to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("scrape of the roce-ib fixture (-want +got):\n%s", diff)
+	}
+}
+
+// TestValues spells out the values the golden file must hold, so that a
+// careless -update cannot bless a wrong conversion.
+func TestValues(t *testing.T) {
+	out := string(scrape(t, fixtureCollector(t)))
+	for _, line := range []string{
+		// port_rcv_data counts 4-octet words: 123456 words are 493824 bytes.
+		`rdmad_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1"} 493824`,
+		`rdmad_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"} 2.617284e+06`,
+		`rdmad_infiniband_link_downed_total{device="mlx5_0",port="1"} 2`,
+		`rdmad_infiniband_hw_stat_total{counter="out_of_sequence",device="mlx5_0",port="1"} 7`,
+		`rdmad_infiniband_state_id{device="mlx5_0",port="2"} 1`,
+		`rdmad_infiniband_physical_state_id{device="mlx5_0",port="2"} 3`,
+		`rdmad_infiniband_rate_bytes_per_second{device="mlx5_0",port="1"} 1.25e+10`,
+		`rdmad_infiniband_netdev_mtu_bytes{device="mlx5_0",netdev="ens1f0np0",port="1"} 9000`,
+		`rdmad_infiniband_active_mtu_bytes{device="mlx5_0",port="1"} 4096`,
+		`rdmad_infiniband_active_mtu_bytes{device="rxe0",port="1"} 1024`,
+		`rdmad_component_up{component="config"} 0`,
+		`rdmad_component_up{component="inventory"} 1`,
+		`rdmad_config_generation 3`,
+		`rdmad_config_last_load_failed 1`,
+		`rdmad_config_load_failures_total 1`,
+		`rdmad_policy_target_in_sync{kind="mtu",object="ens1f0np0",policy="fabric"} 1`,
+		`rdmad_policy_target_in_sync{kind="roce",object="mlx5_0/1",policy="fabric"} 0`,
+		`rdmad_policy_target_state{kind="qos",object="ens1f0np0",policy="fabric",state="unsupported"} 1`,
+		`rdmad_build_info{goversion="go1.x",version="1.2.3"} 1`,
+		`rdmad_healthy 0`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("scrape lacks %s", line)
+		}
+	}
+	// An InfiniBand port gets no RoCE-derived MTU.
+	if strings.Contains(out, `rdmad_infiniband_active_mtu_bytes{device="mlx4_0"`) {
+		t.Error("scrape has a RoCE active MTU for the InfiniBand port mlx4_0/1")
+	}
+}
+
+// TestLint runs client_golang's promlint (the linter behind promtool check
+// metrics) over the scrape, including the Go runtime collectors.
+func TestLint(t *testing.T) {
+	reg := NewRegistry(fixtureCollector(t), true)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestPromtool runs the real promtool check metrics over the scrape.
+func TestPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (Debian: apt-get install prometheus); TestLint ran the same linter in-process")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(scrape(t, fixtureCollector(t)))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// TestConfigTracker checks that failures are counted as changes of the
+// load error, not per snapshot.
+func TestConfigTracker(t *testing.T) {
+	tests := []struct {
+		name   string
+		errors []string
+		want   uint64
+	}{
+		{"no failures", []string{"", "", ""}, 0},
+		{"one failure seen in several snapshots", []string{"", "bad", "bad", "bad"}, 1},
+		{"fixed and broken again", []string{"bad", "", "bad"}, 2},
+		{"a different error", []string{"bad", "worse"}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tr ConfigTracker
+			for _, e := range tt.errors {
+				tr.Observe(&state.Snapshot{Config: state.Config{Error: e}})
+			}
+			if got := tr.Failures(); got != tt.want {
+				t.Errorf("Failures() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRoCEActiveMTU(t *testing.T) {
+	tests := []struct{ netdev, want int }{
+		{9000, 4096}, {4200, 4096}, {4192, 4096}, {4191, 2048}, {1500, 1024}, {1120, 1024}, {1119, 512}, {351, 0}, {352, 256},
+	}
+	for _, tt := range tests {
+		if got := RoCEActiveMTU(tt.netdev); got != tt.want {
+			t.Errorf("RoCEActiveMTU(%d) = %d, want %d", tt.netdev, got, tt.want)
+		}
+	}
+}
+
+// TestServeTCP serves the fixture on a loopback TCP listener and scrapes it
+// over the network, then checks that cancelling stops the server.
+func TestServeTCP(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, Handler(NewRegistry(fixtureCollector(t), true))) }()
+	url := "http://" + ln.Addr().String()
+
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte("rdmad_infiniband_state_id{")) || !bytes.Contains(body, []byte("go_goroutines ")) {
+		t.Errorf("GET /metrics: %s\n%.400s", resp.Status, body)
+	}
+	resp, err = http.Get(url + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /v1/status on the metrics port: %s, want 404 (the port serves metrics only)", resp.Status)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after cancel: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return 5s after cancel")
+	}
+	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		t.Error("the metrics port still accepts connections after Serve returned")
+	}
+}
+
+func TestListenError(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = Listen(ln.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "metrics: listen on "+ln.Addr().String()) || !strings.Contains(err.Error(), "[metrics] listen") {
+		t.Errorf("Listen on a taken port: %v; want the address, the cause and what to change", err)
+	}
+}
