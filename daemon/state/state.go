@@ -47,9 +47,89 @@ type Snapshot struct {
 	Config  Config             `json:"config"`
 	Devices []inventory.Device `json:"devices"`
 	Policy  Policy             `json:"policy"`
+	// Loopback is the loopback probe's latest result per port.
+	Loopback []LoopbackPort `json:"loopback"`
+	// MRPool is the memory registration pool per device.
+	MRPool []PoolDevice `json:"mrpool"`
 	// Components maps a component name (config, inventory, api, ...) to
 	// its health.
 	Components map[string]Component `json:"components"`
+	// Peers is what the peer probes see of other nodes (docs/PROBES.md).
+	Peers Peers `json:"peers"`
+}
+
+// Peer states (docs/PROBES.md has the transitions).
+const (
+	PeerUnknown  = "unknown"  // not probed yet
+	PeerUp       = "up"       // answering, loss and RTT within thresholds
+	PeerDegraded = "degraded" // answering, but loss or RTT p99 over a threshold
+	PeerDown     = "down"     // probes or control queries unanswered
+)
+
+// Peers is the state of the peer probes.
+type Peers struct {
+	// NodeID identifies this node to its peers (hex).
+	NodeID string `json:"node_id,omitempty"`
+	// Ports are the local ports probes go out of and are answered on.
+	Ports []PeerPort `json:"ports"`
+	// Configured counts the peers in the configuration; Peers lists the
+	// ones selected for probing now ([probe] max_peers).
+	Configured int    `json:"configured"`
+	Peers      []Peer `json:"peers"`
+	// Counters of the control endpoint and the probe QPs since start.
+	Counters PeerCounters `json:"counters"`
+}
+
+// A PeerPort is a local probe port.
+type PeerPort struct {
+	Key string `json:"key"` // "mlx5_0/1"
+	GID string `json:"gid"`
+	QPN uint32 `json:"qpn"`
+}
+
+// A Peer is one probed node.
+type Peer struct {
+	Name    string `json:"name"` // as configured: address or host name
+	Address string `json:"address,omitempty"`
+	Group   string `json:"group,omitempty"`
+	NodeID  string `json:"node_id,omitempty"`
+	// State is the worst state of its paths, or down when its control
+	// endpoint does not answer (Reason says which).
+	State  string     `json:"state"`
+	Reason string     `json:"reason,omitempty"`
+	Since  time.Time  `json:"since"`
+	Paths  []PeerPath `json:"paths"`
+}
+
+// A PeerPath is the probes from one local port to one port of the peer.
+// Statistics cover the last [probe] window probes.
+type PeerPath struct {
+	Local     string    `json:"local"`
+	RemoteGID string    `json:"remote_gid"`
+	RemoteQPN uint32    `json:"remote_qpn"`
+	State     string    `json:"state"`
+	Since     time.Time `json:"since"`
+	// RTT is the round trip minus the responder's host delay; HostDelay
+	// is that delay, reported apart because a busy responder is not a
+	// slow network.
+	RTTP50       time.Duration `json:"rtt_p50_ns"`
+	RTTP99       time.Duration `json:"rtt_p99_ns"`
+	HostDelayP99 time.Duration `json:"host_delay_p99_ns"`
+	LossPct      float64       `json:"loss_pct"`
+	Samples      int           `json:"samples"`
+	Sent         uint64        `json:"sent"` // since start
+	Lost         uint64        `json:"lost"` // since start
+}
+
+// PeerCounters count what the probes dropped and answered.
+type PeerCounters struct {
+	ControlMalformed uint64 `json:"control_malformed"` // control messages dropped as malformed
+	ControlRefused   uint64 `json:"control_refused"`   // control queries from sources not allowed
+	ControlAnswered  uint64 `json:"control_answered"`
+	ProbeMalformed   uint64 `json:"probe_malformed"`  // probe payloads dropped as malformed
+	ProbeUnadmitted  uint64 `json:"probe_unadmitted"` // probes from senders that did not query first
+	ProbesAnswered   uint64 `json:"probes_answered"`
+	ProbesNotSent    uint64 `json:"probes_not_sent"` // send slots full or port gone
 }
 
 // Config describes the configuration in force.
