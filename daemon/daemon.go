@@ -61,6 +61,8 @@ type Daemon struct {
 	socket string
 	gen    uint64
 	rec    *reconciler
+	verbs  *verbsParts
+	ctx    context.Context // Run's; for parts restarted on reload
 
 	reqs chan func() // work for the main loop, from the API and D-Bus
 }
@@ -90,6 +92,8 @@ func Run(ctx context.Context, opts Options) error {
 		Config:    state.Config{Path: opts.ConfigPath},
 		Devices:   []inventory.Device{},
 		Policy:    state.Policy{Policies: []state.PolicyStatus{}},
+		Loopback:  []state.LoopbackPort{},
+		MRPool:    []state.PoolDevice{},
 	})
 
 	// The first load decides the socket. A broken file at start does not
@@ -148,7 +152,10 @@ func Run(ctx context.Context, opts Options) error {
 			Report: func(st string, err error) { d.setComponent(rdbus.ComponentName, st, err) }})
 	}()
 
+	d.ctx = ctx
 	d.refresh("start")
+	d.verbs = d.startVerbs(ctx)
+	defer d.verbs.stop()
 	d.reconcile(nil)
 	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
 	d.notify.ready(snap.Summary)
@@ -196,12 +203,15 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.onLink(e)
 		case e := <-ev.uevent:
 			d.onUevent(e)
+		case <-d.verbs.results:
+			d.verbs.publish()
 		case <-ev.lost:
 			d.log.Warn("kernel events were lost; resyncing everything")
 			d.refresh("lost events")
 			d.reconcile(nil)
 		case <-resync.C:
 			d.refresh("periodic resync")
+			d.verbs.addDevices()
 			d.reconcile(nil)
 			resync.Reset(d.cfg.Daemon.ResyncInterval.Duration)
 		case <-fault:
@@ -236,6 +246,7 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		d.refresh("reload")
 		d.rec.forget()
 		d.reconcile(nil)
+		d.verbs.apply(d.ctx, cfg)
 	}
 	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
 	d.notify.ready(snap.Summary)

@@ -109,6 +109,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 	switch e.Subsystem {
 	case "infiniband":
 		sc.devices[name] = true
+		d.verbs.deviceEvent(e.Action, name)
 	case "net":
 		if ifname := e.Env["INTERFACE"]; ifname != "" {
 			name = ifname

@@ -67,6 +67,44 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 		tw.Flush()
 	}
 
+	if len(s.Loopback) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "LOOPBACK\tPORT\tSTATE\tWRITE p50/p99\tREAD p50/p99\tSEND p50/p99\tROUNDS\tFAILED\tLAST ERROR")
+		for _, p := range s.Loopback {
+			lastErr := p.LastError
+			if p.ErrorKind != "" {
+				lastErr = p.ErrorKind + ": " + lastErr
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Device, p.Port, p.State,
+				rtts(p.Write), rtts(p.Read), rtts(p.Send), p.Rounds, p.Failures, lastErr)
+		}
+		tw.Flush()
+	}
+	if len(s.MRPool) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "MRPOOL\tREGISTERED\tIN USE\tCLASSES\tCANARY")
+		for _, p := range s.MRPool {
+			reg := "no"
+			if p.Registered {
+				reg = sizeStr(p.RegisteredBytes)
+			}
+			var cls []string
+			for _, c := range p.Classes {
+				cls = append(cls, fmt.Sprintf("%dx%s", c.Count, sizeStr(c.Size)))
+			}
+			canary := "-"
+			if p.Canary.Registrations > 0 || p.Canary.Failures > 0 {
+				canary = fmt.Sprintf("%d ok, %d failed, last %s", p.Canary.Registrations, p.Canary.Failures, p.Canary.LastLatency.Round(time.Microsecond))
+			}
+			detail := strings.Join(cls, " ")
+			if p.LastError != "" {
+				detail += " (" + p.LastError + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d (%s)\t%s\t%s\n", p.Device, reg, p.InUse, sizeStr(p.InUseBytes), detail, canary)
+		}
+		tw.Flush()
+	}
+
 	if len(s.Policy.Policies) > 0 {
 		fmt.Fprintln(w)
 		printPolicies(w, s.Policy.Policies)
@@ -162,4 +200,23 @@ func printPolicies(w io.Writer, ps []state.PolicyStatus) {
 		}
 	}
 	tw.Flush()
+}
+
+func rtts(o state.OpStats) string {
+	if o.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s/%s", o.P50.Round(100*time.Nanosecond), o.P99.Round(100*time.Nanosecond))
+}
+
+func sizeStr(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
 }

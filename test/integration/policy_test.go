@@ -81,7 +81,7 @@ func startIn(t testing.TB, ns *netns, config string) *node {
 	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if out, _ := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "version").CombinedOutput(); strings.Contains(string(out), "rdmad ") {
+		if err := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "version").Run(); err == nil {
 			return n
 		}
 		if time.Now().After(deadline) {
@@ -112,10 +112,13 @@ type policyStatus struct {
 
 func (n *node) policy(t *testing.T) policyStatus {
 	t.Helper()
-	out, _ := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "--json", "status").Output()
+	cmd := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "--json", "status")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output()
 	var s policyStatus
 	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
+		t.Fatalf("status --json: %v\n%s%s", err, out, stderr.String())
 	}
 	return s
 }

@@ -1,0 +1,244 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/mrpool"
+	"github.com/rdmad/rdmad/verbs/probe"
+)
+
+// verbsParts are the parts of rdmad that move data over verbs: the memory
+// registration pool and the loopback prober. Each runs in its own
+// goroutines and is restarted when its configuration changes. They report
+// through results, a signal the main loop turns into a snapshot.
+type verbsParts struct {
+	d       *Daemon
+	results chan struct{} // capacity 1: new probe results or pool state
+
+	pool       *mrpool.Pool
+	poolCfg    config.MRPool
+	stopPool   func()
+	prober     *probe.Runner
+	probeCfg   config.Probe
+	stopProber func()
+}
+
+// startVerbs starts the pool and the prober for the current configuration.
+func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
+	v := &verbsParts{d: d, results: make(chan struct{}, 1)}
+	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
+		d.setComponent("verbs", state.Unavailable, err)
+	} else if err != nil {
+		d.setComponent("verbs", state.Error, err)
+	} else {
+		d.setComponent("verbs", state.OK, nil)
+	}
+	v.apply(ctx, d.cfg)
+	return v
+}
+
+func (v *verbsParts) signal() {
+	select {
+	case v.results <- struct{}{}:
+	default:
+	}
+}
+
+// apply (re)starts what the configuration changed.
+func (v *verbsParts) apply(ctx context.Context, cfg *config.Config) {
+	if v.stopPool == nil || !reflect.DeepEqual(v.poolCfg, cfg.MRPool) {
+		v.restartPool(ctx, cfg.MRPool)
+	}
+	if v.stopProber == nil || v.probeCfg != cfg.Probe {
+		v.restartProber(ctx, cfg.Probe)
+	}
+}
+
+func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
+	if v.stopPool != nil {
+		v.stopPool()
+		v.stopPool = nil
+	}
+	v.poolCfg = c
+	p, err := mrpool.New(mrpool.Config{Classes: c.Classes, CanaryInterval: c.CanaryInterval.Duration,
+		Logger: v.d.log.With("component", "mrpool")})
+	if err != nil {
+		v.pool = nil
+		v.d.setComponent("mrpool", state.Error, err)
+		return
+	}
+	v.pool = p
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(pctx)
+	}()
+	v.stopPool = func() {
+		cancel()
+		<-done
+		p.Close()
+	}
+	v.addDevices()
+}
+
+func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
+	if v.stopProber != nil {
+		v.stopProber()
+		v.stopProber = nil
+	}
+	v.probeCfg = c
+	v.prober = nil
+	if !c.Loopback {
+		v.d.setComponent("loopback-probe", state.Disabled, nil)
+		v.stopProber = func() {}
+		return
+	}
+	r, err := probe.New(probe.Config{Interval: c.LoopbackInterval.Duration, OnResult: func(probe.PortResult) { v.signal() },
+		Logger: v.d.log.With("component", "loopback-probe")})
+	if err != nil {
+		v.d.setComponent("loopback-probe", state.Error, err)
+		v.stopProber = func() {}
+		return
+	}
+	v.prober = r
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(pctx)
+	}()
+	v.stopProber = func() { cancel(); <-done }
+}
+
+// addDevices registers the pool on every device of the inventory (AddDevice
+// is a no-op for registered ones; the pool re-adds returning devices itself).
+func (v *verbsParts) addDevices() {
+	if v.pool == nil {
+		return
+	}
+	var errs []error
+	for _, dev := range v.d.store.Load().Devices {
+		if err := v.pool.AddDevice(dev.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	v.reportPool(errors.Join(errs...))
+	v.signal()
+}
+
+func (v *verbsParts) reportPool(err error) {
+	switch {
+	case err == nil:
+		v.d.setComponent("mrpool", state.OK, nil)
+	case errors.Is(err, verbs.ErrUnavailable):
+		v.d.setComponent("mrpool", state.Unavailable, err)
+	default:
+		v.d.setComponent("mrpool", state.Error, err)
+	}
+}
+
+// deviceEvent reacts to an infiniband uevent: a removed device must be let
+// go at once (the kernel waits for every user to close it), a new one is
+// registered and probed.
+func (v *verbsParts) deviceEvent(action, name string) {
+	if v.pool != nil {
+		switch action {
+		case "remove":
+			v.pool.RemoveDevice(name)
+		case "add":
+			v.addDevices()
+		}
+		v.pool.Tick()
+	}
+	if v.prober != nil {
+		v.prober.Rescan()
+	}
+	v.signal()
+}
+
+// publish copies the latest probe results and pool state into the snapshot.
+func (v *verbsParts) publish() {
+	var ports []probe.PortResult
+	unavailable := ""
+	if v.prober != nil {
+		s := v.prober.Snapshot()
+		ports, unavailable = s.Ports, s.Unavailable
+	}
+	var pools []mrpool.DeviceStats
+	if v.pool != nil {
+		pools = v.pool.Stats()
+	}
+	now := time.Now()
+	v.d.store.Update(func(s *state.Snapshot) {
+		s.Loopback = toLoopback(ports)
+		s.MRPool = toMRPool(pools)
+		if v.prober != nil {
+			st, err := state.OK, error(nil)
+			if unavailable != "" {
+				st, err = state.Unavailable, errors.New(unavailable)
+			} else if failing := failingPorts(ports); failing != "" {
+				st, err = state.Error, fmt.Errorf("loopback probe failing on %s", failing)
+			}
+			state.SetComponent(s, "loopback-probe", st, err, now)
+		}
+	})
+}
+
+func failingPorts(ps []probe.PortResult) string {
+	s := ""
+	for _, p := range ps {
+		if p.State == probe.StateFailed {
+			if s != "" {
+				s += ", "
+			}
+			s += fmt.Sprintf("%s/%d (%s: %s)", p.Device, p.Port, p.ErrorKind, p.LastError)
+		}
+	}
+	return s
+}
+
+func (v *verbsParts) stop() {
+	if v.stopProber != nil {
+		v.stopProber()
+	}
+	if v.stopPool != nil {
+		v.stopPool()
+	}
+}
+
+func toLoopback(ps []probe.PortResult) []state.LoopbackPort {
+	out := make([]state.LoopbackPort, len(ps))
+	op := func(o probe.OpStats) state.OpStats {
+		return state.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors}
+	}
+	for i, p := range ps {
+		out[i] = state.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
+			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send),
+			Rounds: p.Rounds, Failures: p.Failures, QPRecreated: p.QPRecreated, LastError: p.LastError,
+			ErrorKind: string(p.ErrorKind), UpdatedAt: p.UpdatedAt}
+	}
+	return out
+}
+
+func toMRPool(ds []mrpool.DeviceStats) []state.PoolDevice {
+	out := make([]state.PoolDevice, len(ds))
+	for i, d := range ds {
+		cs := make([]state.PoolClass, len(d.Classes))
+		for j, c := range d.Classes {
+			cs[j] = state.PoolClass{Size: int64(c.Size), Count: c.Count, InUse: c.InUse, HighWater: c.HighWater, Gets: c.Gets, Exhausted: c.Exhausted}
+		}
+		out[i] = state.PoolDevice{Device: d.Device, Registered: d.Registered, RegisteredBytes: d.RegisteredBytes, InUse: d.InUse,
+			InUseBytes: d.InUseBytes, HighWaterBytes: d.HighWaterBytes, Failures: d.Failures, LastError: d.LastError, Classes: cs,
+			Canary: state.Canary{Registrations: d.Canary.Registrations, Failures: d.Canary.Failures, LastLatency: d.Canary.LastLatency,
+				MaxLatency: d.Canary.MaxLatency, LastError: d.Canary.LastError, LastAt: d.Canary.LastAt}}
+	}
+	return out
+}
