@@ -235,7 +235,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-s.dropped:
-			final(Dropped, fmt.Sprintf("this client fell more than %d events behind and is dropped; events after seq %d were not sent: reconnect and read GET /v1/status to resync",
+			final(Dropped, fmt.Sprintf("this client fell more than %d events behind and is dropped; the last event sent was from snapshot %d: reconnect and read GET /v1/status to resync",
 				h.opts.Buffer, sent))
 			return
 		case <-h.done:

@@ -1,0 +1,373 @@
+package watch_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/daemon/watch"
+)
+
+func TestDiff(t *testing.T) {
+	port := func(st, phys string) inventory.Port { return inventory.Port{Port: 1, State: st, PhysState: phys} }
+	base := state.Snapshot{
+		Seq: 1, State: state.Running, Config: state.Config{Generation: 1},
+		Devices:    []inventory.Device{{Name: "rxe0", Ports: []inventory.Port{port("ACTIVE", "LinkUp")}}},
+		Components: map[string]state.Component{"api": {State: state.OK}},
+		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
+			{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync}}}}},
+	}
+	tests := []struct {
+		name   string
+		change func(s *state.Snapshot)
+		want   []watch.Event
+	}{
+		{"nothing watched changed", func(s *state.Snapshot) { s.Summary = "x" }, nil},
+		{"port goes down", func(s *state.Snapshot) {
+			s.Devices = []inventory.Device{{Name: "rxe0", Ports: []inventory.Port{port("DOWN", "Disabled")}}}
+		}, []watch.Event{{Type: watch.Link, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: "DOWN/Disabled"}}},
+		{"device removed and another added", func(s *state.Snapshot) {
+			s.Devices = []inventory.Device{{Name: "rxe1", Ports: []inventory.Port{port("ACTIVE", "LinkUp")}}}
+		}, []watch.Event{
+			{Type: watch.Link, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: watch.Absent},
+			{Type: watch.Link, Object: "rxe1/1", From: watch.Absent, To: "ACTIVE/LinkUp"},
+		}},
+		{"reload fails, daemon degrades", func(s *state.Snapshot) {
+			s.State, s.Summary = state.Degraded, "degraded; config error"
+			s.Config.Error = "rdmad.toml:2: bad"
+			s.Components = map[string]state.Component{"api": {State: state.OK}, "config": {State: state.Error, Error: "rejected"}}
+		}, []watch.Event{
+			{Type: watch.Daemon, Object: "rdmad", From: state.Running, To: state.Degraded, Message: "degraded; config error"},
+			{Type: watch.Config, Object: "error", From: "ok", To: "error", Message: "rdmad.toml:2: bad"},
+			{Type: watch.Component, Object: "config", From: watch.Absent, To: state.Error, Message: "rejected"},
+		}},
+		{"reload succeeds", func(s *state.Snapshot) { s.Config.Generation = 2 }, []watch.Event{
+			{Type: watch.Config, Object: "generation", From: "1", To: "2", Message: "configuration loaded"},
+		}},
+		{"policy drifts", func(s *state.Snapshot) {
+			s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
+				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: state.Drifted}}}}}
+		}, []watch.Event{{Type: watch.Policy, Object: "fabric/mtu/eth0", From: state.InSync, To: state.Drifted, Message: "desired 9000, actual 1500"}}},
+		{"component recovers", func(s *state.Snapshot) {
+			s.Components = map[string]state.Component{"api": {State: state.Error, Error: "socket gone"}}
+		}, []watch.Event{{Type: watch.Component, Object: "api", From: state.OK, To: state.Error, Message: "socket gone"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prev := base
+			next := base
+			next.Seq = 2
+			tt.change(&next)
+			got := watch.Diff(&prev, &next)
+			for i := range tt.want {
+				tt.want[i].Seq = 2
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Diff (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// flip publishes a snapshot that changes component "probe" and returns its
+// seq. Each call yields exactly one event.
+func flip(store *state.Store, i int, pad int) uint64 {
+	st := state.OK
+	if i%2 == 1 {
+		st = state.Error
+	}
+	msg := fmt.Sprintf("flip %d %s", i, strings.Repeat("x", pad))
+	return store.Update(func(s *state.Snapshot) {
+		state.SetComponent(s, "probe", st, errors.New(msg), time.Now())
+	}).Seq
+}
+
+func newStore() *state.Store {
+	return state.NewStore(state.Snapshot{Version: "test", State: state.Running})
+}
+
+func runHub(t *testing.T, h *watch.Hub) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	go h.Run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("hub did not stop 5s after cancel")
+		}
+	})
+	return cancel
+}
+
+// TestSlowSubscriber: a subscriber that never reads is dropped once its
+// buffer is full, while the publisher and a fast subscriber go on: the fast
+// one sees every event, in order.
+func TestSlowSubscriber(t *testing.T) {
+	store := newStore()
+	h := watch.NewHub(store, watch.Options{Buffer: 4})
+	slow, err := h.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := h.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHub(t, h)
+
+	const n = 50
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		seq := flip(store, i, 0)
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("publishing snapshot %d took %v", i, d)
+		}
+		// Wait for the event so that the hub sees every snapshot and the
+		// fast subscriber's events can be checked one by one.
+		select {
+		case ev := <-fast.C:
+			if ev.Seq != seq || ev.Type != watch.Component || ev.Object != "probe" || !strings.HasPrefix(ev.Message, fmt.Sprintf("flip %d ", i)) {
+				t.Fatalf("fast subscriber: event %d is %+v, want the flip of seq %d", i, ev, seq)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("fast subscriber got no event for snapshot %d within 5s (hub blocked?)", seq)
+		}
+	}
+	select {
+	case <-slow.Dropped():
+	default:
+		t.Fatal("the slow subscriber was not dropped after 50 events with a buffer of 4")
+	}
+	if got := len(slow.C); got != 4 {
+		t.Errorf("slow subscriber holds %d events, want its buffer (4)", got)
+	}
+	if got := h.Clients(); got != 1 {
+		t.Errorf("Clients() = %d after the drop, want 1", got)
+	}
+	select {
+	case <-fast.Dropped():
+		t.Error("the fast subscriber was dropped")
+	default:
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	h := watch.NewHub(newStore(), watch.Options{MaxClients: 2})
+	var subs []*watch.Sub
+	for i := 0; i < 2; i++ {
+		s, err := h.Subscribe()
+		if err != nil {
+			t.Fatalf("subscriber %d: %v", i, err)
+		}
+		subs = append(subs, s)
+	}
+	if _, err := h.Subscribe(); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("third subscriber: %v, want ErrTooManyClients", err)
+	}
+	h.Unsubscribe(subs[0])
+	if _, err := h.Subscribe(); err != nil {
+		t.Fatalf("subscriber after one left: %v", err)
+	}
+}
+
+// serve serves the hub as /v1/watch on a Unix socket with a short
+// ReadTimeout, like the API server's but shorter, so that a stream that
+// outlives it proves the handler lifts it.
+func serve(t *testing.T, h *watch.Hub) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "rdmad.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/watch", h)
+	srv := &http.Server{Handler: mux, ReadTimeout: 200 * time.Millisecond, ReadHeaderTimeout: 200 * time.Millisecond}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// rawWatch opens /v1/watch without reading anything back.
+func rawWatch(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, "GET /v1/watch HTTP/1.1\r\nHost: rdmad\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestHTTPSlowClient: over a real socket, a client that stops reading is
+// dropped with a final line while a fast client (the typed client) gets
+// every event in order, also after the server's ReadTimeout.
+func TestHTTPSlowClient(t *testing.T) {
+	store := newStore()
+	h := watch.NewHub(store, watch.Options{Buffer: 8, WriteTimeout: 5 * time.Second})
+	runHub(t, h)
+	sock := serve(t, h)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fast, err := client.New(sock).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	if fast.Hello.Seq != store.Load().Seq {
+		t.Errorf("hello seq %d, want the current %d", fast.Hello.Seq, store.Load().Seq)
+	}
+	slow := rawWatch(t, sock)
+	waitFor(t, func() bool { return h.Clients() == 2 }, "both clients subscribed")
+
+	// Outlive the server's ReadTimeout before anything happens.
+	time.Sleep(500 * time.Millisecond)
+
+	// 8 KiB per event: a few hundred fill the socket buffers, so the slow
+	// client's handler blocks in Write and its queue fills up.
+	const n = 400
+	for i := 0; i < n; i++ {
+		seq := flip(store, i, 8<<10)
+		ev, err := fast.Next()
+		if err != nil {
+			t.Fatalf("fast client, event %d: %v", i, err)
+		}
+		if ev.Seq != seq || ev.Object != "probe" || !strings.HasPrefix(ev.Message, fmt.Sprintf("flip %d ", i)) {
+			t.Fatalf("fast client: event %d is seq %d %s %q, want the flip of seq %d", i, ev.Seq, ev.Object, ev.Message[:min(20, len(ev.Message))], seq)
+		}
+	}
+	waitFor(t, func() bool { return h.Clients() == 1 }, "the slow client dropped")
+
+	// Now read what the slow client was sent: the hello, events in order,
+	// and the final "dropped" line, then the end of the stream.
+	slow.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(slow), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var evs []watch.Event
+	for sc.Scan() {
+		var ev watch.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("slow client line %q: %v", sc.Bytes(), err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("slow client: reading the stream: %v (want a clean end after the dropped line)", err)
+	}
+	if len(evs) < 2 || evs[0].Type != watch.Hello || evs[len(evs)-1].Type != watch.Dropped {
+		t.Fatalf("slow client got %d lines; want hello ... dropped; first %+v", len(evs), evs[0])
+	}
+	last := evs[len(evs)-1]
+	if len(evs) > 2 && last.Seq != evs[len(evs)-2].Seq {
+		t.Errorf("dropped line says seq %d, want the last event sent (%d)", last.Seq, evs[len(evs)-2].Seq)
+	}
+	if !strings.Contains(last.Message, "reconnect") {
+		t.Errorf("dropped message %q does not say what to do", last.Message)
+	}
+	for i := 2; i < len(evs)-1; i++ {
+		if evs[i].Seq != evs[i-1].Seq+1 {
+			t.Errorf("slow client: event %d has seq %d after %d; want consecutive events before the drop", i, evs[i].Seq, evs[i-1].Seq)
+			break
+		}
+	}
+	t.Logf("slow client received %d of %d events before it was dropped", len(evs)-2, n)
+}
+
+// TestHTTPLimitAndBye: a client beyond MaxClients gets 503 with a JSON
+// error; stopping the hub ends open streams with a "bye" line.
+func TestHTTPLimitAndBye(t *testing.T) {
+	store := newStore()
+	h := watch.NewHub(store, watch.Options{MaxClients: 1})
+	cancel := runHub(t, h)
+	sock := serve(t, h)
+	ctx := context.Background()
+	c := client.New(sock)
+	st, err := c.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	_, err = c.Watch(ctx)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, "limit") {
+		t.Fatalf("second watcher: %v; want a 503 APIError naming the limit", err)
+	}
+
+	seq := flip(store, 1, 0)
+	if ev, err := st.Next(); err != nil || ev.Seq != seq {
+		t.Fatalf("event: %+v, %v; want seq %d", ev, err, seq)
+	}
+	cancel()
+	ev, err := st.Next()
+	if err != nil || ev.Type != watch.Bye {
+		t.Fatalf("after stop: %+v, %v; want a bye line", ev, err)
+	}
+	if _, err := st.Next(); err != io.EOF {
+		t.Fatalf("after bye: %v, want io.EOF", err)
+	}
+	if _, err := c.Watch(ctx); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+		t.Fatalf("watch after stop: %v, want 503", err)
+	}
+}
+
+// TestObservers: observers see the first snapshot and every later one the
+// hub diffs, in order, from the hub's goroutine.
+func TestObservers(t *testing.T) {
+	store := newStore()
+	var mu sync.Mutex
+	var seen []uint64
+	h := watch.NewHub(store, watch.Options{Observers: []func(*state.Snapshot){func(s *state.Snapshot) {
+		mu.Lock()
+		seen = append(seen, s.Seq)
+		mu.Unlock()
+	}}})
+	sub, _ := h.Subscribe()
+	runHub(t, h)
+	want := []uint64{store.Load().Seq}
+	for i := 0; i < 3; i++ {
+		want = append(want, flip(store, i, 0))
+		<-sub.C
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(want, seen); diff != "" {
+		t.Errorf("observed seqs (-want +got):\n%s", diff)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
