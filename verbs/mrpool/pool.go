@@ -13,9 +13,11 @@
 package mrpool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +145,9 @@ func (p *Pool) openDevice(name string) (*DevicePool, error) {
 		d.classes = append(d.classes, cl)
 		d.registered += int64(len(cl.region.Bytes()))
 	}
+	// Get takes the first class that fits, so it must see them smallest
+	// first whatever order the config lists them in.
+	slices.SortFunc(d.classes, func(a, b *class) int { return cmp.Compare(a.size, b.size) })
 	return d, nil
 }
 

@@ -38,10 +38,12 @@ type Config struct {
 	// Payload is the bytes moved per operation; default 64, at most 512.
 	Payload int
 	// Spin is how long to poll the CQ for a completion before sleeping on
-	// the completion channel. A loopback reply takes tens of microseconds,
-	// which a wakeup through the poller would double; a bounded spin per
-	// operation keeps the measured RTT honest at a cost of at most three
-	// Spins of CPU per interval. Default 200µs; negative disables spinning.
+	// the completion channel. Polling stops at the completion, so on a
+	// healthy port it costs the RTT (microseconds on hardware); sleeping
+	// costs a wakeup through the poller, which adds tens of microseconds to
+	// the measured RTT and, in an emulated VM, more CPU than the spin.
+	// At most three Spins of CPU per round; default 1ms; negative disables
+	// spinning.
 	Spin time.Duration
 	// Devices limits probing to these devices; empty probes all.
 	Devices []string
@@ -76,7 +78,7 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("probe: payload %d bytes must be between 8 and %d", c.Payload, slotSize)
 	}
 	if c.Spin == 0 {
-		c.Spin = 200 * time.Microsecond
+		c.Spin = time.Millisecond
 	}
 	if c.Spin < 0 {
 		c.Spin = 0

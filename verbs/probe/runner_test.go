@@ -50,7 +50,7 @@ func TestConfigDefaults(t *testing.T) {
 		want    Config
 		wantErr bool
 	}{
-		{"zero", Config{}, Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Spin: 200 * time.Microsecond}, false},
+		{"zero", Config{}, Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Spin: time.Millisecond}, false},
 		{"timeout capped by interval", Config{Interval: 100 * time.Millisecond, Timeout: time.Second, Spin: -1},
 			Config{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64}, false},
 		{"payload too big", Config{Payload: 4096}, Config{}, true},
