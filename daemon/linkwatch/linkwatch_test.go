@@ -3,60 +3,16 @@ package linkwatch
 import (
 	"context"
 	"errors"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/test/netnstest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
-
-// testNetNS creates a private network namespace and returns its handle and
-// a netlink handle bound to it; the calling thread is back in its original
-// namespace when it returns.
-func testNetNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CAP_SYS_ADMIN)")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get current netns: %v", err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("restore original netns: %v", err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		ns.Close()
-		t.Fatalf("netlink handle in test netns: %v", err)
-	}
-	t.Cleanup(func() { h.Close(); ns.Close() })
-	return ns, h
-}
-
-func addVeth(t *testing.T, h *netlink.Handle, name, peer string) netlink.Link {
-	t.Helper()
-	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
-		t.Fatalf("add veth %s/%s: %v", name, peer, err)
-	}
-	l, err := h.LinkByName(name)
-	if err != nil {
-		t.Fatalf("look up %s: %v", name, err)
-	}
-	return l
-}
 
 // startWatcher runs a Watcher on ns and stops it at the end of the test,
 // checking that Run ends with the context and closes Events.
@@ -113,7 +69,7 @@ func collect(w *Watcher, quiet time.Duration) []Event {
 }
 
 func TestIntegrationLinkAddMTUDelete(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	w := startWatcher(t, ns, Options{Debounce: 20 * time.Millisecond})
 
 	tests := []struct {
@@ -121,7 +77,7 @@ func TestIntegrationLinkAddMTUDelete(t *testing.T) {
 		change func(t *testing.T) netlink.Link
 		want   Kind
 	}{
-		{"add", func(t *testing.T) netlink.Link { return addVeth(t, h, "lw0", "lw1") }, KindLink},
+		{"add", func(t *testing.T) netlink.Link { return netnstest.Veth(t, h, "lw0", "lw1") }, KindLink},
 		{"mtu", func(t *testing.T) netlink.Link {
 			l, _ := h.LinkByName("lw0")
 			if err := h.LinkSetMTU(l, 1400); err != nil {
@@ -160,8 +116,8 @@ func TestIntegrationLinkAddMTUDelete(t *testing.T) {
 }
 
 func TestIntegrationBurstIsCoalesced(t *testing.T) {
-	ns, h := testNetNS(t)
-	l := addVeth(t, h, "burst0", "burst1")
+	ns, h := netnstest.New(t)
+	l := netnstest.Veth(t, h, "burst0", "burst1")
 	w := startWatcher(t, ns, Options{Debounce: 30 * time.Millisecond})
 
 	const flips = 200
@@ -197,13 +153,13 @@ func TestIntegrationBurstIsCoalesced(t *testing.T) {
 }
 
 func TestIntegrationQueueOverflowBecomesResync(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	// Four pending interfaces at most: creating eight pairs at once
 	// overflows the queue, which must turn into a single resync rather
 	// than unbounded growth or silently lost interfaces.
 	w := startWatcher(t, ns, Options{Debounce: 200 * time.Millisecond, QueueSize: 4})
 	for i := range 4 {
-		addVeth(t, h, "ovf"+string(rune('a'+i)), "ovp"+string(rune('a'+i)))
+		netnstest.Veth(t, h, "ovf"+string(rune('a'+i)), "ovp"+string(rune('a'+i)))
 	}
 	waitEvent(t, w, "resync after queue overflow", func(ev Event) bool { return ev.Kind == KindResync })
 }
@@ -212,8 +168,8 @@ func TestIntegrationQueueOverflowBecomesResync(t *testing.T) {
 // socket buffer overflows. The library ends the subscription on ENOBUFS;
 // the watcher must report it, ask for a resync and subscribe again.
 func TestIntegrationENOBUFSResubscribes(t *testing.T) {
-	ns, h := testNetNS(t)
-	l := addVeth(t, h, "nob0", "nob1")
+	ns, h := netnstest.New(t)
+	l := netnstest.Veth(t, h, "nob0", "nob1")
 
 	var mu sync.Mutex
 	var errs []string

@@ -4,59 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/daemon/linkwatch/coalesce"
+	"github.com/rdmad/rdmad/test/netnstest"
 )
-
-// testNetNS creates a private network namespace without entering it for
-// longer than needed, and returns its handle and a netlink handle bound to
-// it. Everything created in it disappears with it.
-func testNetNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CAP_SYS_ADMIN)")
-	}
-	// netns.New switches the calling thread; keep this goroutine on it
-	// until the thread is back in its original namespace.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get current netns: %v", err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("restore original netns: %v", err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		ns.Close()
-		t.Fatalf("netlink handle in test netns: %v", err)
-	}
-	t.Cleanup(func() { h.Close(); ns.Close() })
-	return ns, h
-}
-
-func addVeth(t *testing.T, h *netlink.Handle, name, peer string) {
-	t.Helper()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
-	if err := h.LinkAdd(veth); err != nil {
-		t.Fatalf("add veth %s/%s: %v", name, peer, err)
-	}
-}
 
 // waitFor receives events until one matches or the deadline passes.
 func waitFor(t *testing.T, c *Conn, what string, match func(Event) bool) Event {
@@ -75,14 +31,14 @@ func waitFor(t *testing.T, c *Conn, what string, match func(Event) bool) Event {
 }
 
 func TestIntegrationVethAddRemove(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	c, err := Dial(&Options{Subsystems: []string{"net"}, NetNS: int(ns)})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer c.Close()
 
-	addVeth(t, h, "rdmatest0", "rdmatest1")
+	netnstest.Veth(t, h, "rdmatest0", "rdmatest1")
 	added := waitFor(t, c, "add of rdmatest0", func(ev Event) bool {
 		return ev.Action == "add" && ev.Env["INTERFACE"] == "rdmatest0"
 	})
@@ -106,7 +62,7 @@ func TestIntegrationVethAddRemove(t *testing.T) {
 }
 
 func TestIntegrationSubsystemFilter(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	// veth creation emits "net" and "queues" uevents; with a filter for a
 	// subsystem that does not occur nothing may come through.
 	c, err := Dial(&Options{Subsystems: []string{"infiniband"}, NetNS: int(ns)})
@@ -120,7 +76,7 @@ func TestIntegrationSubsystemFilter(t *testing.T) {
 	}
 	defer all.Close()
 
-	addVeth(t, h, "rdmaflt0", "rdmaflt1")
+	netnstest.Veth(t, h, "rdmaflt0", "rdmaflt1")
 	waitFor(t, all, "any event for rdmaflt0", func(ev Event) bool { return ev.Env["INTERFACE"] == "rdmaflt0" })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -131,7 +87,7 @@ func TestIntegrationSubsystemFilter(t *testing.T) {
 }
 
 func TestIntegrationOverflowReportsLost(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	// The smallest buffer the kernel allows overflows after a few messages.
 	c, err := Dial(&Options{NetNS: int(ns), ReadBuffer: 1})
 	if err != nil {
@@ -139,7 +95,7 @@ func TestIntegrationOverflowReportsLost(t *testing.T) {
 	}
 	defer c.Close()
 	for i := range 20 {
-		addVeth(t, h, fmt.Sprintf("rdmaov%da", i), fmt.Sprintf("rdmaov%db", i))
+		netnstest.Veth(t, h, fmt.Sprintf("rdmaov%da", i), fmt.Sprintf("rdmaov%db", i))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -168,7 +124,7 @@ func TestIntegrationOverflowReportsLost(t *testing.T) {
 	}
 	// One veth pair emits several uevents, which can overflow this tiny
 	// buffer again; any of them arriving proves delivery resumed.
-	addVeth(t, h, "rdmaovz", "rdmaovy")
+	netnstest.Veth(t, h, "rdmaovz", "rdmaovy")
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for {
@@ -186,7 +142,7 @@ func TestIntegrationOverflowReportsLost(t *testing.T) {
 }
 
 func TestIntegrationRunCoalesces(t *testing.T) {
-	ns, h := testNetNS(t)
+	ns, h := netnstest.New(t)
 	c, err := Dial(&Options{Subsystems: []string{"net"}, NetNS: int(ns)})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
@@ -199,7 +155,7 @@ func TestIntegrationRunCoalesces(t *testing.T) {
 
 	// add then remove within the debounce window: one notification for the
 	// device, carrying the latest action.
-	addVeth(t, h, "rdmaco0", "rdmaco1")
+	netnstest.Veth(t, h, "rdmaco0", "rdmaco1")
 	link, err := h.LinkByName("rdmaco0")
 	if err != nil {
 		t.Fatalf("look up rdmaco0: %v", err)

@@ -9,7 +9,7 @@ import (
 	"github.com/mdlayher/netlink"
 
 	"github.com/rdmad/rdmad/policy/dcb"
-	"github.com/rdmad/rdmad/policy/dcb/dcbtest"
+	"github.com/rdmad/rdmad/test/netnstest"
 )
 
 // TestIntegrationErrors sends every request the package makes to the real
@@ -17,8 +17,8 @@ import (
 // dcbnl_ops, so dcb_doit answers EOPNOTSUPP; a name that does not exist is
 // looked up first and answers ENODEV.
 func TestIntegrationErrors(t *testing.T) {
-	ns := dcbtest.NetNS(t)
-	dcbtest.Veth(t, ns, "dcbv0", "dcbv1")
+	ns, h := netnstest.New(t)
+	netnstest.Veth(t, h, "dcbv0", "dcbv1")
 	c, err := dcb.Dial(&netlink.Config{NetNS: int(ns)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestIntegrationErrors(t *testing.T) {
 // DCB_ATTR_IFNAME (NLA_NUL_STRING of at most IFNAMSIZ-1 bytes) surfaces as
 // an error naming the operation, not as a hang or a decode failure.
 func TestIntegrationNameTooLong(t *testing.T) {
-	ns := dcbtest.NetNS(t)
+	ns, _ := netnstest.New(t)
 	c, err := dcb.Dial(&netlink.Config{NetNS: int(ns)})
 	if err != nil {
 		t.Fatal(err)

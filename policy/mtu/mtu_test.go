@@ -2,13 +2,12 @@ package mtu
 
 import (
 	"errors"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/rdmad/rdmad/test/netnstest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -18,32 +17,8 @@ import (
 // mtu0/mtu1 and returns it with a netlink handle bound to it.
 func testNetNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CAP_SYS_ADMIN)")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get current netns: %v", err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatalf("create netns: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatalf("restore original netns: %v", err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		ns.Close()
-		t.Fatalf("netlink handle in test netns: %v", err)
-	}
-	t.Cleanup(func() { h.Close(); ns.Close() })
-	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "mtu0"}, PeerName: "mtu1"}); err != nil {
-		t.Fatalf("add veth: %v", err)
-	}
+	ns, h := netnstest.New(t)
+	netnstest.Veth(t, h, "mtu0", "mtu1")
 	return ns, h
 }
 

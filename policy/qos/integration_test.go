@@ -9,15 +9,15 @@ import (
 	"github.com/mdlayher/netlink"
 
 	"github.com/rdmad/rdmad/policy/dcb"
-	"github.com/rdmad/rdmad/policy/dcb/dcbtest"
+	"github.com/rdmad/rdmad/test/netnstest"
 )
 
 // TestIntegrationVethUnsupported talks to the real kernel: a veth pair in a
 // private namespace has no dcbnl_ops, so every request answers EOPNOTSUPP,
 // which must come out as the "unsupported" state and not a generic error.
 func TestIntegrationVethUnsupported(t *testing.T) {
-	ns := dcbtest.NetNS(t)
-	dcbtest.Veth(t, ns, "qv0", "qv1")
+	ns, h := netnstest.New(t)
+	netnstest.Veth(t, h, "qv0", "qv1")
 	c, err := dcb.Dial(&netlink.Config{NetNS: int(ns)})
 	if err != nil {
 		t.Fatal(err)
