@@ -239,16 +239,7 @@ func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (state.Targe
 		t.State = state.InSync
 		return t, nil
 	}
-	cs := []Change{{From: t.Actual, To: t.Desired}}
-	if !enforce {
-		t.State = state.Drifted
-		return t, cs
-	}
-	if err := r.mtu.Set(nd, desired); err != nil {
-		return failed(t, err), cs
-	}
-	t.Actual, t.State = t.Desired, state.Applied
-	return t, cs
+	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.mtu.Set(nd, desired) })
 }
 
 func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (state.Target, []Change) {
@@ -284,19 +275,15 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	for _, c := range plan {
 		cs = append(cs, Change{From: c.From, To: c.String()})
 	}
-	if !enforce {
-		t.State = state.Drifted
-		return t, cs
+	var applyErr error
+	t, cs = settle(t, cs, enforce, func() error {
+		applyErr = qos.Apply(r.dcb, nd, plan)
+		return applyErr
+	})
+	if qos.IsUnsupported(applyErr) {
+		r.unsupported[nd] = ifindex
+		t.State = state.Unsupported
 	}
-	if err := qos.Apply(r.dcb, nd, plan); err != nil {
-		if qos.IsUnsupported(err) {
-			r.unsupported[nd] = ifindex
-			t.State, t.Error = state.Unsupported, err.Error()
-			return t, cs
-		}
-		return failed(t, err), cs
-	}
-	t.State, t.Actual = state.Applied, t.Desired
 	return t, cs
 }
 
@@ -328,16 +315,7 @@ func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (
 		t.State = state.InSync
 		return t, nil
 	}
-	cs := []Change{{From: t.Actual, To: t.Desired}}
-	if !enforce {
-		t.State = state.Drifted
-		return t, cs
-	}
-	if err := r.roce.Apply(p.Device, p.Port, want); err != nil {
-		return failed(t, err), cs
-	}
-	t.State, t.Actual = state.Applied, t.Desired
-	return t, cs
+	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.roce.Apply(p.Device, p.Port, want) })
 }
 
 func roceString(tos *int, mode string) string {
@@ -380,17 +358,10 @@ func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (state.
 		t.State = state.InSync
 		return t, nil
 	}
-	cs := []Change{{From: t.Actual, To: t.Desired}}
-	if !enforce {
-		t.State = state.Drifted
-		return t, cs
-	}
-	got, err := memlock.Raise(want)
-	if err != nil {
-		return failed(t, err), cs
-	}
-	t.State, t.Actual = state.Applied, got.Soft.String()
-	return t, cs
+	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
+		_, err := memlock.Raise(want)
+		return err
+	})
 }
 
 func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Target, []Change) {
@@ -411,6 +382,21 @@ func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Tar
 	}
 	t.State = state.InSync
 	return t, nil
+}
+
+// settle finishes t for a setting that differs from its desired value: a
+// policy in observe mode (or a dry run) reports it drifted; otherwise apply
+// runs and t is applied or failed.
+func settle(t state.Target, cs []Change, enforce bool, apply func() error) (state.Target, []Change) {
+	if !enforce {
+		t.State = state.Drifted
+		return t, cs
+	}
+	if err := apply(); err != nil {
+		return failed(t, err), cs
+	}
+	t.State, t.Actual = state.Applied, t.Desired
+	return t, cs
 }
 
 // failed marks t as failed with err, or as gone (State "") when err says
