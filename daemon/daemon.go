@@ -126,6 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	d.addSinks(ctx, &wg)
 
 	apiErr := make(chan error, 1)
 	wg.Add(1)

@@ -1,0 +1,55 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/rdmad/rdmad/daemon/metrics"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/daemon/watch"
+)
+
+// addSinks registers GET /metrics and GET /v1/watch on the API, starts the
+// watch hub and, when [metrics] listen is set, the TCP metrics listener.
+// Both goroutines stop with ctx and are counted in wg. It must run before
+// the API serves.
+//
+// The TCP listener follows the configuration at start only: a reload that
+// changes [metrics] listen is logged, and takes effect at the next restart.
+func (d *Daemon) addSinks(ctx context.Context, wg *sync.WaitGroup) {
+	tracker := &metrics.ConfigTracker{}
+	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*state.Snapshot){tracker.Observe}})
+	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, Config: tracker})
+	h := metrics.Handler(metrics.NewRegistry(col, true))
+	d.api.Handle("/metrics", http.MethodGet, false, h)
+	d.api.Handle("/v1/watch", http.MethodGet, false, hub)
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hub.Run(ctx)
+	}()
+
+	addr := d.cfg.Metrics.Listen
+	if addr == "" {
+		d.setComponent("metrics", state.OK, nil)
+		return
+	}
+	ln, err := metrics.Listen(addr)
+	if err != nil {
+		d.log.Error("metrics listener", "err", err)
+		d.setComponent("metrics", state.Error, err)
+		return
+	}
+	d.log.Info("serving metrics", "address", ln.Addr().String())
+	d.setComponent("metrics", state.OK, nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := metrics.Serve(ctx, ln, h); err != nil {
+			d.log.Error("metrics listener", "err", err)
+			d.setComponent("metrics", state.Error, err)
+		}
+	}()
+}
