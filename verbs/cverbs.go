@@ -1198,3 +1198,7 @@ func (a *AH) Close() error {
 	a.c.remove(a.id)
 	return a.destroy()
 }
+
+// Linked reports whether this build calls libibverbs (built with cgo). When
+// false every entry point reports ErrUnavailable.
+func Linked() bool { return true }
