@@ -1,0 +1,639 @@
+package doctor
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/metrics"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/policy/memlock"
+)
+
+// Checks is the table `rdmactl doctor` runs, in order.
+var Checks = []Check{
+	{"daemon", "rdmad answers and is healthy", checkDaemon},
+	{"devices", "RDMA devices exist", checkDevices},
+	{"uverbs", "verbs character devices exist", checkUverbs},
+	{"ports", "ports are ACTIVE with the link up", checkPorts},
+	{"gid", "RoCE v2 GIDs cover the netdev's addresses", checkGIDs},
+	{"mtu", "netdev MTU, RDMA MTU and policy agree", checkMTU},
+	{"pfc", "PFC is on for the RoCE priority", checkPFC},
+	{"dscp-trust", "the NIC trusts DSCP", checkTrust},
+	{"memlock", "RLIMIT_MEMLOCK allows memory registration", checkMemlock},
+	{"clock", "the clock is synchronised", checkClock},
+	{"qp-errors", "no QP errors, retransmits or out-of-sequence packets rising", checkQPErrors},
+	{"link-errors", "no symbol errors, link downs or receive errors rising", checkLinkErrors},
+	{"peers", "peers answer probes", checkPeers},
+}
+
+func skip(msg string) Result { return Result{Verdict: Skip, Message: msg} }
+
+func notReachable(e *Env) Result {
+	msg := "skip: rdmad not reachable"
+	if e.DaemonErr != nil {
+		msg += " (" + e.DaemonErr.Error() + ")"
+	}
+	return skip(msg)
+}
+
+// collector gathers per-object findings into one Result.
+type collector struct {
+	verdict string
+	msgs    []string
+	fixes   []string
+}
+
+func (c *collector) add(verdict, msg, fix string) {
+	if Rank(verdict) > Rank(c.verdict) {
+		c.verdict = verdict
+	}
+	c.msgs = append(c.msgs, msg)
+	if fix != "" && !contains(c.fixes, fix) {
+		c.fixes = append(c.fixes, fix)
+	}
+}
+
+func (c *collector) result(none string) Result {
+	if c.verdict == "" {
+		return skip(none)
+	}
+	return Result{Verdict: c.verdict, Message: strings.Join(c.msgs, "; "), Fix: strings.Join(c.fixes, "; ")}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func checkDaemon(e *Env) Result {
+	s := e.Snapshot
+	if s == nil {
+		return Result{Verdict: Warn, Message: fmt.Sprintf("rdmad not reachable: %v", e.DaemonErr),
+			Fix: "start it (systemctl start rdmad) or point --socket at its socket; the checks that need it are skipped"}
+	}
+	var c collector
+	if s.Config.Error != "" {
+		c.add(Fail, fmt.Sprintf("configuration rejected, generation %d stays in force: %s", s.Config.Generation, firstLine(s.Config.Error)),
+			"fix the file and line named, then rdmactl reload")
+	}
+	names := make([]string, 0, len(s.Components))
+	for n := range s.Components {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if comp := s.Components[n]; comp.State == state.Error {
+			c.add(Fail, fmt.Sprintf("component %s: %s", n, comp.Error), "see rdmactl status and journalctl -u rdmad")
+		}
+	}
+	if c.verdict == "" {
+		c.add(OK, fmt.Sprintf("rdmad %s is %s (pid %d, config generation %d)", s.Version, s.State, s.PID, s.Config.Generation), "")
+	}
+	return c.result("")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " (and more)"
+	}
+	return s
+}
+
+// PCI classes and vendors that matter for RDMA.
+const (
+	pciClassInfiniBand = 0x0207
+	pciClassEthernet   = 0x0200
+	pciVendorMellanox  = 0x15b3
+)
+
+func checkDevices(e *Env) Result {
+	devs, err := e.Devices()
+	if err != nil {
+		return Result{Verdict: Fail, Message: err.Error(), Fix: "check that sysfs is mounted at /sys"}
+	}
+	if len(devs) > 0 {
+		names := make([]string, len(devs))
+		for i, d := range devs {
+			names[i] = d.Name
+		}
+		return Result{Verdict: OK, Message: fmt.Sprintf("%d RDMA device(s): %s", len(devs), strings.Join(names, ", "))}
+	}
+	nics := e.rdmaNICs()
+	if len(nics) > 0 {
+		return Result{Verdict: Fail, Message: "no RDMA devices in /sys/class/infiniband, but PCI has " + strings.Join(nics, ", "),
+			Fix: "load the RDMA driver (modprobe mlx5_ib, or mlx4_ib for ConnectX-3; for other vendors their *_ib module) and check dmesg for firmware or driver errors"}
+	}
+	return Result{Verdict: Fail, Message: "no RDMA devices in /sys/class/infiniband and no InfiniBand or Mellanox Ethernet NIC on PCI",
+		Fix: "check that the NIC is seated and visible (lspci); for Soft-RoCE over an Ethernet netdev: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0"}
+}
+
+// rdmaNICs lists PCI functions that should have RDMA devices: InfiniBand
+// controllers, and Ethernet controllers by Mellanox (RoCE).
+func (e *Env) rdmaNICs() []string {
+	dir := e.sys("bus", "pci", "devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ent := range ents {
+		class := readHex(filepath.Join(dir, ent.Name(), "class")) >> 8
+		vendor := readHex(filepath.Join(dir, ent.Name(), "vendor"))
+		switch {
+		case class == pciClassInfiniBand:
+			out = append(out, ent.Name()+" (InfiniBand controller)")
+		case class == pciClassEthernet && vendor == pciVendorMellanox:
+			out = append(out, ent.Name()+" (Mellanox Ethernet controller, RoCE capable)")
+		}
+	}
+	return out
+}
+
+func readHex(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32)
+	return v
+}
+
+func readInt(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// devicesOrSkip returns the devices, or the Result to return when there
+// are none.
+func devicesOrSkip(e *Env) ([]inventory.Device, *Result) {
+	devs, err := e.Devices()
+	if err != nil || len(devs) == 0 {
+		r := skip("no RDMA devices (see the devices check)")
+		return nil, &r
+	}
+	return devs, nil
+}
+
+func checkUverbs(e *Env) Result {
+	devs, r := devicesOrSkip(e)
+	if r != nil {
+		return *r
+	}
+	var c collector
+	for _, d := range devs {
+		if d.Uverbs == "" {
+			c.add(Fail, d.Name+" has no verbs device (no uverbs in /sys/class/infiniband_verbs)",
+				"modprobe ib_uverbs (and add it to /etc/modules-load.d/ so that it loads at boot)")
+			continue
+		}
+		path := e.dev(strings.TrimPrefix(d.Uverbs, "/dev/"))
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			c.add(Fail, fmt.Sprintf("%s: %s is missing although the kernel has it", d.Name, d.Uverbs),
+				"let udev create it (udevadm trigger --subsystem-match=infiniband_verbs); in a container, pass /dev/infiniband through")
+		case fi.Mode()&os.ModeCharDevice == 0:
+			c.add(Fail, fmt.Sprintf("%s: %s is not a character device", d.Name, d.Uverbs), "remove it and let udev recreate it (udevadm trigger --subsystem-match=infiniband_verbs)")
+		case unix.Access(path, unix.R_OK|unix.W_OK) != nil:
+			c.add(Warn, fmt.Sprintf("%s: %s exists but you (uid %d) cannot open it", d.Name, d.Uverbs, os.Getuid()),
+				"add yourself to the group that owns it (often rdma) or check the udev rules of rdma-core")
+		default:
+			c.add(OK, d.Name+": "+d.Uverbs, "")
+		}
+	}
+	return c.result("")
+}
+
+func checkPorts(e *Env) Result {
+	devs, r := devicesOrSkip(e)
+	if r != nil {
+		return *r
+	}
+	active := 0
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.State == "ACTIVE" {
+				active++
+			}
+		}
+	}
+	var c collector
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
+			if p.State == "ACTIVE" && p.PhysState == "LinkUp" {
+				c.add(OK, name+" ACTIVE/LinkUp", "")
+				continue
+			}
+			// A spare port that is down is common; with no active port
+			// at all RDMA cannot work.
+			v := Warn
+			if active == 0 {
+				v = Fail
+			}
+			msg := fmt.Sprintf("%s is %s, physical state %s", name, p.State, p.PhysState)
+			if p.Netdev != "" {
+				msg += " (netdev " + p.Netdev + ")"
+			}
+			c.add(v, msg, portFix(p))
+		}
+	}
+	return c.result("no ports")
+}
+
+func portFix(p inventory.Port) string {
+	switch {
+	case p.PhysState == "Disabled" && p.Netdev != "":
+		return fmt.Sprintf("bring the netdev up: ip link set %s up", p.Netdev)
+	case p.PhysState == "Disabled":
+		return "the port is administratively disabled: enable it (ip link set <netdev> up, or ibportstate enable for InfiniBand)"
+	case p.PhysState == "Polling":
+		return "no link partner: check the cable, the transceiver and that the switch port is enabled"
+	case p.LinkLayer == "InfiniBand" && (p.State == "INIT" || p.State == "ARMED"):
+		return "the link is up but no subnet manager activated the port: start opensm on a node or check the fabric's SM"
+	case p.Netdev != "":
+		return fmt.Sprintf("check ip link show %s and the switch port", p.Netdev)
+	}
+	return "check the cable and the switch port"
+}
+
+func checkGIDs(e *Env) Result {
+	devs, r := devicesOrSkip(e)
+	if r != nil {
+		return *r
+	}
+	var c collector
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.LinkLayer != "Ethernet" || p.Netdev == "" {
+				continue
+			}
+			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
+			v2 := map[netip.Addr]bool{}
+			routable := 0
+			for _, g := range p.GIDs {
+				if g.Type != "RoCE v2" {
+					continue
+				}
+				a, err := netip.ParseAddr(g.GID)
+				if err != nil {
+					continue
+				}
+				a = a.Unmap()
+				v2[a] = true
+				if !a.IsLinkLocalUnicast() {
+					routable++
+				}
+			}
+			addrs, err := e.addrs(p.Netdev)
+			if err != nil {
+				c.add(Warn, fmt.Sprintf("%s: cannot read the addresses of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip addr show "+p.Netdev)
+				continue
+			}
+			var missing []string
+			for _, a := range addrs {
+				a = a.Unmap()
+				if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
+					continue
+				}
+				if !v2[a] {
+					missing = append(missing, a.String())
+				}
+			}
+			switch {
+			case len(missing) > 0:
+				c.add(Fail, fmt.Sprintf("%s: no RoCE v2 GID for %s on %s", name, strings.Join(missing, ", "), p.Netdev),
+					fmt.Sprintf("the GID table follows %s's addresses: check that %s is the RoCE netdev (rdma link show), that the address is not on a VLAN/bond the device does not serve, and re-add Soft-RoCE links after changing their netdev", p.Netdev, p.Netdev))
+			case routable == 0:
+				c.add(Fail, fmt.Sprintf("%s: %s has no IPv4 or global IPv6 address, so no routable RoCE v2 GID (rdma_cm cannot resolve it)", name, p.Netdev),
+					fmt.Sprintf("give %s an address: ip addr add <address>/<prefix> dev %s", p.Netdev, p.Netdev))
+			default:
+				c.add(OK, fmt.Sprintf("%s: %d routable RoCE v2 GID(s) for %s", name, routable, p.Netdev), "")
+			}
+		}
+	}
+	return c.result("no RoCE ports with a netdev (InfiniBand GIDs come from the subnet manager)")
+}
+
+func checkMTU(e *Env) Result {
+	devs, r := devicesOrSkip(e)
+	if r != nil {
+		return *r
+	}
+	var c collector
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if p.LinkLayer != "Ethernet" || p.Netdev == "" {
+				continue
+			}
+			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
+			mtu, err := readInt(e.sys("class", "net", p.Netdev, "mtu"))
+			if err != nil {
+				c.add(Warn, fmt.Sprintf("%s: cannot read the MTU of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip link show "+p.Netdev)
+				continue
+			}
+			active := metrics.RoCEActiveMTU(mtu)
+			if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == state.Drifted || t.State == state.TargetError) {
+				fix := "rdmactl policy apply"
+				if t.State == state.Drifted {
+					fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\" or ip link set %s mtu %s", pol, p.Netdev, t.Desired)
+				}
+				msg := fmt.Sprintf("%s: %s has MTU %d but policy %q wants %s", name, p.Netdev, mtu, pol, t.Desired)
+				if t.Error != "" {
+					msg += ": " + t.Error
+				}
+				c.add(Fail, msg, fix)
+				continue
+			}
+			switch {
+			case active < 1024:
+				c.add(Warn, fmt.Sprintf("%s: %s MTU %d gives an RDMA MTU of only %d", name, p.Netdev, mtu, active),
+					fmt.Sprintf("raise the MTU to at least 1500: ip link set %s mtu 1500 (or declare mtu in a [[policy]])", p.Netdev))
+			case mtu > 1500 && active < 4096:
+				want := 2*active + 96
+				c.add(Warn, fmt.Sprintf("%s: jumbo MTU %d on %s gives an RDMA MTU of only %d; %d would give %d", name, mtu, p.Netdev, active, want, 2*active),
+					fmt.Sprintf("ip link set %s mtu %d on every node and switch port of the fabric (or 9000, which gives 4096)", p.Netdev, want))
+			default:
+				c.add(OK, fmt.Sprintf("%s: %s MTU %d, RDMA MTU %d", name, p.Netdev, mtu, active), "")
+			}
+		}
+	}
+	return c.result("no RoCE ports with a netdev (InfiniBand MTUs come from the subnet manager)")
+}
+
+// target finds a policy target of kind for object in the snapshot and the
+// name of its policy.
+func (e *Env) target(kind, object string) (state.Target, string, bool) {
+	if e.Snapshot == nil {
+		return state.Target{}, "", false
+	}
+	for _, p := range e.Snapshot.Policy.Policies {
+		for _, t := range p.Targets {
+			if t.Kind == kind && t.Object == object {
+				return t, p.Name, true
+			}
+		}
+	}
+	return state.Target{}, "", false
+}
+
+// qosField returns the value of key ("pfc", "trust") in a FormatQoS string
+// ("trust=dscp pfc=3"), and whether it is there.
+func qosField(s, key string) (string, bool) {
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func checkQoS(e *Env, key, what, unmanaged string) Result {
+	if e.Snapshot == nil {
+		return notReachable(e)
+	}
+	var c collector
+	for _, p := range e.Snapshot.Policy.Policies {
+		for _, t := range p.Targets {
+			if t.Kind != "qos" {
+				continue
+			}
+			want, ok := qosField(t.Desired, key)
+			if !ok {
+				continue
+			}
+			got, _ := qosField(t.Actual, key)
+			switch {
+			case t.State == state.Unsupported:
+				c.add(Warn, fmt.Sprintf("%s: %s cannot be set: the netdev has no DCB (%s)", t.Object, what, dash(t.Actual)),
+					"lossless RoCE needs a NIC with DCB (dcbnl); on a NIC without it, rely on ECN/DCQCN or use a different netdev")
+			case t.State == state.TargetError:
+				c.add(Fail, fmt.Sprintf("%s: setting %s failed: %s", t.Object, what, t.Error), "see journalctl -u rdmad; then rdmactl policy apply")
+			case got != want:
+				fix := "rdmactl policy apply"
+				if t.State == state.Drifted {
+					fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\", or set it by hand (dcb / mlnx_qos)", p.Name)
+				}
+				c.add(Fail, fmt.Sprintf("%s: %s is %s, policy %q wants %s", t.Object, what, dash(got), p.Name, want), fix)
+			default:
+				c.add(OK, fmt.Sprintf("%s: %s %s as policy %q declares", t.Object, what, want, p.Name), "")
+			}
+		}
+	}
+	return c.result(unmanaged)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func checkPFC(e *Env) Result {
+	return checkQoS(e, "pfc", "PFC", "no [policy.qos] pfc in rdmad's configuration, so rdmad does not know the RoCE priority (reading dcbnl needs root: dcb pfc show dev <netdev>)")
+}
+
+func checkTrust(e *Env) Result {
+	return checkQoS(e, "trust", "trust", "no [policy.qos] trust in rdmad's configuration (reading dcbnl needs root: dcb app show dev <netdev>)")
+}
+
+// memlockNeed is the RLIMIT_MEMLOCK the checks ask for: what rdmad's policy
+// declares for itself, else DefaultMinMemlock.
+func (e *Env) memlockNeed() (memlock.Size, string) {
+	if t, _, ok := e.target("memlock", "rdmad"); ok {
+		if s, err := memlock.ParseSize(t.Desired); err == nil {
+			return s, "[memlock] daemon"
+		}
+	}
+	return DefaultMinMemlock, "the kernel default"
+}
+
+// readMemlock reads the "Max locked memory" line of a /proc/<pid>/limits.
+func readMemlock(path string) (soft, hard memlock.Size, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "Max locked memory") {
+			continue
+		}
+		fs := strings.Fields(strings.TrimPrefix(line, "Max locked memory"))
+		if len(fs) < 2 {
+			break
+		}
+		parse := func(s string) (memlock.Size, error) {
+			if s == "unlimited" {
+				return memlock.Unlimited, nil
+			}
+			v, err := strconv.ParseUint(s, 10, 64)
+			return memlock.Size(v), err
+		}
+		if soft, err = parse(fs[0]); err == nil {
+			hard, err = parse(fs[1])
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("parse %s: %q: %w", path, line, err)
+		}
+		return soft, hard, nil
+	}
+	return 0, 0, fmt.Errorf("%s has no Max locked memory line", path)
+}
+
+func checkMemlock(e *Env) Result {
+	need, why := e.memlockNeed()
+	var c collector
+	if e.Snapshot == nil {
+		c.add(Skip, "rdmad's limit not checked: rdmad not reachable", "")
+	} else {
+		path := e.proc(strconv.Itoa(e.Snapshot.PID), "limits")
+		soft, _, err := readMemlock(path)
+		switch {
+		case err != nil:
+			c.add(Warn, fmt.Sprintf("cannot read rdmad's limit: %v", err), "run rdmactl doctor as root, or on the node where rdmad runs")
+		case soft < need:
+			c.add(Fail, fmt.Sprintf("rdmad (pid %d) may lock %s, less than %s (%s)", e.Snapshot.PID, soft, need, why),
+				"set [memlock] daemon = \"unlimited\" in rdmad.toml, or LimitMEMLOCK=infinity in rdmad.service")
+		default:
+			c.add(OK, fmt.Sprintf("rdmad may lock %s", soft), "")
+		}
+	}
+	soft, _, err := readMemlock(e.proc("self", "limits"))
+	switch {
+	case err != nil:
+		c.add(Warn, fmt.Sprintf("cannot read your own limit: %v", err), "")
+	case soft < need:
+		c.add(Warn, fmt.Sprintf("you may lock %s, less than %s (%s): RDMA programs you start may fail to register memory (ibv_reg_mr: Cannot allocate memory)", soft, need, why),
+			"raise it for RDMA users: [memlock] users = \"unlimited\" in rdmad.toml (or a limits.d memlock rule), then log in again")
+	default:
+		c.add(OK, fmt.Sprintf("you may lock %s", soft), "")
+	}
+	return c.result("")
+}
+
+// maxClockError is the kernel's estimated clock error above which the
+// clock counts as unsynchronised.
+const maxClockError = 100000 // µs
+
+func checkClock(e *Env) Result {
+	var tx unix.Timex
+	st, err := e.adjtimex(&tx)
+	if err != nil {
+		return skip(fmt.Sprintf("cannot read the clock state: adjtimex: %v", err))
+	}
+	fix := "enable NTP (systemctl enable --now systemd-timesyncd, or chronyd): probe timestamps and logs across nodes disagree otherwise"
+	switch {
+	case tx.Status&unix.STA_UNSYNC != 0 || st == unix.TIME_ERROR:
+		return Result{Verdict: Warn, Message: "the kernel clock is not synchronised (STA_UNSYNC)", Fix: fix}
+	case tx.Maxerror > maxClockError:
+		return Result{Verdict: Warn, Message: fmt.Sprintf("the clock's maximum error is %d ms", tx.Maxerror/1000), Fix: fix}
+	}
+	return Result{Verdict: OK, Message: fmt.Sprintf("synchronised, maximum error %d ms", tx.Maxerror/1000)}
+}
+
+// qpCounters are hw_counters that count QP errors, retransmits and
+// out-of-sequence packets (mlx5 and rxe names).
+var qpCounters = []string{
+	"out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err",
+	"duplicate_request", "req_cqe_error", "resp_cqe_error", "req_remote_access_errors", "req_remote_invalid_request",
+	"resp_local_length_error", "resp_remote_access_errors", "roce_slow_restart",
+	"out_of_seq_request", "rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
+	"send_err", "rcvd_rnr_err", "send_rnr_err",
+}
+
+// linkCounters are port counters of physical and receive errors.
+var linkCounters = []string{
+	"symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "local_link_integrity_errors",
+	"excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors", "port_xmit_discards", "VL15_dropped",
+}
+
+func checkQPErrors(e *Env) Result {
+	return checkRising(e, qpCounters, func(p inventory.Port) map[string]uint64 { return p.HWCounters },
+		"QP error counters rise: retransmits and sequence errors mean drops: check PFC/ECN on the path (pfc check), the MTU on every hop, and rdma statistic show")
+}
+
+func checkLinkErrors(e *Env) Result {
+	return checkRising(e, linkCounters, func(p inventory.Port) map[string]uint64 { return p.Counters },
+		"physical errors rise: reseat or replace the cable or transceiver, check the switch port's error counters")
+}
+
+func checkRising(e *Env, names []string, get func(inventory.Port) map[string]uint64, fix string) Result {
+	before, r := devicesOrSkip(e)
+	if r != nil {
+		return *r
+	}
+	if e.Interval <= 0 {
+		return skip("no interval to compare counters over (--interval 0)")
+	}
+	after, err := e.Later()
+	if err != nil {
+		return skip(fmt.Sprintf("second counter read: %v", err))
+	}
+	old := map[string]map[string]uint64{}
+	for _, d := range before {
+		for _, p := range d.Ports {
+			old[fmt.Sprintf("%s/%d", d.Name, p.Port)] = get(p)
+		}
+	}
+	var c collector
+	seen := 0
+	for _, d := range after {
+		for _, p := range d.Ports {
+			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
+			prev, ok := old[name]
+			if !ok {
+				continue
+			}
+			var rising []string
+			for _, n := range names {
+				v, ok := get(p)[n]
+				if !ok {
+					continue
+				}
+				seen++
+				if pv, ok := prev[n]; ok && v > pv {
+					rising = append(rising, fmt.Sprintf("%s +%d", n, v-pv))
+				}
+			}
+			if len(rising) > 0 {
+				c.add(Warn, fmt.Sprintf("%s: %s in %s", name, strings.Join(rising, ", "), e.Interval), fix)
+			}
+		}
+	}
+	if c.verdict == "" {
+		if seen == 0 {
+			return skip("the devices expose none of these counters")
+		}
+		c.add(OK, fmt.Sprintf("%d counters steady over %s", seen, e.Interval), "")
+	}
+	return c.result("")
+}
+
+func checkPeers(e *Env) Result {
+	if e.Snapshot == nil {
+		return notReachable(e)
+	}
+	// The snapshot carries no peer results yet: peer probing reports
+	// there once it is wired into the daemon.
+	return skip("rdmad reports no peer probe results")
+}

@@ -1,0 +1,217 @@
+// Package doctor is the classic RDMA troubleshooting table as checks a
+// program runs: no devices, missing uverbs, ports down, no RoCE v2 GID for
+// the netdev's address, MTU mismatch, PFC or DSCP trust off, memlock too
+// low, clock not synchronised, error counters rising, peers down.
+//
+// Every check reads the node through an Env (sysfs, /proc and /dev roots,
+// the daemon's snapshot when it answers), so that tests drive each one from
+// fixture trees and `rdmactl doctor` runs the same code on the real node.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// Verdicts, from best to worst.
+const (
+	Skip = "skip"
+	OK   = "ok"
+	Warn = "warn"
+	Fail = "fail"
+)
+
+// Rank orders verdicts: a larger rank is worse.
+func Rank(v string) int {
+	switch v {
+	case OK:
+		return 1
+	case Warn:
+		return 2
+	case Fail:
+		return 3
+	}
+	return 0
+}
+
+// A Check is one row of the troubleshooting table.
+type Check struct {
+	ID, Title string
+	Run       func(*Env) Result
+}
+
+// A Result is what a check found.
+type Result struct {
+	Verdict string `json:"verdict"`
+	// Message says what was found, naming the objects.
+	Message string `json:"message"`
+	// Fix says what to do about a warn or fail.
+	Fix string `json:"fix,omitempty"`
+}
+
+// A Report is a Result with its check.
+type Report struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+	Result
+}
+
+// DefaultMinMemlock is the RLIMIT_MEMLOCK below which memory registration
+// is considered at risk when nothing better is known: the kernel's default
+// since Linux 5.16, enough for small programs, too small for real pools.
+const DefaultMinMemlock = 8 << 20
+
+// An Env is the node as the checks see it.
+type Env struct {
+	// Ctx bounds waits (the counter interval).
+	Ctx context.Context
+	// SysRoot holds sys/ ("/" normally), as inventory.Reader.Root.
+	SysRoot string
+	// ProcRoot is procfs ("/proc").
+	ProcRoot string
+	// DevRoot is devtmpfs ("/dev").
+	DevRoot string
+	// Snapshot is rdmad's state; nil when rdmad did not answer, and then
+	// DaemonErr says why.
+	Snapshot  *state.Snapshot
+	DaemonErr error
+	// Interval separates the two counter reads of the "rising" checks; 0
+	// skips them.
+	Interval time.Duration
+	// Wait waits d; nil sleeps. Tests bump counters in it.
+	Wait func(ctx context.Context, d time.Duration) error
+	// Addrs returns a netdev's addresses; nil asks the kernel.
+	Addrs func(netdev string) ([]netip.Addr, error)
+	// Adjtimex reads the kernel clock's state; nil calls adjtimex(2).
+	Adjtimex func(*unix.Timex) (int, error)
+
+	once    sync.Once
+	devs    []inventory.Device
+	devErr  error
+	later   sync.Once
+	devs2   []inventory.Device
+	devErr2 error
+}
+
+// Devices returns the RDMA devices from sysfs (read once per Env).
+func (e *Env) Devices() ([]inventory.Device, error) {
+	e.once.Do(func() { e.devs, e.devErr = inventory.Reader{Root: e.SysRoot}.Read() })
+	return e.devs, e.devErr
+}
+
+// Later returns the devices read again Interval after Devices, for
+// counters that must not rise (read once per Env).
+func (e *Env) Later() ([]inventory.Device, error) {
+	e.Devices()
+	e.later.Do(func() {
+		wait := e.Wait
+		if wait == nil {
+			wait = sleep
+		}
+		ctx := e.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if err := wait(ctx, e.Interval); err != nil {
+			e.devErr2 = err
+			return
+		}
+		e.devs2, e.devErr2 = inventory.Reader{Root: e.SysRoot}.Read()
+	})
+	return e.devs2, e.devErr2
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Env) sys(p ...string) string {
+	root := e.SysRoot
+	if root == "" {
+		root = "/"
+	}
+	return filepath.Join(append([]string{root, "sys"}, p...)...)
+}
+
+func (e *Env) proc(p ...string) string {
+	root := e.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	return filepath.Join(append([]string{root}, p...)...)
+}
+
+func (e *Env) dev(p ...string) string {
+	root := e.DevRoot
+	if root == "" {
+		root = "/dev"
+	}
+	return filepath.Join(append([]string{root}, p...)...)
+}
+
+func (e *Env) addrs(netdev string) ([]netip.Addr, error) {
+	if e.Addrs != nil {
+		return e.Addrs(netdev)
+	}
+	ifi, err := net.InterfaceByName(netdev)
+	if err != nil {
+		return nil, err
+	}
+	as, err := ifi.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %s: %w", netdev, err)
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+func (e *Env) adjtimex(tx *unix.Timex) (int, error) {
+	if e.Adjtimex != nil {
+		return e.Adjtimex(tx)
+	}
+	return unix.Adjtimex(tx)
+}
+
+// Run runs checks in order and returns their reports.
+func Run(e *Env, checks []Check) []Report {
+	out := make([]Report, 0, len(checks))
+	for _, c := range checks {
+		out = append(out, Report{ID: c.ID, Title: c.Title, Result: c.Run(e)})
+	}
+	return out
+}
+
+// Worst returns the worst verdict of rs (Skip when rs is empty).
+func Worst(rs []Report) string {
+	w := Skip
+	for _, r := range rs {
+		if Rank(r.Verdict) > Rank(w) {
+			w = r.Verdict
+		}
+	}
+	return w
+}

@@ -1,0 +1,363 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+const fixture = "../inventory/testdata/roce-ib"
+
+// tree copies the inventory's fake sysfs into a temporary root (symlinks
+// kept) and writes files (path relative to the root -> content) over it.
+func tree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	err := filepath.WalkDir(fixture, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(fixture, p)
+		dst := filepath.Join(root, rel)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, files)
+	return root
+}
+
+func write(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		if body == "" {
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// devRoot returns a /dev with real character devices for the fixture's
+// uverbs0 and uverbs1 (the numbers of /dev/null: only the type matters).
+func devRoot(t *testing.T, names ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "infiniband"), 0o755)
+	for _, n := range names {
+		if err := unix.Mknod(filepath.Join(root, "infiniband", n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			t.Skipf("mknod needs CAP_MKNOD, which this test lacks: %v", err)
+		}
+	}
+	return root
+}
+
+func addrs(m map[string][]string) func(string) ([]netip.Addr, error) {
+	return func(nd string) ([]netip.Addr, error) {
+		ss, ok := m[nd]
+		if !ok {
+			return nil, errors.New("no such device")
+		}
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out, nil
+	}
+}
+
+func snapWith(targets ...state.Target) *state.Snapshot {
+	return &state.Snapshot{Version: "t", State: state.Running, PID: 4242,
+		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
+}
+
+func limits(memlock string) string {
+	return "Limit                     Soft Limit           Hard Limit           Units     \n" +
+		"Max open files            1024                 524288               files     \n" +
+		"Max locked memory         " + memlock + "            bytes     \n"
+}
+
+func timex(status int32, maxerr int64, st int) func(*unix.Timex) (int, error) {
+	return func(tx *unix.Timex) (int, error) {
+		tx.Status, tx.Maxerror = status, maxerr
+		return st, nil
+	}
+}
+
+// bump returns a Wait that adds to counter files between the two reads.
+func bump(root string, files map[string]string) func(context.Context, time.Duration) error {
+	return func(context.Context, time.Duration) error {
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(body+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+const (
+	mlx5p1 = "sys/class/infiniband/mlx5_0/ports/1"
+	rxep1  = "sys/class/infiniband/rxe0/ports/1"
+)
+
+func TestChecks(t *testing.T) {
+	okAddrs := addrs(map[string][]string{"ens1f0np0": {"192.0.2.17", "fe80::ba59:9fff:fed4:e2a0"}, "eth0": {"192.168.77.1", "fe80::5054:ff:fe12:3401"}})
+	tests := []struct {
+		name    string
+		check   string
+		env     func(t *testing.T) *Env
+		verdict string
+		// message and fix must contain these.
+		message, fix string
+	}{
+		{"daemon unreachable", "daemon", func(t *testing.T) *Env {
+			return &Env{DaemonErr: errors.New("rdmad is not running")}
+		}, Warn, "rdmad not reachable: rdmad is not running", "systemctl start rdmad"},
+		{"daemon config error", "daemon", func(t *testing.T) *Env {
+			s := snapWith()
+			s.Config.Error = "rdmad.toml:3: daemon.x: unknown key\nrdmad.toml:4: y"
+			return &Env{Snapshot: s}
+		}, Fail, "configuration rejected, generation 0 stays in force: rdmad.toml:3: daemon.x: unknown key (and more)", "rdmactl reload"},
+		{"daemon component error", "daemon", func(t *testing.T) *Env {
+			s := snapWith()
+			s.Components = map[string]state.Component{"api": {State: state.OK}, "metrics": {State: state.Error, Error: "listen: address in use"}}
+			return &Env{Snapshot: s}
+		}, Fail, "component metrics: listen: address in use", "journalctl -u rdmad"},
+		{"daemon ok", "daemon", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, OK, "rdmad t is running (pid 4242", ""},
+
+		{"devices present", "devices", func(t *testing.T) *Env { return &Env{SysRoot: fixture} }, OK, "3 RDMA device(s): mlx4_0, mlx5_0, rxe0", ""},
+		{"no devices, Mellanox NIC on PCI", "devices", func(t *testing.T) *Env {
+			root := t.TempDir()
+			write(t, root, map[string]string{
+				"sys/bus/pci/devices/0000:03:00.0/class": "0x020000", "sys/bus/pci/devices/0000:03:00.0/vendor": "0x15b3",
+				"sys/bus/pci/devices/0000:00:02.0/class": "0x030000", "sys/bus/pci/devices/0000:00:02.0/vendor": "0x8086",
+			})
+			return &Env{SysRoot: root}
+		}, Fail, "PCI has 0000:03:00.0 (Mellanox Ethernet controller, RoCE capable)", "modprobe mlx5_ib"},
+		{"no devices, no NIC", "devices", func(t *testing.T) *Env { return &Env{SysRoot: t.TempDir()} }, Fail,
+			"no InfiniBand or Mellanox Ethernet NIC on PCI", "rdma link add rxe0 type rxe netdev eth0"},
+
+		{"uverbs module missing", "uverbs", func(t *testing.T) *Env {
+			return &Env{SysRoot: fixture, DevRoot: devRoot(t, "uverbs0", "uverbs1")}
+		}, Fail, "mlx4_0 has no verbs device", "modprobe ib_uverbs"},
+		{"uverbs node missing", "uverbs", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{"sys/class/infiniband/mlx4_0": ""})
+			return &Env{SysRoot: root, DevRoot: devRoot(t, "uverbs0")}
+		}, Fail, "rxe0: /dev/infiniband/uverbs1 is missing", "udevadm trigger"},
+		{"uverbs ok", "uverbs", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{"sys/class/infiniband/mlx4_0": ""})
+			return &Env{SysRoot: root, DevRoot: devRoot(t, "uverbs0", "uverbs1")}
+		}, OK, "mlx5_0: /dev/infiniband/uverbs0; rxe0: /dev/infiniband/uverbs1", ""},
+
+		{"spare port down", "ports", func(t *testing.T) *Env { return &Env{SysRoot: fixture} }, Warn,
+			"mlx5_0/2 is DOWN, physical state Disabled", "enable it"},
+		{"no port active", "ports", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{
+				"sys/class/infiniband/mlx4_0": "", "sys/class/infiniband/mlx5_0": "",
+				rxep1 + "/state": "1: DOWN", rxep1 + "/phys_state": "3: Disabled",
+			})
+			return &Env{SysRoot: root}
+		}, Fail, "rxe0/1 is DOWN, physical state Disabled (netdev eth0)", "ip link set eth0 up"},
+
+		{"gids cover addresses", "gid", func(t *testing.T) *Env { return &Env{SysRoot: fixture, Addrs: okAddrs} }, OK,
+			"mlx5_0/1: 1 routable RoCE v2 GID(s) for ens1f0np0; rxe0/1: 1 routable RoCE v2 GID(s) for eth0", ""},
+		{"address without gid", "gid", func(t *testing.T) *Env {
+			return &Env{SysRoot: fixture, Addrs: addrs(map[string][]string{"ens1f0np0": {"192.0.2.17", "2001:db8::5"}, "eth0": {"192.168.77.1"}})}
+		}, Fail, "mlx5_0/1: no RoCE v2 GID for 2001:db8::5 on ens1f0np0", "rdma link show"},
+		{"address removed", "gid", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{rxep1 + "/gids/1": "0000:0000:0000:0000:0000:0000:0000:0000"})
+			return &Env{SysRoot: root, Addrs: addrs(map[string][]string{"ens1f0np0": {"192.0.2.17"}, "eth0": {"fe80::5054:ff:fe12:3401"}})}
+		}, Fail, "rxe0/1: eth0 has no IPv4 or global IPv6 address, so no routable RoCE v2 GID", "ip addr add <address>/<prefix> dev eth0"},
+
+		{"mtu ok", "mtu", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, map[string]string{"sys/class/net/ens1f0np0/mtu": "9000", "sys/class/net/eth0/mtu": "1500"})}
+		}, OK, "mlx5_0/1: ens1f0np0 MTU 9000, RDMA MTU 4096; rxe0/1: eth0 MTU 1500, RDMA MTU 1024", ""},
+		{"mtu wasted jumbo", "mtu", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, map[string]string{"sys/class/net/ens1f0np0/mtu": "4000", "sys/class/net/eth0/mtu": "1500"})}
+		}, Warn, "mlx5_0/1: jumbo MTU 4000 on ens1f0np0 gives an RDMA MTU of only 2048; 4192 would give 4096", "ip link set ens1f0np0 mtu 4192"},
+		{"mtu too small", "mtu", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, map[string]string{"sys/class/net/ens1f0np0/mtu": "9000", "sys/class/net/eth0/mtu": "1000"})}
+		}, Warn, "rxe0/1: eth0 MTU 1000 gives an RDMA MTU of only 512", "ip link set eth0 mtu 1500"},
+		{"mtu against policy", "mtu", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, map[string]string{"sys/class/net/ens1f0np0/mtu": "1500", "sys/class/net/eth0/mtu": "1500"}),
+				Snapshot: snapWith(state.Target{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "1500", State: state.Drifted})}
+		}, Fail, `mlx5_0/1: ens1f0np0 has MTU 1500 but policy "fabric" wants 9000`, `set mode = "enforce" or ip link set ens1f0np0 mtu 9000`},
+
+		{"pfc unmanaged", "pfc", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "no [policy.qos] pfc", ""},
+		{"pfc without daemon", "pfc", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "skip: rdmad not reachable (gone)", ""},
+		{"pfc off", "pfc", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=none", State: state.Drifted})}
+		}, Fail, `ens1f0np0: PFC is none, policy "fabric" wants 3`, "observe mode"},
+		{"pfc unsupported", "pfc", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "veth0", Desired: "pfc=3", Actual: "no DCB", State: state.Unsupported})}
+		}, Warn, "veth0: PFC cannot be set: the netdev has no DCB", "ECN/DCQCN"},
+		{"pfc on", "pfc", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=3", State: state.InSync})}
+		}, OK, `ens1f0np0: PFC 3 as policy "fabric" declares`, ""},
+		{"trust pcp", "dscp-trust", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=pcp pfc=3", State: state.TargetError, Error: "dcb: set trust on ens1f0np0: operation not permitted"})}
+		}, Fail, "ens1f0np0: setting trust failed: dcb: set trust on ens1f0np0: operation not permitted", "rdmactl policy apply"},
+		{"trust drifted", "dscp-trust", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp", Actual: "trust=pcp", State: state.Drifted})}
+		}, Fail, `ens1f0np0: trust is pcp, policy "fabric" wants dscp`, ""},
+
+		{"memlock low for rdmad", "memlock", func(t *testing.T) *Env {
+			proc := t.TempDir()
+			write(t, proc, map[string]string{"4242/limits": limits("65536                65536"), "self/limits": limits("unlimited            unlimited")})
+			return &Env{ProcRoot: proc, Snapshot: snapWith(state.Target{Kind: "memlock", Object: "rdmad", Desired: "64MiB", Actual: "64KiB", State: state.TargetError})}
+		}, Fail, "rdmad (pid 4242) may lock 64KiB, less than 64MiB ([memlock] daemon)", "LimitMEMLOCK=infinity"},
+		{"memlock low for the user", "memlock", func(t *testing.T) *Env {
+			proc := t.TempDir()
+			write(t, proc, map[string]string{"4242/limits": limits("unlimited            unlimited"), "self/limits": limits("65536                65536")})
+			return &Env{ProcRoot: proc, Snapshot: snapWith()}
+		}, Warn, "you may lock 64KiB, less than 8MiB (the kernel default)", `[memlock] users = "unlimited"`},
+		{"memlock ok without daemon", "memlock", func(t *testing.T) *Env {
+			proc := t.TempDir()
+			write(t, proc, map[string]string{"self/limits": limits("8388608              8388608")})
+			return &Env{ProcRoot: proc}
+		}, OK, "rdmad's limit not checked: rdmad not reachable; you may lock 8MiB", ""},
+
+		{"clock unsynchronised", "clock", func(t *testing.T) *Env { return &Env{Adjtimex: timex(unix.STA_UNSYNC, 16000000, unix.TIME_ERROR)} }, Warn,
+			"not synchronised (STA_UNSYNC)", "systemd-timesyncd"},
+		{"clock error large", "clock", func(t *testing.T) *Env { return &Env{Adjtimex: timex(0, 500000, unix.TIME_OK)} }, Warn,
+			"maximum error is 500 ms", "chronyd"},
+		{"clock ok", "clock", func(t *testing.T) *Env { return &Env{Adjtimex: timex(0, 2000, unix.TIME_OK)} }, OK, "synchronised, maximum error 2 ms", ""},
+
+		{"qp errors rising", "qp-errors", func(t *testing.T) *Env {
+			root := tree(t, nil)
+			return &Env{SysRoot: root, Interval: time.Second, Wait: bump(root, map[string]string{mlx5p1 + "/hw_counters/out_of_sequence": "12"})}
+		}, Warn, "mlx5_0/1: out_of_sequence +5 in 1s", "PFC/ECN"},
+		{"qp errors steady", "qp-errors", func(t *testing.T) *Env {
+			root := tree(t, nil)
+			return &Env{SysRoot: root, Interval: time.Second, Wait: bump(root, map[string]string{mlx5p1 + "/hw_counters/np_cnp_sent": "99"})}
+		}, OK, "2 counters steady over 1s", ""},
+		{"qp errors without interval", "qp-errors", func(t *testing.T) *Env { return &Env{SysRoot: fixture} }, Skip, "--interval 0", ""},
+		{"link errors rising", "link-errors", func(t *testing.T) *Env {
+			root := tree(t, nil)
+			return &Env{SysRoot: root, Interval: 2 * time.Second, Wait: bump(root, map[string]string{mlx5p1 + "/counters/symbol_error": "40", mlx5p1 + "/counters/link_downed": "3"})}
+		}, Warn, "mlx5_0/1: symbol_error +40, link_downed +1 in 2s", "cable"},
+		{"link errors steady", "link-errors", func(t *testing.T) *Env {
+			root := tree(t, nil)
+			return &Env{SysRoot: root, Interval: time.Second, Wait: bump(root, nil)}
+		}, OK, "2 counters steady over 1s", ""},
+		{"interrupted", "link-errors", func(t *testing.T) *Env {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return &Env{Ctx: ctx, SysRoot: fixture, Interval: time.Hour}
+		}, Skip, "second counter read: context canceled", ""},
+
+		{"peers without daemon", "peers", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
+		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "no peer probe results", ""},
+	}
+	byID := map[string]Check{}
+	for _, c := range Checks {
+		byID[c.ID] = c
+	}
+	for _, tt := range tests {
+		t.Run(tt.check+"/"+tt.name, func(t *testing.T) {
+			c, ok := byID[tt.check]
+			if !ok {
+				t.Fatalf("no check %q", tt.check)
+			}
+			r := c.Run(tt.env(t))
+			if r.Verdict != tt.verdict || !strings.Contains(r.Message, tt.message) || !strings.Contains(r.Fix, tt.fix) {
+				t.Errorf("%s: got %s %q (fix %q)\nwant %s, message containing %q, fix containing %q", tt.check, r.Verdict, r.Message, r.Fix, tt.verdict, tt.message, tt.fix)
+			}
+			if (r.Verdict == Warn || r.Verdict == Fail) && r.Fix == "" {
+				t.Errorf("%s: verdict %s without a fix", tt.check, r.Verdict)
+			}
+		})
+	}
+}
+
+// TestEveryCheckHasIDAndTitle checks the table's shape: unique IDs, titles
+// and a Run for every check.
+func TestEveryCheckHasIDAndTitle(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range Checks {
+		if c.ID == "" || c.Title == "" || c.Run == nil || seen[c.ID] {
+			t.Errorf("check %+v: needs a unique ID, a title and Run", c)
+		}
+		seen[c.ID] = true
+	}
+}
+
+func TestWorst(t *testing.T) {
+	tests := []struct {
+		verdicts []string
+		want     string
+	}{
+		{nil, Skip},
+		{[]string{Skip, OK}, OK},
+		{[]string{OK, Warn, Skip}, Warn},
+		{[]string{Fail, Warn, OK}, Fail},
+	}
+	for _, tt := range tests {
+		var rs []Report
+		for _, v := range tt.verdicts {
+			rs = append(rs, Report{Result: Result{Verdict: v}})
+		}
+		if got := Worst(rs); got != tt.want {
+			t.Errorf("Worst(%v) = %s, want %s", tt.verdicts, got, tt.want)
+		}
+	}
+}
+
+// TestRunOnFixture runs the whole table on the fixture and checks that the
+// counter interval is paid once, not once per rising check.
+func TestRunOnFixture(t *testing.T) {
+	waits := 0
+	e := &Env{SysRoot: fixture, DevRoot: t.TempDir(), ProcRoot: t.TempDir(), DaemonErr: errors.New("not running"), Interval: time.Second,
+		Wait:     func(context.Context, time.Duration) error { waits++; return nil },
+		Adjtimex: timex(0, 1000, unix.TIME_OK), Addrs: addrs(nil)}
+	rs := Run(e, Checks)
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "clock", "qp-errors", "link-errors", "peers"}
+	if diff := cmp.Diff(want, ids); diff != "" {
+		t.Errorf("report order (-want +got):\n%s", diff)
+	}
+	if waits != 1 {
+		t.Errorf("waited %d times for the counter interval, want 1", waits)
+	}
+	if got := Worst(rs); got != Fail {
+		t.Errorf("worst verdict on the fixture with no /dev nodes = %s, want fail", got)
+	}
+}
