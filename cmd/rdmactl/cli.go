@@ -38,6 +38,8 @@ func init() {
 		{"status", "", "show the daemon, its configuration, devices, ports and components", cmdStatus},
 		{"reload", "", "reload the configuration (root or admin_group)", cmdReload},
 		{"policy", "diff|apply", "show what the policies would change / apply them now (apply: root or admin_group)", cmdPolicy},
+		{"watch", "", "print state changes as they happen (links, policy, config, components) until interrupted", cmdWatch},
+		{"doctor", "[-- --interval D]", "run the RDMA troubleshooting checks (exit 0 ok, 3 warn/fail, 1 could not run)", cmdDoctor},
 		{"version", "", "print rdmactl's and rdmad's versions", cmdVersion},
 		{"help", "", "show this help", nil},
 	}

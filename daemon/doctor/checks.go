@@ -37,13 +37,7 @@ var Checks = []Check{
 
 func skip(msg string) Result { return Result{Verdict: Skip, Message: msg} }
 
-func notReachable(e *Env) Result {
-	msg := "skip: rdmad not reachable"
-	if e.DaemonErr != nil {
-		msg += " (" + e.DaemonErr.Error() + ")"
-	}
-	return skip(msg)
-}
+func notReachable(*Env) Result { return skip("rdmad not reachable (see the daemon check)") }
 
 // collector gathers per-object findings into one Result.
 type collector struct {

@@ -219,7 +219,7 @@ func TestChecks(t *testing.T) {
 		}, Fail, `mlx5_0/1: ens1f0np0 has MTU 1500 but policy "fabric" wants 9000`, `set mode = "enforce" or ip link set ens1f0np0 mtu 9000`},
 
 		{"pfc unmanaged", "pfc", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "no [policy.qos] pfc", ""},
-		{"pfc without daemon", "pfc", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "skip: rdmad not reachable (gone)", ""},
+		{"pfc without daemon", "pfc", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable (see the daemon check)", ""},
 		{"pfc off", "pfc", func(t *testing.T) *Env {
 			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=none", State: state.Drifted})}
 		}, Fail, `ens1f0np0: PFC is none, policy "fabric" wants 3`, "observe mode"},

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/daemon/watch"
+)
+
+// cmdWatch prints rdmad's state changes as they happen, until interrupted
+// (exit 0) or until rdmad ends the stream (dropped: exit 1, bye: exit 0).
+func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) int {
+	if !noArgs(g, "watch", args) {
+		return exitUsage
+	}
+	st, err := c.Watch(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	defer st.Close()
+	print := func(ev watch.Event, raw []byte) {
+		if g.json {
+			fmt.Fprintf(g.stdout, "%s\n", raw)
+		} else {
+			fmt.Fprintln(g.stdout, ev)
+		}
+	}
+	hello, _ := json.Marshal(st.Hello)
+	print(st.Hello, hello)
+	for {
+		raw, err := st.NextRaw()
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK // interrupted: the normal end of a watch
+			}
+			if errors.Is(err, io.EOF) {
+				fmt.Fprintln(g.stderr, "rdmactl watch: rdmad closed the stream")
+				return exitError
+			}
+			return fail(g, err)
+		}
+		var ev watch.Event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return fail(g, fmt.Errorf("watch: decode %q: %w", raw, err))
+		}
+		print(ev, raw)
+		switch ev.Type {
+		case watch.Dropped:
+			fmt.Fprintln(g.stderr, "rdmactl watch: rdmad dropped this watcher for reading too slowly; run it again")
+			return exitError
+		case watch.Bye:
+			return exitOK
+		}
+	}
+}
