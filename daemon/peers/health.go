@@ -1,0 +1,102 @@
+package peers
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// Thresholds decide a path's state.
+type Thresholds struct {
+	// DownAfter consecutive lost probes make a path down; UpAfter
+	// consecutive answers bring it back.
+	DownAfter, UpAfter int
+	// LossPct over the window (with at least MinLosses losses) makes a
+	// path degraded; it clears at half of it.
+	LossPct   float64
+	MinLosses int
+	// RTT, when set, is the p99 round trip (host delay subtracted) over
+	// which a path is degraded; it clears at 80% of it.
+	RTT time.Duration
+}
+
+// minRTTSamples is how many answers a window needs before its p99 counts.
+const minRTTSamples = 10
+
+// A health is a path's state machine. Hysteresis keeps one lost probe or
+// one slow answer from flapping the state: down needs DownAfter losses in a
+// row and up again UpAfter answers in a row; degraded clears only well
+// below the threshold that set it.
+type health struct {
+	state      string
+	since      time.Time
+	reason     string
+	consecLost int
+	consecOK   int
+}
+
+func newHealth(now time.Time) health { return health{state: state.PeerUnknown, since: now} }
+
+func (t Thresholds) bad(ws winStats) string {
+	if ws.Lost >= t.MinLosses && ws.LossPct > t.LossPct {
+		return fmt.Sprintf("loss %.1f%% over the last %d probes (threshold %.1f%%)", ws.LossPct, ws.Samples, t.LossPct)
+	}
+	if t.RTT > 0 && ws.Samples-ws.Lost >= minRTTSamples && ws.P99 > t.RTT {
+		return fmt.Sprintf("RTT p99 %v over the last %d probes (threshold %v)", ws.P99, ws.Samples, t.RTT)
+	}
+	return ""
+}
+
+func (t Thresholds) clear(ws winStats) bool {
+	lossOK := ws.Lost < t.MinLosses || ws.LossPct <= t.LossPct/2
+	rttOK := t.RTT == 0 || ws.Samples-ws.Lost < minRTTSamples || ws.P99 <= t.RTT*8/10
+	return lossOK && rttOK
+}
+
+// observe adds one probe outcome to w and reports whether the state
+// changed. w is reset when a path comes back
+// from down: the losses of the outage were reported as down, not as the
+// loss rate of the path that returned.
+func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool {
+	w.add(s)
+	if ok := !s.lost; ok {
+		h.consecOK++
+		h.consecLost = 0
+	} else {
+		h.consecLost++
+		h.consecOK = 0
+	}
+	next, reason := h.state, h.reason
+	switch {
+	case h.consecLost >= t.DownAfter:
+		next, reason = state.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
+	case h.state == state.PeerDown:
+		if h.consecOK >= t.UpAfter {
+			w.reset()
+			w.add(s)
+			next, reason = state.PeerUp, ""
+		}
+	case h.state == state.PeerUnknown:
+		if !s.lost {
+			next, reason = state.PeerUp, ""
+		}
+	case h.state == state.PeerUp:
+		if r := t.bad(w.stats()); r != "" {
+			next, reason = state.PeerDegraded, r
+		}
+	case h.state == state.PeerDegraded:
+		ws := w.stats()
+		if t.clear(ws) {
+			next, reason = state.PeerUp, ""
+		} else if r := t.bad(ws); r != "" {
+			reason = r
+		}
+	}
+	h.reason = reason
+	if next == h.state {
+		return false
+	}
+	h.state, h.since = next, now
+	return true
+}

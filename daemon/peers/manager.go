@@ -1,0 +1,760 @@
+// Package peers probes other rdmad nodes: it keeps the peer set from the
+// configuration, selects a bounded share of it ([probe] max_peers), finds
+// each peer's probe QP through the peer's control endpoint, schedules UD
+// probes with jitter, and turns answers and timeouts into per-path states
+// with hysteresis (up, degraded, down). The probes themselves go through a
+// Prober: verbs/peer on RDMA hardware.
+package peers
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+// A Prober sends probes and answers them; *peer.Engine is one.
+type Prober interface {
+	Ports() ([]peer.LocalPort, error)
+	Probe(local string, dst peer.Endpoint, seq uint64) error
+	Admit(local string, src peer.Endpoint, until time.Time) error
+}
+
+// A Spec is one configured peer.
+type Spec struct {
+	Name  string // address or host name
+	Group string
+}
+
+// Settings are the [probe] keys and the peer list.
+type Settings struct {
+	Peers     []Spec
+	Group     string // this node's group
+	Port      int    // control endpoint's UDP port
+	Allow     []netip.Prefix
+	Interval  time.Duration
+	Timeout   time.Duration
+	Window    int
+	MaxPeers  int
+	Rotate    time.Duration // selection epoch
+	Resolve   time.Duration // how often a peer's QP is looked up again
+	Threshold Thresholds
+}
+
+// Options are a Manager's fixed parts.
+type Options struct {
+	Prober Prober
+	NodeID uint64
+	// ListenAddr overrides the control endpoint's address (tests);
+	// default "[::]:<port>".
+	ListenAddr string
+	// OnState receives the peers' state after changes, at most about once a
+	// second unless a state changed; called from the manager's goroutine.
+	OnState func(state.Peers)
+	// ProberCounters, if set, adds the prober's counters to the state.
+	ProberCounters func() (malformed, unadmitted, answered uint64)
+	Logger         *slog.Logger
+}
+
+// expirePrefix marks the internal message that ends a one-shot's wait.
+const expirePrefix = "\x00expire "
+
+// maxInflightPerPath bounds the probes in flight on one path.
+const maxInflightPerPath = 2
+
+// A Manager runs the peer probes until its Run's context is done.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+
+	settings chan Settings
+	replies  chan peer.Reply
+	answers  chan answer
+	resolved chan resolution
+	oneshots chan *oneshot
+
+	// Owned by Run's goroutine.
+	cfg       Settings
+	ctl       *Control
+	peers     map[string]*mpeer
+	due       dueHeap
+	flights   map[uint64]*flight
+	order     []uint64 // flights in send order: they time out in it
+	seq       uint64
+	nonce     uint64
+	epoch     uint64
+	local     []peer.LocalPort
+	localErr  error
+	localIPs  map[netip.Addr]bool
+	dirty     bool
+	changed   bool
+	published time.Time
+	notSent   uint64
+	resolving int
+}
+
+type answer struct {
+	from netip.AddrPort
+	m    wire.Message
+}
+
+type resolution struct {
+	name string
+	addr netip.Addr
+	err  error
+}
+
+type oneshot struct {
+	name string
+	done chan state.Peer
+	err  error
+}
+
+// An mpeer is a selected peer.
+type mpeer struct {
+	spec     Spec
+	addr     netip.Addr
+	addrErr  string
+	nodeID   uint64
+	paths    []*path
+	due      time.Time
+	hidx     int
+	queried  map[uint64]int // nonce -> local port index
+	qMisses  int
+	lastAns  time.Time
+	state    string
+	reason   string
+	since    time.Time
+	waiters  []*oneshot
+	waitFrom uint64 // waiters want results of probes with seq > waitFrom
+	oneshot  bool   // added only for a one-shot probe
+}
+
+// A path is the probes from one local port to the peer's matching port.
+type path struct {
+	local    string
+	remote   peer.Endpoint
+	resolved bool
+	asked    time.Time
+	win      *window
+	h        health
+	sent     uint64
+	lost     uint64
+	lastRTT  time.Duration
+	lastSeq  uint64 // last probe with a result
+	inflight int
+	stats    winStats
+	stale    bool
+}
+
+type flight struct {
+	p    *mpeer
+	pa   *path
+	sent time.Time
+}
+
+// New returns a Manager with settings s.
+func New(opts Options, s Settings) (*Manager, error) {
+	if opts.Prober == nil {
+		return nil, errors.New("peers: a Prober is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := &Manager{opts: opts, log: opts.Logger,
+		settings: make(chan Settings, 1), replies: make(chan peer.Reply, 4096), answers: make(chan answer, 1024),
+		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16),
+		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}}
+	m.cfg = s
+	return m, nil
+}
+
+// SetSettings replaces the settings (a reload). It never blocks: a newer
+// call replaces one the manager has not picked up yet.
+func (m *Manager) SetSettings(s Settings) {
+	for {
+		select {
+		case m.settings <- s:
+			return
+		default:
+		}
+		select {
+		case <-m.settings:
+		default:
+		}
+	}
+}
+
+// OnReply takes an answered probe from the prober. It never blocks; a reply
+// that finds the queue full is dropped and the probe counts as lost.
+func (m *Manager) OnReply(r peer.Reply) {
+	select {
+	case m.replies <- r:
+	default:
+	}
+}
+
+// ProbeOnce probes the configured peer name (name or address) now, from
+// every local port, and returns its state once every path answered or timed
+// out.
+func (m *Manager) ProbeOnce(ctx context.Context, name string) (state.Peer, error) {
+	o := &oneshot{name: name, done: make(chan state.Peer, 1)}
+	select {
+	case m.oneshots <- o:
+	case <-ctx.Done():
+		return state.Peer{}, ctx.Err()
+	default:
+		return state.Peer{}, errors.New("peers: too many one-shot probes at once; try again in a moment")
+	}
+	select {
+	case p := <-o.done:
+		return p, o.err
+	case <-ctx.Done():
+		return state.Peer{}, ctx.Err()
+	}
+}
+
+// Run opens the control endpoint and probes until ctx is done.
+func (m *Manager) Run(ctx context.Context) error {
+	addr := m.opts.ListenAddr
+	if addr == "" {
+		addr = net.JoinHostPort("::", strconv.Itoa(m.cfg.Port))
+	}
+	ctl, err := ListenControl(addr, ControlOptions{
+		NodeID:   m.opts.NodeID,
+		Ports:    func() []peer.LocalPort { p, _ := m.opts.Prober.Ports(); return p },
+		Admit:    m.opts.Prober.Admit,
+		AdmitFor: 3 * m.cfg.Resolve,
+		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
+			select {
+			case m.answers <- answer{from, msg}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	m.ctl = ctl
+	defer ctl.Close()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- ctl.Serve(ctx) }()
+	defer func() { ctl.Close(); <-serveErr }()
+
+	m.localIPs = localAddrs()
+	m.apply(m.cfg, time.Now())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.failOneshots(ctx.Err())
+			return nil
+		case err := <-serveErr:
+			serveErr <- err
+			return err
+		case s := <-m.settings:
+			m.apply(s, time.Now())
+		case r := <-m.replies:
+			m.onReply(r)
+		case a := <-m.answers:
+			m.onAnswer(a, time.Now())
+		case r := <-m.resolved:
+			m.onResolved(r)
+		case o := <-m.oneshots:
+			m.startOneshot(o, time.Now())
+		case <-timer.C:
+		}
+		now := time.Now()
+		next := m.tick(ctx, now)
+		timer.Reset(max(next.Sub(time.Now()), time.Millisecond))
+	}
+}
+
+// tick does what is due at now and returns when to look again.
+func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
+	if e := uint64(now.UnixNano()) / uint64(m.cfg.Rotate); e != m.epoch {
+		m.epoch = e
+		m.reselect(now)
+	}
+	m.expire(now)
+	for m.due.Len() > 0 && !m.due[0].due.After(now) {
+		p := m.due[0]
+		m.visit(ctx, p, now)
+		heap.Fix(&m.due, 0)
+	}
+	m.publish(now)
+	next := now.Add(time.Second)
+	if m.due.Len() > 0 && m.due[0].due.Before(next) {
+		next = m.due[0].due
+	}
+	if len(m.order) > 0 {
+		if f := m.flights[m.order[0]]; f != nil && f.sent.Add(m.cfg.Timeout).Before(next) {
+			next = f.sent.Add(m.cfg.Timeout)
+		}
+	}
+	// Wake once for all probes due within the next few milliseconds:
+	// one timer per probe would cost a wakeup each at a thousand peers.
+	return next.Add(2 * time.Millisecond)
+}
+
+// apply installs settings: the peer list, the allow list, the selection.
+func (m *Manager) apply(s Settings, now time.Time) {
+	m.cfg = s
+	m.local, m.localErr = m.opts.Prober.Ports()
+	m.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
+	m.reselect(now)
+}
+
+// reselect computes the selected peers for the current epoch and adds or
+// drops peers accordingly. Paths of kept peers keep their history.
+func (m *Manager) reselect(now time.Time) {
+	cands := make([]Candidate, 0, len(m.cfg.Peers))
+	specs := make([]Spec, 0, len(m.cfg.Peers))
+	for _, sp := range m.cfg.Peers {
+		if ip, err := netip.ParseAddr(sp.Name); err == nil && m.localIPs[ip.Unmap()] {
+			continue // this node itself, listed in a shared peers file
+		}
+		cands = append(cands, Candidate{Name: sp.Name, Group: sp.Group})
+		specs = append(specs, sp)
+	}
+	want := map[string]Spec{}
+	for _, i := range Select(m.opts.NodeID, m.cfg.Group, cands, m.cfg.MaxPeers, m.epoch) {
+		want[specs[i].Name] = specs[i]
+	}
+	for name, p := range m.peers {
+		if _, ok := want[name]; !ok && !p.oneshot {
+			m.drop(p)
+		}
+	}
+	for name, sp := range want {
+		if p := m.peers[name]; p != nil {
+			p.spec = sp
+			p.oneshot = false
+			continue
+		}
+		m.add(sp, now, false)
+	}
+	m.updateAllow()
+	m.changed = true
+}
+
+func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
+	p := &mpeer{spec: sp, queried: map[uint64]int{}, state: state.PeerUnknown, since: now, oneshot: oneshot}
+	if ip, err := netip.ParseAddr(sp.Name); err == nil {
+		p.addr = ip.Unmap()
+	}
+	// Spread the first probes over one interval.
+	p.due = now.Add(time.Duration(rand.Int64N(int64(m.cfg.Interval))))
+	if oneshot {
+		p.due = now
+	}
+	m.peers[sp.Name] = p
+	heap.Push(&m.due, p)
+	return p
+}
+
+func (m *Manager) drop(p *mpeer) {
+	for seq, f := range m.flights {
+		if f.p == p {
+			delete(m.flights, seq)
+		}
+	}
+	if p.hidx >= 0 && p.hidx < m.due.Len() && m.due[p.hidx] == p {
+		heap.Remove(&m.due, p.hidx)
+	}
+	delete(m.peers, p.spec.Name)
+}
+
+// updateAllow lets the configured peers (resolved addresses) and the
+// [probe] allow networks query the control endpoint. Every configured peer
+// may query, selected or not: other nodes' selections differ from ours.
+func (m *Manager) updateAllow() {
+	var addrs []netip.Addr
+	for _, sp := range m.cfg.Peers {
+		if ip, err := netip.ParseAddr(sp.Name); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	for _, p := range m.peers {
+		if p.addr.IsValid() {
+			addrs = append(addrs, p.addr)
+		}
+	}
+	m.ctl.SetAllow(addrs, m.cfg.Allow)
+}
+
+// visit is a peer's turn: look up its QPs if needed, probe every resolved
+// path, and schedule the next turn.
+func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
+	p.due = now.Add(m.jitter(m.cfg.Interval))
+	if !p.addr.IsValid() {
+		m.resolve(ctx, p)
+		return
+	}
+	m.refreshPaths(p)
+	if len(m.local) == 0 {
+		return
+	}
+	if len(p.queried) > 0 {
+		// The last queries went unanswered.
+		p.qMisses++
+		clear(p.queried)
+		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
+			m.setPeerState(p, state.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
+				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
+		}
+	}
+	for i, pa := range p.paths {
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == state.PeerDown {
+			m.query(p, i, now)
+		}
+		if pa.resolved && pa.inflight < maxInflightPerPath {
+			m.send(p, pa, now)
+		}
+	}
+}
+
+func (m *Manager) anyResolved(p *mpeer) bool {
+	for _, pa := range p.paths {
+		if pa.resolved {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshPaths makes p's paths follow the local ports.
+func (m *Manager) refreshPaths(p *mpeer) {
+	if len(p.paths) == len(m.local) {
+		same := true
+		for i, pa := range p.paths {
+			same = same && pa.local == m.local[i].Key
+		}
+		if same {
+			return
+		}
+	}
+	old := map[string]*path{}
+	for _, pa := range p.paths {
+		old[pa.local] = pa
+	}
+	p.paths = p.paths[:0]
+	for _, lp := range m.local {
+		pa := old[lp.Key]
+		if pa == nil {
+			pa = &path{local: lp.Key, win: newWindow(m.cfg.Window), h: newHealth(time.Now()), stale: true}
+		}
+		p.paths = append(p.paths, pa)
+	}
+	m.changed = true
+}
+
+func (m *Manager) query(p *mpeer, i int, now time.Time) {
+	lp := m.local[i]
+	m.nonce++
+	p.queried[m.nonce] = i
+	p.paths[i].asked = now
+	msg := wire.Message{Nonce: m.nonce, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
+		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
+	if err := m.ctl.Query(netip.AddrPortFrom(p.addr, uint16(m.cfg.Port)), msg); err != nil {
+		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
+	}
+}
+
+func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
+	m.seq++
+	if err := m.opts.Prober.Probe(pa.local, pa.remote, m.seq); err != nil {
+		m.notSent++
+		m.log.Debug("probe not sent", "peer", p.spec.Name, "port", pa.local, "err", err)
+		return
+	}
+	pa.inflight++
+	m.flights[m.seq] = &flight{p: p, pa: pa, sent: now}
+	m.order = append(m.order, m.seq)
+}
+
+// expire turns probes older than the timeout into losses.
+func (m *Manager) expire(now time.Time) {
+	i := 0
+	for ; i < len(m.order); i++ {
+		seq := m.order[i]
+		f := m.flights[seq]
+		if f == nil {
+			continue // answered or dropped
+		}
+		if now.Sub(f.sent) < m.cfg.Timeout {
+			break
+		}
+		delete(m.flights, seq)
+		f.pa.inflight--
+		f.pa.lost++
+		f.pa.sent++
+		f.pa.lastSeq = seq
+		m.observe(f.p, f.pa, sample{lost: true}, now)
+		if f.pa.h.state != state.PeerDown && m.peers[f.p.spec.Name] == f.p {
+			// Probe again soon: a lost probe is either noise or the
+			// start of an outage, and the next ones tell which sooner
+			// than a full interval would.
+			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
+				f.p.due = soon
+				heap.Fix(&m.due, f.p.hidx)
+			}
+		}
+	}
+	m.order = m.order[i:]
+	if cap(m.order) > 1024 && len(m.order) < cap(m.order)/4 {
+		m.order = slices.Clone(m.order)
+	}
+}
+
+func (m *Manager) onReply(r peer.Reply) {
+	f := m.flights[r.Seq]
+	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN {
+		return // late (already counted as lost) or not ours
+	}
+	delete(m.flights, r.Seq)
+	f.pa.inflight--
+	f.pa.sent++
+	f.pa.lastSeq = r.Seq
+	rtt := max(r.RTT-r.ResponderDelay, 0)
+	f.pa.lastRTT = rtt
+	m.observe(f.p, f.pa, sample{rtt: rtt, host: r.ResponderDelay}, r.At)
+}
+
+func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
+	pa.stale = true
+	m.dirty = true
+	from := pa.h.state
+	if pa.h.observe(s, pa.win, m.cfg.Threshold, now) {
+		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
+		m.changed = true
+	}
+	m.aggregate(p, now)
+	m.checkWaiters(p)
+}
+
+// aggregate sets the peer's state: the worst of its paths.
+func (m *Manager) aggregate(p *mpeer, now time.Time) {
+	rank := map[string]int{state.PeerUp: 0, state.PeerUnknown: 1, state.PeerDegraded: 2, state.PeerDown: 3}
+	st, reason := state.PeerUnknown, ""
+	for i, pa := range p.paths {
+		if !pa.resolved && pa.h.state == state.PeerUnknown {
+			continue
+		}
+		if i == 0 || st == state.PeerUnknown || rank[pa.h.state] > rank[st] {
+			st, reason = pa.h.state, pa.h.reason
+			if reason != "" {
+				reason = pa.local + ": " + reason
+			}
+		}
+	}
+	m.setPeerState(p, st, reason, now)
+}
+
+func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
+	if p.state == st {
+		p.reason = reason
+		return
+	}
+	lvl := slog.LevelInfo
+	if st == state.PeerDown || st == state.PeerDegraded {
+		lvl = slog.LevelWarn
+	}
+	m.log.Log(context.Background(), lvl, "peer "+st, "peer", p.spec.Name, "group", p.spec.Group, "from", p.state, "to", st, "reason", reason)
+	p.state, p.reason, p.since = st, reason, now
+	m.changed = true
+}
+
+func (m *Manager) onAnswer(a answer, now time.Time) {
+	var p *mpeer
+	for _, c := range m.peers {
+		if c.addr == a.from.Addr().Unmap() {
+			if _, ok := c.queried[a.m.Nonce]; ok {
+				p = c
+				break
+			}
+		}
+	}
+	if p == nil {
+		return // not an answer to a query of ours
+	}
+	i := p.queried[a.m.Nonce]
+	delete(p.queried, a.m.Nonce)
+	p.qMisses = 0
+	p.lastAns = now
+	p.nodeID = a.m.NodeID
+	if i >= len(p.paths) {
+		return
+	}
+	pa := p.paths[i]
+	if a.m.Count == 0 {
+		pa.resolved = false
+		m.setPeerState(p, state.PeerDown, "it has no active RDMA port to answer probes on", now)
+		return
+	}
+	ep := peer.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
+	if pa.remote != ep {
+		// A new QP (the peer restarted): probes to the old one are
+		// lost for good, and a down path probes again at once.
+		pa.remote = ep
+		pa.stale = true
+		m.changed = true
+	}
+	first := !pa.resolved
+	pa.resolved = true
+	if first && pa.inflight == 0 {
+		m.send(p, pa, now)
+	}
+}
+
+// resolve looks a host name up without blocking the loop; at most four
+// lookups run at once.
+func (m *Manager) resolve(ctx context.Context, p *mpeer) {
+	if m.resolving >= 4 {
+		return
+	}
+	m.resolving++
+	name := p.spec.Name
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ips, err := net.DefaultResolver.LookupNetIP(rctx, "ip", name)
+		r := resolution{name: name, err: err}
+		if err == nil && len(ips) > 0 {
+			r.addr = ips[0].Unmap()
+		} else if err == nil {
+			r.err = errors.New("no address")
+		}
+		select {
+		case m.resolved <- r:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+func (m *Manager) onResolved(r resolution) {
+	m.resolving--
+	p := m.peers[r.name]
+	if p == nil {
+		return
+	}
+	if r.err != nil {
+		p.addrErr = r.err.Error()
+		m.setPeerState(p, state.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), time.Now())
+		return
+	}
+	p.addr, p.addrErr = r.addr, ""
+	m.updateAllow()
+	p.due = time.Now()
+	heap.Fix(&m.due, p.hidx)
+}
+
+// startOneshot probes a configured peer now.
+func (m *Manager) startOneshot(o *oneshot, now time.Time) {
+	if name, ok := strings.CutPrefix(o.name, expirePrefix); ok {
+		if p := m.peers[name]; p != nil && len(p.waiters) > 0 {
+			m.finishWaiters(p, nil)
+		}
+		return
+	}
+	var sp *Spec
+	for i := range m.cfg.Peers {
+		if m.cfg.Peers[i].Name == o.name {
+			sp = &m.cfg.Peers[i]
+		}
+	}
+	p := m.peers[o.name]
+	if p == nil && sp == nil {
+		for _, c := range m.peers {
+			if c.addr.String() == o.name {
+				p = c
+			}
+		}
+	}
+	if p == nil && sp == nil {
+		o.err = fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", o.name)
+		o.done <- state.Peer{}
+		return
+	}
+	if len(m.local) == 0 {
+		o.err = fmt.Errorf("peers: cannot probe %s: %v", o.name, m.localErrOr())
+		o.done <- state.Peer{}
+		return
+	}
+	if p == nil {
+		p = m.add(*sp, now, true)
+	}
+	p.waiters = append(p.waiters, o)
+	p.waitFrom = m.seq
+	p.due = now
+	heap.Fix(&m.due, p.hidx)
+	// Bound the wait: control lookup plus one probe timeout.
+	time.AfterFunc(time.Second+2*m.cfg.Timeout, func() {
+		select {
+		case m.oneshots <- &oneshot{name: expirePrefix + p.spec.Name}:
+		default:
+		}
+	})
+}
+
+func (m *Manager) localErrOr() error {
+	if m.localErr != nil {
+		return m.localErr
+	}
+	return errors.New("no local probe port")
+}
+
+// checkWaiters answers one-shot waiters once every path has a result newer
+// than the request.
+func (m *Manager) checkWaiters(p *mpeer) {
+	if len(p.waiters) == 0 {
+		return
+	}
+	for _, pa := range p.paths {
+		if pa.lastSeq <= p.waitFrom {
+			return
+		}
+	}
+	m.finishWaiters(p, nil)
+}
+
+func (m *Manager) finishWaiters(p *mpeer, err error) {
+	sp := m.peerState(p)
+	for _, o := range p.waiters {
+		o.err = err
+		o.done <- sp
+	}
+	p.waiters = nil
+	if p.oneshot {
+		m.drop(p)
+	}
+}
+
+func (m *Manager) failOneshots(err error) {
+	for _, p := range m.peers {
+		for _, o := range p.waiters {
+			o.err = err
+			o.done <- state.Peer{}
+		}
+		p.waiters = nil
+	}
+}
+
+func (m *Manager) jitter(d time.Duration) time.Duration {
+	// ±10%: peers that started together drift apart instead of probing in
+	// bursts.
+	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
+}

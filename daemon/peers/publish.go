@@ -1,0 +1,138 @@
+package peers
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+// publishEvery bounds how often the state is rebuilt while nothing changed
+// state: statistics move with every probe, and a thousand peers must not
+// cost a snapshot each.
+const publishEvery = time.Second
+
+// publish refreshes the local ports and hands the state to OnState when a
+// state changed, or at most every publishEvery when only numbers moved.
+func (m *Manager) publish(now time.Time) {
+	if now.Sub(m.published) < publishEvery && !m.changed {
+		return
+	}
+	ports, err := m.opts.Prober.Ports()
+	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
+		m.local, m.localErr = ports, err
+		m.changed = true
+	}
+	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
+		return
+	}
+	m.published, m.changed, m.dirty = now, false, false
+	if m.opts.OnState != nil {
+		m.opts.OnState(m.State())
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func samePorts(a, b []peer.LocalPort) bool {
+	return slices.EqualFunc(a, b, func(x, y peer.LocalPort) bool { return x.Key == y.Key && x.Endpoint == y.Endpoint })
+}
+
+// State builds the peers' state. Called on the manager's goroutine.
+func (m *Manager) State() state.Peers {
+	out := state.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []state.PeerPort{},
+		Configured: len(m.cfg.Peers), Peers: make([]state.Peer, 0, len(m.peers))}
+	for _, lp := range m.local {
+		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN})
+	}
+	for _, p := range m.peers {
+		if p.oneshot {
+			continue
+		}
+		out.Peers = append(out.Peers, m.peerState(p))
+	}
+	slices.SortFunc(out.Peers, func(a, b state.Peer) int { return strings.Compare(a.Name, b.Name) })
+	if m.ctl != nil {
+		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctl.Counters()
+	}
+	if f := m.opts.ProberCounters; f != nil {
+		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = f()
+	}
+	out.Counters.ProbesNotSent = m.notSent
+	return out
+}
+
+func (m *Manager) peerState(p *mpeer) state.Peer {
+	sp := state.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []state.PeerPath{}}
+	if p.addr.IsValid() {
+		sp.Address = p.addr.String()
+	}
+	if p.nodeID != 0 {
+		sp.NodeID = strconv.FormatUint(p.nodeID, 16)
+	}
+	for _, pa := range p.paths {
+		if pa.stale {
+			pa.stats = pa.win.stats()
+			pa.stale = false
+		}
+		pp := state.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
+			RTTP50: pa.stats.P50, RTTP99: pa.stats.P99, HostDelayP99: pa.stats.HostP99, LastRTT: pa.lastRTT,
+			LossPct: pa.stats.LossPct, Samples: pa.stats.Samples, Sent: pa.sent, Lost: pa.lost}
+		if pa.resolved {
+			pp.RemoteGID, pp.RemoteQPN = pa.remote.GID.String(), pa.remote.QPN
+		}
+		sp.Paths = append(sp.Paths, pp)
+	}
+	return sp
+}
+
+// localAddrs returns this host's addresses, so that a shared peers file
+// can list every node including this one.
+func localAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if pn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(pn.IP); ok {
+				out[ip.Unmap()] = true
+			}
+		}
+	}
+	return out
+}
+
+// dueHeap orders peers by their next turn.
+type dueHeap []*mpeer
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *dueHeap) Push(x any) {
+	p := x.(*mpeer)
+	p.hidx = len(*h)
+	*h = append(*h, p)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	p.hidx = -1
+	return p
+}

@@ -1,0 +1,85 @@
+package peers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+func TestWindowStats(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name    string
+		size    int
+		samples []sample
+		want    winStats
+	}{
+		{"empty", 4, nil, winStats{}},
+		{"all answered", 4, []sample{{rtt: 1 * ms}, {rtt: 2 * ms}, {rtt: 3 * ms}, {rtt: 4 * ms, host: ms}},
+			winStats{Samples: 4, P50: 2 * ms, P99: 4 * ms, HostP99: ms}},
+		{"one lost of four", 4, []sample{{rtt: ms}, {lost: true}, {rtt: 3 * ms}, {rtt: 2 * ms}},
+			winStats{Samples: 4, Lost: 1, LossPct: 25, P50: 2 * ms, P99: 3 * ms}},
+		{"wraps: old samples leave", 2, []sample{{lost: true}, {lost: true}, {rtt: 5 * ms}, {rtt: 7 * ms}},
+			winStats{Samples: 2, P50: 5 * ms, P99: 7 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWindow(tt.size)
+			for _, s := range tt.samples {
+				w.add(s)
+			}
+			if diff := cmp.Diff(tt.want, w.stats()); diff != "" {
+				t.Errorf("stats (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHealth drives the state machine through sequences of outcomes
+// ('.' answered fast, 's' answered slow, 'x' lost) and checks the state
+// after each step.
+func TestHealth(t *testing.T) {
+	th := Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 10, MinLosses: 2, RTT: 10 * time.Millisecond}
+	tests := []struct {
+		name   string
+		window int
+		steps  string
+		want   string // state after each step: u(nknown) U(p) D(egraded) X (down)
+	}{
+		{"first answer: up", 20, ".", "U"},
+		{"unknown until down", 20, "xxx", "uuX"},
+		{"one loss is noise", 20, "..x..", "UUUUU"},
+		{"two losses in the window: degraded", 10, "..x.x", "UUUUD"},
+		{"three in a row: down", 20, "...xxx", "UUUUDX"},
+		{"down needs three answers to come back", 20, "xxx..x...", "uuXXXXXXU"},
+		{"back from down starts a clean window", 20, "xxx...", "uuXXXU"},
+		{"degraded holds while two losses are in the window", 10, "x.x.......x.....", "uUDDDDDDDDDDUUUU"},
+		{"degraded clears when losses age out", 4, "x.x.....", "uUDDUUUU"},
+		{"slow p99: degraded", 12, "..........ss", "UUUUUUUUUUDD"},
+	}
+	codes := map[string]byte{state.PeerUnknown: 'u', state.PeerUp: 'U', state.PeerDegraded: 'D', state.PeerDown: 'X'}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWindow(tt.window)
+			h := newHealth(time.Unix(0, 0))
+			var got []byte
+			for i, c := range tt.steps {
+				s := sample{rtt: time.Millisecond}
+				switch c {
+				case 'x':
+					s = sample{lost: true}
+				case 's':
+					s = sample{rtt: 50 * time.Millisecond}
+				}
+				h.observe(s, w, th, time.Unix(int64(i), 0))
+				got = append(got, codes[h.state])
+			}
+			if diff := cmp.Diff(tt.want, string(got)); diff != "" {
+				t.Errorf("states (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
