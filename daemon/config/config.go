@@ -8,6 +8,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -22,6 +23,9 @@ const (
 	// DropInDir is the directory, next to the main file, whose *.toml files
 	// are merged after it in lexical order.
 	DropInDir = "rdmad.d"
+	// DefaultProbePort is the control endpoint's UDP port ([probe] port):
+	// not 4791 (RoCE v2) and not 18515 (perftest's default).
+	DefaultProbePort = 18516
 )
 
 // A Config is the merged, validated configuration. It is never mutated after
@@ -33,6 +37,7 @@ type Config struct {
 	Metrics  Metrics  `toml:"metrics" json:"metrics"`
 	MRPool   MRPool   `toml:"mrpool" json:"mrpool"`
 	Probe    Probe    `toml:"probe" json:"probe"`
+	Peers    []Peer   `toml:"peer" json:"peers"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-" json:"files"`
@@ -135,6 +140,50 @@ type Probe struct {
 	Loopback bool `toml:"loopback" json:"loopback"`
 	// LoopbackInterval is the time between loopback rounds on each port.
 	LoopbackInterval Duration `toml:"loopback_interval" json:"loopback_interval"`
+
+	// Peer probes (docs/PROBES.md). Peers enables them: UD probes to the
+	// [[peer]] entries and PeersFile, and answers to other nodes.
+	Peers bool `toml:"peers" json:"peers"`
+	// PeersFile lists more peers, one address or host name per line
+	// (optionally followed by a group label); it is re-read on every
+	// reload and when it changes (checked every 30s).
+	PeersFile string `toml:"peers_file" json:"peers_file,omitempty"`
+	// Port is the UDP port of the control endpoint.
+	Port int `toml:"port" json:"port"`
+	// Allow lists networks (CIDRs) whose nodes may query the control
+	// endpoint besides the configured peers.
+	Allow     []string       `toml:"allow" json:"allow,omitempty"`
+	AllowNets []netip.Prefix `toml:"-" json:"-"`
+	// Group is this node's group label (ToR, pod).
+	Group string `toml:"group" json:"group,omitempty"`
+	// PeerInterval is the time between probes to one peer (jittered
+	// ±10%); PeerTimeout is when an unanswered probe counts as lost.
+	PeerInterval Duration `toml:"peer_interval" json:"peer_interval"`
+	PeerTimeout  Duration `toml:"peer_timeout" json:"peer_timeout"`
+	// DownAfter lost probes in a row make a peer down; UpAfter answers in
+	// a row bring it back.
+	DownAfter int `toml:"down_after" json:"down_after"`
+	UpAfter   int `toml:"up_after" json:"up_after"`
+	// LossThreshold (percent over Window probes) and RTTThreshold (p99,
+	// 0 disables) make a peer degraded.
+	LossThreshold float64  `toml:"loss_threshold" json:"loss_threshold"`
+	RTTThreshold  Duration `toml:"rtt_threshold" json:"rtt_threshold"`
+	Window        int      `toml:"window" json:"window"`
+	// MaxPeers bounds the peers probed at once; Rotate is how often the
+	// selection moves on when there are more.
+	MaxPeers int      `toml:"max_peers" json:"max_peers"`
+	Rotate   Duration `toml:"rotate" json:"rotate"`
+}
+
+// A Peer is one [[peer]] block: another node whose rdmad answers probes.
+type Peer struct {
+	// Address is an IP address or a host name.
+	Address string `toml:"address" json:"address"`
+	// Group is a label such as the ToR switch; peers of this node's own
+	// group are all probed, other groups through rotating representatives.
+	Group string `toml:"group" json:"group,omitempty"`
+
+	src source
 }
 
 // Metrics holds [metrics]: where Prometheus can scrape rdmad. GET /metrics
@@ -176,7 +225,9 @@ func Default() *Config {
 			Classes:        []mrpool.Class{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
 			CanaryInterval: Duration{30 * time.Second},
 		},
-		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second}},
+		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second},
+			Peers: true, Port: DefaultProbePort, PeerInterval: Duration{time.Second}, PeerTimeout: Duration{500 * time.Millisecond},
+			DownAfter: 3, UpAfter: 3, LossThreshold: 1, RTTThreshold: Duration{0}, Window: 100, MaxPeers: 64, Rotate: Duration{time.Minute}},
 	}
 }
 

@@ -100,9 +100,18 @@ func Load(path string) (*Config, error) {
 func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 	prev := cfg.Policies
 	cfg.Policies = nil
+	prevPeers := cfg.Peers
+	cfg.Peers = nil
 	md, err := toml.NewDecoder(strings.NewReader(string(data))).Decode(cfg)
 	added := cfg.Policies
 	cfg.Policies = prev
+	// [[peer]] blocks of all files add up; a repeated address is one peer
+	// (the later block's group wins).
+	for i, p := range cfg.Peers {
+		cfg.Peers[i].src = source{file: file, index: i}
+		prevPeers = mergePeer(prevPeers, cfg.Peers[i], p.Address)
+	}
+	cfg.Peers = prevPeers
 	if err != nil {
 		e := decodeError(file, err)
 		e.Key = loc.at(e.Key, e.Line)
@@ -219,6 +228,8 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 		bad(lastSetter(c.Files, locs, "probe.loopback_interval", main), "probe.loopback_interval", "%s is out of range; use 10ms to 1h (default 1s)", iv)
 	}
 
+	errs = append(errs, c.validateProbe(locs, bad)...)
+
 	if l := c.Metrics.Listen; l != "" {
 		if msg := checkListen(l); msg != "" {
 			bad(lastSetter(c.Files, locs, "metrics.listen", main), "metrics.listen",
@@ -332,3 +343,96 @@ func lastSetter(files []string, locs map[string]*locator, key, def string) strin
 	}
 	return def
 }
+
+func mergePeer(ps []Peer, p Peer, addr string) []Peer {
+	for i := range ps {
+		if ps[i].Address == addr {
+			ps[i] = p
+			return ps
+		}
+	}
+	return append(ps, p)
+}
+
+// validateProbe checks the peer-probe keys of [probe] and the [[peer]]
+// blocks.
+func (c *Config) validateProbe(locs map[string]*locator, bad func(file, key, format string, args ...any)) Errors {
+	main := c.Files[0]
+	pr := &c.Probe
+	at := func(key string) string { return lastSetter(c.Files, locs, "probe."+key, main) }
+	if pr.PeersFile != "" && !filepath.IsAbs(pr.PeersFile) {
+		bad(at("peers_file"), "probe.peers_file", "%q is not an absolute path; use e.g. \"/etc/rdmad/peers\"", pr.PeersFile)
+	}
+	if pr.Port < 1 || pr.Port > 65535 || pr.Port == 4791 {
+		bad(at("port"), "probe.port", "%d cannot be the control port; use 1 to 65535 except 4791 (RoCE v2's own port); default %d", pr.Port, DefaultProbePort)
+	}
+	pr.AllowNets = nil
+	for _, a := range pr.Allow {
+		pfx, err := netip.ParsePrefix(a)
+		if err != nil {
+			bad(at("allow"), "probe.allow", "%q is not a network; write it as a CIDR, e.g. \"10.0.0.0/16\"", a)
+			continue
+		}
+		pr.AllowNets = append(pr.AllowNets, pfx.Masked())
+	}
+	if strings.ContainsAny(pr.Group, " \t\n") {
+		bad(at("group"), "probe.group", "%q: a group label has no spaces, e.g. \"tor-a\"", pr.Group)
+	}
+	iv := pr.PeerInterval.Duration
+	if iv < 10*time.Millisecond || iv > time.Hour {
+		bad(at("peer_interval"), "probe.peer_interval", "%s is out of range; use 10ms to 1h (default 1s)", iv)
+	}
+	if to := pr.PeerTimeout.Duration; to < time.Millisecond || to > iv {
+		bad(at("peer_timeout"), "probe.peer_timeout", "%s is out of range; use 1ms up to peer_interval (%s)", to, iv)
+	}
+	for _, k := range []struct {
+		key string
+		v   int
+	}{{"down_after", pr.DownAfter}, {"up_after", pr.UpAfter}} {
+		if k.v < 1 || k.v > 100 {
+			bad(at(k.key), "probe."+k.key, "%d is out of range; use 1 to 100 probes", k.v)
+		}
+	}
+	if pr.LossThreshold <= 0 || pr.LossThreshold >= 100 {
+		bad(at("loss_threshold"), "probe.loss_threshold", "%g is out of range; use a percentage above 0 and below 100 (default 1)", pr.LossThreshold)
+	}
+	if pr.RTTThreshold.Duration < 0 {
+		bad(at("rtt_threshold"), "probe.rtt_threshold", "%s is negative; use e.g. \"500us\", or 0 to judge by loss only", pr.RTTThreshold.Duration)
+	}
+	if pr.Window < 10 || pr.Window > 10000 {
+		bad(at("window"), "probe.window", "%d is out of range; use 10 to 10000 probes", pr.Window)
+	}
+	if pr.MaxPeers < 1 || pr.MaxPeers > 4096 {
+		bad(at("max_peers"), "probe.max_peers", "%d is out of range; use 1 to 4096", pr.MaxPeers)
+	}
+	if pr.Rotate.Duration < time.Second {
+		bad(at("rotate"), "probe.rotate", "%s is too short; use at least 1s (default 1m)", pr.Rotate.Duration)
+	}
+	for _, p := range c.Peers {
+		key := fmt.Sprintf("peer[%d]", p.src.index)
+		if msg := CheckPeerAddress(p.Address); msg != "" {
+			bad(p.src.file, key+".address", "%s", msg)
+		}
+		if strings.ContainsAny(p.Group, " \t\n") {
+			bad(p.src.file, key+".group", "%q: a group label has no spaces, e.g. \"tor-a\"", p.Group)
+		}
+	}
+	return nil
+}
+
+// CheckPeerAddress returns what is wrong with a peer address (an IP
+// address or a host name), or "" if nothing is.
+func CheckPeerAddress(a string) string {
+	if a == "" {
+		return "every [[peer]] needs an address, e.g. address = \"192.0.2.17\""
+	}
+	if _, err := netip.ParseAddr(a); err == nil {
+		return ""
+	}
+	if len(a) > 253 || !hostRE.MatchString(a) {
+		return fmt.Sprintf("%q is neither an IP address nor a host name", a)
+	}
+	return ""
+}
+
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
