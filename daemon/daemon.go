@@ -145,6 +145,7 @@ func Run(ctx context.Context, opts Options) error {
 	d.rec = newReconciler(d.log)
 	defer d.rec.Close()
 	ev := d.startEvents(ctx, &wg)
+	d.startPeers(ctx, &wg)
 
 	wg.Add(1)
 	go func() {
@@ -247,6 +248,7 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		d.refresh("reload")
 		d.rec.forget()
 		d.reconcile(nil)
+		d.reloadPeers()
 		d.verbs.apply(d.ctx, cfg)
 	}
 	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })

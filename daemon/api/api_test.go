@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -38,6 +39,13 @@ func (f *fakeBackend) Reload(ctx context.Context) (ReloadResult, error) {
 
 func (f *fakeBackend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
 	return []state.Change{{Policy: "p", Kind: "mtu", Object: "x", From: "1500", To: "4200", Action: "apply"}}, nil
+}
+
+func (f *fakeBackend) Probe(ctx context.Context, peer string) (state.Peer, error) {
+	if peer != "192.0.2.17" {
+		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
+	}
+	return state.Peer{Name: peer, State: state.PeerUp}, nil
 }
 
 func (f *fakeBackend) PolicyApply(ctx context.Context) (ApplyResult, error) {
@@ -75,10 +83,14 @@ func TestServeHTTP(t *testing.T) {
 		{"root", "POST", "/v1/status", 405, "use GET"},
 		{"root", "HEAD", "/v1/status", 200, ""},
 		{"root", "GET", "/v2/status", 404, "no route /v2/status"},
-		{"root", "GET", "/", 404, "routes: GET /v1/policy/diff, GET /v1/status, POST /v1/policy/apply, POST /v1/reload"},
+		{"root", "GET", "/", 404, "routes: GET /v1/policy/diff, GET /v1/status, POST /v1/policy/apply, POST /v1/probe, POST /v1/reload"},
 		{"member", "GET", "/v1/policy/diff", 200, ""},
 		{"member", "POST", "/v1/policy/apply", 403, "may not change rdmad's state (/v1/policy/apply)"},
 		{"admin", "POST", "/v1/policy/apply", 200, ""},
+		{"member", "POST", "/v1/probe?peer=192.0.2.17", 200, ""},
+		{"member", "POST", "/v1/probe", 400, "say which peer"},
+		{"member", "POST", "/v1/probe?peer=198.51.100.1", 422, "not a configured peer"},
+		{"stranger", "POST", "/v1/probe?peer=192.0.2.17", 403, "may not read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {

@@ -36,6 +36,8 @@ type Backend interface {
 	PolicyDiff(ctx context.Context) ([]state.Change, error)
 	// PolicyApply runs a full policy pass now.
 	PolicyApply(ctx context.Context) (ApplyResult, error)
+	// Probe probes a configured peer now (a one-shot peer probe).
+	Probe(ctx context.Context, peer string) (state.Peer, error)
 }
 
 // ApplyResult is the answer of POST /v1/policy/apply.
@@ -84,6 +86,7 @@ var routes = map[string]route{
 	"/v1/reload":       {http.MethodPost, write, (*Server).serveReload},
 	"/v1/policy/diff":  {http.MethodGet, read, (*Server).servePolicyDiff},
 	"/v1/policy/apply": {http.MethodPost, write, (*Server).servePolicyApply},
+	"/v1/probe":        {http.MethodPost, read, (*Server).serveProbe},
 }
 
 // A Server is the local API.
@@ -195,6 +198,22 @@ func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
 		res.Changes = []state.Change{}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// serveProbe probes ?peer= once. Reading access suffices: the probe
+// changes nothing, and the one-shot queue of the daemon is bounded.
+func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("peer")
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "say which peer: POST /v1/probe?peer=ADDRESS (a configured peer)")
+		return
+	}
+	p, err := s.backend.Probe(r.Context(), name)
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }
 
 // Serve serves the API on ln until ctx is cancelled, then shuts down,

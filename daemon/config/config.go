@@ -7,8 +7,10 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 	"path/filepath"
 	"time"
 
@@ -152,8 +154,7 @@ type Probe struct {
 	Port int `toml:"port" json:"port"`
 	// Allow lists networks (CIDRs) whose nodes may query the control
 	// endpoint besides the configured peers.
-	Allow     []string       `toml:"allow" json:"allow,omitempty"`
-	AllowNets []netip.Prefix `toml:"-" json:"-"`
+	Allow Networks `toml:"allow" json:"allow"`
 	// Group is this node's group label (ToR, pod).
 	Group string `toml:"group" json:"group,omitempty"`
 	// PeerInterval is the time between probes to one peer (jittered
@@ -173,6 +174,57 @@ type Probe struct {
 	// selection moves on when there are more.
 	MaxPeers int      `toml:"max_peers" json:"max_peers"`
 	Rotate   Duration `toml:"rotate" json:"rotate"`
+}
+
+// Networks is a list of CIDRs. It is kept as one canonical string so that
+// Probe stays comparable with == (the daemon restarts the loopback prober
+// only when Probe changed).
+type Networks struct{ list string }
+
+// UnmarshalTOML implements toml.Unmarshaler: an array of CIDR strings.
+func (n *Networks) UnmarshalTOML(v any) error {
+	arr, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("want an array of networks, e.g. [\"10.0.0.0/16\"]")
+	}
+	var out []string
+	for _, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			return fmt.Errorf("%v is not a string; write networks as CIDRs, e.g. \"10.0.0.0/16\"", e)
+		}
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a network; write it as a CIDR, e.g. \"10.0.0.0/16\"", s)
+		}
+		out = append(out, pfx.Masked().String())
+	}
+	n.list = strings.Join(out, ",")
+	return nil
+}
+
+// Equal reports whether n and o are the same networks.
+func (n Networks) Equal(o Networks) bool { return n.list == o.list }
+
+// Prefixes returns the networks.
+func (n Networks) Prefixes() []netip.Prefix {
+	if n.list == "" {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, s := range strings.Split(n.list, ",") {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// MarshalJSON writes the networks as a JSON array.
+func (n Networks) MarshalJSON() ([]byte, error) {
+	list := []string{}
+	if n.list != "" {
+		list = strings.Split(n.list, ",")
+	}
+	return json.Marshal(list)
 }
 
 // A Peer is one [[peer]] block: another node whose rdmad answers probes.

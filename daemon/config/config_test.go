@@ -133,7 +133,7 @@ func TestLoadPeers(t *testing.T) {
 	if diff := cmp.Diff(want, cfg.Peers, cmpIgnoreSrc); diff != "" {
 		t.Errorf("peers (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, cfg.Probe.AllowNets, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+	if diff := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, cfg.Probe.Allow.Prefixes(), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 		t.Errorf("allow (-want +got):\n%s", diff)
 	}
 	if cfg.Probe.Group != "tor-a" || cfg.Probe.Port != DefaultProbePort || !cfg.Probe.Peers {
@@ -235,16 +235,20 @@ mode = "v3"
 		},
 		{
 			name: "peer probe values",
-			files: map[string]string{"rdmad.toml": "[probe]\nport = 4791\nallow = [\"10.0.0.0/33\"]\npeer_interval = \"1s\"\npeer_timeout = \"2s\"\nmax_peers = 0\npeers_file = \"peers\"\n[[peer]]\naddress = \"not a host\"\n[[peer]]\ngroup = \"tor a\"\naddress = \"192.0.2.1\"\n"},
+			files: map[string]string{"rdmad.toml": "[probe]\nport = 4791\nallow = []\npeer_interval = \"1s\"\npeer_timeout = \"2s\"\nmax_peers = 0\npeers_file = \"peers\"\n[[peer]]\naddress = \"not a host\"\n[[peer]]\ngroup = \"tor a\"\naddress = \"192.0.2.1\"\n"},
 			want: []string{
 				`D/rdmad.toml:7: probe.peers_file: "peers" is not an absolute path; use e.g. "/etc/rdmad/peers"`,
 				`D/rdmad.toml:2: probe.port: 4791 cannot be the control port; use 1 to 65535 except 4791 (RoCE v2's own port); default 18516`,
-				`D/rdmad.toml:3: probe.allow: "10.0.0.0/33" is not a network; write it as a CIDR, e.g. "10.0.0.0/16"`,
 				`D/rdmad.toml:5: probe.peer_timeout: 2s is out of range; use 1ms up to peer_interval (1s)`,
 				`D/rdmad.toml:6: probe.max_peers: 0 is out of range; use 1 to 4096`,
 				`D/rdmad.toml:9: peer[0].address: "not a host" is neither an IP address nor a host name`,
 				`D/rdmad.toml:11: peer[1].group: "tor a": a group label has no spaces, e.g. "tor-a"`,
 			},
+		},
+		{
+			name:  "probe allow",
+			files: map[string]string{"rdmad.toml": "[probe]\nallow = [\"10.0.0.0/33\"]\n"},
+			want:  []string{`D/rdmad.toml:2: probe.allow: "10.0.0.0/33" is not a network; write it as a CIDR, e.g. "10.0.0.0/16"`},
 		},
 		{
 			name:  "memlock values",

@@ -366,15 +366,6 @@ func (c *Config) validateProbe(locs map[string]*locator, bad func(file, key, for
 	if pr.Port < 1 || pr.Port > 65535 || pr.Port == 4791 {
 		bad(at("port"), "probe.port", "%d cannot be the control port; use 1 to 65535 except 4791 (RoCE v2's own port); default %d", pr.Port, DefaultProbePort)
 	}
-	pr.AllowNets = nil
-	for _, a := range pr.Allow {
-		pfx, err := netip.ParsePrefix(a)
-		if err != nil {
-			bad(at("allow"), "probe.allow", "%q is not a network; write it as a CIDR, e.g. \"10.0.0.0/16\"", a)
-			continue
-		}
-		pr.AllowNets = append(pr.AllowNets, pfx.Masked())
-	}
 	if strings.ContainsAny(pr.Group, " \t\n") {
 		bad(at("group"), "probe.group", "%q: a group label has no spaces, e.g. \"tor-a\"", pr.Group)
 	}

@@ -1,0 +1,264 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/peers"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+// peersOf holds each running Daemon's peer prober. It lives beside the
+// Daemon rather than in it so that this feature stays in its own file.
+var peersOf sync.Map // *Daemon -> *peerRunner
+
+// A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)
+// and the manager (peers, schedule, states, control endpoint).
+type peerRunner struct {
+	mgr *peers.Manager
+	eng *peer.Engine
+
+	mu       sync.Mutex
+	fileStat string // size and mtime of [probe] peers_file at its last read
+}
+
+// peersFileCheck is how often peers_file is checked for changes between
+// reloads.
+const peersFileCheck = 30 * time.Second
+
+// startPeers starts the peer probes when [probe] peers is on. Verbs being
+// unavailable (no RDMA here) is reported as the component "peers" being
+// unavailable; the control endpoint still answers, with no ports.
+func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
+	if !d.cfg.Probe.Peers {
+		d.setComponent("peers", state.Disabled, nil)
+		return
+	}
+	r := &peerRunner{}
+	var err error
+	r.eng, err = peer.New(peer.Config{Logger: d.log.With("component", "peers"),
+		OnReply: func(rep peer.Reply) { r.mgr.OnReply(rep) }})
+	if err != nil {
+		d.setComponent("peers", state.Error, err)
+		return
+	}
+	settings, fileErr := r.settings(d.cfg)
+	r.mgr, err = peers.New(peers.Options{
+		Prober: r.eng,
+		NodeID: nodeID(),
+		Logger: d.log.With("component", "peers"),
+		ProberCounters: func() (uint64, uint64, uint64) {
+			s := r.eng.Stats()
+			return s.Malformed, s.Unadmitted, s.Answered
+		},
+		OnState: func(ps state.Peers) {
+			now := time.Now()
+			_, perr := r.eng.Ports()
+			d.store.Update(func(s *state.Snapshot) {
+				s.Peers = ps
+				switch {
+				case len(ps.Ports) == 0 && errors.Is(perr, verbs.ErrUnavailable):
+					state.SetComponent(s, "peers", state.Unavailable, perr, now)
+				case len(ps.Ports) == 0 && perr != nil:
+					state.SetComponent(s, "peers", state.Error, perr, now)
+				default:
+					state.SetComponent(s, "peers", state.OK, r.fileError(), now)
+				}
+			})
+		},
+	}, settings)
+	if err != nil {
+		d.setComponent("peers", state.Error, err)
+		return
+	}
+	peersOf.Store(d, r)
+	if fileErr != nil {
+		d.log.Warn("peers file", "err", fileErr)
+	}
+	d.setComponent("peers", state.OK, nil)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		r.eng.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		defer peersOf.Delete(d)
+		if err := r.mgr.Run(ctx); err != nil {
+			d.log.Error("peer probes stopped", "err", err)
+			d.setComponent("peers", state.Error, err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(peersFileCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if r.fileChanged(d.cfg.Probe.PeersFile) {
+					d.do(ctx, d.reloadPeers)
+				}
+			}
+		}
+	}()
+}
+
+// reloadPeers hands the peer probes the configuration in force (after a
+// reload, or when peers_file changed). Runs on the main loop.
+func (d *Daemon) reloadPeers() {
+	v, ok := peersOf.Load(d)
+	if !ok {
+		return
+	}
+	r := v.(*peerRunner)
+	s, err := r.settings(d.cfg)
+	if err != nil {
+		d.log.Warn("peers file", "err", err)
+	}
+	r.mgr.SetSettings(s)
+}
+
+// Probe serves POST /v1/probe: a one-shot probe of a configured peer.
+func (b backend) Probe(ctx context.Context, name string) (state.Peer, error) {
+	v, ok := peersOf.Load(b.d)
+	if !ok {
+		return state.Peer{}, errors.New("peer probes are not running; set [probe] peers = true and check `rdmactl status` for the peers component")
+	}
+	return v.(*peerRunner).mgr.ProbeOnce(ctx, name)
+}
+
+var peersFileErr sync.Map // *peerRunner -> error
+
+func (r *peerRunner) fileError() error {
+	if v, ok := peersFileErr.Load(r); ok {
+		return v.(error)
+	}
+	return nil
+}
+
+func fileStat(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+func (r *peerRunner) fileChanged(path string) bool {
+	if path == "" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fileStat(path) != r.fileStat
+}
+
+// settings turns the configuration into the manager's settings, reading
+// peers_file. A bad line of the file is skipped and reported; the rest
+// stays in force.
+func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
+	pr := cfg.Probe
+	s := peers.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
+		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
+		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute,
+		Threshold: peers.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
+			MinLosses: 2, RTT: pr.RTTThreshold.Duration}}
+	seen := map[string]bool{}
+	for _, p := range cfg.Peers {
+		s.Peers = append(s.Peers, peers.Spec{Name: p.Address, Group: p.Group})
+		seen[p.Address] = true
+	}
+	var err error
+	if pr.PeersFile != "" {
+		r.mu.Lock()
+		r.fileStat = fileStat(pr.PeersFile)
+		r.mu.Unlock()
+		var fromFile []peers.Spec
+		fromFile, err = readPeersFile(pr.PeersFile)
+		for _, p := range fromFile {
+			if !seen[p.Name] {
+				s.Peers = append(s.Peers, p)
+				seen[p.Name] = true
+			}
+		}
+	}
+	if err != nil {
+		peersFileErr.Store(r, err)
+	} else {
+		peersFileErr.Delete(r)
+	}
+	return s, err
+}
+
+// maxPeersFileLines bounds what a peers file can make rdmad hold.
+const maxPeersFileLines = 100000
+
+// readPeersFile reads "address [group]" lines; '#' starts a comment.
+func readPeersFile(path string) ([]peers.Spec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read [probe] peers_file: %w", err)
+	}
+	defer f.Close()
+	var out []peers.Spec
+	var bad []string
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		if line > maxPeersFileLines {
+			bad = append(bad, fmt.Sprintf("more than %d lines; the rest is ignored", maxPeersFileLines))
+			break
+		}
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) > 2 {
+			bad = append(bad, fmt.Sprintf("line %d: want \"address [group]\", got %d fields", line, len(fields)))
+			continue
+		}
+		if msg := config.CheckPeerAddress(fields[0]); msg != "" {
+			bad = append(bad, fmt.Sprintf("line %d: %s", line, msg))
+			continue
+		}
+		sp := peers.Spec{Name: fields[0]}
+		if len(fields) == 2 {
+			sp.Group = fields[1]
+		}
+		out = append(out, sp)
+	}
+	if err := sc.Err(); err != nil {
+		bad = append(bad, err.Error())
+	}
+	if len(bad) > 0 {
+		return out, fmt.Errorf("[probe] peers_file %s: %s; fix the lines (the others are in force)", path, strings.Join(bad, "; "))
+	}
+	return out, nil
+}
+
+// nodeID identifies this node to its peers: a hash of the machine ID and
+// the host name, stable across restarts.
+func nodeID() uint64 {
+	h := fnv.New64a()
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		h.Write(b)
+	}
+	name, _ := os.Hostname()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
