@@ -10,8 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"strings"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rdmad/rdmad/policy/memlock"

@@ -234,7 +234,7 @@ mode = "v3"
 			},
 		},
 		{
-			name: "peer probe values",
+			name:  "peer probe values",
 			files: map[string]string{"rdmad.toml": "[probe]\nport = 4791\nallow = []\npeer_interval = \"1s\"\npeer_timeout = \"2s\"\nmax_peers = 0\npeers_file = \"peers\"\n[[peer]]\naddress = \"not a host\"\n[[peer]]\ngroup = \"tor a\"\naddress = \"192.0.2.1\"\n"},
 			want: []string{
 				`D/rdmad.toml:7: probe.peers_file: "peers" is not an absolute path; use e.g. "/etc/rdmad/peers"`,
