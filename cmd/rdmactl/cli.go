@@ -41,6 +41,8 @@ func init() {
 		{"watch", "", "print state changes as they happen (links, policy, config, components) until interrupted", cmdWatch},
 		{"doctor", "[-- --interval D]", "run the RDMA troubleshooting checks (exit 0 ok, 3 warn/fail, 1 could not run)", cmdDoctor},
 		{"version", "", "print rdmactl's and rdmad's versions", cmdVersion},
+		{"peers", "", "show peer probes: state, RTT and loss per peer and port", cmdPeers},
+		{"probe", "PEER", "probe a configured peer now", cmdProbe},
 		{"help", "", "show this help", nil},
 	}
 }

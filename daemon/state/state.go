@@ -115,6 +115,7 @@ type PeerPath struct {
 	RTTP50       time.Duration `json:"rtt_p50_ns"`
 	RTTP99       time.Duration `json:"rtt_p99_ns"`
 	HostDelayP99 time.Duration `json:"host_delay_p99_ns"`
+	LastRTT      time.Duration `json:"last_rtt_ns"` // of the last answered probe, host delay subtracted
 	LossPct      float64       `json:"loss_pct"`
 	Samples      int           `json:"samples"`
 	Sent         uint64        `json:"sent"` // since start

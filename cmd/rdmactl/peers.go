@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) int {
+	if !noArgs(g, "peers", args) {
+		return exitUsage
+	}
+	s, err := c.Status(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json {
+		printJSON(g.stdout, s.Peers)
+	} else {
+		if comp, ok := s.Components["peers"]; ok && comp.State != state.OK {
+			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
+			if comp.Error != "" {
+				fmt.Fprintf(g.stdout, ": %s", comp.Error)
+			}
+			fmt.Fprintln(g.stdout)
+		}
+		printPeers(g.stdout, s.Peers)
+	}
+	return peersExit(s.Peers.Peers...)
+}
+
+func cmdProbe(ctx context.Context, g *globals, c *client.Client, args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(g.stderr, "rdmactl probe: say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer)")
+		return exitUsage
+	}
+	p, err := c.Probe(ctx, args[0])
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json {
+		printJSON(g.stdout, p)
+	} else {
+		printPeers(g.stdout, state.Peers{Peers: []state.Peer{p}})
+	}
+	return peersExit(p)
+}
+
+// peersExit is 0 when every peer is up, 3 (degraded) otherwise.
+func peersExit(ps ...state.Peer) int {
+	for _, p := range ps {
+		if p.State != state.PeerUp {
+			return exitDegraded
+		}
+	}
+	return exitOK
+}
+
+func printPeers(w io.Writer, ps state.Peers) {
+	if len(ps.Ports) > 0 {
+		fmt.Fprint(w, "Probe ports:")
+		for _, p := range ps.Ports {
+			fmt.Fprintf(w, " %s (QPN 0x%x, GID %s)", p.Key, p.QPN, p.GID)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(ps.Peers) == 0 {
+		fmt.Fprintln(w, "No peers are probed; declare [[peer]] blocks or [probe] peers_file.")
+		return
+	}
+	if ps.Configured > len(ps.Peers) {
+		fmt.Fprintf(w, "Probing %d of %d configured peers ([probe] max_peers; the selection rotates).\n", len(ps.Peers), ps.Configured)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tGROUP\tSTATE\tPORT\tPATH\tRTT p50\tRTT p99\tLAST\tLOSS\tHOST p99\tSINCE")
+	for _, p := range ps.Peers {
+		if len(p.Paths) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", p.Name, dash(p.Group), p.State, peerSince(p.Since))
+		}
+		for _, pa := range p.Paths {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%% of %d\t%s\t%s\n", p.Name, dash(p.Group), p.State, pa.Local, pa.State,
+				us(pa.RTTP50), us(pa.RTTP99), us(pa.LastRTT), pa.LossPct, pa.Samples, us(pa.HostDelayP99), peerSince(pa.Since))
+		}
+	}
+	tw.Flush()
+	for _, p := range ps.Peers {
+		if p.Reason != "" {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Reason)
+		}
+	}
+}
+
+func us(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+}
+
+func peerSince(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Round(time.Second).String()
+}
