@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/mrpool"
 )
@@ -180,9 +181,9 @@ func TestVerbsRegMR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
-		t.Run(verbs.FormatSize(int64(size)), func(t *testing.T) {
-			b, err := verbs.AllocBuffer(size)
+	for _, n := range []int{4 << 10, 64 << 10, 1 << 20} {
+		t.Run(size.Size(n).String(), func(t *testing.T) {
+			b, err := verbs.AllocBuffer(n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,8 +192,8 @@ func TestVerbsRegMR(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mr.Len() != size || mr.Addr() != uint64(uintptrOfVerbs(b.Bytes())) || mr.LKey() == 0 {
-				t.Errorf("MR len %d addr %#x lkey %#x; want len %d at the buffer", mr.Len(), mr.Addr(), mr.LKey(), size)
+			if mr.Len() != n || mr.Addr() != uint64(uintptrOfVerbs(b.Bytes())) || mr.LKey() == 0 {
+				t.Errorf("MR len %d addr %#x lkey %#x; want len %d at the buffer", mr.Len(), mr.Addr(), mr.LKey(), n)
 			}
 			if err := mr.Close(); err != nil {
 				t.Errorf("dereg: %v", err)
@@ -204,9 +205,9 @@ func TestVerbsRegMR(t *testing.T) {
 	}
 }
 
-// TestVerbsRegMRMemlock lowers RLIMIT_MEMLOCK to 64 KiB and drops
+// TestVerbsRegMRMemlock lowers RLIMIT_MEMLOCK to 64KiB and drops
 // CAP_IPC_LOCK (root ignores the limit with it) on one locked thread, then
-// registers 1 MiB on that thread: the kernel must refuse with ENOMEM and
+// registers 1MiB on that thread: the kernel must refuse with ENOMEM and
 // the error must tell the operator what to raise.
 func TestVerbsRegMRMemlock(t *testing.T) {
 	verbsRequireVM(t)
@@ -251,15 +252,15 @@ func TestVerbsRegMRMemlock(t *testing.T) {
 	r := <-done
 	if r.mr != nil {
 		r.mr.Close()
-		t.Fatalf("RegMR of 1 MiB with RLIMIT_MEMLOCK 64 KiB and no CAP_IPC_LOCK succeeded (memlock %+v)", r.st)
+		t.Fatalf("RegMR of 1MiB with RLIMIT_MEMLOCK 64KiB and no CAP_IPC_LOCK succeeded (memlock %+v)", r.st)
 	}
 	if !errors.Is(r.err, syscall.ENOMEM) {
 		t.Fatalf("RegMR = %v, want ENOMEM", r.err)
 	}
 	if r.st.CapIPCLock || r.st.Limit != 64<<10 {
-		t.Errorf("ReadMemlock on the restricted thread = %+v; want limit 64 KiB without CAP_IPC_LOCK", r.st)
+		t.Errorf("ReadMemlock on the restricted thread = %+v; want limit 64KiB without CAP_IPC_LOCK", r.st)
 	}
-	want := "ibv_reg_mr 1 MiB on rxe0: cannot allocate memory; RLIMIT_MEMLOCK is 64 KiB with "
+	want := "ibv_reg_mr 1MiB on rxe0: cannot allocate memory; RLIMIT_MEMLOCK is 64KiB with "
 	if !strings.HasPrefix(r.err.Error(), want) || !strings.Contains(r.err.Error(), "raise LimitMEMLOCK=") {
 		t.Errorf("error = %q\nwant it to start %q and say to raise LimitMEMLOCK=", r.err, want)
 	}
@@ -669,9 +670,9 @@ func TestVerbsMRPool(t *testing.T) {
 	}
 	s := st[0]
 	if !s.Registered || s.RegisteredBytes != 256*4<<10+8<<20 || s.InUse != 3 || s.Canary.Registrations != 1 || s.Canary.LastLatency <= 0 {
-		t.Errorf("Stats = %+v; want 9 MiB registered, 3 in use, one canary registration", s)
+		t.Errorf("Stats = %+v; want 9MiB registered, 3 in use, one canary registration", s)
 	}
-	t.Logf("canary registration+deregistration of 64 KiB: %v", s.Canary.LastLatency)
+	t.Logf("canary registration+deregistration of 64KiB: %v", s.Canary.LastLatency)
 	d.Put(src)
 	d.Put(dst)
 	d.Put(big)
@@ -686,9 +687,9 @@ func BenchmarkVerbsRegMR(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
-		b.Run(verbs.FormatSize(int64(size)), func(b *testing.B) {
-			buf, err := verbs.AllocBuffer(size)
+	for _, n := range []int{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(size.Size(n).String(), func(b *testing.B) {
+			buf, err := verbs.AllocBuffer(n)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -717,11 +718,11 @@ func BenchmarkVerbsPoolGetPut(b *testing.B) {
 		b.Fatal(err)
 	}
 	d := p.Device(verbsDev)
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
-		b.Run(verbs.FormatSize(int64(size)), func(b *testing.B) {
+	for _, n := range []int{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(size.Size(n).String(), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				x, ok := d.Get(size)
+				x, ok := d.Get(n)
 				if !ok {
 					b.Fatal("pool exhausted")
 				}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,19 +24,19 @@ type Buffer struct {
 	mem []byte
 }
 
-// AllocBuffer maps size bytes (rounded up to whole pages) of zeroed,
+// AllocBuffer maps n bytes (rounded up to whole pages) of zeroed,
 // private anonymous memory.
-func AllocBuffer(size int) (*Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("verbs: allocate buffer of %d bytes: size must be positive", size)
+func AllocBuffer(n int) (*Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("verbs: allocate buffer of %d bytes: size must be positive", n)
 	}
 	page := os.Getpagesize()
-	n := (size + page - 1) / page * page
-	mem, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	mapped := (n + page - 1) / page * page
+	mem, err := unix.Mmap(-1, 0, mapped, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: mmap %s buffer: %w", FormatSize(int64(n)), err)
+		return nil, fmt.Errorf("verbs: mmap %s buffer: %w", size.Size(mapped).String(), err)
 	}
-	return &Buffer{mem: mem[:size:n]}, nil
+	return &Buffer{mem: mem[:n:mapped]}, nil
 }
 
 // Bytes returns the buffer's memory; nil after Close.
@@ -151,5 +152,5 @@ func memlockHint(st MemlockStatus, want int64) string {
 		return "RLIMIT_MEMLOCK is not enforced (unlimited or CAP_IPC_LOCK); the host is short of memory or the device's MR limit is reached"
 	}
 	return fmt.Sprintf("RLIMIT_MEMLOCK is %s with %s already pinned, %s more does not fit; raise LimitMEMLOCK= in rdmad.service (or ulimit -l) or shrink [mrpool] classes",
-		FormatSize(int64(st.Limit)), FormatSize(int64(st.Pinned)), FormatSize(want))
+		size.Size(st.Limit).String(), size.Size(st.Pinned).String(), size.Size(want).String())
 }

@@ -222,6 +222,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"golang.org/x/sys/unix"
 )
 
@@ -620,7 +621,7 @@ type MR struct {
 // the MR is closed.
 func (p *PD) RegMR(b *Buffer, access Access) (*MR, error) {
 	mem := b.Bytes()
-	obj := fmt.Sprintf("%s on %s", FormatSize(int64(len(mem))), p.c.name)
+	obj := fmt.Sprintf("%s on %s", size.Size(len(mem)).String(), p.c.name)
 	if len(mem) == 0 {
 		return nil, &Error{Verb: "ibv_reg_mr", Object: obj, Err: syscall.EINVAL, Hint: "buffer is empty or closed"}
 	}
@@ -672,7 +673,7 @@ func (m *MR) destroy() error {
 	r, err := C.ibv_dereg_mr(m.mr)
 	m.mr = nil
 	if r != 0 {
-		return &Error{Verb: "ibv_dereg_mr", Object: fmt.Sprintf("%s on %s", FormatSize(int64(m.len)), m.c.name), Err: errnoOf(int(r), err)}
+		return &Error{Verb: "ibv_dereg_mr", Object: fmt.Sprintf("%s on %s", size.Size(m.len).String(), m.c.name), Err: errnoOf(int(r), err)}
 	}
 	return nil
 }

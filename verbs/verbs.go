@@ -63,7 +63,7 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // RLIMIT_MEMLOCK is 8 MiB, raise LimitMEMLOCK= in rdmad.service".
 type Error struct {
 	Verb   string // e.g. "ibv_reg_mr"
-	Object string // e.g. "1 MiB on rxe0", "QP 0x11 on rxe0"
+	Object string // e.g. "1MiB on rxe0", "QP 0x11 on rxe0"
 	Err    error  // usually a syscall.Errno
 	Hint   string // what to do next; may be empty
 }
@@ -103,25 +103,6 @@ func errnoOf(ret int, errno error) error {
 		return errno
 	}
 	return syscall.EIO
-}
-
-// FormatSize renders a byte count the way operators write it in config:
-// "4 KiB", "1 MiB", "1536 B".
-func FormatSize(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	if n < 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	i := 0
-	v := n
-	for i < len(units)-1 && v >= 1024 && v%1024 == 0 {
-		v /= 1024
-		i++
-	}
-	if i == 0 && n >= 1024 {
-		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
-	}
-	return fmt.Sprintf("%d %s", v, units[i])
 }
 
 // A PortState is the logical state of a port (enum ibv_port_state).

@@ -45,8 +45,8 @@ func TestErrorText(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"verb object errno hint", &Error{Verb: "ibv_reg_mr", Object: "1 MiB on rxe0", Err: syscall.ENOMEM, Hint: "raise LimitMEMLOCK"},
-			"ibv_reg_mr 1 MiB on rxe0: cannot allocate memory; raise LimitMEMLOCK"},
+		{"verb object errno hint", &Error{Verb: "ibv_reg_mr", Object: "1MiB on rxe0", Err: syscall.ENOMEM, Hint: "raise LimitMEMLOCK"},
+			"ibv_reg_mr 1MiB on rxe0: cannot allocate memory; raise LimitMEMLOCK"},
 		{"no hint", &Error{Verb: "ibv_alloc_pd", Object: "mlx5_0", Err: syscall.EIO}, "ibv_alloc_pd mlx5_0: input/output error"},
 		{"no cause", &Error{Verb: "ibv_poll_cq", Object: "rxe0"}, "ibv_poll_cq rxe0: failed"},
 		{"unavailable", &UnavailableError{Reason: "no devices", Err: syscall.ENOSYS}, "verbs unavailable: no devices: function not implemented"},
@@ -85,7 +85,7 @@ func TestMemlockHint(t *testing.T) {
 		st   MemlockStatus
 		want string
 	}{
-		{"enforced", MemlockStatus{Limit: 8 << 20, Pinned: 7 << 20}, "RLIMIT_MEMLOCK is 8 MiB with 7 MiB already pinned, 1 MiB more does not fit; raise LimitMEMLOCK= in rdmad.service (or ulimit -l) or shrink [mrpool] classes"},
+		{"enforced", MemlockStatus{Limit: 8 << 20, Pinned: 7 << 20}, "RLIMIT_MEMLOCK is 8MiB with 7MiB already pinned, 1MiB more does not fit; raise LimitMEMLOCK= in rdmad.service (or ulimit -l) or shrink [mrpool] classes"},
 		{"cap", MemlockStatus{Limit: 8 << 20, CapIPCLock: true}, "RLIMIT_MEMLOCK is not enforced (unlimited or CAP_IPC_LOCK); the host is short of memory or the device's MR limit is reached"},
 		{"unlimited", MemlockStatus{Unlimited: true}, "RLIMIT_MEMLOCK is not enforced (unlimited or CAP_IPC_LOCK); the host is short of memory or the device's MR limit is reached"},
 	}
@@ -165,20 +165,6 @@ func TestBuffer(t *testing.T) {
 	}
 	if _, err := AllocBuffer(0); err == nil {
 		t.Errorf("AllocBuffer(0) succeeded")
-	}
-}
-
-func TestFormatSize(t *testing.T) {
-	tests := []struct {
-		n    int64
-		want string
-	}{{0, "0 B"}, {512, "512 B"}, {4096, "4 KiB"}, {1 << 20, "1 MiB"}, {3 << 30, "3 GiB"}, {1536, "1.5 KiB"}}
-	for _, tt := range tests {
-		t.Run(tt.want, func(t *testing.T) {
-			if got := FormatSize(tt.n); got != tt.want {
-				t.Errorf("FormatSize(%d) = %q, want %q", tt.n, got, tt.want)
-			}
-		})
 	}
 }
 

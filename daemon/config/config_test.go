@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -96,7 +97,7 @@ mtu = 2044
 		t.Fatal(err)
 	}
 	tos := 106
-	unlimited, mib64 := memlock.Unlimited, 64*memlock.MiB
+	unlimited, mib64 := memlock.Unlimited, 64*size.MiB
 	want := &Config{
 		Daemon: Daemon{Socket: "/run/x/rdmad.sock", LogLevel: "warn", ResyncInterval: Duration{time.Minute}},
 		Policies: []Policy{
@@ -228,7 +229,7 @@ mode = "v3"
 			files: map[string]string{"rdmad.toml": "[mrpool]\nclasses = [{size = \"4KiB\", count = 0}, {size = \"2GiB\", count = 1}]\ncanary_interval = \"1ms\"\n[probe]\nloopback_interval = \"1ms\"\n"},
 			want: []string{
 				`D/rdmad.toml:2: mrpool.classes[0]: count 0 is out of range; use 1 to 1048576 (or remove the class)`,
-				`D/rdmad.toml:2: mrpool.classes[1]: size 2 GiB is out of range; use 64B to 1GiB`,
+				`D/rdmad.toml:2: mrpool.classes[1]: size 2GiB is out of range; use 64B to 1GiB`,
 				`D/rdmad.toml:3: mrpool.canary_interval: 1ms is too short; use at least 1s`,
 				`D/rdmad.toml:5: probe.loopback_interval: 1ms is out of range; use 10ms to 1h (default 1s)`,
 			},
@@ -253,7 +254,7 @@ mode = "v3"
 		{
 			name:  "memlock values",
 			files: map[string]string{"rdmad.toml": "[memlock]\ndaemon = \"64MB\"\n"},
-			want:  []string{`D/rdmad.toml:2: memlock.daemon: memlock: parse size "64MB": decimal unit "MB" is ambiguous; use MiB (binary, 1024-based)`},
+			want:  []string{`D/rdmad.toml:2: memlock.daemon: size "64MB": decimal unit "MB" is ambiguous; use MiB (binary, 1024-based)`},
 		},
 		{
 			name: "metrics listen addresses",

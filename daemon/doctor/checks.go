@@ -15,6 +15,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/metrics"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -452,7 +453,7 @@ func checkTrust(e *Env) Result {
 // declares for itself, else DefaultMinMemlock.
 func (e *Env) memlockNeed() (memlock.Size, string) {
 	if t, _, ok := e.target("memlock", "rdmad"); ok {
-		if s, err := memlock.ParseSize(t.Desired); err == nil {
+		if s, err := size.Parse(t.Desired); err == nil {
 			return s, "[memlock] daemon"
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/rdmad/rdmad/internal/size"
 )
 
 // DefaultLimitsPath is where rdmad writes its pam_limits drop-in.
@@ -60,7 +62,7 @@ func limitsValue(s Size) string {
 	if s == Unlimited {
 		return "unlimited"
 	}
-	return strconv.FormatUint(uint64((s+KiB-1)/KiB), 10)
+	return strconv.FormatUint(uint64((s+size.KiB-1)/size.KiB), 10)
 }
 
 // WriteLimits writes the drop-in for rules to path if its content differs,

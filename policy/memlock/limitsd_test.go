@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/internal/size"
 )
 
 func TestRenderLimits(t *testing.T) {
@@ -18,7 +19,7 @@ func TestRenderLimits(t *testing.T) {
 	}{
 		{
 			name:  "everyone and a group",
-			rules: []Rule{{Domain: "*", Soft: 64 * MiB, Hard: Unlimited}, {Domain: "@rdma", Soft: Unlimited, Hard: Unlimited}},
+			rules: []Rule{{Domain: "*", Soft: 64 * size.MiB, Hard: Unlimited}, {Domain: "@rdma", Soft: Unlimited, Hard: Unlimited}},
 			want: limitsHeader +
 				"*\tsoft\tmemlock\t65536\n*\thard\tmemlock\tunlimited\n" +
 				"@rdma\tsoft\tmemlock\tunlimited\n@rdma\thard\tmemlock\tunlimited\n",
@@ -29,7 +30,7 @@ func TestRenderLimits(t *testing.T) {
 			want:  limitsHeader + "alice\tsoft\tmemlock\t1\nalice\thard\tmemlock\t2\n",
 		},
 		{name: "no rules", want: limitsHeader},
-		{name: "soft above hard", rules: []Rule{{Domain: "*", Soft: 2 * MiB, Hard: MiB}}, wantErr: "soft limit 2MiB above hard limit 1MiB"},
+		{name: "soft above hard", rules: []Rule{{Domain: "*", Soft: 2 * size.MiB, Hard: size.MiB}}, wantErr: "soft limit 2MiB above hard limit 1MiB"},
 		{name: "empty domain", rules: []Rule{{Soft: 1, Hard: 1}}, wantErr: "empty domain"},
 		{name: "domain injection", rules: []Rule{{Domain: "* hard nofile 1\n*", Soft: 1, Hard: 1}}, wantErr: "contains whitespace"},
 	}
@@ -84,7 +85,7 @@ func TestWriteLimits(t *testing.T) {
 	}
 
 	// Different content: replaced by rename (new inode), no temp files left.
-	if changed, err := WriteLimits(path, []Rule{{Domain: "*", Soft: 64 * MiB, Hard: 64 * MiB}}); err != nil || !changed {
+	if changed, err := WriteLimits(path, []Rule{{Domain: "*", Soft: 64 * size.MiB, Hard: 64 * size.MiB}}); err != nil || !changed {
 		t.Errorf("WriteLimits with new rules = %v, %v; want true, nil", changed, err)
 	}
 	if inode(t, path) == ino {

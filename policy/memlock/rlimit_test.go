@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,20 +38,20 @@ func restoreLimit(t *testing.T) Limit {
 
 func TestIntegrationLowerAndRaiseSoft(t *testing.T) {
 	orig := restoreLimit(t)
-	if orig.Hard < 2*MiB {
+	if orig.Hard < 2*size.MiB {
 		t.Skipf("hard RLIMIT_MEMLOCK is %s; this test needs room below it (at least 2MiB)", orig.Hard)
 	}
 	// Lowering the soft limit and raising it again up to the hard limit
 	// needs no privilege.
-	low := Limit{Soft: 1 * MiB, Hard: orig.Hard}
+	low := Limit{Soft: 1 * size.MiB, Hard: orig.Hard}
 	if err := Set(low); err != nil {
 		t.Fatalf("Set(%v): %v", low, err)
 	}
 	if got, err := Observe(); err != nil || got != low {
 		t.Fatalf("Observe after Set = %v, %v; want %v", got, err, low)
 	}
-	want := Limit{Soft: 2 * MiB, Hard: orig.Hard}
-	got, err := Raise(2 * MiB)
+	want := Limit{Soft: 2 * size.MiB, Hard: orig.Hard}
+	got, err := Raise(2 * size.MiB)
 	if err != nil || got != want {
 		t.Fatalf("Raise(2MiB) = %v, %v; want %v", got, err, want)
 	}
@@ -58,10 +59,10 @@ func TestIntegrationLowerAndRaiseSoft(t *testing.T) {
 		t.Errorf("Observe after Raise = %v, %v; want %v", got, err, want)
 	}
 	// Raise never lowers.
-	if got, err := Raise(1 * MiB); err != nil || got != want {
+	if got, err := Raise(1 * size.MiB); err != nil || got != want {
 		t.Errorf("Raise(1MiB) with soft 2MiB = %v, %v; want unchanged %v", got, err, want)
 	}
-	if err := Set(Limit{Soft: 2 * MiB, Hard: 1 * MiB}); !errors.Is(err, unix.EINVAL) {
+	if err := Set(Limit{Soft: 2 * size.MiB, Hard: 1 * size.MiB}); !errors.Is(err, unix.EINVAL) {
 		t.Errorf("Set(soft > hard) = %v, want EINVAL", err)
 	}
 }
@@ -71,12 +72,12 @@ func TestIntegrationRaiseHard(t *testing.T) {
 		t.Skip("raising the hard RLIMIT_MEMLOCK needs CAP_SYS_RESOURCE, which this process lacks (TestIntegrationRaiseWithoutCapSysResource covers that case)")
 	}
 	orig := restoreLimit(t)
-	target := orig.Hard + 64*MiB
+	target := orig.Hard + 64*size.MiB
 	if orig.Hard == Unlimited {
-		if err := Set(Limit{Soft: 8 * MiB, Hard: 8 * MiB}); err != nil {
+		if err := Set(Limit{Soft: 8 * size.MiB, Hard: 8 * size.MiB}); err != nil {
 			t.Fatalf("lower limit: %v", err)
 		}
-		target = 72 * MiB
+		target = 72 * size.MiB
 	}
 	want := Limit{Soft: target, Hard: target}
 	if got, err := Raise(target); err != nil || got != want {
@@ -129,18 +130,18 @@ func memlockChild() {
 		fmt.Println("child still has CAP_SYS_RESOURCE")
 		os.Exit(2)
 	}
-	if err := Set(Limit{Soft: 8 * MiB, Hard: 8 * MiB}); err != nil {
+	if err := Set(Limit{Soft: 8 * size.MiB, Hard: 8 * size.MiB}); err != nil {
 		fmt.Println("lower:", err)
 		os.Exit(2)
 	}
-	_, err := Raise(64 * MiB)
+	_, err := Raise(64 * size.MiB)
 	fmt.Printf("EPERM=%v\nerr=%v\n", errors.Is(err, unix.EPERM), err)
 	after, _ := Observe()
 	fmt.Printf("after=%v\n", after)
 }
 
 func TestSetError(t *testing.T) {
-	cur := Limit{Soft: 64 * KiB, Hard: 8 * MiB}
+	cur := Limit{Soft: 64 * size.KiB, Hard: 8 * size.MiB}
 	tests := []struct {
 		name string
 		err  error

@@ -5,20 +5,20 @@ import (
 	"os"
 	"strings"
 
-	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/internal/size"
 )
 
 // A Class is one size class of pre-registered buffers.
 type Class struct {
-	Size  Size `toml:"size" json:"size"`
-	Count int  `toml:"count" json:"count"`
+	Size  size.Size `toml:"size" json:"size"`
+	Count int       `toml:"count" json:"count"`
 }
 
 // stride is the distance between two buffers of class size: buffers start
 // on a cache line, and classes of a page or more on a page, so adapters DMA
 // whole lines and a buffer never shares a page it does not need to.
-func stride(size Size) int64 {
-	s := int64(size)
+func stride(sz size.Size) int64 {
+	s := int64(sz)
 	page := int64(os.Getpagesize())
 	if s >= page {
 		return (s + page - 1) / page * page
@@ -53,7 +53,7 @@ type BudgetError struct {
 func (e *BudgetError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mrpool: register buffers on %s: classes need %s of locked memory but only %s of RLIMIT_MEMLOCK %s is left",
-		e.Device, verbs.FormatSize(e.Need), verbs.FormatSize(e.Avail), verbs.FormatSize(e.Limit))
+		e.Device, size.Size(e.Need).String(), size.Size(e.Avail).String(), size.Size(e.Limit).String())
 	b.WriteString("; would fit:")
 	for i, f := range e.Fits {
 		if i > 0 {
@@ -62,7 +62,7 @@ func (e *BudgetError) Error() string {
 		fmt.Fprintf(&b, " %s x %d of %d", f.Class.Size, f.Fits, f.Class.Count)
 	}
 	fmt.Fprintf(&b, "; raise LimitMEMLOCK= in rdmad.service to at least %s more, or lower [mrpool] classes counts",
-		verbs.FormatSize(e.Need-e.Avail))
+		size.Size(e.Need-e.Avail).String())
 	return b.String()
 }
 
@@ -97,7 +97,7 @@ func PlanBudget(classes []Class, avail int64) ([]Fit, int64, error) {
 
 // validate rejects configs that cannot work regardless of the budget.
 func validate(classes []Class) error {
-	seen := map[Size]bool{}
+	seen := map[size.Size]bool{}
 	for i, c := range classes {
 		if c.Size <= 0 {
 			return fmt.Errorf("mrpool: classes[%d]: size must be positive", i)

@@ -3,6 +3,7 @@ package mrpool
 import (
 	"sync/atomic"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -10,7 +11,7 @@ import (
 // and a lock-free stack of free buffer indices.
 type class struct {
 	d      *DevicePool
-	size   Size
+	size   size.Size
 	stride int64
 	count  int
 	region *verbs.Buffer

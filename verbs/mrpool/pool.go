@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -32,7 +33,7 @@ type Config struct {
 	// and remote write.
 	Access verbs.Access
 	// CanarySize is the buffer the canary registers; default 64 KiB.
-	CanarySize Size
+	CanarySize size.Size
 	// CanaryInterval is how often Run registers the canary and checks
 	// that each device is still there; default 30s.
 	CanaryInterval time.Duration

@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -29,40 +31,15 @@ func newTestDevicePool(t testing.TB, classes ...Class) *DevicePool {
 	return d
 }
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    Size
-		wantErr bool
-	}{
-		{"4KiB", 4096, false}, {"64 KiB", 64 << 10, false}, {"1MiB", 1 << 20, false}, {"2GiB", 2 << 30, false},
-		{"4096", 4096, false}, {"4k", 4096, false}, {"1kB", 1000, false}, {"512B", 512, false},
-		{"", 0, true}, {"0KiB", 0, true}, {"-4KiB", 0, true}, {"4 KiBs", 0, true}, {"1.5MiB", 0, true}, {"99999999999GiB", 0, true},
+func TestClassSizeTOML(t *testing.T) {
+	// Class sizes decode like every size in the configuration (package
+	// size), integers of bytes included.
+	var c struct{ Classes []Class }
+	if _, err := toml.Decode("classes = [{size = \"4KiB\", count = 2}, {size = 8192, count = 1}]", &c); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseSize(tt.in)
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("ParseSize(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestSizeTOML(t *testing.T) {
-	var s Size
-	if err := s.UnmarshalTOML(int64(8192)); err != nil || s != 8192 {
-		t.Errorf("UnmarshalTOML(8192) = %d, %v", s, err)
-	}
-	if err := s.UnmarshalTOML("1MiB"); err != nil || s != 1<<20 {
-		t.Errorf("UnmarshalTOML(1MiB) = %d, %v", s, err)
-	}
-	if err := s.UnmarshalTOML(1.5); err == nil {
-		t.Errorf("UnmarshalTOML(1.5) accepted a float")
-	}
-	b, _ := Size(64 << 10).MarshalText()
-	if string(b) != "64KiB" {
-		t.Errorf("MarshalText = %q, want 64KiB", b)
+	if c.Classes[0].Size != 4*size.KiB || c.Classes[1].Size != 8192 {
+		t.Errorf("decoded %+v", c.Classes)
 	}
 }
 
@@ -78,7 +55,7 @@ func TestPlanBudget(t *testing.T) {
 	}{
 		{"all fit", 64 << 20, []int{256, 8}, false},
 		{"exact", need, []int{256, 8}, false},
-		{"8 MiB", 8 << 20, []int{256, 7}, true},
+		{"8MiB", 8 << 20, []int{256, 7}, true},
 		{"first class partly", 512 << 10, []int{128, 0}, true},
 		{"nothing", 0, []int{0, 0}, true},
 		{"one page", page, []int{int(page / 4096), 0}, true},
@@ -116,8 +93,8 @@ func TestBudgetErrorText(t *testing.T) {
 		t.Fatalf("PlanBudget error = %v, want *BudgetError", err)
 	}
 	be.Device, be.Limit = "rxe0", 8<<20
-	want := "mrpool: register buffers on rxe0: classes need 9 MiB of locked memory but only 8 MiB of RLIMIT_MEMLOCK 8 MiB is left; " +
-		"would fit: 4 KiB x 256 of 256, 1 MiB x 7 of 8; raise LimitMEMLOCK= in rdmad.service to at least 1 MiB more, or lower [mrpool] classes counts"
+	want := "mrpool: register buffers on rxe0: classes need 9MiB of locked memory but only 8MiB of RLIMIT_MEMLOCK 8MiB is left; " +
+		"would fit: 4KiB x 256 of 256, 1MiB x 7 of 8; raise LimitMEMLOCK= in rdmad.service to at least 1MiB more, or lower [mrpool] classes counts"
 	if diff := cmp.Diff(want, be.Error()); diff != "" {
 		t.Errorf("Error() mismatch (-want +got):\n%s", diff)
 	}
@@ -155,7 +132,7 @@ func TestAddDeviceBudget(t *testing.T) {
 	err = p.AddDevice("rxe0")
 	var be *BudgetError
 	if !errors.As(err, &be) {
-		t.Fatalf("AddDevice with an 8 MiB budget = %v, want *BudgetError", err)
+		t.Fatalf("AddDevice with an 8MiB budget = %v, want *BudgetError", err)
 	}
 	if be.Device != "rxe0" || be.Limit != 8<<20 {
 		t.Errorf("BudgetError names device %q limit %d", be.Device, be.Limit)
@@ -175,17 +152,17 @@ func TestGetPutAccounting(t *testing.T) {
 		}
 		held = append(held, b)
 	}
-	// The 4 KiB class is empty: a small Get falls through to 64 KiB.
+	// The 4KiB class is empty: a small Get falls through to 64KiB.
 	b, ok := d.Get(100)
 	if !ok || b.Size() != 64<<10 {
-		t.Fatalf("Get(100) after exhausting 4 KiB = size %d, %v; want the 64 KiB buffer", b.Size(), ok)
+		t.Fatalf("Get(100) after exhausting 4KiB = size %d, %v; want the 64KiB buffer", b.Size(), ok)
 	}
 	held = append(held, b)
 	if _, ok := d.Get(1); ok {
 		t.Errorf("Get succeeded with every buffer held")
 	}
 	if _, ok := d.Get(1 << 20); ok {
-		t.Errorf("Get(1 MiB) succeeded with no class that large")
+		t.Errorf("Get(1MiB) succeeded with no class that large")
 	}
 	// Buffers do not overlap and are where their class says.
 	seen := map[*byte]bool{}
@@ -305,12 +282,12 @@ func TestGetPutNoAllocs(t *testing.T) {
 
 // BenchmarkGetPut is the pool's fast path: one Get and one Put.
 func BenchmarkGetPut(b *testing.B) {
-	for _, size := range []Size{4 << 10, 64 << 10, 1 << 20} {
-		b.Run(size.String(), func(b *testing.B) {
-			d := newTestDevicePool(b, Class{size, 8})
+	for _, sz := range []size.Size{4 << 10, 64 << 10, 1 << 20} {
+		b.Run(sz.String(), func(b *testing.B) {
+			d := newTestDevicePool(b, Class{sz, 8})
 			b.ReportAllocs()
 			for b.Loop() {
-				x, _ := d.Get(int(size))
+				x, _ := d.Get(int(sz))
 				d.Put(x)
 			}
 		})

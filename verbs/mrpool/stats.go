@@ -6,17 +6,18 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
 
 // ClassStats is the state of one size class.
 type ClassStats struct {
-	Size      Size   `json:"size"`
-	Count     int    `json:"count"`
-	InUse     int64  `json:"in_use"`
-	HighWater int64  `json:"high_water"`
-	Gets      uint64 `json:"gets"`
-	Exhausted uint64 `json:"exhausted"` // Gets that found the class empty
+	Size      size.Size `json:"size"`
+	Count     int       `json:"count"`
+	InUse     int64     `json:"in_use"`
+	HighWater int64     `json:"high_water"`
+	Gets      uint64    `json:"gets"`
+	Exhausted uint64    `json:"exhausted"` // Gets that found the class empty
 }
 
 // CanaryStats is what the registration canary saw on a device.

@@ -1,11 +1,11 @@
-package memlock
+package size
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestParseSize(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    Size
@@ -36,15 +36,15 @@ func TestParseSize(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseSize(tt.in)
+			got, err := Parse(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParseSize(%q) = %v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
+					t.Fatalf("Parse(%q) = %v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Errorf("ParseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+				t.Errorf("Parse(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
 			}
 		})
 	}
