@@ -13,6 +13,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/client"
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/size"
 )
 
 func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string) int {
@@ -86,11 +87,11 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 		for _, p := range s.MRPool {
 			reg := "no"
 			if p.Registered {
-				reg = sizeStr(p.RegisteredBytes)
+				reg = sizeOf(p.RegisteredBytes)
 			}
 			var cls []string
 			for _, c := range p.Classes {
-				cls = append(cls, fmt.Sprintf("%dx%s", c.Count, sizeStr(c.Size)))
+				cls = append(cls, fmt.Sprintf("%dx%s", c.Count, sizeOf(c.Size)))
 			}
 			canary := "-"
 			if p.Canary.Registrations > 0 || p.Canary.Failures > 0 {
@@ -100,7 +101,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 			if p.LastError != "" {
 				detail += " (" + p.LastError + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d (%s)\t%s\t%s\n", p.Device, reg, p.InUse, sizeStr(p.InUseBytes), detail, canary)
+			fmt.Fprintf(tw, "%s\t%s\t%d (%s)\t%s\t%s\n", p.Device, reg, p.InUse, sizeOf(p.InUseBytes), detail, canary)
 		}
 		tw.Flush()
 	}
@@ -209,14 +210,4 @@ func rtts(o state.OpStats) string {
 	return fmt.Sprintf("%s/%s", o.P50.Round(100*time.Nanosecond), o.P99.Round(100*time.Nanosecond))
 }
 
-func sizeStr(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
+func sizeOf(n int64) string { return size.Size(n).String() }
