@@ -1,0 +1,95 @@
+package peers
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+// TestControlLoopback runs a real control endpoint on loopback and talks
+// to it over UDP: allowed queries are answered and admit the querier's
+// port, others are refused, garbage is counted, and nothing stops it.
+func TestControlLoopback(t *testing.T) {
+	local := peer.LocalPort{Key: "rxe0/1", Endpoint: peer.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
+	var mu sync.Mutex
+	var admitted []peer.Endpoint
+	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute,
+		Ports: func() []peer.LocalPort { return []peer.LocalPort{local} },
+		Admit: func(key string, src peer.Endpoint, _ time.Time) error {
+			mu.Lock()
+			defer mu.Unlock()
+			admitted = append(admitted, src)
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+		c.Close()
+	}()
+	cl, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(c.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ask := func(b []byte) (wire.Message, bool) {
+		t.Helper()
+		if _, err := cl.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		cl.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 128)
+		n, err := cl.Read(buf)
+		if err != nil {
+			return wire.Message{}, false
+		}
+		m, err := wire.Decode(buf[:n])
+		if err != nil {
+			t.Fatalf("answer does not decode: %v", err)
+		}
+		return m, true
+	}
+	q := wire.Message{Type: wire.TypeQuery, Nonce: 99, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}
+	qb := q.Encode()
+
+	// Not allowed yet: no answer, counted as refused.
+	if _, ok := ask(qb[:]); ok {
+		t.Fatal("answered a query from a source not allowed")
+	}
+	c.SetAllow(nil, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	for _, junk := range [][]byte{[]byte("hello"), make([]byte, wire.Size), append(qb[:], 0)} {
+		if _, ok := ask(junk); ok {
+			t.Fatalf("answered garbage %q", junk)
+		}
+	}
+	a, ok := ask(qb[:])
+	if !ok {
+		t.Fatal("no answer to an allowed query")
+	}
+	want := wire.Message{Type: wire.TypeAnswer, Nonce: 99, Index: 0, Count: 1, QPN: 0x11, QKey: 0x1234, GID: local.GID, NodeID: 7}
+	if a != want {
+		t.Errorf("answer = %+v, want %+v", a, want)
+	}
+	mu.Lock()
+	if len(admitted) != 1 || admitted[0] != (peer.Endpoint{QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}) {
+		t.Errorf("admitted %+v, want the querier's port", admitted)
+	}
+	mu.Unlock()
+	malformed, refused, answered := c.Counters()
+	if malformed != 3 || refused != 1 || answered != 1 {
+		t.Errorf("counters malformed %d refused %d answered %d, want 3 1 1", malformed, refused, answered)
+	}
+}
