@@ -177,17 +177,19 @@ func (d Device) port(n int) (Port, bool) {
 	return Port{}, false
 }
 
-// waitFor polls cond every 200 ms until it reports true or timeout passes,
-// then fails t with what cond last said.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+// waitFor polls cond every 200 ms until it reports true, and returns how
+// long that took; when timeout passes first it fails t with what cond last
+// said.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	start := time.Now()
 	for {
 		ok, last := cond()
 		if ok {
-			t.Logf("%s after %v", what, time.Since(start).Round(10*time.Millisecond))
-			return
+			took := time.Since(start).Round(10 * time.Millisecond)
+			t.Logf("%s after %v", what, took)
+			return took
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v; last: %s", what, timeout, last)
