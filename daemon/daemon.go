@@ -123,9 +123,13 @@ func Run(ctx context.Context, opts Options) error {
 	d.api = api.NewServer(backend{d}, d.accessPolicy(cfg))
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Cancel first, then wait: every goroutine stops on ctx, also when Run
+	// returns early with an error.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	d.addSinks(ctx, &wg)
 
 	apiErr := make(chan error, 1)

@@ -124,6 +124,11 @@ func (v *verbsParts) addDevices() {
 	if v.pool == nil {
 		return
 	}
+	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
+		// One clear reason instead of one failure per device.
+		v.reportPool(err)
+		return
+	}
 	var errs []error
 	for _, dev := range v.d.store.Load().Devices {
 		if err := v.pool.AddDevice(dev.Name); err != nil {

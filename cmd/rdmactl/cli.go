@@ -85,6 +85,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case a == "--":
 			rest = append(rest, args[i+1:]...)
 			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-" && len(rest) > 0:
+			// After the command name, other flags are the command's
+			// (rdmactl doctor --interval 5s).
+			rest = append(rest, a)
 		case strings.HasPrefix(a, "-") && a != "-":
 			fmt.Fprintf(stderr, "rdmactl: unknown flag %s\n\n", a)
 			usage(stderr)

@@ -99,7 +99,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 			}
 			detail := strings.Join(cls, " ")
 			if p.LastError != "" {
-				detail += " (" + p.LastError + ")"
+				detail += " (" + clip(p.LastError, 80) + ")"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d (%s)\t%s\t%s\n", p.Device, reg, p.InUse, sizeOf(p.InUseBytes), detail, canary)
 		}
@@ -211,3 +211,15 @@ func rtts(o state.OpStats) string {
 }
 
 func sizeOf(n int64) string { return size.Size(n).String() }
+
+// clip shortens s to its first line and at most n bytes, for a table cell;
+// --json has the whole text.
+func clip(s string, n int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " ..."
+	}
+	if len(s) > n {
+		s = s[:n-3] + "..."
+	}
+	return s
+}
