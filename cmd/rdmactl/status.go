@@ -120,7 +120,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, c.State, ago(c.Since), c.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, c.State, ago(c.Since), clip(c.Error, 160))
 	}
 	tw.Flush()
 }
@@ -195,7 +195,7 @@ func printPolicies(w io.Writer, ps []state.PolicyStatus) {
 		for _, t := range p.Targets {
 			st := t.State
 			if t.Error != "" {
-				st += ": " + t.Error
+				st += ": " + clip(t.Error, 120)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Mode, t.Kind, t.Object, dash(t.Desired), dash(t.Actual), st)
 		}
