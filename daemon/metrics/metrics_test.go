@@ -43,6 +43,13 @@ func fixtureSnapshot(t *testing.T) *state.Snapshot {
 			{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "no DCB", State: state.Unsupported, LastChange: t0},
 			{Kind: "roce", Object: "mlx5_0/1", Desired: "tos=106", Actual: "tos=0", State: state.TargetError, Error: "permission denied"},
 		}}}},
+		Loopback: []state.LoopbackPort{{Device: "rxe0", Port: 1, State: "ok", Rounds: 10, Failures: 1, QPRecreated: 1,
+			Write: state.OpStats{LastRTT: 40 * time.Microsecond, P50: 30 * time.Microsecond, P99: 90 * time.Microsecond, Max: 120 * time.Microsecond, Count: 9, Errors: 1},
+			Read:  state.OpStats{P50: 35 * time.Microsecond, P99: 80 * time.Microsecond, Max: 100 * time.Microsecond, LastRTT: 35 * time.Microsecond, Count: 9},
+			Send:  state.OpStats{Errors: 1}}},
+		MRPool: []state.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
+			Classes: []state.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
+			Canary:  state.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
 		Components: map[string]state.Component{
 			"config":    {State: state.Error, Error: "configuration rejected", Since: t0},
 			"inventory": {State: state.OK, Since: t0},
@@ -121,12 +128,23 @@ func TestValues(t *testing.T) {
 		`rdmad_policy_target_state{kind="qos",object="ens1f0np0",policy="fabric",state="unsupported"} 1`,
 		`rdmad_build_info{goversion="go1.x",version="1.2.3"} 1`,
 		`rdmad_healthy 0`,
+		`rdmad_loopback_up{device="rxe0",port="1"} 1`,
+		`rdmad_loopback_rtt_seconds{device="rxe0",op="write",port="1",stat="p99"} 9e-05`,
+		`rdmad_loopback_operations_total{device="rxe0",op="read",port="1"} 9`,
+		`rdmad_loopback_operation_errors_total{device="rxe0",op="send",port="1"} 1`,
+		`rdmad_loopback_qp_recreations_total{device="rxe0",port="1"} 1`,
+		`rdmad_mrpool_registered_bytes{device="rxe0"} 9.437184e+06`,
+		`rdmad_mrpool_class_exhausted_total{device="rxe0",size="1MiB"} 3`,
+		`rdmad_mrpool_canary_latency_seconds{device="rxe0",stat="max"} 0.003`,
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("scrape lacks %s", line)
 		}
 	}
 	// An InfiniBand port gets no RoCE-derived MTU.
+	if strings.Contains(out, `rdmad_loopback_rtt_seconds{device="rxe0",op="send"`) {
+		t.Error("scrape has RTTs for an operation without a successful probe")
+	}
 	if strings.Contains(out, `rdmad_infiniband_active_mtu_bytes{device="mlx4_0"`) {
 		t.Error("scrape has a RoCE active MTU for the InfiniBand port mlx4_0/1")
 	}
