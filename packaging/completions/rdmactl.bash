@@ -2,6 +2,7 @@
 # `rdmactl help`.
 _rdmactl() {
 	local cur prev words cword
+	local commands='status reload policy watch doctor peers probe version help'
 	_init_completion || return
 
 	case $prev in
@@ -14,15 +15,22 @@ _rdmactl() {
 		COMPREPLY=($(compgen -W '--socket --json --help' -- "$cur"))
 		return
 	fi
-	# Complete a command only if none was given yet.
-	local i
+	# The command (first non-flag word) and its subcommand.
+	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
 		--socket | -s) ((i++)) ;;
 		-*) ;;
-		*) return ;;
+		*)
+			[ -z "$cmd" ] && cmd=${words[i]}
+			((nargs++))
+			;;
 		esac
 	done
-	COMPREPLY=($(compgen -W 'status reload version help' -- "$cur"))
+	if [ -z "$cmd" ]; then
+		COMPREPLY=($(compgen -W "$commands" -- "$cur"))
+	elif [ "$cmd" = policy ] && [ $nargs -eq 1 ]; then
+		COMPREPLY=($(compgen -W 'diff apply' -- "$cur"))
+	fi
 } &&
 	complete -F _rdmactl rdmactl
