@@ -65,6 +65,9 @@ type Daemon struct {
 	ctx    context.Context // Run's; for parts restarted on reload
 
 	reqs chan func() // work for the main loop, from the API and D-Bus
+	// followUp fires a second inventory read after device and address
+	// events (see lookAgain).
+	followUp *time.Timer
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -185,6 +188,9 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 		d.notify.watchdog()
 	}
 	resync := time.NewTicker(d.cfg.Daemon.ResyncInterval.Duration)
+	d.followUp = time.NewTimer(time.Hour)
+	d.followUp.Stop()
+	defer d.followUp.Stop()
 	defer resync.Stop()
 
 	for {
@@ -211,6 +217,13 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.onUevent(e)
 		case <-d.verbs.results:
 			d.verbs.publish()
+		case dev := <-d.verbs.devices:
+			d.refresh("verbs async event on " + dev)
+			d.reconcile(&scope{devices: map[string]bool{dev: true}})
+		case <-d.followUp.C:
+			// The kernel fills a new device's GID table after the
+			// uevent, without an event of its own: look once more.
+			d.refresh("follow-up after a device event")
 		case <-ev.lost:
 			d.log.Warn("kernel events were lost; resyncing everything")
 			d.refresh("lost events")

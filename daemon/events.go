@@ -95,7 +95,21 @@ func (d *Daemon) onLink(e linkwatch.Event) {
 	if e.Name == "" {
 		return
 	}
+	if e.Kind == linkwatch.KindAddr {
+		// RoCE GIDs follow the netdev's addresses, a moment later.
+		d.lookAgain()
+	}
 	d.reconcile(&scope{netdevs: map[string]bool{e.Name: true}})
+}
+
+// lookAgain schedules one more inventory read shortly: the kernel fills a
+// new RDMA device's GID table, and updates it after an address change,
+// asynchronously and without a uevent of its own. (With the loopback
+// prober running, verbs GID-change events say so as well.)
+func (d *Daemon) lookAgain() {
+	if d.followUp != nil {
+		d.followUp.Reset(time.Second)
+	}
 }
 
 // onUevent handles a kernel uevent for a netdev or an RDMA device: the
@@ -110,6 +124,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 	case "infiniband":
 		sc.devices[name] = true
 		d.verbs.deviceEvent(e.Action, name)
+		d.lookAgain()
 	case "net":
 		if ifname := e.Env["INTERFACE"]; ifname != "" {
 			name = ifname

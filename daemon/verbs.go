@@ -21,6 +21,10 @@ import (
 type verbsParts struct {
 	d       *Daemon
 	results chan struct{} // capacity 1: new probe results or pool state
+	// devices carries the names of devices whose verbs async events (port
+	// active/down, GID change) say "read me again": sysfs sends no uevent
+	// for those.
+	devices chan string
 
 	pool       *mrpool.Pool
 	poolCfg    config.MRPool
@@ -32,7 +36,7 @@ type verbsParts struct {
 
 // startVerbs starts the pool and the prober for the current configuration.
 func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
-	v := &verbsParts{d: d, results: make(chan struct{}, 1)}
+	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16)}
 	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
 		d.setComponent("verbs", state.Unavailable, err)
 	} else if err != nil {
@@ -42,6 +46,15 @@ func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
 	}
 	v.apply(ctx, d.cfg)
 	return v
+}
+
+// asyncEvent forwards a device's verbs async event to the main loop without
+// blocking the prober; a full queue already holds a reason to look again.
+func (v *verbsParts) asyncEvent(ev verbs.AsyncEvent) {
+	select {
+	case v.devices <- ev.Device:
+	default:
+	}
 }
 
 func (v *verbsParts) signal() {
@@ -102,7 +115,7 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		return
 	}
 	r, err := probe.New(probe.Config{Interval: c.LoopbackInterval.Duration, OnResult: func(probe.PortResult) { v.signal() },
-		Logger: v.d.log.With("component", "loopback-probe")})
+		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
 	if err != nil {
 		v.d.setComponent("loopback-probe", state.Error, err)
 		v.stopProber = func() {}

@@ -50,6 +50,10 @@ type Config struct {
 	// OnResult, if set, is called with each port's new result from the
 	// probing goroutine; it must not block.
 	OnResult func(PortResult)
+	// OnAsyncEvent, if set, is called with each asynchronous event of a
+	// probed device (port active or down, GID table change, device fatal),
+	// so the daemon can read the device again; it must not block.
+	OnAsyncEvent func(verbs.AsyncEvent)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -319,6 +323,9 @@ func (r *Runner) runDevice(ctx context.Context, name string) {
 	wg.Go(func() {
 		vctx.WatchAsyncEvents(dctx, func(ev verbs.AsyncEvent) {
 			log.Debug("probe: async event", "event", ev.String())
+			if r.cfg.OnAsyncEvent != nil {
+				r.cfg.OnAsyncEvent(ev)
+			}
 			if ev.Type == verbs.EventDeviceFatal {
 				fatalMu.Lock()
 				fatal = true
