@@ -108,9 +108,12 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if r.fileChanged(d.cfg.Probe.PeersFile) {
-					d.do(ctx, d.reloadPeers)
-				}
+				// d.cfg belongs to the main loop: look at it there.
+				d.do(ctx, func() {
+					if r.fileChanged(d.cfg.Probe.PeersFile) {
+						d.reloadPeers()
+					}
+				})
 			}
 		}
 	}()
