@@ -34,13 +34,16 @@ deps-build:
 deps:
 	@./scripts/deps test
 
-# e2e: the VM suite (docs/TESTING.md): real RDMA over Soft-RoCE in qemu.
-e2e: build
-	./test/vm/e2e
+# e2e: the VM suite (docs/TESTING.md): real RDMA over Soft-RoCE in qemu,
+# with rdmad installed from the package, as operators install it.
+e2e: package
+	RDMAD_VM_INSTALL=deb ./test/vm/e2e
 
-# package: dist/*.deb and dist/*.rpm (nfpm.yaml).
+# package: dist/*.deb and dist/*.rpm (nfpm.yaml), checked (contents,
+# conffiles, dependencies, lintian, rpm metadata).
 package: build
 	VERSION=$(VERSION) ./packaging/build
+	./packaging/check
 
 clean:
 	rm -rf bin dist $(RUN_DIR)
