@@ -2,7 +2,11 @@
 # commands; both install what they need on Debian/Ubuntu when run as root.
 
 GO       ?= go
-VERSION  ?= $(shell cat VERSION 2>/dev/null || echo 0.0.0)+git$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The version is computed once per make run (not per use), and sorts by
+# time: VERSION file + commit count + commit.
+ifndef VERSION
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+endif
 LDFLAGS  := -X main.version=$(VERSION)
 RUN_DIR  ?= $(CURDIR)/.run
 RUN_SOCK ?= $(RUN_DIR)/rdmad.sock
@@ -37,7 +41,7 @@ deps:
 # e2e: the VM suite (docs/TESTING.md): real RDMA over Soft-RoCE in qemu,
 # with rdmad installed from the package, as operators install it.
 e2e: package
-	RDMAD_VM_INSTALL=deb ./test/vm/e2e
+	RDMAD_VM_INSTALL=deb RDMAD_VM_TIMEOUT=$${RDMAD_VM_TIMEOUT:-2700} ./test/vm/e2e
 
 # package: dist/*.deb and dist/*.rpm (nfpm.yaml), checked (contents,
 # conffiles, dependencies, lintian, rpm metadata).
