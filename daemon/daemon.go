@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,6 +64,9 @@ type Daemon struct {
 	rec    *reconciler
 	verbs  *verbsParts
 	ctx    context.Context // Run's; for parts restarted on reload
+	wg     *sync.WaitGroup // Run's goroutines, for parts started on reload
+	// peers is the peer prober while it runs; the API reads it.
+	peers atomic.Pointer[peerRunner]
 
 	reqs chan func() // work for the main loop, from the API and D-Bus
 	// followUp fires a second inventory read after device and address
@@ -133,6 +137,7 @@ func Run(ctx context.Context, opts Options) error {
 		cancel()
 		wg.Wait()
 	}()
+	d.ctx, d.wg = ctx, &wg
 	d.addSinks(ctx, &wg)
 
 	apiErr := make(chan error, 1)
@@ -161,7 +166,6 @@ func Run(ctx context.Context, opts Options) error {
 			Report: func(st string, err error) { d.setComponent(rdbus.ComponentName, st, err) }})
 	}()
 
-	d.ctx = ctx
 	d.refresh("start")
 	d.verbs = d.startVerbs(ctx)
 	defer d.verbs.stop()

@@ -18,10 +18,6 @@ import (
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
-// peersOf holds each running Daemon's peer prober. It lives beside the
-// Daemon rather than in it so that this feature stays in its own file.
-var peersOf sync.Map // *Daemon -> *peerRunner
-
 // A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)
 // and the manager (peers, schedule, states, control endpoint).
 type peerRunner struct {
@@ -30,18 +26,33 @@ type peerRunner struct {
 
 	mu       sync.Mutex
 	fileStat string // size and mtime of [probe] peers_file at its last read
+	fileErr  error  // of the last read of peers_file
 }
 
 // peersFileCheck is how often peers_file is checked for changes between
 // reloads.
 const peersFileCheck = 30 * time.Second
 
-// startPeers starts the peer probes when [probe] peers is on. Verbs being
-// unavailable (no RDMA here) is reported as the component "peers" being
-// unavailable; the control endpoint still answers, with no ports.
+// wantPeers reports whether cfg gives the peer probes anyone to probe or to
+// answer: without peers and allowed networks the control endpoint would
+// refuse everybody, so it is not opened at all.
+func wantPeers(cfg *config.Config) bool {
+	p := cfg.Probe
+	return p.Peers && (len(cfg.Peers) > 0 || p.PeersFile != "" || len(p.Allow.Prefixes()) > 0)
+}
+
+// startPeers starts the peer probes when the configuration asks for them
+// (see wantPeers); reloadPeers starts them later if a reload does. Verbs
+// being unavailable (no RDMA here) is reported as the component "peers"
+// being unavailable; the control endpoint still answers, with no ports.
+// Runs on the main goroutine.
 func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	if !d.cfg.Probe.Peers {
 		d.setComponent("peers", state.Disabled, nil)
+		return
+	}
+	if !wantPeers(d.cfg) {
+		d.setComponent("peers", state.Disabled, errors.New("no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))
 		return
 	}
 	r := &peerRunner{}
@@ -81,7 +92,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		d.setComponent("peers", state.Error, err)
 		return
 	}
-	peersOf.Store(d, r)
+	d.peers.Store(r)
 	if fileErr != nil {
 		d.log.Warn("peers file", "err", fileErr)
 	}
@@ -93,7 +104,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	}()
 	go func() {
 		defer wg.Done()
-		defer peersOf.Delete(d)
+		defer d.peers.Store(nil)
 		if err := r.mgr.Run(ctx); err != nil {
 			d.log.Error("peer probes stopped", "err", err)
 			d.setComponent("peers", state.Error, err)
@@ -120,13 +131,18 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // reloadPeers hands the peer probes the configuration in force (after a
-// reload, or when peers_file changed). Runs on the main loop.
+// reload, or when peers_file changed), and starts them if they were not
+// running and now have someone to probe or answer. Runs on the main loop.
 func (d *Daemon) reloadPeers() {
-	v, ok := peersOf.Load(d)
-	if !ok {
+	r := d.peers.Load()
+	if r == nil {
+		if wantPeers(d.cfg) && d.ctx.Err() == nil {
+			d.startPeers(d.ctx, d.wg)
+		} else if !d.cfg.Probe.Peers {
+			d.setComponent("peers", state.Disabled, nil)
+		}
 		return
 	}
-	r := v.(*peerRunner)
 	s, err := r.settings(d.cfg)
 	if err != nil {
 		d.log.Warn("peers file", "err", err)
@@ -136,20 +152,17 @@ func (d *Daemon) reloadPeers() {
 
 // Probe serves POST /v1/probe: a one-shot probe of a configured peer.
 func (b backend) Probe(ctx context.Context, name string) (state.Peer, error) {
-	v, ok := peersOf.Load(b.d)
-	if !ok {
-		return state.Peer{}, errors.New("peer probes are not running; set [probe] peers = true and check `rdmactl status` for the peers component")
+	r := b.d.peers.Load()
+	if r == nil {
+		return state.Peer{}, errors.New("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
 	}
-	return v.(*peerRunner).mgr.ProbeOnce(ctx, name)
+	return r.mgr.ProbeOnce(ctx, name)
 }
 
-var peersFileErr sync.Map // *peerRunner -> error
-
 func (r *peerRunner) fileError() error {
-	if v, ok := peersFileErr.Load(r); ok {
-		return v.(error)
-	}
-	return nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fileErr
 }
 
 func fileStat(path string) string {
@@ -198,11 +211,9 @@ func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
 			}
 		}
 	}
-	if err != nil {
-		peersFileErr.Store(r, err)
-	} else {
-		peersFileErr.Delete(r)
-	}
+	r.mu.Lock()
+	r.fileErr = err
+	r.mu.Unlock()
 	return s, err
 }
 

@@ -437,3 +437,22 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestPeersComponent: without peers nothing listens (two rdmads on one host
+// do not fight over the control port); with a peer but no RDMA the peer
+// probes are "unavailable" and rdmad runs on, healthy.
+func TestPeersComponent(t *testing.T) {
+	n := start(t, "")
+	s, code := n.status()
+	if c := s.Components["peers"]; code != 0 || c.State != "disabled" {
+		t.Errorf("without peers: exit %d, peers component %+v, want disabled", code, c)
+	}
+	n = start(t, "[[peer]]\naddress = \"127.0.0.9\"\n[probe]\nport = 28516\n")
+	eventually(t, "the peers component to say verbs are unavailable", func() bool {
+		s, code = n.status()
+		return s.Components["peers"].State == "unavailable"
+	})
+	if code != 0 {
+		t.Errorf("status exit %d with unavailable peer probes, want 0 (no RDMA here is not a fault)", code)
+	}
+}
