@@ -10,6 +10,8 @@ import (
 	"time"
 )
 
+//e2e:nodes 2
+
 // The peer-probe tests need two nodes: test/vm/run --nodes 2 writes a
 // [[peer]] drop-in on each node naming the other, and sets RDMAD_PEERS.
 
