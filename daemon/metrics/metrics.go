@@ -54,7 +54,7 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, policySection, loopbackSection, poolSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, policySection, loopbackSection, poolSection, peerSection}}
 }
 
 // Describe implements prometheus.Collector.

@@ -50,6 +50,12 @@ func fixtureSnapshot(t *testing.T) *state.Snapshot {
 		MRPool: []state.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
 			Classes: []state.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
 			Canary:  state.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
+		Peers: state.Peers{Ports: []state.PeerPort{{Key: "rxe0/1", QPN: 17}}, Configured: 2, Peers: []state.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", State: "up", Paths: []state.PeerPath{{Local: "rxe0/1", State: "up",
+				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
+				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1}}},
+			{Name: "192.0.2.18", State: "down", Paths: []state.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
+		}, Counters: state.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ProbesAnswered: 40}},
 		Components: map[string]state.Component{
 			"config":    {State: state.Error, Error: "configuration rejected", Since: t0},
 			"inventory": {State: state.OK, Since: t0},
@@ -136,6 +142,12 @@ func TestValues(t *testing.T) {
 		`rdmad_mrpool_registered_bytes{device="rxe0"} 9.437184e+06`,
 		`rdmad_mrpool_class_exhausted_total{device="rxe0",size="1MiB"} 3`,
 		`rdmad_mrpool_canary_latency_seconds{device="rxe0",stat="max"} 0.003`,
+		`rdmad_peer_up{group="tor-a",peer="192.0.2.17"} 1`,
+		`rdmad_peer_state{group="",peer="192.0.2.18",state="down"} 1`,
+		`rdmad_peer_rtt_seconds{local="rxe0/1",peer="192.0.2.17",stat="p99"} 5e-05`,
+		`rdmad_peer_loss_ratio{local="rxe0/1",peer="192.0.2.17"} 0.025`,
+		`rdmad_peer_probes_lost_total{local="rxe0/1",peer="192.0.2.18"} 5`,
+		`rdmad_peer_control_messages_total{outcome="refused"} 2`,
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("scrape lacks %s", line)

@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// --- peer probes ------------------------------------------------------------
+
+var (
+	peerUp = prometheus.NewDesc("rdmad_peer_up",
+		"1 when the peer is up (answers probes within the thresholds), else 0.", []string{"peer", "group"}, nil)
+	peerState = prometheus.NewDesc("rdmad_peer_state",
+		"1 for the peer's current state: unknown, up, degraded or down.", []string{"peer", "group", "state"}, nil)
+	peerRTT = prometheus.NewDesc("rdmad_peer_rtt_seconds",
+		"Probe round-trip time on the path, the responder's host delay taken out: stat p50, p99 or last.", []string{"peer", "local", "stat"}, nil)
+	peerHostDelay = prometheus.NewDesc("rdmad_peer_host_delay_p99_seconds",
+		"p99 of the time the peer's host held the probe between receiving and answering it.", []string{"peer", "local"}, nil)
+	peerLoss = prometheus.NewDesc("rdmad_peer_loss_ratio",
+		"Share of the last window's probes on the path that went unanswered (0 to 1).", []string{"peer", "local"}, nil)
+	peerSent = prometheus.NewDesc("rdmad_peer_probes_sent_total",
+		"Probes sent on the path.", []string{"peer", "local"}, nil)
+	peerLost = prometheus.NewDesc("rdmad_peer_probes_lost_total",
+		"Probes on the path that went unanswered.", []string{"peer", "local"}, nil)
+	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
+		"Control endpoint messages by outcome: answered, refused (source not allowed) or malformed.", []string{"outcome"}, nil)
+	peerProbesIn = prometheus.NewDesc("rdmad_peer_probes_received_total",
+		"Probes from other nodes by outcome: answered, unadmitted (sender did not query first) or malformed.", []string{"outcome"}, nil)
+)
+
+var peerStates = []string{"unknown", "up", "degraded", "down"}
+
+var peerSection = section{
+	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn},
+	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+		for _, p := range s.Peers.Peers {
+			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
+			for _, st := range peerStates {
+				ch <- gauge(peerState, b2f(p.State == st), p.Name, p.Group, st)
+			}
+			for _, path := range p.Paths {
+				l := []string{p.Name, path.Local}
+				if path.Samples > 0 {
+					ch <- gauge(peerRTT, path.RTTP50.Seconds(), append(l[:2:2], "p50")...)
+					ch <- gauge(peerRTT, path.RTTP99.Seconds(), append(l[:2:2], "p99")...)
+					ch <- gauge(peerRTT, path.LastRTT.Seconds(), append(l[:2:2], "last")...)
+					ch <- gauge(peerHostDelay, path.HostDelayP99.Seconds(), l...)
+					ch <- gauge(peerLoss, path.LossPct/100, l...)
+				}
+				ch <- counter(peerSent, float64(path.Sent), l...)
+				ch <- counter(peerLost, float64(path.Lost), l...)
+			}
+		}
+		k := s.Peers.Counters
+		if len(s.Peers.Ports) > 0 || len(s.Peers.Peers) > 0 {
+			ch <- counter(peerControl, float64(k.ControlAnswered), "answered")
+			ch <- counter(peerControl, float64(k.ControlRefused), "refused")
+			ch <- counter(peerControl, float64(k.ControlMalformed), "malformed")
+			ch <- counter(peerProbesIn, float64(k.ProbesAnswered), "answered")
+			ch <- counter(peerProbesIn, float64(k.ProbeUnadmitted), "unadmitted")
+			ch <- counter(peerProbesIn, float64(k.ProbeMalformed), "malformed")
+		}
+	},
+}
