@@ -842,11 +842,15 @@ func TestPackageUpgradePurgeReinstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := strings.Split(pkgMustRun(t, "dpkg", "-L", "rdmad"), "\n")
+	// The test bed's drop-ins (the peers of a two-node bed) go with the
+	// purge; the tests after this one need them back.
+	dropins := pkgSaveDropins(t)
 	reinstalled := false
 	t.Cleanup(func() {
 		if !reinstalled {
 			pkgRun("dpkg", "-i", deb)
 		}
+		pkgRestoreDropins(t, dropins)
 	})
 
 	pkgMustRun(t, "dpkg", "--purge", "rdmad")
@@ -888,4 +892,39 @@ func TestPackageUpgradePurgeReinstall(t *testing.T) {
 		t.Errorf("after a fresh install: is-enabled = %q, want enabled", got)
 	}
 	pkgWaitRunning(t)
+}
+
+// pkgSaveDropins returns the test bed's drop-ins in /etc/rdmad/rdmad.d (all
+// but this file's own 50-pkgtest.toml), by name.
+func pkgSaveDropins(t *testing.T) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	paths, _ := filepath.Glob("/etc/rdmad/rdmad.d/*.toml")
+	for _, p := range paths {
+		if filepath.Base(p) == "50-pkgtest.toml" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(p)] = b
+	}
+	return out
+}
+
+// pkgRestoreDropins writes the saved drop-ins back and reloads rdmad.
+func pkgRestoreDropins(t *testing.T, saved map[string][]byte) {
+	if len(saved) == 0 {
+		return
+	}
+	os.MkdirAll("/etc/rdmad/rdmad.d", 0o755)
+	for name, b := range saved {
+		if err := os.WriteFile(filepath.Join("/etc/rdmad/rdmad.d", name), b, 0o644); err != nil {
+			t.Errorf("restore drop-in %s: %v", name, err)
+		}
+	}
+	if _, err := pkgRun("systemctl", "reload", "rdmad.service"); err != nil {
+		t.Errorf("reload after restoring the drop-ins: %v", err)
+	}
 }
