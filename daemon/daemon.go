@@ -215,7 +215,13 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.reload("config file changed")
 		case f := <-d.reqs:
 			f()
-		case e := <-ev.link:
+		case e, ok := <-ev.link:
+			if !ok {
+				// The watcher stopped (its error is in status); the
+				// periodic resync covers netdevs from now on.
+				ev.link = nil
+				continue
+			}
 			d.onLink(e)
 		case e := <-ev.uevent:
 			d.onUevent(e)
