@@ -10,6 +10,7 @@ f() { mkdir -p "$(dirname "$R/$1")"; printf '%s\n' "$2" > "$R/$1"; }
 # mlx5_0: RoCE on a PCI function, port 1 active with 3 GIDs, port 2 down.
 D=class/infiniband/mlx5_0
 mkdir -p "$R/devices/pci0000:00/0000:00:02.0/0000:03:00.0"
+f devices/pci0000:00/0000:00:02.0/0000:03:00.0/vendor "0x15b3"
 mkdir -p "$R/$D"
 ln -s ../../../devices/pci0000:00/0000:00:02.0/0000:03:00.0 "$R/$D/device"
 f $D/node_type "1: CA"
@@ -51,6 +52,8 @@ f $P/gids/0 "0000:0000:0000:0000:0000:0000:0000:0000"
 # mlx4_0: InfiniBand, IPoIB netdev ib0 on port 1.
 D=class/infiniband/mlx4_0
 mkdir -p "$R/devices/pci0000:00/0000:00:03.0/0000:04:00.0/infiniband/mlx4_0"
+# git keeps no empty directories: give each one a file, as sysfs has.
+f devices/pci0000:00/0000:00:03.0/0000:04:00.0/infiniband/mlx4_0/node_type "1: CA"
 mkdir -p "$R/$D"
 ln -s ../../../devices/pci0000:00/0000:00:03.0/0000:04:00.0 "$R/$D/device"
 f $D/node_type "1: CA"
