@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -134,7 +136,7 @@ func (r *reconciler) pass(cfg *config.Config, devs []inventory.Device, sc *scope
 		}
 	}
 
-	for _, nd := range sortedKeys(want.Netdevs) {
+	for _, nd := range slices.Sorted(maps.Keys(want.Netdevs)) {
 		if !sc.netdev(nd) {
 			continue
 		}
@@ -433,13 +435,4 @@ func portsOf(devs []inventory.Device) []policy.Port {
 		}
 	}
 	return ps
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -1,7 +1,9 @@
 package dbus
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -230,7 +232,7 @@ func changes(old, cur *view) []signal {
 			continue
 		}
 		n := cur.objects[p]
-		for _, iface := range sortedKeys(n.props) {
+		for _, iface := range slices.Sorted(maps.Keys(n.props)) {
 			changed := map[string]godbus.Variant{}
 			for name, val := range n.props[iface] {
 				if prev, ok := o.props[iface][name]; !ok || !reflect.DeepEqual(prev.Value(), val.Value()) {
@@ -248,7 +250,7 @@ func changes(old, cur *view) []signal {
 	for _, p := range sortedPaths(old.objects) {
 		if _, ok := cur.objects[p]; !ok {
 			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesRemoved",
-				[]any{p, sortedKeys(old.objects[p].props)}})
+				[]any{p, slices.Sorted(maps.Keys(old.objects[p].props))}})
 		}
 	}
 	return sigs
@@ -333,14 +335,5 @@ func sortedPaths(m map[godbus.ObjectPath]*object) []godbus.ObjectPath {
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

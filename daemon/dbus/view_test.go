@@ -1,8 +1,10 @@
 package dbus
 
 import (
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,9 +205,9 @@ func summarise(sigs []signal) []sigSummary {
 		case ObjectManagerInterface + ".InterfacesAdded":
 			// The properties are checked elsewhere; here only which
 			// interfaces the object has.
-			body = []any{s.body[0], sortedKeys(s.body[1].(props))}
+			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(props)))}
 		case PropertiesInterface + ".PropertiesChanged":
-			body = []any{s.body[0], sortedKeys(s.body[1].(map[string]godbus.Variant))}
+			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(map[string]godbus.Variant)))}
 		}
 		out = append(out, sigSummary{s.path, s.name, body})
 	}

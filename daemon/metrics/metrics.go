@@ -8,10 +8,11 @@
 package metrics
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -219,7 +220,7 @@ func init() {
 		}{prometheus.NewDesc("rdmad_infiniband_"+pc.name, pc.help, []string{"device", "port"}, nil), scale}
 	}
 	var descs []*prometheus.Desc
-	for _, f := range sortedKeys(portCounters) {
+	for _, f := range slices.Sorted(maps.Keys(portCounters)) {
 		descs = append(descs, portCounters[f].desc)
 	}
 	deviceSection.descs = append(deviceSection.descs, descs...)
@@ -264,7 +265,7 @@ func (c *Collector) collectPort(d inventory.Device, p inventory.Port, ch chan<- 
 			}
 		}
 	}
-	for _, name := range sortedKeys(p.Counters) {
+	for _, name := range slices.Sorted(maps.Keys(p.Counters)) {
 		v := p.Counters[name]
 		if pc, ok := portCounters[name]; ok {
 			ch <- counter(pc.desc, float64(v)*pc.scale, d.Name, port)
@@ -272,7 +273,7 @@ func (c *Collector) collectPort(d inventory.Device, p inventory.Port, ch chan<- 
 			ch <- counter(otherCounter, float64(v), d.Name, port, name)
 		}
 	}
-	for _, name := range sortedKeys(p.HWCounters) {
+	for _, name := range slices.Sorted(maps.Keys(p.HWCounters)) {
 		if hwGauges[name] {
 			continue
 		}
@@ -348,13 +349,4 @@ var policySection = section{
 			}
 		}
 	},
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
