@@ -69,7 +69,9 @@ func (v *verbsParts) apply(ctx context.Context, cfg *config.Config) {
 	if v.stopPool == nil || !reflect.DeepEqual(v.poolCfg, cfg.MRPool) {
 		v.restartPool(ctx, cfg.MRPool)
 	}
-	if v.stopProber == nil || v.probeCfg != cfg.Probe {
+	// Only the loopback keys matter here: [probe] also holds the peer
+	// probes' settings, which must not restart the loopback prober.
+	if v.stopProber == nil || v.probeCfg.Loopback != cfg.Probe.Loopback || v.probeCfg.LoopbackInterval != cfg.Probe.LoopbackInterval {
 		v.restartProber(ctx, cfg.Probe)
 	}
 }
@@ -88,15 +90,9 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 		return
 	}
 	v.pool = p
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(pctx)
-	}()
+	stop := goRun(ctx, func(ctx context.Context) { p.Run(ctx) })
 	v.stopPool = func() {
-		cancel()
-		<-done
+		stop()
 		p.Close()
 	}
 	v.addDevices()
@@ -122,13 +118,22 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		return
 	}
 	v.prober = r
-	pctx, cancel := context.WithCancel(ctx)
+	v.stopProber = goRun(ctx, func(ctx context.Context) { r.Run(ctx) })
+}
+
+// goRun runs run in a goroutine on a child of ctx; stop cancels it and waits
+// for run to return.
+func goRun(ctx context.Context, run func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.Run(pctx)
+		run(ctx)
 	}()
-	v.stopProber = func() { cancel(); <-done }
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // addDevices registers the pool on every device of the inventory (AddDevice
