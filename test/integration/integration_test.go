@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // A node is one rdmad under test.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	config string
 	socket string
@@ -53,7 +53,15 @@ type node struct {
 
 const fixture = "../../daemon/inventory/testdata/roce-ib"
 
-func start(t *testing.T, config string, extra ...string) *node {
+// start runs rdmad on config with the fixture sysfs and waits until it
+// answers.
+func start(t testing.TB, config string, extra ...string) *node {
+	t.Helper()
+	return launch(t, nil, config, extra...)
+}
+
+// launch runs rdmad, behind the command prefix (e.g. ip netns exec NS).
+func launch(t testing.TB, prefix []string, config string, extra ...string) *node {
 	t.Helper()
 	dir := t.TempDir()
 	// So that unprivileged rdmactl can reach the socket (TempDir makes its
@@ -63,8 +71,9 @@ func start(t *testing.T, config string, extra ...string) *node {
 	n := &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
 		log: new(syncBuffer), exited: make(chan error, 1)}
 	n.write(config)
-	args := append([]string{"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture}, extra...)
-	n.cmd = exec.Command(filepath.Join(bin, "rdmad"), args...)
+	argv := append(append(append([]string{}, prefix...), filepath.Join(bin, "rdmad")),
+		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
+	n.cmd = exec.Command(argv[0], append(argv[1:], extra...)...)
 	n.cmd.Stderr = n.log
 	n.cmd.Stdout = n.log
 	if err := n.cmd.Start(); err != nil {

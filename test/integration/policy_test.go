@@ -54,41 +54,7 @@ func (n *netns) mtu(t testing.TB, ifname string) int {
 // startIn runs rdmad inside the namespace.
 func startIn(t testing.TB, ns *netns, config string) *node {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "rdmad-netns-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	n := &node{dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
-		log: new(syncBuffer), exited: make(chan error, 1)}
-	if tt, ok := t.(*testing.T); ok {
-		n.t = tt
-	}
-	os.WriteFile(n.config, []byte(config), 0o644)
-	n.cmd = exec.Command("ip", "netns", "exec", ns.name, filepath.Join(bin, "rdmad"),
-		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { n.exited <- n.cmd.Wait() }()
-	t.Cleanup(func() {
-		n.cmd.Process.Kill()
-		<-n.exited
-		if t.Failed() {
-			t.Logf("rdmad's log:\n%s", n.log)
-		}
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if err := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "version").Run(); err == nil {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rdmad in netns did not answer\n%s", n.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return launch(t, []string{"ip", "netns", "exec", ns.name}, config)
 }
 
 type policyStatus struct {
