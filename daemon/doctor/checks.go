@@ -268,7 +268,9 @@ func portFix(p inventory.Port) string {
 	return "check the cable and the switch port"
 }
 
-func checkGIDs(e *Env) Result {
+// forRoCEPorts runs check on every RoCE port that has a netdev and gathers
+// its verdicts; a node without such ports gets skip(none).
+func forRoCEPorts(e *Env, none string, check func(c *collector, name string, p inventory.Port)) Result {
 	devs, r := devicesOrSkip(e)
 	if r != nil {
 		return *r
@@ -279,97 +281,90 @@ func checkGIDs(e *Env) Result {
 			if p.LinkLayer != "Ethernet" || p.Netdev == "" {
 				continue
 			}
-			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
-			v2 := map[netip.Addr]bool{}
-			routable := 0
-			for _, g := range p.GIDs {
-				if g.Type != "RoCE v2" {
-					continue
-				}
-				a, err := netip.ParseAddr(g.GID)
-				if err != nil {
-					continue
-				}
-				a = a.Unmap()
-				v2[a] = true
-				if !a.IsLinkLocalUnicast() {
-					routable++
-				}
-			}
-			addrs, err := e.addrs(p.Netdev)
-			if err != nil {
-				c.add(Warn, fmt.Sprintf("%s: cannot read the addresses of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip addr show "+p.Netdev)
-				continue
-			}
-			var missing []string
-			for _, a := range addrs {
-				a = a.Unmap()
-				if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
-					continue
-				}
-				if !v2[a] {
-					missing = append(missing, a.String())
-				}
-			}
-			switch {
-			case len(missing) > 0:
-				c.add(Fail, fmt.Sprintf("%s: no RoCE v2 GID for %s on %s", name, strings.Join(missing, ", "), p.Netdev),
-					fmt.Sprintf("the GID table follows %s's addresses: check that %s is the RoCE netdev (rdma link show), that the address is not on a VLAN/bond the device does not serve, and re-add Soft-RoCE links after changing their netdev", p.Netdev, p.Netdev))
-			case routable == 0:
-				c.add(Fail, fmt.Sprintf("%s: %s has no IPv4 or global IPv6 address, so no routable RoCE v2 GID (rdma_cm cannot resolve it)", name, p.Netdev),
-					fmt.Sprintf("give %s an address: ip addr add <address>/<prefix> dev %s", p.Netdev, p.Netdev))
-			default:
-				c.add(OK, fmt.Sprintf("%s: %d routable RoCE v2 GID(s) for %s", name, routable, p.Netdev), "")
-			}
+			check(&c, fmt.Sprintf("%s/%d", d.Name, p.Port), p)
 		}
 	}
-	return c.result("no RoCE ports with a netdev (InfiniBand GIDs come from the subnet manager)")
+	return c.result(none)
+}
+
+func checkGIDs(e *Env) Result {
+	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand GIDs come from the subnet manager)", func(c *collector, name string, p inventory.Port) {
+		v2 := map[netip.Addr]bool{}
+		routable := 0
+		for _, g := range p.GIDs {
+			if g.Type != "RoCE v2" {
+				continue
+			}
+			a, err := netip.ParseAddr(g.GID)
+			if err != nil {
+				continue
+			}
+			a = a.Unmap()
+			v2[a] = true
+			if !a.IsLinkLocalUnicast() {
+				routable++
+			}
+		}
+		addrs, err := e.addrs(p.Netdev)
+		if err != nil {
+			c.add(Warn, fmt.Sprintf("%s: cannot read the addresses of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip addr show "+p.Netdev)
+			return
+		}
+		var missing []string
+		for _, a := range addrs {
+			a = a.Unmap()
+			if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() {
+				continue
+			}
+			if !v2[a] {
+				missing = append(missing, a.String())
+			}
+		}
+		switch {
+		case len(missing) > 0:
+			c.add(Fail, fmt.Sprintf("%s: no RoCE v2 GID for %s on %s", name, strings.Join(missing, ", "), p.Netdev),
+				fmt.Sprintf("the GID table follows %s's addresses: check that %s is the RoCE netdev (rdma link show), that the address is not on a VLAN/bond the device does not serve, and re-add Soft-RoCE links after changing their netdev", p.Netdev, p.Netdev))
+		case routable == 0:
+			c.add(Fail, fmt.Sprintf("%s: %s has no IPv4 or global IPv6 address, so no routable RoCE v2 GID (rdma_cm cannot resolve it)", name, p.Netdev),
+				fmt.Sprintf("give %s an address: ip addr add <address>/<prefix> dev %s", p.Netdev, p.Netdev))
+		default:
+			c.add(OK, fmt.Sprintf("%s: %d routable RoCE v2 GID(s) for %s", name, routable, p.Netdev), "")
+		}
+	})
 }
 
 func checkMTU(e *Env) Result {
-	devs, r := devicesOrSkip(e)
-	if r != nil {
-		return *r
-	}
-	var c collector
-	for _, d := range devs {
-		for _, p := range d.Ports {
-			if p.LinkLayer != "Ethernet" || p.Netdev == "" {
-				continue
-			}
-			name := fmt.Sprintf("%s/%d", d.Name, p.Port)
-			mtu, err := readInt(e.sys("class", "net", p.Netdev, "mtu"))
-			if err != nil {
-				c.add(Warn, fmt.Sprintf("%s: cannot read the MTU of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip link show "+p.Netdev)
-				continue
-			}
-			active := metrics.RoCEActiveMTU(mtu)
-			if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == state.Drifted || t.State == state.TargetError) {
-				fix := "rdmactl policy apply"
-				if t.State == state.Drifted {
-					fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\" or ip link set %s mtu %s", pol, p.Netdev, t.Desired)
-				}
-				msg := fmt.Sprintf("%s: %s has MTU %d but policy %q wants %s", name, p.Netdev, mtu, pol, t.Desired)
-				if t.Error != "" {
-					msg += ": " + t.Error
-				}
-				c.add(Fail, msg, fix)
-				continue
-			}
-			switch {
-			case active < 1024:
-				c.add(Warn, fmt.Sprintf("%s: %s MTU %d gives an RDMA MTU of only %d", name, p.Netdev, mtu, active),
-					fmt.Sprintf("raise the MTU to at least 1500: ip link set %s mtu 1500 (or declare mtu in a [[policy]])", p.Netdev))
-			case mtu > 1500 && active < 4096:
-				want := 2*active + 96
-				c.add(Warn, fmt.Sprintf("%s: jumbo MTU %d on %s gives an RDMA MTU of only %d; %d would give %d", name, mtu, p.Netdev, active, want, 2*active),
-					fmt.Sprintf("ip link set %s mtu %d on every node and switch port of the fabric (or 9000, which gives 4096)", p.Netdev, want))
-			default:
-				c.add(OK, fmt.Sprintf("%s: %s MTU %d, RDMA MTU %d", name, p.Netdev, mtu, active), "")
-			}
+	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand MTUs come from the subnet manager)", func(c *collector, name string, p inventory.Port) {
+		mtu, err := readInt(e.sys("class", "net", p.Netdev, "mtu"))
+		if err != nil {
+			c.add(Warn, fmt.Sprintf("%s: cannot read the MTU of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip link show "+p.Netdev)
+			return
 		}
-	}
-	return c.result("no RoCE ports with a netdev (InfiniBand MTUs come from the subnet manager)")
+		active := metrics.RoCEActiveMTU(mtu)
+		if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == state.Drifted || t.State == state.TargetError) {
+			fix := "rdmactl policy apply"
+			if t.State == state.Drifted {
+				fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\" or ip link set %s mtu %s", pol, p.Netdev, t.Desired)
+			}
+			msg := fmt.Sprintf("%s: %s has MTU %d but policy %q wants %s", name, p.Netdev, mtu, pol, t.Desired)
+			if t.Error != "" {
+				msg += ": " + t.Error
+			}
+			c.add(Fail, msg, fix)
+			return
+		}
+		switch {
+		case active < 1024:
+			c.add(Warn, fmt.Sprintf("%s: %s MTU %d gives an RDMA MTU of only %d", name, p.Netdev, mtu, active),
+				fmt.Sprintf("raise the MTU to at least 1500: ip link set %s mtu 1500 (or declare mtu in a [[policy]])", p.Netdev))
+		case mtu > 1500 && active < 4096:
+			want := 2*active + 96
+			c.add(Warn, fmt.Sprintf("%s: jumbo MTU %d on %s gives an RDMA MTU of only %d; %d would give %d", name, mtu, p.Netdev, active, want, 2*active),
+				fmt.Sprintf("ip link set %s mtu %d on every node and switch port of the fabric (or 9000, which gives 4096)", p.Netdev, want))
+		default:
+			c.add(OK, fmt.Sprintf("%s: %s MTU %d, RDMA MTU %d", name, p.Netdev, mtu, active), "")
+		}
+	})
 }
 
 // target finds a policy target of kind for object in the snapshot and the
