@@ -112,16 +112,19 @@ func (d *Daemon) lookAgain() {
 	}
 }
 
-// onUevent handles a kernel uevent for a netdev or an RDMA device: the
-// inventory is read again (ports, GIDs and netdevs follow the device), and
-// the policies of the touched objects are reconciled.
+// onUevent handles a kernel uevent for a netdev or an RDMA device. An RDMA
+// device event reads the inventory again (ports, GIDs and netdevs follow
+// the device); a netdev event does so only when the netdev carries an RDMA
+// port or was renamed, so that a host churning through container veths
+// does not re-read every GID table each time. Then the policies of the
+// touched objects are reconciled.
 func (d *Daemon) onUevent(e uevent.Event) {
 	name := path.Base(e.DevPath)
 	d.log.Debug("uevent", "action", e.Action, "subsystem", e.Subsystem, "device", name)
-	d.refresh("uevent " + e.Action + " " + name)
 	sc := &scope{netdevs: map[string]bool{}, devices: map[string]bool{}}
 	switch e.Subsystem {
 	case "infiniband":
+		d.refresh("uevent " + e.Action + " " + name)
 		sc.devices[name] = true
 		d.verbs.deviceEvent(e.Action, name)
 		d.lookAgain()
@@ -129,9 +132,25 @@ func (d *Daemon) onUevent(e uevent.Event) {
 		if ifname := e.Env["INTERFACE"]; ifname != "" {
 			name = ifname
 		}
+		if e.Action == "move" || d.isPortNetdev(name) {
+			d.refresh("uevent " + e.Action + " " + name)
+		}
 		sc.netdevs[name] = true
 	}
 	d.reconcile(sc)
+}
+
+// isPortNetdev reports whether name is the netdev of an RDMA port in the
+// current inventory.
+func (d *Daemon) isPortNetdev(name string) bool {
+	for _, dev := range d.store.Load().Devices {
+		for _, p := range dev.Ports {
+			if p.Netdev == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reconcile runs a policy pass over sc (nil: everything) and publishes the
