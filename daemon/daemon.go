@@ -234,6 +234,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			// The kernel fills a new device's GID table after the
 			// uevent, without an event of its own: look once more.
 			d.refresh("follow-up after a device event")
+			d.peersRecheck()
 		case <-ev.lost:
 			d.log.Warn("kernel events were lost; resyncing everything")
 			d.refresh("lost events")

@@ -127,6 +127,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 		d.refresh("uevent " + e.Action + " " + name)
 		sc.devices[name] = true
 		d.verbs.deviceEvent(e.Action, name)
+		d.peersDeviceEvent()
 		d.lookAgain()
 	case "net":
 		if ifname := e.Env["INTERFACE"]; ifname != "" {

@@ -73,18 +73,9 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 			return s.Malformed, s.Unadmitted, s.Answered
 		},
 		OnState: func(ps state.Peers) {
-			now := time.Now()
-			_, perr := r.eng.Ports()
 			d.store.Update(func(s *state.Snapshot) {
 				s.Peers = ps
-				switch {
-				case len(ps.Ports) == 0 && errors.Is(perr, verbs.ErrUnavailable):
-					state.SetComponent(s, "peers", state.Unavailable, perr, now)
-				case len(ps.Ports) == 0 && perr != nil:
-					state.SetComponent(s, "peers", state.Error, perr, now)
-				default:
-					state.SetComponent(s, "peers", state.OK, r.fileError(), now)
-				}
+				r.setComponent(s, time.Now())
 			})
 		},
 	}, settings)
@@ -128,6 +119,38 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 	}()
+}
+
+// setComponent derives the peers component from the engine's ports: no
+// port because verbs are unavailable is "unavailable", for another reason
+// an error.
+func (r *peerRunner) setComponent(s *state.Snapshot, now time.Time) {
+	ports, perr := r.eng.Ports()
+	switch {
+	case len(ports) == 0 && errors.Is(perr, verbs.ErrUnavailable):
+		state.SetComponent(s, "peers", state.Unavailable, perr, now)
+	case len(ports) == 0 && perr != nil:
+		state.SetComponent(s, "peers", state.Error, perr, now)
+	default:
+		state.SetComponent(s, "peers", state.OK, r.fileError(), now)
+	}
+}
+
+// peersDeviceEvent makes the peer probes read devices and ports now, after
+// an RDMA device came or went, instead of at their next rescan.
+func (d *Daemon) peersDeviceEvent() {
+	if r := d.peers.Load(); r != nil {
+		r.eng.Rescan()
+	}
+}
+
+// peersRecheck brings the peers component up to date with the engine's
+// ports (after a device event; the manager itself publishes only when
+// peer states change or every few seconds).
+func (d *Daemon) peersRecheck() {
+	if r := d.peers.Load(); r != nil {
+		d.store.Update(func(s *state.Snapshot) { r.setComponent(s, time.Now()) })
+	}
 }
 
 // reloadPeers hands the peer probes the configuration in force (after a

@@ -38,16 +38,22 @@ func TestServiceActive(t *testing.T) {
 func TestStatusRxe(t *testing.T) {
 	requireVM(t)
 	waitActive(t)
-	s := mustStatus(t)
-	if s.State != "running" {
-		t.Errorf("status state = %q, want running; components: %+v", s.State, s.Components)
-	}
-	for name, c := range s.Components {
-		// disabled is a configuration choice (e.g. no peers), not a fault.
-		if c.State != "ok" && c.State != "disabled" {
-			t.Errorf("component %s: state %q, error %q; want ok (or disabled)", name, c.State, c.Error)
+	// Earlier tests remove and re-add rxe0; the parts that use it (pool,
+	// probes, peer probes) come back within seconds, not at once.
+	var s Status
+	waitFor(t, 30*time.Second, "every component ok and rdmad running", func() (bool, string) {
+		s = mustStatus(t)
+		if s.State != "running" {
+			return false, fmt.Sprintf("state %q; components %+v", s.State, s.Components)
 		}
-	}
+		for name, c := range s.Components {
+			// disabled is a configuration choice (e.g. no peers), not a fault.
+			if c.State != "ok" && c.State != "disabled" {
+				return false, fmt.Sprintf("component %s: state %q, error %q; want ok (or disabled)", name, c.State, c.Error)
+			}
+		}
+		return true, ""
+	})
 	d, ok := s.device("rxe0")
 	if !ok {
 		t.Fatalf("status lists no rxe0; devices: %+v", s.Devices)
