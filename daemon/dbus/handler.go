@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	godbus "github.com/godbus/dbus/v5"
 )
 
-// MaxCalls bounds the privileged method calls (Reload, Apply) in progress
+// MaxCalls bounds the privileged method calls (Reload, Apply, Probe) in progress
 // at once; godbus runs every call in its own goroutine, so this is what
 // keeps a flood of calls from piling up behind the daemon's main loop.
 const MaxCalls = 4
@@ -31,10 +32,12 @@ type handler struct {
 	backend Backend
 	log     *slog.Logger
 	sem     chan struct{}
+	// probeTimeout bounds one Probe (Options.ProbeTimeout).
+	probeTimeout time.Duration
 }
 
 func newHandler(b Backend, log *slog.Logger) *handler {
-	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls)}
+	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout}
 }
 
 // LookupObject implements godbus.Handler.
@@ -118,6 +121,8 @@ func (o serverObject) interfaces() map[string]iface {
 		t[Interface] = iface{
 			"Reload": {out: []any{uint64(0)}, fn: o.h.privileged("Reload", o.h.reload)},
 			"Apply":  {fn: o.h.privileged("Apply", o.h.apply)},
+			"Probe": {in: []any{""}, out: []any{"", uint64(0), float64(0), ""},
+				fn: o.h.privileged("Probe", o.h.probe)},
 		}
 	}
 	return t
@@ -148,7 +153,9 @@ func (m method) DecodeArguments(conn *godbus.Conn, sender string, _ *godbus.Mess
 	if m.any {
 		return []any{call{conn: conn, sender: sender}}, nil
 	}
-	if len(body) != len(m.in) {
+	// godbus.Store converts between Go kinds (a uint32 7 would become the
+	// string "\a"), so the wire types are compared first.
+	if len(body) != len(m.in) || godbus.SignatureOf(body...) != godbus.SignatureOf(m.in...) {
 		return nil, godbus.ErrMsgInvalidArg
 	}
 	ptrs := make([]any, len(m.in))
@@ -253,7 +260,7 @@ func (o serverObject) managedObjects(call) ([]any, error) {
 // The bus policy (org.rdmad.Agent1.conf) already refuses these methods to
 // anyone but root; this check holds even when a local policy file opens
 // the bus policy up by mistake.
-func (h *handler) privileged(name string, f func(ctx context.Context) ([]any, error)) func(call) ([]any, error) {
+func (h *handler) privileged(name string, f func(ctx context.Context, c call) ([]any, error)) func(call) ([]any, error) {
 	return func(c call) ([]any, error) {
 		uid, err := callerUID(c)
 		if err != nil {
@@ -272,8 +279,8 @@ func (h *handler) privileged(name string, f func(ctx context.Context) ([]any, er
 		}
 		ctx, cancel := context.WithTimeout(c.conn.Context(), CallTimeout)
 		defer cancel()
-		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", uid)
-		return f(ctx)
+		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", uid, "args", c.args)
+		return f(ctx, c)
 	}
 }
 
@@ -292,7 +299,7 @@ func callerUID(c call) (uint32, error) {
 	return uid, nil
 }
 
-func (h *handler) reload(ctx context.Context) ([]any, error) {
+func (h *handler) reload(ctx context.Context, _ call) ([]any, error) {
 	res, err := h.backend.Reload(ctx)
 	if err != nil {
 		return nil, dbusError(ErrFailed, "reload: %v", err)
@@ -304,7 +311,7 @@ func (h *handler) reload(ctx context.Context) ([]any, error) {
 	return []any{res.Generation}, nil
 }
 
-func (h *handler) apply(ctx context.Context) ([]any, error) {
+func (h *handler) apply(ctx context.Context, _ call) ([]any, error) {
 	a, ok := h.backend.(Applier)
 	if !ok {
 		return nil, dbusError(ErrNotSupported, "Apply: this rdmad has no policy reconciler to run; policy is applied on reload and on kernel events")
@@ -313,4 +320,30 @@ func (h *handler) apply(ctx context.Context) ([]any, error) {
 		return nil, dbusError(ErrFailed, "apply: %v; see PolicyTargets for each target's error", err)
 	}
 	return nil, nil
+}
+
+// probe serves Probe(s peer) -> (s state, t rtt_ns, d loss_percent, s reason).
+// A peer that does not answer is a result (state down), not an error: the
+// errors are for probes that could not run.
+func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
+	name := c.args[0].(string)
+	p, ok := h.backend.(Prober)
+	if !ok {
+		return nil, dbusError(ErrNotSupported, "Probe %q: this rdmad has no peer probes; read the peers with rdmactl peers", name)
+	}
+	if strings.TrimSpace(name) == "" {
+		return nil, dbusError(ErrInvalidArgs, "Probe: say which peer, e.g. Probe s 192.0.2.17: a configured [[peer]] address (see the Peers property)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.probeTimeout)
+	defer cancel()
+	peer, err := p.Probe(ctx, name)
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, dbusError(ErrTimeout, "Probe %q: no result within %s; check the peers component in rdmactl status and the peer's control endpoint ([probe] port)",
+			name, h.probeTimeout)
+	case err != nil:
+		return nil, dbusError(ErrFailed, "Probe %q: %v", name, err)
+	}
+	sum := summarisePeer(peer)
+	return []any{peer.State, sum.lastRTT, sum.loss, peer.Reason}, nil
 }

@@ -32,6 +32,12 @@ const (
 	ErrBusy = "org.rdmad.Agent1.Error.Busy"
 	// ErrFailed is the error of a method whose work failed.
 	ErrFailed = "org.rdmad.Agent1.Error.Failed"
+	// ErrTimeout is the error of a Probe that gave no result in time
+	// (Options.ProbeTimeout).
+	ErrTimeout = "org.rdmad.Agent1.Error.Timeout"
+	// ErrInvalidArgs is the specification's error for arguments of the
+	// right type but a wrong value (an empty peer name).
+	ErrInvalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
 	// ErrAccessDenied is the bus's standard error for a refused caller.
 	ErrAccessDenied = "org.freedesktop.DBus.Error.AccessDenied"
 
@@ -60,12 +66,16 @@ var agentIntrospection = introspect.Interface{
 	Methods: []introspect.Method{
 		{Name: "Reload", Args: []introspect.Arg{out("generation", "t")}},
 		{Name: "Apply"},
+		{Name: "Probe", Args: []introspect.Arg{in("peer", "s"), out("state", "s"), out("rtt_ns", "t"),
+			out("loss_percent", "d"), out("reason", "s")}},
 	},
 	Signals: []introspect.Signal{
 		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),
 			arg("old_state", "s"), arg("new_state", "s"), arg("netdev", "s")}},
 		{Name: "PolicyChanged", Args: []introspect.Arg{arg("policy", "s"), arg("kind", "s"), arg("object", "s"),
 			arg("old_state", "s"), arg("new_state", "s"), arg("desired", "s"), arg("actual", "s"), arg("error", "s")}},
+		{Name: "PeerStateChanged", Args: []introspect.Arg{arg("peer", "s"), arg("old_state", "s"), arg("new_state", "s"),
+			arg("reason", "s")}},
 	},
 	Properties: []introspect.Property{
 		ro("Version", "s"),
@@ -80,6 +90,7 @@ var agentIntrospection = introspect.Interface{
 		ro("PortsActive", "u"),
 		ro("PolicyTargets", "a(sssssss)"),
 		ro("Components", "a{s(ss)}"),
+		ro("Peers", "a(sssssttd)"),
 	},
 }
 

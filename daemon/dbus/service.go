@@ -1,7 +1,8 @@
 // Package dbus serves rdmad's state on the D-Bus system bus as
 // org.rdmad.Agent1: properties with PropertiesChanged, one child object per
-// RDMA device under an ObjectManager, signals for link and policy changes,
-// and the methods Reload and Apply for root. docs/DBUS.md is its reference.
+// RDMA device under an ObjectManager, signals for link, policy and peer
+// state changes, and the methods Reload, Apply and Probe for root.
+// docs/DBUS.md is its reference.
 //
 // The service reads published snapshots (daemon/state) in its own
 // goroutine and never blocks the daemon: when the bus is slow it emits the
@@ -43,6 +44,19 @@ type Applier interface {
 	Apply(ctx context.Context) error
 }
 
+// A Prober is a Backend that can probe a configured peer once (the peer
+// probes of docs/PROBES.md). A Backend without it answers Probe with
+// ErrNotSupported.
+type Prober interface {
+	// Probe probes the configured peer name now and returns its state
+	// once every path has a fresh result, with the semantics of the socket
+	// API's POST /v1/probe: a peer that does not answer is a result (state
+	// down), not an error. An error means the probe could not run (name
+	// not configured, peer probes not running, ctx done); its text says
+	// what to do.
+	Probe(ctx context.Context, name string) (state.Peer, error)
+}
+
 // Options configure Run.
 type Options struct {
 	// Store is read for snapshots; Changed drives the signals. Required.
@@ -59,7 +73,16 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the wait between connection
 	// attempts (defaults 1s and 30s).
 	MinBackoff, MaxBackoff time.Duration
+	// ProbeTimeout bounds one Probe call (default DefaultProbeTimeout).
+	ProbeTimeout time.Duration
 }
+
+// DefaultProbeTimeout bounds a Probe call when Options.ProbeTimeout is
+// zero. A one-shot probe normally answers within 1 s plus two [probe]
+// peer_timeout; the bound stays below the 25 s that D-Bus clients (libdbus,
+// sd-bus, busctl) wait for a reply by default, so that the caller reads
+// rdmad's error rather than a NoReply.
+const DefaultProbeTimeout = 20 * time.Second
 
 // ComponentName is the name under which the daemon should record Report's
 // health in the snapshot.
@@ -89,7 +112,11 @@ func Run(ctx context.Context, o Options) error {
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
 	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
 	s := &service{o: o, h: newHandler(o.Backend, o.Logger)}
+	s.h.probeTimeout = o.ProbeTimeout
 	wait := o.MinBackoff
 	var lastErr string
 	for {

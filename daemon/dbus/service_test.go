@@ -74,6 +74,10 @@ func dbusHelper(op, arg string) int {
 			c := obj.Call(Interface+"."+arg, 0)
 			res.Value = fmt.Sprint(c.Body)
 			return c.Err
+		case "probe":
+			c := obj.Call(Interface+".Probe", 0, arg)
+			res.Value = fmt.Sprint(c.Body)
+			return c.Err
 		case "set":
 			return obj.SetProperty(Interface+"."+arg, godbus.MakeVariant("x"))
 		case "own":
@@ -374,13 +378,21 @@ func newStore() *state.Store {
 // startRun runs Run with b as backend until the test ends.
 func startRun(t *testing.T, store *state.Store, b Backend) *reports {
 	t.Helper()
+	return startRunOpts(t, Options{Store: store, Backend: b})
+}
+
+// startRunOpts runs Run with o, plus a test logger, a report recorder and
+// short backoffs, until the test ends.
+func startRunOpts(t *testing.T, o Options) *reports {
+	t.Helper()
 	r := &reports{}
+	o.Report = r.add
+	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	o.MinBackoff, o.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{Store: store, Backend: b, Report: r.add,
-			Logger:     slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-			MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+		done <- Run(ctx, o)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -449,6 +461,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		"PortsTotal": uint32(1), "PortsActive": uint32(1),
 		"PolicyTargets": [][]any{},
 		"Components":    map[string][]any{},
+		"Peers":         [][]any{},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)
@@ -492,6 +505,9 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	if err := obj.Call(PropertiesInterface+".Get", 0, Interface).Err; !isDBusError(err, "org.freedesktop.DBus.Error.InvalidArgs") {
 		t.Errorf("Get with one argument: err = %v, want InvalidArgs", err)
 	}
+	if err := obj.Call(PropertiesInterface+".Get", 0, Interface, uint32(1)).Err; !isDBusError(err, "org.freedesktop.DBus.Error.InvalidArgs") {
+		t.Errorf("Get with a number as the property name: err = %v, want InvalidArgs", err)
+	}
 }
 
 // TestIntegrationBusctl checks that systemd's busctl, which admins use,
@@ -503,7 +519,8 @@ func TestIntegrationBusctl(t *testing.T) {
 	}
 	b := startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	store.Update(func(s *state.Snapshot) { s.Peers = peersOf(upPeer) })
+	startRun(t, store, newProbeBackend(store)).waitFor(t, 0, state.OK, "")
 	busctl := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command("busctl", append([]string{"--address=" + b.addr}, args...)...).CombinedOutput()
@@ -530,6 +547,15 @@ func TestIntegrationBusctl(t *testing.T) {
 	if got := strings.TrimSpace(busctl("call", Name, string(Path), Interface, "Reload")); got != "t 2" {
 		t.Errorf("busctl call Reload = %q, want %q", got, "t 2")
 	}
+	// The lines docs/DBUS.md shows.
+	if got, want := strings.TrimSpace(busctl("get-property", Name, string(Path), Interface, "Peers")),
+		`a(sssssttd) 1 "192.0.2.17" "192.0.2.17" "tor1" "up" "" 41000 97000 0`; got != want {
+		t.Errorf("busctl get-property Peers = %q, want %q", got, want)
+	}
+	if got, want := strings.TrimSpace(busctl("call", Name, string(Path), Interface, "Probe", "s", "192.0.2.17")),
+		`stds "up" 38000 0 ""`; got != want {
+		t.Errorf("busctl call Probe = %q, want %q", got, want)
+	}
 }
 
 func isDBusError(err error, name string) bool {
@@ -541,8 +567,9 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, "")
 	store := newStore()
-	fb := &fakeBackend{store: store}
-	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+	pb := newProbeBackend(store)
+	fb := pb.fakeBackend
+	startRun(t, store, pb).waitFor(t, 0, state.OK, "")
 
 	tests := []struct {
 		op, arg   string
@@ -555,6 +582,7 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 		{op: "introspect"},
 		{op: "call", arg: "Reload", wantErr: ErrAccessDenied},
 		{op: "call", arg: "Apply", wantErr: ErrAccessDenied},
+		{op: "probe", arg: "192.0.2.17", wantErr: ErrAccessDenied},
 		{op: "set", arg: "State", wantErr: ErrAccessDenied},
 		{op: "own", wantErr: ErrAccessDenied},
 	}
@@ -586,6 +614,9 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 	if n := fb.reloads(); n != 0 {
 		t.Errorf("backend reloaded %d times for nobody, want 0", n)
 	}
+	if n := pb.probes(); n != 0 {
+		t.Errorf("backend probed %d times for nobody, want 0", n)
+	}
 }
 
 // TestIntegrationDaemonChecksUID opens the bus policy to nobody, as a
@@ -594,21 +625,26 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, `<policy user="nobody"><allow send_destination="org.rdmad.Agent1"/></policy>`)
 	store := newStore()
-	fb := &applyBackend{fakeBackend: &fakeBackend{store: store}}
+	pb := newProbeBackend(store)
+	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
 	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
-	for _, m := range []string{"Reload", "Apply"} {
-		t.Run(m, func(t *testing.T) {
-			res := b.asNobody("call", m)
-			if res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, "needs root (caller uid 65534)") {
-				t.Errorf("%s as nobody with an open bus policy: %q %q, want rdmad's own AccessDenied", m, res.ErrName, res.ErrMsg)
+	for _, tt := range []struct{ op, arg, method string }{
+		{"call", "Reload", "Reload"},
+		{"call", "Apply", "Apply"},
+		{"probe", "192.0.2.17", "Probe"},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			res := b.asNobody(tt.op, tt.arg)
+			if res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, tt.method+" needs root (caller uid 65534)") {
+				t.Errorf("%s as nobody with an open bus policy: %q %q, want rdmad's own AccessDenied", tt.method, res.ErrName, res.ErrMsg)
 			}
 		})
 	}
 	fb.mu.Lock()
 	applies := fb.applies
 	fb.mu.Unlock()
-	if fb.reloads() != 0 || applies != 0 {
-		t.Errorf("backend ran %d reloads and %d applies for nobody, want none", fb.reloads(), applies)
+	if fb.reloads() != 0 || applies != 0 || pb.probes() != 0 {
+		t.Errorf("backend ran %d reloads, %d applies and %d probes for nobody, want none", fb.reloads(), applies, pb.probes())
 	}
 }
 

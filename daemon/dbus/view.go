@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	godbus "github.com/godbus/dbus/v5"
 
@@ -41,6 +42,55 @@ type Target struct {
 type Component struct {
 	State string
 	Error string
+}
+
+// A PeerEntry is one probed peer as the Peers property shows it (D-Bus
+// type (sssssttd)). The figures are those of the peer's worst path, the way
+// its State is the worst of its paths' states.
+type PeerEntry struct {
+	Name    string // as configured: address or host name
+	Address string // resolved address, "" until resolved
+	Group   string
+	State   string // unknown, up, degraded, down
+	Reason  string // why it is down or degraded, "" otherwise
+	// RTTP50 and RTTP99 are the highest median and 99th percentile round
+	// trip (ns, responder host delay subtracted) among the paths over the
+	// [probe] window; 0 before any answer.
+	RTTP50 uint64
+	RTTP99 uint64
+	// LossPct is the highest loss among the paths over the window (%).
+	LossPct float64
+}
+
+// A peerFigures is a peer's paths reduced to the worst of each figure.
+type peerFigures struct {
+	p50, p99, lastRTT uint64
+	loss              float64
+}
+
+// summarisePeer reduces p's paths to the worst of each figure: a peer is
+// as good as its worst path, as its State already says.
+func summarisePeer(p state.Peer) peerFigures {
+	ns := func(d time.Duration) uint64 { return uint64(max(d, 0)) }
+	var f peerFigures
+	for _, pa := range p.Paths {
+		f.p50 = max(f.p50, ns(pa.RTTP50))
+		f.p99 = max(f.p99, ns(pa.RTTP99))
+		f.lastRTT = max(f.lastRTT, ns(pa.LastRTT))
+		f.loss = max(f.loss, pa.LossPct)
+	}
+	return f
+}
+
+// peerEntries returns the Peers property of s, in the snapshot's order.
+func peerEntries(s *state.Snapshot) []PeerEntry {
+	out := make([]PeerEntry, 0, len(s.Peers.Peers))
+	for _, p := range s.Peers.Peers {
+		f := summarisePeer(p)
+		out = append(out, PeerEntry{Name: p.Name, Address: p.Address, Group: p.Group, State: p.State,
+			Reason: p.Reason, RTTP50: f.p50, RTTP99: f.p99, LossPct: f.loss})
+	}
+	return out
 }
 
 // props holds one object's properties: interface -> property -> value.
@@ -105,6 +155,7 @@ func newView(s *state.Snapshot) *view {
 		"PortsActive":      godbus.MakeVariant(active),
 		"PolicyTargets":    godbus.MakeVariant(targets),
 		"Components":       godbus.MakeVariant(comps),
+		"Peers":            godbus.MakeVariant(peerEntries(s)),
 	}}}
 	for p := range v.objects {
 		v.addNodes(p)
@@ -212,7 +263,7 @@ type signal struct {
 
 // changes returns the signals that take a client from old to cur, in the
 // order they must be emitted: objects that appeared, changed properties,
-// link and policy events, then objects that disappeared. old may be nil
+// link, policy and peer events, then objects that disappeared. old may be nil
 // (first export after connecting): then nothing is emitted, because a client
 // that (re)appears reads the state with GetManagedObjects.
 func changes(old, cur *view) []signal {
@@ -247,6 +298,7 @@ func changes(old, cur *view) []signal {
 	}
 	sigs = append(sigs, linkChanges(old.snap, cur.snap)...)
 	sigs = append(sigs, policyChanges(old.snap, cur.snap)...)
+	sigs = append(sigs, peerChanges(old.snap, cur.snap)...)
 	for _, p := range sortedPaths(old.objects) {
 		if _, ok := cur.objects[p]; !ok {
 			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesRemoved",
@@ -324,6 +376,32 @@ func policyChanges(old, cur *state.Snapshot) []signal {
 	for _, t := range allTargets(old) {
 		if !seen[key(t)] {
 			emit(t, t.State, "")
+		}
+	}
+	return sigs
+}
+
+// peerChanges returns a PeerStateChanged signal for every peer of cur whose
+// state differs from its state in old. A peer that old does not list (newly
+// configured, or selected again by the rotation of [probe] max_peers) counts
+// as unknown there: it appearing in state unknown is no change, it
+// appearing already up or down (the snapshot in between was coalesced away)
+// is one. A peer that cur no longer lists was dropped from the
+// configuration or the selection, not changed: it gets no signal; Peers
+// shows it gone.
+func peerChanges(old, cur *state.Snapshot) []signal {
+	before := make(map[string]string, len(old.Peers.Peers))
+	for _, p := range old.Peers.Peers {
+		before[p.Name] = p.State
+	}
+	var sigs []signal
+	for _, p := range cur.Peers.Peers {
+		from, ok := before[p.Name]
+		if !ok {
+			from = state.PeerUnknown
+		}
+		if from != p.State {
+			sigs = append(sigs, signal{Path, Interface + ".PeerStateChanged", []any{p.Name, from, p.State, p.Reason}})
 		}
 	}
 	return sigs

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
@@ -299,6 +300,17 @@ func TestChanges(t *testing.T) {
 			}),
 		},
 		{
+			name: "peer goes down",
+			old:  withState(func(s *state.Snapshot) { s.Peers.Peers = []state.Peer{{Name: "node2", State: state.PeerUp}} }),
+			cur: withState(func(s *state.Snapshot) {
+				s.Peers.Peers = []state.Peer{{Name: "node2", State: state.PeerDown, Reason: "3 probes in a row lost"}}
+			}),
+			want: []sigSummary{
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Peers"}}},
+				{Path, Interface + ".PeerStateChanged", []any{"node2", state.PeerUp, state.PeerDown, "3 probes in a row lost"}},
+			},
+		},
+		{
 			name: "policy removed",
 			old:  base,
 			cur:  withState(func(s *state.Snapshot) { s.Policy = state.Policy{} }),
@@ -342,5 +354,99 @@ func TestDocsMatchIntrospection(t *testing.T) {
 	}
 	if diff := cmp.Diff(InterfaceXML(), strings.TrimSpace(rest[:end])); diff != "" {
 		t.Errorf("docs/DBUS.md's XML differs from InterfaceXML() (update the doc with go test -run TestDocsMatchIntrospection -v output): -want +got\n%s", diff)
+	}
+}
+
+func TestPeerEntries(t *testing.T) {
+	us := time.Microsecond
+	tests := []struct {
+		name  string
+		peers []state.Peer
+		want  []PeerEntry
+	}{
+		{name: "no peers", want: []PeerEntry{}},
+		{
+			name:  "not probed yet",
+			peers: []state.Peer{{Name: "node2", Group: "tor1", State: state.PeerUnknown}},
+			want:  []PeerEntry{{Name: "node2", Group: "tor1", State: state.PeerUnknown}},
+		},
+		{
+			name: "worst path of each figure",
+			peers: []state.Peer{{Name: "192.0.2.17", Address: "192.0.2.17", State: state.PeerDegraded, Reason: "loss 3% over 1%",
+				Paths: []state.PeerPath{
+					{Local: "mlx5_0/1", RTTP50: 10 * us, RTTP99: 90 * us, LossPct: 3},
+					{Local: "mlx5_0/2", RTTP50: 20 * us, RTTP99: 30 * us, LossPct: 0.5},
+				}}},
+			want: []PeerEntry{{Name: "192.0.2.17", Address: "192.0.2.17", State: state.PeerDegraded, Reason: "loss 3% over 1%",
+				RTTP50: 20000, RTTP99: 90000, LossPct: 3}},
+		},
+		{
+			name:  "order kept",
+			peers: []state.Peer{{Name: "b", State: state.PeerUp}, {Name: "a", State: state.PeerDown, Reason: "3 probes lost"}},
+			want:  []PeerEntry{{Name: "b", State: state.PeerUp}, {Name: "a", State: state.PeerDown, Reason: "3 probes lost"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := snapshot(nil)
+			s.Peers = state.Peers{Peers: tt.peers}
+			got := newView(s).objects[Path].props[Interface]["Peers"]
+			if sig := got.Signature().String(); sig != "a(sssssttd)" {
+				t.Errorf("Peers has D-Bus type %s, want a(sssssttd) as introspected", sig)
+			}
+			if diff := cmp.Diff(tt.want, got.Value()); diff != "" {
+				t.Errorf("Peers: -want +got\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPeerChanges(t *testing.T) {
+	peer := func(name, st, reason string) state.Peer { return state.Peer{Name: name, State: st, Reason: reason} }
+	sig := func(name, from, to, reason string) sigSummary {
+		return sigSummary{Path, Interface + ".PeerStateChanged", []any{name, from, to, reason}}
+	}
+	tests := []struct {
+		name     string
+		old, cur []state.Peer
+		want     []sigSummary
+	}{
+		{name: "none"},
+		{name: "same state", old: []state.Peer{peer("a", state.PeerUp, "")}, cur: []state.Peer{peer("a", state.PeerUp, "")}},
+		{name: "reason only", old: []state.Peer{peer("a", state.PeerDown, "x")}, cur: []state.Peer{peer("a", state.PeerDown, "y")}},
+		{
+			name: "up to down",
+			old:  []state.Peer{peer("a", state.PeerUp, "")},
+			cur:  []state.Peer{peer("a", state.PeerDown, "3 probes in a row lost")},
+			want: []sigSummary{sig("a", state.PeerUp, state.PeerDown, "3 probes in a row lost")},
+		},
+		{
+			name: "first answer",
+			old:  []state.Peer{peer("a", state.PeerUnknown, "")},
+			cur:  []state.Peer{peer("a", state.PeerUp, "")},
+			want: []sigSummary{sig("a", state.PeerUnknown, state.PeerUp, "")},
+		},
+		{name: "added unknown is quiet", cur: []state.Peer{peer("a", state.PeerUnknown, "")}},
+		{
+			name: "added already down counts from unknown",
+			cur:  []state.Peer{peer("a", state.PeerDown, "control endpoint does not answer")},
+			want: []sigSummary{sig("a", state.PeerUnknown, state.PeerDown, "control endpoint does not answer")},
+		},
+		{name: "dropped is quiet", old: []state.Peer{peer("a", state.PeerDown, "x")}},
+		{
+			name: "several, in cur's order",
+			old:  []state.Peer{peer("a", state.PeerUp, ""), peer("b", state.PeerUp, ""), peer("c", state.PeerUp, "")},
+			cur:  []state.Peer{peer("c", state.PeerDegraded, "loss"), peer("b", state.PeerUp, ""), peer("a", state.PeerDown, "lost")},
+			want: []sigSummary{sig("c", state.PeerUp, state.PeerDegraded, "loss"), sig("a", state.PeerUp, state.PeerDown, "lost")},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old, cur := snapshot(nil), snapshot(nil)
+			old.Peers.Peers, cur.Peers.Peers = tt.old, tt.cur
+			if diff := cmp.Diff(tt.want, summarise(peerChanges(old, cur))); diff != "" {
+				t.Errorf("peerChanges: -want +got\n%s", diff)
+			}
+		})
 	}
 }
