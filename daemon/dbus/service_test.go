@@ -556,6 +556,11 @@ func TestIntegrationBusctl(t *testing.T) {
 		`stds "up" 38000 0 ""`; got != want {
 		t.Errorf("busctl call Probe = %q, want %q", got, want)
 	}
+	// busctl shows rdmad's message, which says what to do.
+	out, err := exec.Command("busctl", "--address="+b.addr, "call", Name, string(Path), Interface, "Probe", "s", "198.51.100.9").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not a configured peer; add it as a [[peer]]") {
+		t.Errorf("busctl call Probe of an unknown peer: %v, %q; want rdmad's error", err, out)
+	}
 }
 
 func isDBusError(err error, name string) bool {
