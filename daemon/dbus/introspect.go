@@ -54,6 +54,20 @@ func ro(name, typ string) introspect.Property {
 func in(name, typ string) introspect.Arg {
 	return introspect.Arg{Name: name, Type: typ, Direction: "in"}
 }
+
+// quiet marks a property whose changes are not signalled
+// (org.freedesktop.DBus.Property.EmitsChangedSignal "false", as systemd
+// marks its fast-moving counters): clients read it when they need it.
+func quiet(p introspect.Property) introspect.Property {
+	p.Annotations = append(p.Annotations, introspect.Annotation{Name: "org.freedesktop.DBus.Property.EmitsChangedSignal", Value: "false"})
+	return p
+}
+
+// unsignalled reports whether iface's property name is quiet.
+func unsignalled(iface, name string) bool {
+	return iface == Interface && name == "Peers"
+}
+
 func out(name, typ string) introspect.Arg {
 	return introspect.Arg{Name: name, Type: typ, Direction: "out"}
 }
@@ -90,7 +104,7 @@ var agentIntrospection = introspect.Interface{
 		ro("PortsActive", "u"),
 		ro("PolicyTargets", "a(sssssss)"),
 		ro("Components", "a{s(ss)}"),
-		ro("Peers", "a(sssssttd)"),
+		quiet(ro("Peers", "a(sssssttd)")),
 	},
 }
 

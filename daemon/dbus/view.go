@@ -286,6 +286,9 @@ func changes(old, cur *view) []signal {
 		for _, iface := range slices.Sorted(maps.Keys(n.props)) {
 			changed := map[string]godbus.Variant{}
 			for name, val := range n.props[iface] {
+				if unsignalled(iface, name) {
+					continue
+				}
 				if prev, ok := o.props[iface][name]; !ok || !reflect.DeepEqual(prev.Value(), val.Value()) {
 					changed[name] = val
 				}

@@ -306,7 +306,6 @@ func TestChanges(t *testing.T) {
 				s.Peers.Peers = []state.Peer{{Name: "node2", State: state.PeerDown, Reason: "3 probes in a row lost"}}
 			}),
 			want: []sigSummary{
-				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Peers"}}},
 				{Path, Interface + ".PeerStateChanged", []any{"node2", state.PeerUp, state.PeerDown, "3 probes in a row lost"}},
 			},
 		},
