@@ -4,6 +4,8 @@ package verbs
 
 /*
 #cgo LDFLAGS: -libverbs
+#cgo noescape rdmad_post_send_list
+#cgo nocallback rdmad_post_send_list
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -67,26 +69,50 @@ static int rdmad_req_notify_cq(struct ibv_cq *cq) { return ibv_req_notify_cq(cq,
 
 static int rdmad_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return ibv_poll_cq(cq, n, wc); }
 
-static int rdmad_post_send(struct ibv_qp *qp, uint64_t id, int opcode, uint64_t addr, uint32_t len,
-		uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags, struct ibv_ah *ah,
-		uint32_t rqpn, uint32_t rqkey) {
-	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr, *bad = NULL;
-	memset(&wr, 0, sizeof wr);
-	wr.wr_id = id;
-	wr.sg_list = &sge;
-	wr.num_sge = len ? 1 : 0;
-	wr.opcode = opcode;
-	wr.send_flags = flags;
-	if (ah) {
-		wr.wr.ud.ah = ah;
-		wr.wr.ud.remote_qpn = rqpn;
-		wr.wr.ud.remote_qkey = rqkey;
-	} else {
-		wr.wr.rdma.remote_addr = raddr;
-		wr.wr.rdma.rkey = rkey;
+// One send work request as Go hands it over: flat, and with no pointer into
+// Go memory (the address handle is C memory).
+struct rdmad_swr {
+	uint64_t id, addr, raddr;
+	struct ibv_ah *ah;
+	uint32_t len, lkey, rkey, rqpn, rqkey;
+	int opcode, flags;
+};
+
+#define RDMAD_MAX_SEND_LIST 32
+
+// rdmad_post_send_list posts n requests as one chain: one call into the
+// provider and one doorbell (one system call on Soft-RoCE) for all of them.
+// *posted is how many the provider took; on an error the rest were not
+// posted.
+static int rdmad_post_send_list(struct ibv_qp *qp, const struct rdmad_swr *w, int n, int *posted) {
+	struct ibv_send_wr wr[RDMAD_MAX_SEND_LIST], *bad = NULL;
+	struct ibv_sge sge[RDMAD_MAX_SEND_LIST];
+	*posted = 0;
+	if (n < 1 || n > RDMAD_MAX_SEND_LIST)
+		return EINVAL;
+	memset(wr, 0, n * sizeof wr[0]);
+	for (int i = 0; i < n; i++) {
+		sge[i].addr = w[i].addr;
+		sge[i].length = w[i].len;
+		sge[i].lkey = w[i].lkey;
+		wr[i].wr_id = w[i].id;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = w[i].len ? 1 : 0;
+		wr[i].opcode = w[i].opcode;
+		wr[i].send_flags = w[i].flags;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		if (w[i].ah) {
+			wr[i].wr.ud.ah = w[i].ah;
+			wr[i].wr.ud.remote_qpn = w[i].rqpn;
+			wr[i].wr.ud.remote_qkey = w[i].rqkey;
+		} else {
+			wr[i].wr.rdma.remote_addr = w[i].raddr;
+			wr[i].wr.rdma.rkey = w[i].rkey;
+		}
 	}
-	return ibv_post_send(qp, &wr, &bad);
+	int r = ibv_post_send(qp, wr, &bad);
+	*posted = r == 0 ? n : (bad ? (int)(bad - wr) : 0);
+	return r;
 }
 
 static int rdmad_post_recv(struct ibv_qp *qp, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey) {
@@ -1101,27 +1127,51 @@ func (q *QP) State() (QPState, error) {
 
 // PostSend posts one send work request.
 func (q *QP) PostSend(wr SendWR) error {
+	wrs := [1]SendWR{wr}
+	_, err := q.PostSendList(wrs[:])
+	return err
+}
+
+// MaxSendList is the most work requests PostSendList posts with one call
+// into the provider; longer lists take several.
+const MaxSendList = C.RDMAD_MAX_SEND_LIST
+
+// PostSendList posts wrs in order, chained: one call into the provider and
+// one doorbell per MaxSendList requests (on Soft-RoCE a doorbell is a
+// system call, and the kernel builds the packets in it). It returns how
+// many were posted; on an error the rest were not.
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	if err := q.alive(); err != nil {
-		return err
+		return 0, err
 	}
-	flags := 0
-	if wr.Signaled {
-		flags |= C.IBV_SEND_SIGNALED
+	done := 0
+	for done < len(wrs) {
+		var cw [C.RDMAD_MAX_SEND_LIST]C.struct_rdmad_swr
+		n := min(len(wrs)-done, len(cw))
+		for i, wr := range wrs[done : done+n] {
+			flags := 0
+			if wr.Signaled {
+				flags |= C.IBV_SEND_SIGNALED
+			}
+			if wr.Inline {
+				flags |= C.IBV_SEND_INLINE
+			}
+			c := &cw[i]
+			c.id, c.addr, c.len, c.lkey = C.uint64_t(wr.ID), C.uint64_t(wr.SGE.Addr), C.uint32_t(wr.SGE.Length), C.uint32_t(wr.SGE.LKey)
+			c.raddr, c.rkey, c.rqpn, c.rqkey = C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
+			c.opcode, c.flags, c.ah = C.int(wr.Opcode), C.int(flags), nil
+			if wr.AH != nil {
+				c.ah = wr.AH.ah
+			}
+		}
+		var posted C.int
+		r := C.rdmad_post_send_list(q.qp, &cw[0], C.int(n), &posted)
+		done += int(posted)
+		if r != 0 {
+			return done, &Error{Verb: "ibv_post_send " + wrs[done].Opcode.String(), Object: q.obj(), Err: errnoOf(int(r), nil), Hint: postHint(int(r))}
+		}
 	}
-	if wr.Inline {
-		flags |= C.IBV_SEND_INLINE
-	}
-	var ah *C.struct_ibv_ah
-	if wr.AH != nil {
-		ah = wr.AH.ah
-	}
-	r := C.rdmad_post_send(q.qp, C.uint64_t(wr.ID), C.int(wr.Opcode), C.uint64_t(wr.SGE.Addr), C.uint32_t(wr.SGE.Length),
-		C.uint32_t(wr.SGE.LKey), C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.int(flags), ah,
-		C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey))
-	if r != 0 {
-		return &Error{Verb: "ibv_post_send " + wr.Opcode.String(), Object: q.obj(), Err: errnoOf(int(r), nil), Hint: postHint(int(r))}
-	}
-	return nil
+	return done, nil
 }
 
 // PostRecv posts one receive work request.

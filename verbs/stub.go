@@ -139,6 +139,12 @@ func (q *QP) State() (QPState, error) { return 0, errNoCgo }
 // PostSend reports ErrUnavailable.
 func (q *QP) PostSend(wr SendWR) error { return errNoCgo }
 
+// MaxSendList is the most work requests one provider call posts.
+const MaxSendList = 32
+
+// PostSendList reports ErrUnavailable.
+func (q *QP) PostSendList(wrs []SendWR) (int, error) { return 0, errNoCgo }
+
 // PostRecv reports ErrUnavailable.
 func (q *QP) PostRecv(id uint64, sge SGE) error { return errNoCgo }
 
