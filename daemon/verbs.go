@@ -244,7 +244,7 @@ func toLoopback(ps []probe.PortResult) []state.LoopbackPort {
 	}
 	for i, p := range ps {
 		out[i] = state.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
-			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send),
+			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
 			Rounds: p.Rounds, Failures: p.Failures, QPRecreated: p.QPRecreated, LastError: p.LastError,
 			ErrorKind: string(p.ErrorKind), UpdatedAt: p.UpdatedAt}
 	}

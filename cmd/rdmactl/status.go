@@ -70,14 +70,14 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 
 	if len(s.Loopback) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "LOOPBACK\tPORT\tSTATE\tWRITE p50/p99\tREAD p50/p99\tSEND p50/p99\tROUNDS\tFAILED\tLAST ERROR")
+		fmt.Fprintln(tw, "LOOPBACK\tPORT\tSTATE\tWRITE p50/p99\tREAD p50/p99\tSEND p50/p99\tWARM-UP p50/p99\tROUNDS\tFAILED\tLAST ERROR")
 		for _, p := range s.Loopback {
 			lastErr := p.LastError
 			if p.ErrorKind != "" {
 				lastErr = p.ErrorKind + ": " + lastErr
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Device, p.Port, p.State,
-				rtts(p.Write), rtts(p.Read), rtts(p.Send), p.Rounds, p.Failures, lastErr)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Device, p.Port, p.State,
+				rtts(p.Write), rtts(p.Read), rtts(p.Send), rtts(p.Warmup), p.Rounds, p.Failures, lastErr)
 		}
 		tw.Flush()
 	}

@@ -44,7 +44,7 @@ var loopbackSection = section{
 			for _, op := range []struct {
 				name string
 				s    state.OpStats
-			}{{"write", p.Write}, {"read", p.Read}, {"send", p.Send}} {
+			}{{"write", p.Write}, {"read", p.Read}, {"send", p.Send}, {"warmup", p.Warmup}} {
 				ol := append(l[:2:2], op.name)
 				if op.s.Count > 0 {
 					for _, st := range []struct {

@@ -13,14 +13,20 @@ type LoopbackPort struct {
 	Port   int    `json:"port"`
 	// State is ok, paused (the port is not ACTIVE: not a failure),
 	// failed (see LastError and ErrorKind) or unavailable (device gone).
-	State       string    `json:"state"`
-	PortState   string    `json:"port_state,omitempty"`
-	GID         string    `json:"gid,omitempty"`
-	GIDIndex    int       `json:"gid_index"`
-	GIDType     string    `json:"gid_type,omitempty"`
-	Write       OpStats   `json:"write"`
-	Read        OpStats   `json:"read"`
-	Send        OpStats   `json:"send"`
+	State     string  `json:"state"`
+	PortState string  `json:"port_state,omitempty"`
+	GID       string  `json:"gid,omitempty"`
+	GIDIndex  int     `json:"gid_index"`
+	GIDType   string  `json:"gid_type,omitempty"`
+	Write     OpStats `json:"write"`
+	Read      OpStats `json:"read"`
+	Send      OpStats `json:"send"`
+	// Warmup is the round's first operation, an RDMA WRITE after the probe
+	// slept. Its RTT includes waking the host (interrupts, scheduler,
+	// Soft-RoCE's tasks); Write, Read and Send follow it back to back and
+	// measure the device path. A warm-up far slower than Write points at
+	// the host, not the fabric.
+	Warmup      OpStats   `json:"warmup"`
 	Rounds      uint64    `json:"rounds"`
 	Failures    uint64    `json:"failures"`
 	QPRecreated uint64    `json:"qp_recreated"`

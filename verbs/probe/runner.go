@@ -457,7 +457,7 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 		ps.res.PortState = pa.State.String()
 		ps.res.GID, ps.res.GIDIndex, ps.res.GIDType = s.gid.GID.String(), s.gid.Index, s.gid.Type.String()
 		ps.res.Rounds++
-		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send}
+		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send, &ps.res.Warmup}
 		scratch := make([]time.Duration, 0, r.cfg.Window)
 		for op := range numOps {
 			if rtts[op] > 0 {

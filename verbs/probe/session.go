@@ -12,10 +12,17 @@ const (
 	opWrite = iota
 	opRead
 	opSend
+	// opWarmup is the round's first operation, an RDMA WRITE like opWrite.
+	// It comes first so that its RTT, not the measured operations', pays
+	// for waking the path after the probe slept (interrupts, the scheduler,
+	// the device's or Soft-RoCE's tasks, an emulator's idle vCPUs): the
+	// operations after it measure the device path, and the warm-up's own
+	// RTT shows the host's share separately.
+	opWarmup
 	numOps
 )
 
-var opNames = [numOps]string{"RDMA WRITE", "RDMA READ", "SEND/RECV"}
+var opNames = [numOps]string{opWrite: "RDMA WRITE", opRead: "RDMA READ", opSend: "SEND/RECV", opWarmup: "warm-up RDMA WRITE"}
 
 // The probe's page is cut into slots, one per role, so that no operation
 // can pass by finding the bytes another one left.
@@ -181,22 +188,36 @@ func check(op int, got []byte, seq uint64) error {
 
 func wrid(seq uint64, op int) uint64 { return seq<<4 | uint64(op) }
 
-// round runs WRITE, READ and SEND/RECV once and returns their RTTs. On
-// failure it returns the RTTs of the operations that succeeded, the index
-// of the one that failed, and the error.
+// round runs a warm-up WRITE, then WRITE, READ and SEND/RECV once each,
+// back to back, and returns their RTTs. On failure it returns the RTTs of
+// the operations that succeeded, the index of the one that failed, and the
+// error.
 func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Duration, failed int, err error) {
 	// One deadline for the round rather than one timer per operation:
 	// each operation still fails as a timeout if the round runs out.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	mr := s.mr
+	write := func(op int) error {
+		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, op), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
+			RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
+	}
+	// Warm-up: the same WRITE, data checked too (it is a probe of its own).
+	fill(s.slot(slotWriteSrc), seq, opWarmup)
+	clear(s.slot(slotWriteDst))
+	rtts[opWarmup], err = s.op(ctx, opWarmup, seq, 1, func() error { return write(opWarmup) })
+	if err == nil {
+		err = check(opWarmup, s.slot(slotWriteDst), seq)
+	}
+	if err != nil {
+		rtts[opWarmup] = 0
+		return rtts, opWarmup, err
+	}
+
 	// RDMA WRITE: A's payload into B's memory, no receiver involvement.
 	fill(s.slot(slotWriteSrc), seq, opWrite)
 	clear(s.slot(slotWriteDst))
-	rtts[opWrite], err = s.op(ctx, opWrite, seq, 1, func() error {
-		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opWrite), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
-			RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
-	})
+	rtts[opWrite], err = s.op(ctx, opWrite, seq, 1, func() error { return write(opWrite) })
 	if err == nil {
 		err = check(opWrite, s.slot(slotWriteDst), seq)
 	}
