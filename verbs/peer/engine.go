@@ -154,9 +154,9 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{cfg: cfg, qkey: qkey, epoch: time.Now(), ports: map[string]*udPort{}, kick: make(chan struct{}, 1)}, nil
 }
 
-// now is the engine's clock for payload times: monotonic nanoseconds since
-// New, never 0 after the first nanosecond.
-func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) + 1 }
+// stamp is the engine's clock for payload times: monotonic nanoseconds
+// since New at t (a time.Now reading), never 0.
+func (e *Engine) stamp(t time.Time) int64 { return int64(t.Sub(e.epoch)) + 1 }
 
 func (e *Engine) count(c *uint64) { atomic.AddUint64(c, 1) }
 
@@ -205,23 +205,47 @@ func (e *Engine) port(key string) (*udPort, error) {
 	return p, nil
 }
 
+// A Target is one probe of a batch: where it goes, its sequence number,
+// and, after ProbeBatch, why it was not sent (nil when it was).
+type Target struct {
+	Dst Endpoint
+	Seq uint64
+	Err error
+}
+
 // Probe sends probe seq from the local port to dst. It does not wait: the
 // answer arrives through Config.OnReply, and a probe without one is the
 // caller's to time out.
 func (e *Engine) Probe(local string, dst Endpoint, seq uint64) error {
+	ts := [1]Target{{Dst: dst, Seq: seq}}
+	e.ProbeBatch(local, ts[:])
+	return ts[0].Err
+}
+
+// ProbeBatch sends every target's probe from the local port as one chained
+// post (one doorbell per verbs.MaxSendList probes) and returns how many
+// went; each target that did not go says why in its Err. The answers
+// arrive through Config.OnReply.
+func (e *Engine) ProbeBatch(local string, ts []Target) int {
 	p, err := e.port(local)
 	if err != nil {
-		return err
+		for i := range ts {
+			ts[i].Err = err
+		}
+		return 0
 	}
-	pl := Payload{Kind: KindProbe, Seq: seq, GID: p.gid.GID}
 	p.mu.Lock()
-	pl.SentAt = e.now()
-	err = p.send(dst, &pl, time.Now())
-	p.mu.Unlock()
-	if err == nil {
-		e.count(&e.stats.Sent)
+	out := p.probeOut[:0]
+	for i := range ts {
+		ts[i].Err = nil
+		out = append(out, outgoing{dst: ts[i].Dst, pl: Payload{Kind: KindProbe, Seq: ts[i].Seq, GID: p.gid.GID}, err: &ts[i].Err})
 	}
-	return err
+	n := p.post(out, time.Now())
+	clear(out) // drop the pointers into ts
+	p.probeOut = out[:0]
+	p.mu.Unlock()
+	atomic.AddUint64(&e.stats.Sent, uint64(n))
+	return n
 }
 
 // Admit lets the local port answer probes from src until the time until.

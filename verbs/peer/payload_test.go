@@ -2,6 +2,7 @@ package peer
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -83,4 +84,33 @@ func FuzzDecodePayload(f *testing.F) {
 			t.Fatalf("re-encoding differs (-in +out):\n%s", diff)
 		}
 	})
+}
+
+// TestReclaim checks the unsignalled-send bookkeeping: one completion
+// returns the slots of every send posted before it, in posting order, and
+// the ring wraps.
+func TestReclaim(t *testing.T) {
+	p := &udPort{posted: ring{buf: make([]int, 4)}}
+	post := func(slots ...int) {
+		for _, s := range slots {
+			p.posted.push(s)
+		}
+	}
+	post(7, 3, 9)
+	p.reclaim(3) // the second send was signalled
+	if want := []int{7, 3}; !slices.Equal(p.free, want) || p.posted.size != 1 {
+		t.Fatalf("after reclaim(3): free %v, %d in flight; want %v, 1", p.free, p.posted.size, want)
+	}
+	post(1, 2, 5) // wraps around the 4-slot ring
+	p.reclaim(5)
+	if want := []int{7, 3, 9, 1, 2, 5}; !slices.Equal(p.free, want) || p.posted.size != 0 {
+		t.Fatalf("after reclaim(5): free %v, %d in flight; want %v, 0", p.free, p.posted.size, want)
+	}
+	// A completion for a slot not in flight frees what is there and
+	// stops at an empty ring rather than looping.
+	post(4)
+	p.reclaim(8)
+	if p.posted.size != 0 || p.free[len(p.free)-1] != 4 {
+		t.Fatalf("after reclaim of an unknown slot: free %v, %d in flight", p.free, p.posted.size)
+	}
 }

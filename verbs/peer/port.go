@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmad/rdmad/verbs"
@@ -48,12 +49,25 @@ type udPort struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.Mutex // guards everything below and serialises posts
-	closed   bool
-	free     []int // free send slots
-	ahs      map[verbs.GID]*ahEntry
-	admitted map[srcKey]admission // sources the responder answers
-	broken   error                // set when the QP left RTS; the engine rebuilds the port
+	mu     sync.Mutex // guards everything below and serialises posts
+	closed bool
+	free   []int // free send slots
+	// Sends are signalled only every signalEvery-th post: a UD send
+	// queue completes in order, so one completion returns the slots of
+	// every send posted before it. posted holds the slots in flight in
+	// posting order; unsignalled counts the posts since the last
+	// signalled one. As long as SendSlots >= 2*signalEvery, a full queue
+	// always holds a signalled send, so slots can never all be stuck.
+	posted      ring
+	unsignalled int
+	signalEvery int
+	wrs         []verbs.SendWR // scratch for one chained post
+	wrItem      []int          // wrs[j] posts out[wrItem[j]]
+	out         []outgoing     // replies to post after a completion batch
+	probeOut    []outgoing     // scratch of ProbeBatch
+	ahs         map[verbs.GID]*ahEntry
+	admitted    map[srcKey]admission // sources the responder answers
+	broken      error                // set when the QP left RTS; the engine rebuilds the port
 }
 
 // A srcKey is what a probe's sender is recognised by: the QPN the adapter
@@ -69,6 +83,31 @@ type admission struct {
 	qkey  uint32
 	lid   uint16
 	until time.Time
+}
+
+// An outgoing is a probe or reply waiting to be posted.
+type outgoing struct {
+	dst Endpoint
+	pl  Payload
+	err *error // where to report a failure to post it; nil ignores it
+}
+
+// A ring is a FIFO of send slots.
+type ring struct {
+	buf        []int
+	head, size int
+}
+
+func (r *ring) push(v int) {
+	r.buf[(r.head+r.size)%len(r.buf)] = v
+	r.size++
+}
+
+func (r *ring) pop() int {
+	v := r.buf[r.head]
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return v
 }
 
 type ahEntry struct {
@@ -132,6 +171,10 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *ud
 	for i := e.cfg.RecvSlots; i < n; i++ {
 		p.free = append(p.free, i)
 	}
+	p.posted = ring{buf: make([]int, e.cfg.SendSlots)}
+	p.signalEvery = max(1, min(maxUnsignalled, e.cfg.SendSlots/2))
+	p.wrs = make([]verbs.SendWR, 0, e.cfg.SendSlots)
+	p.wrItem = make([]int, 0, e.cfg.SendSlots)
 	return p, nil
 }
 
@@ -229,42 +272,104 @@ func (p *udPort) ah(dst Endpoint, now time.Time) (*verbs.AH, error) {
 	return a, nil
 }
 
-// send posts payload pl to dst from a free send slot. Called with p.mu held.
-func (p *udPort) send(dst Endpoint, pl *Payload, now time.Time) error {
-	if p.closed {
-		return fmt.Errorf("peer probe: %s: %w", p.key, verbs.ErrClosed)
+// maxUnsignalled bounds the sends posted without asking for a completion.
+const maxUnsignalled = 32
+
+// post sends every item of out that it can, in order, as one chained post,
+// stamping probes' SentAt and replies' ReplyAt with one clock read just
+// before posting. An item that cannot go (no free slot, no address handle,
+// the port closed or broken, the post failed) gets its error through
+// item.err. It returns how many were posted. Called with p.mu held.
+func (p *udPort) post(out []outgoing, now time.Time) int {
+	fail := func(o *outgoing, err error) {
+		if o.err != nil {
+			*o.err = err
+		}
 	}
-	if p.broken != nil {
-		return fmt.Errorf("peer probe: %s is being rebuilt: %w", p.key, p.broken)
+	var state error
+	switch {
+	case p.closed:
+		state = fmt.Errorf("peer probe: %s: %w", p.key, verbs.ErrClosed)
+	case p.broken != nil:
+		state = fmt.Errorf("peer probe: %s is being rebuilt: %w", p.key, p.broken)
 	}
-	if len(p.free) == 0 {
-		return fmt.Errorf("peer probe: %s: %w", p.key, ErrBusy)
+	stamp := p.e.stamp(time.Now())
+	wrs := p.wrs[:0]
+	p.wrItem = p.wrItem[:0]
+	for k := range out {
+		o := &out[k]
+		if state != nil {
+			fail(o, state)
+			continue
+		}
+		if len(p.free) == 0 {
+			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ErrBusy))
+			continue
+		}
+		ah, err := p.ah(o.dst, now)
+		if err != nil {
+			fail(o, err)
+			continue
+		}
+		i := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if o.pl.Kind == KindReply {
+			o.pl.ReplyAt = stamp
+		} else {
+			o.pl.SentAt = stamp
+		}
+		o.pl.Encode(p.slot(i)[:PayloadSize])
+		p.unsignalled++
+		signalled := p.unsignalled >= p.signalEvery
+		if signalled {
+			p.unsignalled = 0
+		}
+		p.wrItem = append(p.wrItem, k)
+		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Signaled: signalled, AH: ah,
+			RemoteQPN: o.dst.QPN, RemoteQKey: o.dst.QKey,
+			SGE: verbs.SGE{Addr: p.mr.Addr() + uint64(i*slotSize), Length: PayloadSize, LKey: p.mr.LKey()}})
 	}
-	ah, err := p.ah(dst, now)
+	if len(wrs) == 0 {
+		return 0
+	}
+	n, err := p.qp.PostSendList(wrs)
+	for _, wr := range wrs[:n] {
+		p.posted.push(int(wr.ID))
+	}
 	if err != nil {
-		return err
+		// What did not go gives its slot back; the signalling count
+		// restarts so the next post asks for a completion.
+		for _, wr := range wrs[n:] {
+			p.free = append(p.free, int(wr.ID))
+		}
+		p.unsignalled = p.signalEvery
+		for _, k := range p.wrItem[n:len(wrs)] {
+			fail(&out[k], err)
+		}
 	}
-	i := p.free[len(p.free)-1]
-	b := p.slot(i)
-	if pl.Kind == KindReply {
-		pl.ReplyAt = p.e.now()
+	return n
+}
+
+// reclaim returns the slots of every send posted up to and including the
+// one in slot last, which just completed.
+func (p *udPort) reclaim(last int) {
+	for p.posted.size > 0 {
+		i := p.posted.pop()
+		p.free = append(p.free, i)
+		if i == last {
+			return
+		}
 	}
-	pl.Encode(b[:PayloadSize])
-	err = p.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Signaled: true, AH: ah,
-		RemoteQPN: dst.QPN, RemoteQKey: dst.QKey,
-		SGE: verbs.SGE{Addr: p.mr.Addr() + uint64(i*slotSize), Length: PayloadSize, LKey: p.mr.LKey()}})
-	if err != nil {
-		return err
-	}
-	p.free = p.free[:len(p.free)-1]
-	return nil
 }
 
 // pollLoop handles completions until ctx is done: it answers probes from
 // admitted sources, hands replies to the engine and recycles slots. It
-// sleeps on the completion channel; it never spins.
+// sleeps on the completion channel; it never spins. A wakeup takes every
+// completion that is there (up to len(wcs)), and the answers to the probes
+// among them go out as one chained post.
 func (p *udPort) pollLoop(ctx context.Context) {
-	wcs := make([]verbs.WorkCompletion, 16)
+	wcs := make([]verbs.WorkCompletion, 64)
+	var replies []Reply
 	for {
 		n, err := p.cq.PollWait(ctx, wcs, p.e.cfg.Spin)
 		if err != nil {
@@ -277,91 +382,100 @@ func (p *udPort) pollLoop(ctx context.Context) {
 			}
 			return
 		}
-		now := time.Now()
-		for _, wc := range wcs[:n] {
-			p.completion(wc, now)
+		replies = p.completions(wcs[:n], replies[:0])
+		if p.e.cfg.OnReply != nil {
+			for _, r := range replies {
+				p.e.cfg.OnReply(r)
+			}
 		}
 	}
 }
 
 func (p *udPort) setBroken(err error) {
 	p.mu.Lock()
+	p.setBrokenLocked(err)
+	p.mu.Unlock()
+}
+
+func (p *udPort) setBrokenLocked(err error) {
 	if p.broken == nil {
 		p.broken = err
 	}
-	p.mu.Unlock()
 	p.e.rebuild()
 }
 
-func (p *udPort) completion(wc verbs.WorkCompletion, now time.Time) {
-	if wc.WRID&wrRecv == 0 {
-		// A send finished: its slot is free again.
-		p.mu.Lock()
-		p.free = append(p.free, int(wc.WRID))
-		p.mu.Unlock()
-		if err := wc.Err(); err != nil && wc.Status != verbs.WCFlushErr {
-			p.e.count(&p.e.stats.SendErrors)
-			p.setBroken(fmt.Errorf("peer probe: %s: send: %w", p.key, err))
-		}
-		return
-	}
-	i := int(wc.WRID &^ wrRecv)
-	t := p.e.now()
-	if err := wc.Err(); err != nil {
-		if wc.Status != verbs.WCFlushErr {
-			p.setBroken(fmt.Errorf("peer probe: %s: receive: %w", p.key, err))
-		}
-		return
-	}
-	var pl Payload
-	var derr error
-	if wc.ByteLen != grhSize+PayloadSize {
-		derr = fmt.Errorf("%w: %d bytes", ErrMalformed, wc.ByteLen)
-	} else {
-		pl, derr = DecodePayload(p.slot(i)[grhSize : grhSize+PayloadSize])
-	}
-	var reply *Reply
+// completions handles one batch of completions and appends the replies to
+// this node's probes to replies. One clock read stamps the whole batch: it
+// is when this host learnt of them, so the time a batch takes to handle
+// counts as host delay (subtracted by the prober), not as network time.
+func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Reply {
+	now := time.Now()
+	t := p.e.stamp(now)
 	p.mu.Lock()
-	// The receive goes back before anything else so that a burst cannot
-	// drain the receive queue.
-	if !p.closed {
-		if err := p.postRecv(i); err != nil && p.broken == nil {
-			p.broken = err
-			p.e.rebuild()
+	defer p.mu.Unlock()
+	p.out = p.out[:0]
+	for _, wc := range wcs {
+		if wc.WRID&wrRecv == 0 {
+			// A signalled send (or any send, flushed in error) finished:
+			// its slot and those of the sends before it are free.
+			p.reclaim(int(wc.WRID))
+			if err := wc.Err(); err != nil && wc.Status != verbs.WCFlushErr {
+				p.e.count(&p.e.stats.SendErrors)
+				p.setBrokenLocked(fmt.Errorf("peer probe: %s: send: %w", p.key, err))
+			}
+			continue
 		}
-	}
-	switch {
-	case derr != nil:
-		p.e.count(&p.e.stats.Malformed)
-	case pl.Kind == KindProbe:
-		k := srcKey{gid: pl.GID, qpn: wc.SrcQP}
-		adm, ok := p.admitted[k]
-		if !ok || now.After(adm.until) {
-			delete(p.admitted, k)
-			p.e.count(&p.e.stats.Unadmitted)
-			break
+		i := int(wc.WRID &^ wrRecv)
+		if err := wc.Err(); err != nil {
+			if wc.Status != verbs.WCFlushErr {
+				p.setBrokenLocked(fmt.Errorf("peer probe: %s: receive: %w", p.key, err))
+			}
+			continue
 		}
-		// Only a source the control endpoint admitted gets an answer,
-		// and its qkey comes from that admission, not from the packet.
-		dst := Endpoint{GID: pl.GID, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}
-		r := Payload{Kind: KindReply, Seq: pl.Seq, SentAt: pl.SentAt, RecvAt: t, GID: p.gid.GID}
-		if err := p.send(dst, &r, now); err != nil {
-			p.e.count(&p.e.stats.ReplyErrors)
-			break
+		var pl Payload
+		var derr error
+		if wc.ByteLen != grhSize+PayloadSize {
+			derr = fmt.Errorf("%w: %d bytes", ErrMalformed, wc.ByteLen)
+		} else {
+			pl, derr = DecodePayload(p.slot(i)[grhSize : grhSize+PayloadSize])
 		}
-		p.e.count(&p.e.stats.Answered)
-	case pl.Kind == KindReply:
-		rtt := time.Duration(t - pl.SentAt)
-		if pl.SentAt <= 0 || rtt < 0 || rtt > time.Minute {
+		// The receive goes back before anything else so that a burst
+		// cannot drain the receive queue.
+		if !p.closed {
+			if err := p.postRecv(i); err != nil {
+				p.setBrokenLocked(err)
+			}
+		}
+		switch {
+		case derr != nil:
 			p.e.count(&p.e.stats.Malformed)
-			break
+		case pl.Kind == KindProbe:
+			k := srcKey{gid: pl.GID, qpn: wc.SrcQP}
+			adm, ok := p.admitted[k]
+			if !ok || now.After(adm.until) {
+				delete(p.admitted, k)
+				p.e.count(&p.e.stats.Unadmitted)
+				break
+			}
+			// Only a source the control endpoint admitted gets an answer,
+			// and its qkey comes from that admission, not from the packet.
+			p.out = append(p.out, outgoing{dst: Endpoint{GID: pl.GID, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid},
+				pl: Payload{Kind: KindReply, Seq: pl.Seq, SentAt: pl.SentAt, RecvAt: t, GID: p.gid.GID}})
+		case pl.Kind == KindReply:
+			rtt := time.Duration(t - pl.SentAt)
+			if pl.SentAt <= 0 || rtt < 0 || rtt > time.Minute {
+				p.e.count(&p.e.stats.Malformed)
+				break
+			}
+			p.e.count(&p.e.stats.Replies)
+			replies = append(replies, Reply{Local: p.key, From: Endpoint{GID: pl.GID, QPN: wc.SrcQP}, Seq: pl.Seq, RTT: rtt,
+				ResponderDelay: time.Duration(pl.ReplyAt - pl.RecvAt), At: now})
 		}
-		p.e.count(&p.e.stats.Replies)
-		reply = &Reply{Local: p.key, From: Endpoint{GID: pl.GID, QPN: wc.SrcQP}, Seq: pl.Seq, RTT: rtt,
-			ResponderDelay: time.Duration(pl.ReplyAt - pl.RecvAt), At: now}
 	}
-	p.mu.Unlock()
-	if reply != nil && p.e.cfg.OnReply != nil {
-		p.e.cfg.OnReply(*reply)
+	if len(p.out) > 0 {
+		n := p.post(p.out, now)
+		atomic.AddUint64(&p.e.stats.Answered, uint64(n))
+		atomic.AddUint64(&p.e.stats.ReplyErrors, uint64(len(p.out)-n))
 	}
+	return replies
 }
