@@ -68,6 +68,11 @@ func printPeers(w io.Writer, ps state.Peers) {
 			fmt.Fprintf(w, " %s (QPN 0x%x, GID %s)", p.Key, p.QPN, p.GID)
 		}
 		fmt.Fprintln(w)
+		for _, p := range ps.Ports {
+			if p.LocalFault != "" {
+				fmt.Fprintf(w, "LOCAL FAULT? %s\n", p.LocalFault)
+			}
+		}
 	}
 	if len(ps.Peers) == 0 {
 		fmt.Fprintln(w, "No peers are probed; declare [[peer]] blocks or [probe] peers_file.")

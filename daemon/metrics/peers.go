@@ -25,6 +25,10 @@ var (
 		"Probes on the path that went unanswered.", []string{"peer", "local"}, nil)
 	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
 		"Control endpoint messages by outcome: answered, refused (source not allowed) or malformed.", []string{"outcome"}, nil)
+	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
+		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
+	peerNotSent = prometheus.NewDesc("rdmad_peer_probes_not_sent_total",
+		"Probes this node could not post (all send slots in flight, or the port being rebuilt); not counted as lost.", nil, nil)
 	peerProbesIn = prometheus.NewDesc("rdmad_peer_probes_received_total",
 		"Probes from other nodes by outcome: answered, unadmitted (sender did not query first) or malformed.", []string{"outcome"}, nil)
 )
@@ -32,7 +36,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn},
+	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerNotSent},
 	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Peers {
 			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
@@ -52,8 +56,12 @@ var peerSection = section{
 				ch <- counter(peerLost, float64(path.Lost), l...)
 			}
 		}
+		for _, lp := range s.Peers.Ports {
+			ch <- gauge(peerLocalFault, b2f(lp.LocalFault != ""), lp.Key)
+		}
 		k := s.Peers.Counters
 		if len(s.Peers.Ports) > 0 || len(s.Peers.Peers) > 0 {
+			ch <- counter(peerNotSent, float64(k.ProbesNotSent))
 			ch <- counter(peerControl, float64(k.ControlAnswered), "answered")
 			ch <- counter(peerControl, float64(k.ControlRefused), "refused")
 			ch <- counter(peerControl, float64(k.ControlMalformed), "malformed")

@@ -28,7 +28,9 @@ import (
 // A Prober sends probes and answers them; *peer.Engine is one.
 type Prober interface {
 	Ports() ([]peer.LocalPort, error)
-	Probe(local string, dst peer.Endpoint, seq uint64) error
+	// ProbeBatch sends the probes of one local port together and
+	// reports, in each target's Err, the ones that did not go.
+	ProbeBatch(local string, ts []peer.Target) int
 	Admit(local string, src peer.Endpoint, until time.Time) error
 }
 
@@ -57,9 +59,10 @@ type Settings struct {
 type Options struct {
 	Prober Prober
 	NodeID uint64
-	// ListenAddr overrides the control endpoint's address (tests);
-	// default "[::]:<port>".
-	ListenAddr string
+	// ListenHost is the address the control endpoint binds to, with the
+	// port of Settings; default "::" (every address). Tests bind loopback
+	// addresses.
+	ListenHost string
 	// OnState receives the peers' state after changes, at most about once a
 	// second unless a state changed; called from the manager's goroutine.
 	OnState func(state.Peers)
@@ -73,6 +76,11 @@ const expirePrefix = "\x00expire "
 
 // maxInflightPerPath bounds the probes in flight on one path.
 const maxInflightPerPath = 2
+
+// maxBatchWindow bounds how early a probe may go to share a wakeup and a
+// post with others: at a thousand peers a second, one wakeup per 20 ms
+// sends about twenty probes with one doorbell instead of twenty wakeups.
+const maxBatchWindow = 20 * time.Millisecond
 
 // A Manager runs the peer probes until its Run's context is done.
 type Manager struct {
@@ -103,6 +111,25 @@ type Manager struct {
 	published time.Time
 	notSent   uint64
 	resolving int
+	outbox    map[string][]peer.Target // probes of this tick by local port
+	ctx       context.Context          // Run's
+	ctlPort   int                      // the port m.ctl is bound to
+	ctlErr    string                   // why it is not the configured one
+	ctlBase   [3]uint64                // counters of replaced endpoints
+	serving   []*serving
+	faults    map[string]string // local port -> why it is the suspect
+	serveErr  chan ctlErr
+}
+
+// A serving is a control endpoint and its Serve goroutine.
+type serving struct {
+	ctl  *Control
+	done chan struct{}
+}
+
+type ctlErr struct {
+	ctl *Control
+	err error
 }
 
 type answer struct {
@@ -176,7 +203,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger,
 		settings: make(chan Settings, 1), replies: make(chan peer.Reply, 4096), answers: make(chan answer, 1024),
 		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16),
-		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}}
+		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}, outbox: map[string][]peer.Target{}}
 	m.cfg = s
 	return m, nil
 }
@@ -228,30 +255,17 @@ func (m *Manager) ProbeOnce(ctx context.Context, name string) (state.Peer, error
 
 // Run opens the control endpoint and probes until ctx is done.
 func (m *Manager) Run(ctx context.Context) error {
-	addr := m.opts.ListenAddr
-	if addr == "" {
-		addr = net.JoinHostPort("::", strconv.Itoa(m.cfg.Port))
-	}
-	ctl, err := ListenControl(addr, ControlOptions{
-		NodeID:   m.opts.NodeID,
-		Ports:    func() []peer.LocalPort { p, _ := m.opts.Prober.Ports(); return p },
-		Admit:    m.opts.Prober.Admit,
-		AdmitFor: 3 * m.cfg.Resolve,
-		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
-			select {
-			case m.answers <- answer{from, msg}:
-			default:
-			}
-		},
-	})
-	if err != nil {
+	m.ctx = ctx
+	m.serveErr = make(chan ctlErr, 1)
+	if err := m.listen(ctx, m.cfg.Port); err != nil {
 		return err
 	}
-	m.ctl = ctl
-	defer ctl.Close()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- ctl.Serve(ctx) }()
-	defer func() { ctl.Close(); <-serveErr }()
+	defer func() {
+		for _, c := range m.serving {
+			c.ctl.Close()
+			<-c.done
+		}
+	}()
 
 	m.localIPs = localAddrs()
 	m.apply(m.cfg, time.Now())
@@ -262,13 +276,25 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			m.failOneshots(ctx.Err())
 			return nil
-		case err := <-serveErr:
-			serveErr <- err
-			return err
+		case e := <-m.serveErr:
+			if e.ctl == m.ctl {
+				return e.err
+			}
 		case s := <-m.settings:
 			m.apply(s, time.Now())
 		case r := <-m.replies:
 			m.onReply(r)
+			// Take every reply that is queued: one pass of tick for
+			// a burst, not one per reply.
+		drain:
+			for {
+				select {
+				case r := <-m.replies:
+					m.onReply(r)
+				default:
+					break drain
+				}
+			}
 		case a := <-m.answers:
 			m.onAnswer(a, time.Now())
 		case r := <-m.resolved:
@@ -290,11 +316,15 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.reselect(now)
 	}
 	m.expire(now)
-	for m.due.Len() > 0 && !m.due[0].due.After(now) {
+	// Visit the peers due now and those due within the batch window:
+	// their probes leave a little early, together.
+	horizon := now.Add(min(m.cfg.Interval/50, maxBatchWindow))
+	for m.due.Len() > 0 && !m.due[0].due.After(horizon) {
 		p := m.due[0]
 		m.visit(ctx, p, now)
 		heap.Fix(&m.due, 0)
 	}
+	m.flush()
 	m.publish(now)
 	next := now.Add(time.Second)
 	if m.due.Len() > 0 && m.due[0].due.Before(next) {
@@ -310,9 +340,72 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	return next.Add(2 * time.Millisecond)
 }
 
-// apply installs settings: the peer list, the allow list, the selection.
+// listen opens the control endpoint on port and serves it, closing the one
+// it replaces. On an error the endpoint in force stays.
+func (m *Manager) listen(ctx context.Context, port int) error {
+	host := m.opts.ListenHost
+	if host == "" {
+		host = "::"
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ctl, err := ListenControl(addr, ControlOptions{
+		NodeID:   m.opts.NodeID,
+		Ports:    func() []peer.LocalPort { p, _ := m.opts.Prober.Ports(); return p },
+		Admit:    m.opts.Prober.Admit,
+		AdmitFor: 3 * m.cfg.Resolve,
+		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
+			select {
+			case m.answers <- answer{from, msg}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c := &serving{ctl: ctl, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		if err := ctl.Serve(ctx); err != nil {
+			select {
+			case m.serveErr <- ctlErr{ctl, err}:
+			default:
+			}
+		}
+	}()
+	if old := m.ctl; old != nil {
+		mal, ref, ans := old.Counters()
+		m.ctlBase[0], m.ctlBase[1], m.ctlBase[2] = m.ctlBase[0]+mal, m.ctlBase[1]+ref, m.ctlBase[2]+ans
+		old.Close()
+		for i, o := range m.serving {
+			if o.ctl == old {
+				<-o.done
+				m.serving = slices.Delete(m.serving, i, i+1)
+				break
+			}
+		}
+	}
+	m.ctl, m.ctlPort = ctl, port
+	m.serving = append(m.serving, c)
+	return nil
+}
+
+// apply installs settings: the peer list, the allow list, the selection,
+// and the control endpoint's port. A port that cannot be bound leaves the
+// endpoint where it is, says so in the state and the log, and is tried
+// again at the next reload.
 func (m *Manager) apply(s Settings, now time.Time) {
 	m.cfg = s
+	m.ctlErr = ""
+	if s.Port != m.ctlPort {
+		if err := m.listen(m.ctx, s.Port); err != nil {
+			m.ctlErr = fmt.Sprintf("%v; still answering on UDP port %d", err, m.ctlPort)
+			m.log.Error("cannot move the control endpoint", "port", s.Port, "err", err, "still_on", m.ctlPort)
+		} else {
+			m.log.Info("control endpoint moved", "port", s.Port)
+		}
+		m.changed = true
+	}
 	m.local, m.localErr = m.opts.Prober.Ports()
 	m.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
@@ -474,16 +567,38 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	}
 }
 
+// send queues a probe on the path; flush posts it.
 func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
 	m.seq++
-	if err := m.opts.Prober.Probe(pa.local, pa.remote, m.seq); err != nil {
-		m.notSent++
-		m.log.Debug("probe not sent", "peer", p.spec.Name, "port", pa.local, "err", err)
-		return
-	}
 	pa.inflight++
 	m.flights[m.seq] = &flight{p: p, pa: pa, sent: now}
 	m.order = append(m.order, m.seq)
+	m.outbox[pa.local] = append(m.outbox[pa.local], peer.Target{Dst: pa.remote, Seq: m.seq})
+}
+
+// flush posts the queued probes, one batch per local port. A probe that
+// did not go is not in flight: it counts as not sent, not as lost.
+func (m *Manager) flush() {
+	for local, ts := range m.outbox {
+		if len(ts) == 0 {
+			continue
+		}
+		if n := m.opts.Prober.ProbeBatch(local, ts); n < len(ts) {
+			for _, t := range ts {
+				if t.Err == nil {
+					continue
+				}
+				m.notSent++
+				if f := m.flights[t.Seq]; f != nil {
+					delete(m.flights, t.Seq)
+					f.pa.inflight--
+					m.log.Debug("probe not sent", "peer", f.p.spec.Name, "port", local, "err", t.Err)
+				}
+			}
+		}
+		clear(ts)
+		m.outbox[local] = ts[:0]
+	}
 }
 
 // expire turns probes older than the timeout into losses.

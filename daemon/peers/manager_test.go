@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/daemon/peers/wire"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
@@ -57,16 +59,19 @@ func (p *fakeProber) Admit(local string, src peer.Endpoint, until time.Time) err
 	return nil
 }
 
-func (p *fakeProber) Probe(local string, dst peer.Endpoint, seq uint64) error {
-	p.f.mu.Lock()
-	t := p.f.byQPN[dst.QPN]
-	ok := t != nil && t.admitted[p.qpn]
-	p.f.mu.Unlock()
-	if ok {
-		r := peer.Reply{Local: local, From: peer.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now()}
-		go p.onReply(r)
+func (p *fakeProber) ProbeBatch(local string, ts []peer.Target) int {
+	for i := range ts {
+		ts[i].Err = nil
+		p.f.mu.Lock()
+		t := p.f.byQPN[ts[i].Dst.QPN]
+		ok := t != nil && t.admitted[p.qpn]
+		p.f.mu.Unlock()
+		if ok {
+			r := peer.Reply{Local: local, From: peer.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: ts[i].Seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now()}
+			go p.onReply(r)
+		}
 	}
-	return nil
+	return len(ts)
 }
 
 type node struct {
@@ -95,7 +100,7 @@ func startNode(t *testing.T, f *fabric, addr, other string, port int, id byte) *
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
-	m, err := New(Options{Prober: n.pr, NodeID: uint64(id), ListenAddr: net.JoinHostPort(addr, fmt.Sprint(port)),
+	m, err := New(Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
 		OnState: func(ps state.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
 	if err != nil {
 		t.Fatal(err)
@@ -177,5 +182,182 @@ func TestManagersLoopback(t *testing.T) {
 	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
 	if p := a.peer("127.0.0.3"); p.Paths[0].RemoteQPN != b.pr.qpn {
 		t.Errorf("after restart a probes QP %#x, want the new %#x", p.Paths[0].RemoteQPN, b.pr.qpn)
+	}
+}
+
+// busyProber refuses every second probe of a batch, as verbs/peer does when
+// its send slots are all in flight.
+type busyProber struct{ fakeProber }
+
+func (b *busyProber) ProbeBatch(local string, ts []peer.Target) int {
+	n := 0
+	for i := range ts {
+		ts[i].Err = nil
+		if i%2 == 1 {
+			ts[i].Err = peer.ErrBusy
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// TestFlushNotSent checks that a probe the prober refused is counted as not
+// sent and leaves nothing in flight, so it cannot later count as lost.
+func TestFlushNotSent(t *testing.T) {
+	m, err := New(Options{Prober: &busyProber{}}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &mpeer{spec: Spec{Name: "192.0.2.1"}}
+	pa := &path{local: "rxe0/1", remote: peer.Endpoint{QPN: 9}, win: newWindow(10), h: newHealth(time.Now())}
+	now := time.Now()
+	for range 4 {
+		m.send(p, pa, now)
+	}
+	m.flush()
+	if m.notSent != 2 || pa.inflight != 2 || len(m.flights) != 2 {
+		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.notSent, pa.inflight, len(m.flights))
+	}
+	if len(m.outbox["rxe0/1"]) != 0 {
+		t.Fatalf("outbox not emptied: %v", m.outbox)
+	}
+	m.expire(now.Add(time.Second))
+	if pa.lost != 2 {
+		t.Errorf("lost %d after the timeout; want 2 (the refused probes are not losses)", pa.lost)
+	}
+}
+
+// TestControlRebind changes [probe] port on a running manager: the control
+// endpoint moves to the new port and answers there; a port that cannot be
+// bound leaves it where it is, with the reason in the state, and a later
+// good port still works.
+func TestControlRebind(t *testing.T) {
+	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	a := startNode(t, f, "127.0.0.2", "127.0.0.3", 18621, 2)
+	defer a.stop(t)
+	waitControl := func(port int, wantErr bool) state.Peers {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			a.mu.Lock()
+			ps := a.last
+			a.mu.Unlock()
+			if ps.ControlPort == port && (ps.ControlError != "") == wantErr {
+				return ps
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		t.Fatalf("control port %d error %q; want port %d, error %v", a.last.ControlPort, a.last.ControlError, port, wantErr)
+		return state.Peers{}
+	}
+	// answers reports whether a query to port gets an answer.
+	answers := func(port int) bool {
+		t.Helper()
+		conn, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		q := wire.Message{Type: wire.TypeQuery, NodeID: 9, Nonce: 1, Count: 1, QPN: 0x99, QKey: 5}
+		b := q.Encode()
+		conn.Write(b[:])
+		conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		buf := make([]byte, wire.Size)
+		n, err := conn.Read(buf)
+		return err == nil && n == wire.Size
+	}
+	waitControl(18621, false)
+	if !answers(18621) {
+		t.Fatal("no answer on the first port")
+	}
+	s := a.m.cfg
+	s.Port = 18622
+	a.m.SetSettings(s)
+	waitControl(18622, false)
+	if !answers(18622) {
+		t.Error("no answer on the new port")
+	}
+	if answers(18621) {
+		t.Error("the old port still answers")
+	}
+	// A port someone else holds: the endpoint stays on 18622.
+	busy, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 18623})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Port = 18623
+	a.m.SetSettings(s)
+	ps := waitControl(18622, true)
+	if !strings.Contains(ps.ControlError, "18623") || !strings.Contains(ps.ControlError, "still answering on UDP port 18622") {
+		t.Errorf("control error %q: want the port that failed and the one in force", ps.ControlError)
+	}
+	if !answers(18622) {
+		t.Error("no answer on the port in force after a failed move")
+	}
+	busy.Close()
+	s.Port = 18624
+	a.m.SetSettings(s)
+	waitControl(18624, false)
+	if !answers(18624) {
+		t.Error("no answer after moving again")
+	}
+}
+
+// TestLocalFaults checks the local-fault inference: a port is the suspect
+// only while at least two peers have known paths on it and all are down.
+func TestLocalFaults(t *testing.T) {
+	mk := func(states ...string) *Manager {
+		m, err := New(Options{Prober: &fakeProber{}}, Settings{Interval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.local = []peer.LocalPort{{Key: "rxe0/1"}, {Key: "rxe1/1"}}
+		for i, st := range states {
+			p := &mpeer{spec: Spec{Name: fmt.Sprint("peer", i)}}
+			h := newHealth(time.Now())
+			h.state = st
+			// Every peer is up on the second port: only the first is at fault.
+			up := newHealth(time.Now())
+			up.state = state.PeerUp
+			p.paths = []*path{{local: "rxe0/1", h: h}, {local: "rxe1/1", h: up}}
+			m.peers[p.spec.Name] = p
+		}
+		return m
+	}
+	tests := []struct {
+		name   string
+		states []string
+		want   bool
+	}{
+		{"one peer down is that peer", []string{state.PeerDown}, false},
+		{"two peers down", []string{state.PeerDown, state.PeerDown}, true},
+		{"one of three answers", []string{state.PeerDown, state.PeerUp, state.PeerDown}, false},
+		{"unknown paths do not count", []string{state.PeerDown, state.PeerDown, state.PeerUnknown}, true},
+		{"degraded is not down", []string{state.PeerDown, state.PeerDegraded}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := mk(tt.states...)
+			m.localFaults()
+			got := m.State()
+			var fault0, fault1 string
+			for _, p := range got.Ports {
+				switch p.Key {
+				case "rxe0/1":
+					fault0 = p.LocalFault
+				case "rxe1/1":
+					fault1 = p.LocalFault
+				}
+			}
+			if (fault0 != "") != tt.want || fault1 != "" {
+				t.Errorf("local faults rxe0/1 %q, rxe1/1 %q; want rxe0/1 suspect %v, rxe1/1 not", fault0, fault1, tt.want)
+			}
+			if tt.want && !strings.Contains(fault0, "all 2 peers are down from rxe0/1") {
+				t.Errorf("reason %q: want the count and the port", fault0)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -31,10 +32,55 @@ func (m *Manager) publish(now time.Time) {
 	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
 		return
 	}
+	m.localFaults()
 	m.published, m.changed, m.dirty = now, false, false
 	if m.opts.OnState != nil {
 		m.opts.OnState(m.State())
 	}
+}
+
+// minFaultPeers is how many peers must all be down on a port before the
+// port, not the peers, is the suspect.
+const minFaultPeers = 2
+
+// localFaults finds the local ports whose every peer path is down, as
+// R-Pingmesh tells a local fault from remote ones: when all peers of a port
+// stop answering at once, the port or this host is the likelier cause. It
+// logs when a port becomes a suspect and when it stops being one.
+func (m *Manager) localFaults() {
+	down, known := map[string]int{}, map[string]int{}
+	for _, p := range m.peers {
+		if p.oneshot {
+			continue
+		}
+		for _, pa := range p.paths {
+			if pa.h.state == state.PeerUnknown {
+				continue
+			}
+			known[pa.local]++
+			if pa.h.state == state.PeerDown {
+				down[pa.local]++
+			}
+		}
+	}
+	faults := map[string]string{}
+	for _, lp := range m.local {
+		n := known[lp.Key]
+		if n >= minFaultPeers && down[lp.Key] == n {
+			faults[lp.Key] = fmt.Sprintf("all %d peers are down from %s: suspect this port, its cable or switch port, or this host before %d remote faults", n, lp.Key, n)
+		}
+	}
+	for k, why := range faults {
+		if m.faults[k] == "" {
+			m.log.Warn("local probe port suspect", "port", k, "reason", why)
+		}
+	}
+	for k := range m.faults {
+		if faults[k] == "" {
+			m.log.Info("local probe port no longer suspect", "port", k)
+		}
+	}
+	m.faults = faults
 }
 
 func errString(err error) string {
@@ -53,7 +99,7 @@ func (m *Manager) State() state.Peers {
 	out := state.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []state.PeerPort{},
 		Configured: len(m.cfg.Peers), Peers: make([]state.Peer, 0, len(m.peers))}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN})
+		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, LocalFault: m.faults[lp.Key]})
 	}
 	for _, p := range m.peers {
 		if p.oneshot {
@@ -63,8 +109,10 @@ func (m *Manager) State() state.Peers {
 	}
 	slices.SortFunc(out.Peers, func(a, b state.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if m.ctl != nil {
-		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctl.Counters()
+		mal, ref, ans := m.ctl.Counters()
+		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctlBase[0]+mal, m.ctlBase[1]+ref, m.ctlBase[2]+ans
 	}
+	out.ControlPort, out.ControlError = m.ctlPort, m.ctlErr
 	if f := m.opts.ProberCounters; f != nil {
 		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = f()
 	}

@@ -78,6 +78,11 @@ type Peers struct {
 	Peers      []Peer `json:"peers"`
 	// Counters of the control endpoint and the probe QPs since start.
 	Counters PeerCounters `json:"counters"`
+	// ControlPort is the UDP port the control endpoint answers on;
+	// ControlError says why that is not the configured [probe] port (it
+	// could not be bound at the last reload).
+	ControlPort  int    `json:"control_port,omitempty"`
+	ControlError string `json:"control_error,omitempty"`
 }
 
 // A PeerPort is a local probe port.
@@ -85,6 +90,11 @@ type PeerPort struct {
 	Key string `json:"key"` // "mlx5_0/1"
 	GID string `json:"gid"`
 	QPN uint32 `json:"qpn"`
+	// LocalFault is set while every peer path from this port is down
+	// (at least two peers): one local fault (the port, its cable or
+	// switch port, this host) explains that better than as many remote
+	// ones. It says so, with the count.
+	LocalFault string `json:"local_fault,omitempty"`
 }
 
 // A Peer is one probed node.
