@@ -58,30 +58,43 @@ else
 fi
 vmnode 2 tc qdisc del dev eth0 root
 
-echo "== 4. CPU with 1000 peers at 1 Hz (1000 host names, all the other VM)"
+echo "== 4. CPU by peer count at 1 Hz (N host names, all the other VM)"
 for i in $(seq -w 1 1000); do echo "$other peer$i"; done >> /etc/hosts
-for i in $(seq -w 1 1000); do echo "peer$i"; done > /etc/rdmad/peers
-printf '[probe]\nmax_peers = 1000\npeers_file = "/etc/rdmad/peers"\n' > /etc/rdmad/rdmad.d/60-bench.toml
-rdmactl reload
-pid=$(systemctl show -p MainPID --value rdmad)
-end=$((SECONDS + 240))
-while [ $SECONDS -lt $end ]; do
-	n=$(rdmactl peers | awk '$1 ~ /^peer/ && $3=="up"' | wc -l)
-	[ "$n" -ge 1000 ] && break
-	sleep 2
-done
-echo "peers up: $n; $(rdmactl peers | head -3)"
-sleep 10
-hz=$(getconf CLK_TCK)
-read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
-pid2=$(vmnode 2 systemctl show -p MainPID --value rdmad | tr -d '\r\n ')
-r1=$(vmnode 2 awk '{print $14+$15}' /proc/$pid2/stat | tr -d '\r\n ')
-t0=$(date +%s.%N)
-sleep 60
-read -r u2 s2 < <(awk '{print $14, $15}' /proc/$pid/stat)
-r2=$(vmnode 2 awk '{print $14+$15}' /proc/$pid2/stat | tr -d '\r\n ')
-t1=$(date +%s.%N)
-awk "BEGIN{el=$t1-$t0; printf \"prober (node 1, 1000 peers): user %.2f s + sys %.2f s over %.1f s = %.2f%% of one core\\n\", ($u2-$u1)/$hz, ($s2-$s1)/$hz, el, 100*(($u2-$u1)+($s2-$s1))/$hz/el; printf \"responder (node 2, answering ~1000 probes/s): %.2f%% of one core\\n\", 100*($r2-$r1)/$hz/el}"
-rdmactl peers | awk '$1 ~ /^peer/ {n++; st[$3]++; v=$6; sub("µs","",v); if (v+0>0) {s+=v; c++}} END {for (k in st) printf "%s: %d  ", k, st[k]; printf "\nmean RTT p50 over peers %.0f us\n", s/c}'
-rdmactl --json peers | grep -A8 '"counters"'
-rm /etc/rdmad/rdmad.d/60-bench.toml; rdmactl reload >/dev/null
+pid2() { vmnode 2 systemctl show -p MainPID --value rdmad | tr -d '\r\n '; }
+# cpu_run LABEL N: probe N peers (all node 2) for 60 s of settling and 60 s
+# measured; CPU of the prober (node 1) and the responder (node 2) from
+# /proc/PID/stat, the guest's own accounting.
+cpu_run() {
+	local label=$1 n=$2
+	if [ "$n" -gt 1 ]; then
+		seq -w 1 1000 | head -n "$n" | sed 's/^/peer/' > /etc/rdmad/peers
+		printf '[probe]\nmax_peers = 1000\npeers_file = "/etc/rdmad/peers"\n' > /etc/rdmad/rdmad.d/60-bench.toml
+	else
+		rm -f /etc/rdmad/rdmad.d/60-bench.toml
+	fi
+	rdmactl reload >/dev/null
+	sleep 60
+	local pid hz u1 s1 u2 s2 r1 r2 t0 t1 p2 up
+	pid=$(systemctl show -p MainPID --value rdmad)
+	p2=$(pid2)
+	hz=$(getconf CLK_TCK)
+	read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
+	r1=$(vmnode 2 awk '{print $14+$15}' /proc/$p2/stat | tr -d '\r\n ')
+	t0=$(date +%s.%N)
+	sleep 60
+	read -r u2 s2 < <(awk '{print $14, $15}' /proc/$pid/stat)
+	r2=$(vmnode 2 awk '{print $14+$15}' /proc/$p2/stat | tr -d '\r\n ')
+	t1=$(date +%s.%N)
+	up=$(rdmactl peers | awk '$3=="up" {print $1}' | sort -u | wc -l)
+	awk -v l="$label" -v n="$n" -v up="$up" "BEGIN{el=$t1-$t0; printf \"%-9s %4d peers (%4d up): prober user %5.2f%% sys %6.2f%% = %6.2f%% of a core; responder %6.2f%%\\n\", l, n, up, 100*($u2-$u1)/$hz/el, 100*($s2-$s1)/$hz/el, 100*(($u2-$u1)+($s2-$s1))/$hz/el, 100*($r2-$r1)/$hz/el}"
+	rdmactl --json peers | tr -d ' \n' | grep -o '"counters":{[^}]*}'; echo
+}
+echo "rdmad $(rdmad --version 2>/dev/null | head -1)"
+for n in 1 64 1000; do cpu_run current "$n"; done
+if [ -f /mnt/inject/baseline.deb ]; then
+	echo "-- the same with the baseline package on both nodes: $(dpkg-deb -f /mnt/inject/baseline.deb Version)"
+	for node in 1 2; do vmnode "$node" sh -c 'dpkg -i /mnt/inject/baseline.deb >/dev/null 2>&1 && systemctl restart rdmad'; done
+	sleep 10
+	for n in 1 64 1000; do cpu_run baseline "$n"; done
+fi
+rm -f /etc/rdmad/rdmad.d/60-bench.toml; rdmactl reload >/dev/null
