@@ -198,32 +198,23 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	mr := s.mr
-	write := func(op int) error {
-		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, op), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
-			RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
-	}
-	// Warm-up: the same WRITE, data checked too (it is a probe of its own).
-	fill(s.slot(slotWriteSrc), seq, opWarmup)
-	clear(s.slot(slotWriteDst))
-	rtts[opWarmup], err = s.op(ctx, opWarmup, seq, 1, func() error { return write(opWarmup) })
-	if err == nil {
-		err = check(opWarmup, s.slot(slotWriteDst), seq)
-	}
-	if err != nil {
-		rtts[opWarmup] = 0
-		return rtts, opWarmup, err
-	}
-
 	// RDMA WRITE: A's payload into B's memory, no receiver involvement.
-	fill(s.slot(slotWriteSrc), seq, opWrite)
-	clear(s.slot(slotWriteDst))
-	rtts[opWrite], err = s.op(ctx, opWrite, seq, 1, func() error { return write(opWrite) })
-	if err == nil {
-		err = check(opWrite, s.slot(slotWriteDst), seq)
-	}
-	if err != nil {
-		rtts[opWrite] = 0
-		return rtts, opWrite, err
+	// The round's first WRITE is the warm-up (its data is checked too: it
+	// is a probe of its own); the measured one follows it.
+	for _, op := range []int{opWarmup, opWrite} {
+		fill(s.slot(slotWriteSrc), seq, op)
+		clear(s.slot(slotWriteDst))
+		rtts[op], err = s.op(ctx, op, seq, 1, func() error {
+			return s.a.PostSend(verbs.SendWR{ID: wrid(seq, op), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
+				RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
+		})
+		if err == nil {
+			err = check(op, s.slot(slotWriteDst), seq)
+		}
+		if err != nil {
+			rtts[op] = 0
+			return rtts, op, err
+		}
 	}
 
 	// RDMA READ: A fetches B's memory.
