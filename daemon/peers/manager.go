@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmad/rdmad/daemon/peers/wire"
@@ -88,7 +90,15 @@ type Manager struct {
 	log  *slog.Logger
 
 	settings chan Settings
-	replies  chan peer.Reply
+	// Replies wait in repBuf for the manager's next pass instead of
+	// waking it each: at a thousand probes a second that is a thousand
+	// goroutine wakeups saved. The pass that expires probes takes them
+	// first, so a queued answer is never counted as lost. repKick wakes
+	// the manager at once only while a one-shot probe waits (urgent).
+	repMu    sync.Mutex
+	repBuf   []peer.Reply
+	repKick  chan struct{}
+	urgent   atomic.Bool
 	answers  chan answer
 	resolved chan resolution
 	oneshots chan *oneshot
@@ -112,6 +122,8 @@ type Manager struct {
 	notSent   uint64
 	resolving int
 	outbox    map[string][]peer.Target // probes of this tick by local port
+	repSpare  []peer.Reply             // the other reply buffer
+	waiting   int                      // one-shot probes waiting
 	ctx       context.Context          // Run's
 	ctlPort   int                      // the port m.ctl is bound to
 	ctlErr    string                   // why it is not the configured one
@@ -201,7 +213,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 		opts.Logger = slog.Default()
 	}
 	m := &Manager{opts: opts, log: opts.Logger,
-		settings: make(chan Settings, 1), replies: make(chan peer.Reply, 4096), answers: make(chan answer, 1024),
+		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1), answers: make(chan answer, 1024),
 		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16),
 		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}, outbox: map[string][]peer.Target{}}
 	m.cfg = s
@@ -224,13 +236,35 @@ func (m *Manager) SetSettings(s Settings) {
 	}
 }
 
+// maxQueuedReplies bounds the replies waiting for the manager's pass.
+const maxQueuedReplies = 8192
+
 // OnReply takes an answered probe from the prober. It never blocks; a reply
 // that finds the queue full is dropped and the probe counts as lost.
 func (m *Manager) OnReply(r peer.Reply) {
-	select {
-	case m.replies <- r:
-	default:
+	m.repMu.Lock()
+	if len(m.repBuf) < maxQueuedReplies {
+		m.repBuf = append(m.repBuf, r)
 	}
+	m.repMu.Unlock()
+	if m.urgent.Load() {
+		select {
+		case m.repKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeReplies handles the queued replies.
+func (m *Manager) takeReplies() {
+	m.repMu.Lock()
+	rs := m.repBuf
+	m.repBuf = m.repSpare[:0]
+	m.repMu.Unlock()
+	for _, r := range rs {
+		m.onReply(r)
+	}
+	m.repSpare = rs[:0]
 }
 
 // ProbeOnce probes the configured peer name (name or address) now, from
@@ -282,19 +316,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		case s := <-m.settings:
 			m.apply(s, time.Now())
-		case r := <-m.replies:
-			m.onReply(r)
-			// Take every reply that is queued: one pass of tick for
-			// a burst, not one per reply.
-		drain:
-			for {
-				select {
-				case r := <-m.replies:
-					m.onReply(r)
-				default:
-					break drain
-				}
-			}
+		case <-m.repKick:
 		case a := <-m.answers:
 			m.onAnswer(a, time.Now())
 		case r := <-m.resolved:
@@ -315,6 +337,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.epoch = e
 		m.reselect(now)
 	}
+	m.takeReplies()
 	m.expire(now)
 	// Visit the peers due now and those due within the batch window:
 	// their probes leave a little early, together.
@@ -460,6 +483,9 @@ func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
 }
 
 func (m *Manager) drop(p *mpeer) {
+	// A one-shot waiting on a peer the selection drops gets what there is
+	// rather than waiting for its deadline.
+	m.answerWaiters(p, nil)
 	for seq, f := range m.flights {
 		if f.p == p {
 			delete(m.flights, seq)
@@ -813,6 +839,8 @@ func (m *Manager) startOneshot(o *oneshot, now time.Time) {
 		p = m.add(*sp, now, true)
 	}
 	p.waiters = append(p.waiters, o)
+	m.waiting++
+	m.urgent.Store(true)
 	p.waitFrom = m.seq
 	p.due = now
 	heap.Fix(&m.due, p.hidx)
@@ -847,15 +875,25 @@ func (m *Manager) checkWaiters(p *mpeer) {
 }
 
 func (m *Manager) finishWaiters(p *mpeer, err error) {
+	m.answerWaiters(p, err)
+	if p.oneshot {
+		m.drop(p)
+	}
+}
+
+// answerWaiters gives p's one-shot waiters its state now.
+func (m *Manager) answerWaiters(p *mpeer, err error) {
+	if len(p.waiters) == 0 {
+		return
+	}
 	sp := m.peerState(p)
 	for _, o := range p.waiters {
 		o.err = err
 		o.done <- sp
 	}
+	m.waiting -= len(p.waiters)
+	m.urgent.Store(m.waiting > 0)
 	p.waiters = nil
-	if p.oneshot {
-		m.drop(p)
-	}
 }
 
 func (m *Manager) failOneshots(err error) {
@@ -866,6 +904,8 @@ func (m *Manager) failOneshots(err error) {
 		}
 		p.waiters = nil
 	}
+	m.waiting = 0
+	m.urgent.Store(false)
 }
 
 func (m *Manager) jitter(d time.Duration) time.Duration {
