@@ -38,6 +38,15 @@ type health struct {
 
 func newHealth(now time.Time) health { return health{state: state.PeerUnknown, since: now} }
 
+// windowStats returns what the thresholds look at: the percentiles only
+// when an RTT threshold is set (the loss counts are kept as samples come).
+func (t Thresholds) windowStats(w *window) winStats {
+	if t.RTT > 0 {
+		return w.stats()
+	}
+	return w.loss()
+}
+
 func (t Thresholds) bad(ws winStats) string {
 	if ws.Lost >= t.MinLosses && ws.LossPct > t.LossPct {
 		return fmt.Sprintf("loss %.1f%% over the last %d probes (threshold %.1f%%)", ws.LossPct, ws.Samples, t.LossPct)
@@ -82,11 +91,11 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 			next, reason = state.PeerUp, ""
 		}
 	case h.state == state.PeerUp:
-		if r := t.bad(w.stats()); r != "" {
+		if r := t.bad(t.windowStats(w)); r != "" {
 			next, reason = state.PeerDegraded, r
 		}
 	case h.state == state.PeerDegraded:
-		ws := w.stats()
+		ws := t.windowStats(w)
 		if t.clear(ws) {
 			next, reason = state.PeerUp, ""
 		} else if r := t.bad(ws); r != "" {

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -81,5 +82,47 @@ func TestHealth(t *testing.T) {
 				t.Errorf("states (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWindowLossCount checks the running loss count against a recount over
+// long random sequences with wraps and resets.
+func TestWindowLossCount(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{1, 7, 100} {
+		w := newWindow(size)
+		for i := range 5000 {
+			if r.IntN(500) == 0 {
+				w.reset()
+			}
+			w.add(sample{lost: r.IntN(3) == 0, rtt: time.Duration(r.IntN(1000))})
+			n := w.next
+			if w.full {
+				n = len(w.s)
+			}
+			want := 0
+			for _, s := range w.s[:n] {
+				if s.lost {
+					want++
+				}
+			}
+			if got := w.loss(); got.Lost != want || got.Samples != n {
+				t.Fatalf("size %d, step %d: loss() = %+v, recount %d lost of %d", size, i, got, want, n)
+			}
+		}
+	}
+}
+
+// BenchmarkWindowStats is one path's statistics at publish time (a full
+// window of 100). test/bench/peers also runs it on the host and in the
+// guest to measure how much slower the emulated CPU runs this code.
+func BenchmarkWindowStats(b *testing.B) {
+	w := newWindow(100)
+	for i := range 100 {
+		w.add(sample{lost: i%17 == 0, rtt: time.Duration((i * 7919) % 1000), host: time.Duration(i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.stats()
 	}
 }
