@@ -14,6 +14,7 @@ waitstate() { # peer state timeout_s
 	done
 	return 1
 }
+echo "== guest: $(/mnt/inject/peers.test -test.run '^$' -test.bench WindowStats -test.benchtime 20000x -test.count 3 | grep ns/op | awk '{print $3}' | sort -n | sed -n 2p) ns/op BenchmarkWindowStats (median of 3; the host's figure is above)"
 waitstate "$other" up 120 || { echo "peer never up"; rdmactl peers; exit 1; }
 echo "== 1. RTT: rdmad probes vs perftest on the same rxe0 pair"
 sleep 30
