@@ -70,7 +70,9 @@ type Options struct {
 	OnState func(state.Peers)
 	// ProberCounters, if set, adds the prober's counters to the state.
 	ProberCounters func() (malformed, unadmitted, answered uint64)
-	Logger         *slog.Logger
+	// Lookup resolves a peer's host name; default net.DefaultResolver.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	Logger *slog.Logger
 }
 
 // expirePrefix marks the internal message that ends a one-shot's wait.
@@ -163,22 +165,23 @@ type oneshot struct {
 
 // An mpeer is a selected peer.
 type mpeer struct {
-	spec     Spec
-	addr     netip.Addr
-	addrErr  string
-	nodeID   uint64
-	paths    []*path
-	due      time.Time
-	hidx     int
-	queried  map[uint64]int // nonce -> local port index
-	qMisses  int
-	lastAns  time.Time
-	state    string
-	reason   string
-	since    time.Time
-	waiters  []*oneshot
-	waitFrom uint64 // waiters want results of probes with seq > waitFrom
-	oneshot  bool   // added only for a one-shot probe
+	spec        Spec
+	addr        netip.Addr
+	addrErr     string
+	lookupFails int // failed lookups in a row
+	nodeID      uint64
+	paths       []*path
+	due         time.Time
+	hidx        int
+	queried     map[uint64]int // nonce -> local port index
+	qMisses     int
+	lastAns     time.Time
+	state       string
+	reason      string
+	since       time.Time
+	waiters     []*oneshot
+	waitFrom    uint64 // waiters want results of probes with seq > waitFrom
+	oneshot     bool   // added only for a one-shot probe
 }
 
 // A path is the probes from one local port to the peer's matching port.
@@ -211,6 +214,11 @@ func New(opts Options, s Settings) (*Manager, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Lookup == nil {
+		opts.Lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
 	}
 	m := &Manager{opts: opts, log: opts.Logger,
 		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1), answers: make(chan answer, 1024),
@@ -772,7 +780,7 @@ func (m *Manager) resolve(ctx context.Context, p *mpeer) {
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		ips, err := net.DefaultResolver.LookupNetIP(rctx, "ip", name)
+		ips, err := m.opts.Lookup(rctx, name)
 		r := resolution{name: name, err: err}
 		if err == nil && len(ips) > 0 {
 			r.addr = ips[0].Unmap()
@@ -792,12 +800,19 @@ func (m *Manager) onResolved(r resolution) {
 	if p == nil {
 		return
 	}
+	now := time.Now()
 	if r.err != nil {
 		p.addrErr = r.err.Error()
-		m.setPeerState(p, state.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), time.Now())
+		m.setPeerState(p, state.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
+		// Ask again after 1, 2, 4 ... intervals, at most every resolve
+		// interval: a name that does not resolve must not cost a lookup
+		// per probe interval, for every such peer.
+		p.lookupFails++
+		p.due = now.Add(min(m.cfg.Interval<<min(p.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval)))
+		heap.Fix(&m.due, p.hidx)
 		return
 	}
-	p.addr, p.addrErr = r.addr, ""
+	p.addr, p.addrErr, p.lookupFails = r.addr, "", 0
 	m.updateAllow()
 	p.due = time.Now()
 	heap.Fix(&m.due, p.hidx)

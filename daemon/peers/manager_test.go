@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -359,5 +360,48 @@ func TestLocalFaults(t *testing.T) {
 				t.Errorf("reason %q: want the count and the port", fault0)
 			}
 		})
+	}
+}
+
+// TestLookupBackoff checks that a peer name that does not resolve is looked
+// up again after 1, 2, 4 ... intervals, not every interval.
+func TestLookupBackoff(t *testing.T) {
+	var mu sync.Mutex
+	var calls []time.Time
+	lookup := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		mu.Unlock()
+		return nil, fmt.Errorf("lookup %s: no such host", host)
+	}
+	var last state.Peers
+	var lmu sync.Mutex
+	m, err := New(Options{Prober: &fakeProber{}, ListenHost: "127.0.0.2", Lookup: lookup,
+		OnState: func(ps state.Peers) { lmu.Lock(); last = ps; lmu.Unlock() }},
+		Settings{Peers: []Spec{{Name: "nowhere.example"}}, Port: 18631, Interval: 40 * time.Millisecond, Timeout: 20 * time.Millisecond,
+			Window: 10, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute, Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	time.Sleep(1200 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(calls)
+	mu.Unlock()
+	// Every interval would be about 30 lookups; 40, 80, 160, 320, 640 ms
+	// apart is at most 6 in 1.2 s.
+	if n < 2 || n > 6 {
+		t.Errorf("%d lookups in 1.2 s at a 40 ms interval; want 2 to 6 (backing off)", n)
+	}
+	lmu.Lock()
+	defer lmu.Unlock()
+	if len(last.Peers) != 1 || last.Peers[0].State != state.PeerDown || !strings.Contains(last.Peers[0].Reason, "cannot resolve nowhere.example") {
+		t.Errorf("peers %+v; want nowhere.example down, saying it cannot be resolved", last.Peers)
 	}
 }
