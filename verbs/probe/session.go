@@ -198,38 +198,33 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	mr := s.mr
-	// RDMA WRITE: A's payload into B's memory, no receiver involvement.
-	// The round's first WRITE is the warm-up (its data is checked too: it
-	// is a probe of its own); the measured one follows it.
-	for _, op := range []int{opWarmup, opWrite} {
-		fill(s.slot(slotWriteSrc), seq, op)
-		clear(s.slot(slotWriteDst))
-		rtts[op], err = s.op(ctx, op, seq, 1, func() error {
-			return s.a.PostSend(verbs.SendWR{ID: wrid(seq, op), Opcode: verbs.OpRDMAWrite, SGE: s.sge(slotWriteSrc),
-				RemoteAddr: mr.Addr() + slotWriteDst*slotSize, RKey: mr.RKey(), Signaled: true})
+	// One-sided operations, A's QP acting on B's memory: the warm-up
+	// WRITE (its data is checked too: it is a probe of its own), the
+	// measured WRITE, and a READ that fetches B's memory. Each fills the
+	// slot the data comes from, clears the one it goes to and checks it.
+	for _, o := range [...]struct {
+		op            int
+		opcode        verbs.Opcode
+		local, remote int // slots: A's scatter/gather entry, B's memory
+		from, to      int // where the data comes from and lands
+	}{
+		{opWarmup, verbs.OpRDMAWrite, slotWriteSrc, slotWriteDst, slotWriteSrc, slotWriteDst},
+		{opWrite, verbs.OpRDMAWrite, slotWriteSrc, slotWriteDst, slotWriteSrc, slotWriteDst},
+		{opRead, verbs.OpRDMARead, slotReadDst, slotReadSrc, slotReadSrc, slotReadDst},
+	} {
+		fill(s.slot(o.from), seq, o.op)
+		clear(s.slot(o.to))
+		rtts[o.op], err = s.op(ctx, o.op, seq, 1, func() error {
+			return s.a.PostSend(verbs.SendWR{ID: wrid(seq, o.op), Opcode: o.opcode, SGE: s.sge(o.local),
+				RemoteAddr: mr.Addr() + uint64(o.remote*slotSize), RKey: mr.RKey(), Signaled: true})
 		})
 		if err == nil {
-			err = check(op, s.slot(slotWriteDst), seq)
+			err = check(o.op, s.slot(o.to), seq)
 		}
 		if err != nil {
-			rtts[op] = 0
-			return rtts, op, err
+			rtts[o.op] = 0
+			return rtts, o.op, err
 		}
-	}
-
-	// RDMA READ: A fetches B's memory.
-	fill(s.slot(slotReadSrc), seq, opRead)
-	clear(s.slot(slotReadDst))
-	rtts[opRead], err = s.op(ctx, opRead, seq, 1, func() error {
-		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opRead), Opcode: verbs.OpRDMARead, SGE: s.sge(slotReadDst),
-			RemoteAddr: mr.Addr() + slotReadSrc*slotSize, RKey: mr.RKey(), Signaled: true})
-	})
-	if err == nil {
-		err = check(opRead, s.slot(slotReadDst), seq)
-	}
-	if err != nil {
-		rtts[opRead] = 0
-		return rtts, opRead, err
 	}
 
 	// SEND/RECV: B posts a receive, A sends; both completions count.
