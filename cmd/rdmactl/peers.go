@@ -68,6 +68,9 @@ func printPeers(w io.Writer, ps state.Peers) {
 			fmt.Fprintf(w, " %s (QPN 0x%x, GID %s)", p.Key, p.QPN, p.GID)
 		}
 		fmt.Fprintln(w)
+		if ps.ControlError != "" {
+			fmt.Fprintf(w, "CONTROL ENDPOINT: %s\n", ps.ControlError)
+		}
 		for _, p := range ps.Ports {
 			if p.LocalFault != "" {
 				fmt.Fprintf(w, "LOCAL FAULT? %s\n", p.LocalFault)
