@@ -213,19 +213,11 @@ type Target struct {
 	Err error
 }
 
-// Probe sends probe seq from the local port to dst. It does not wait: the
-// answer arrives through Config.OnReply, and a probe without one is the
-// caller's to time out.
-func (e *Engine) Probe(local string, dst Endpoint, seq uint64) error {
-	ts := [1]Target{{Dst: dst, Seq: seq}}
-	e.ProbeBatch(local, ts[:])
-	return ts[0].Err
-}
-
 // ProbeBatch sends every target's probe from the local port as one chained
 // post (one doorbell per verbs.MaxSendList probes) and returns how many
-// went; each target that did not go says why in its Err. The answers
-// arrive through Config.OnReply.
+// went; each target that did not go says why in its Err. It does not wait:
+// the answers arrive through Config.OnReply, and a probe without one is
+// the caller's to time out.
 func (e *Engine) ProbeBatch(local string, ts []Target) int {
 	p, err := e.port(local)
 	if err != nil {
@@ -240,7 +232,7 @@ func (e *Engine) ProbeBatch(local string, ts []Target) int {
 		ts[i].Err = nil
 		out = append(out, outgoing{dst: ts[i].Dst, pl: Payload{Kind: KindProbe, Seq: ts[i].Seq, GID: p.gid.GID}, err: &ts[i].Err})
 	}
-	n := p.post(out, time.Now())
+	n := p.post(out)
 	clear(out) // drop the pointers into ts
 	p.probeOut = out[:0]
 	p.mu.Unlock()

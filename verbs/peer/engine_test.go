@@ -47,8 +47,9 @@ func TestEngineWithoutVerbs(t *testing.T) {
 	if len(ports) != 0 || !errors.Is(perr, verbs.ErrUnavailable) {
 		t.Errorf("Ports = %v, %v; want none, ErrUnavailable", ports, perr)
 	}
-	if err := e.Probe("rxe0/1", Endpoint{QPN: 1}, 1); !errors.Is(err, ErrNoPort) {
-		t.Errorf("Probe = %v, want ErrNoPort", err)
+	ts := []Target{{Dst: Endpoint{QPN: 1}, Seq: 1}, {Dst: Endpoint{QPN: 2}, Seq: 2}}
+	if n := e.ProbeBatch("rxe0/1", ts); n != 0 || !errors.Is(ts[0].Err, ErrNoPort) || !errors.Is(ts[1].Err, ErrNoPort) {
+		t.Errorf("ProbeBatch = %d, errors %v, %v; want 0 sent, ErrNoPort for each", n, ts[0].Err, ts[1].Err)
 	}
 }
 

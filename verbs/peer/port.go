@@ -277,10 +277,11 @@ const maxUnsignalled = 32
 
 // post sends every item of out that it can, in order, as one chained post,
 // stamping probes' SentAt and replies' ReplyAt with one clock read just
-// before posting. An item that cannot go (no free slot, no address handle,
+// before posting (for a reply that is after the batch was handled, so the
+// handling counts as the responder's host delay). An item that cannot go (no free slot, no address handle,
 // the port closed or broken, the post failed) gets its error through
 // item.err. It returns how many were posted. Called with p.mu held.
-func (p *udPort) post(out []outgoing, now time.Time) int {
+func (p *udPort) post(out []outgoing) int {
 	fail := func(o *outgoing, err error) {
 		if o.err != nil {
 			*o.err = err
@@ -293,7 +294,8 @@ func (p *udPort) post(out []outgoing, now time.Time) int {
 	case p.broken != nil:
 		state = fmt.Errorf("peer probe: %s is being rebuilt: %w", p.key, p.broken)
 	}
-	stamp := p.e.stamp(time.Now())
+	now := time.Now()
+	stamp := p.e.stamp(now)
 	wrs := p.wrs[:0]
 	p.wrItem = p.wrItem[:0]
 	for k := range out {
@@ -473,7 +475,7 @@ func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Repl
 		}
 	}
 	if len(p.out) > 0 {
-		n := p.post(p.out, now)
+		n := p.post(p.out)
 		atomic.AddUint64(&p.e.stats.Answered, uint64(n))
 		atomic.AddUint64(&p.e.stats.ReplyErrors, uint64(len(p.out)-n))
 	}
