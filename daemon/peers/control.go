@@ -22,6 +22,12 @@ type Control struct {
 
 	allow atomic.Pointer[allowList]
 
+	n *ControlCounters
+}
+
+// ControlCounters count a control endpoint's messages. Endpoints that
+// replace each other (a changed [probe] port) can share one.
+type ControlCounters struct {
 	malformed, refused, answered atomic.Uint64
 }
 
@@ -37,6 +43,8 @@ type ControlOptions struct {
 	AdmitFor time.Duration
 	// OnAnswer receives answers to this node's queries; it must not block.
 	OnAnswer func(from netip.AddrPort, m wire.Message)
+	// Counters, if set, are counted into (else the Control has its own).
+	Counters *ControlCounters
 }
 
 // An allowList is who may query: configured peers' addresses and CIDRs.
@@ -68,7 +76,10 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peers: listen on control endpoint %s: %w; is another rdmad running, or change [probe] port", addr, err)
 	}
-	c := &Control{conn: conn, opts: opts}
+	c := &Control{conn: conn, opts: opts, n: opts.Counters}
+	if c.n == nil {
+		c.n = &ControlCounters{}
+	}
 	c.allow.Store(&allowList{})
 	return c, nil
 }
@@ -90,7 +101,7 @@ func (c *Control) SetAllow(addrs []netip.Addr, nets []netip.Prefix) {
 
 // Counters returns malformed, refused and answered message counts.
 func (c *Control) Counters() (malformed, refused, answered uint64) {
-	return c.malformed.Load(), c.refused.Load(), c.answered.Load()
+	return c.n.malformed.Load(), c.n.refused.Load(), c.n.answered.Load()
 }
 
 // Query sends m (a TypeQuery) to to.
@@ -127,7 +138,7 @@ func (c *Control) Serve(ctx context.Context) error {
 		}
 		m, err := wire.Decode(buf[:n])
 		if err != nil {
-			c.malformed.Add(1)
+			c.n.malformed.Add(1)
 			continue
 		}
 		if m.Type == wire.TypeAnswer {
@@ -139,7 +150,7 @@ func (c *Control) Serve(ctx context.Context) error {
 			continue
 		}
 		if !c.allow.Load().allows(from.Addr()) {
-			c.refused.Add(1)
+			c.n.refused.Add(1)
 			continue
 		}
 		c.answer(from, m)
@@ -153,7 +164,7 @@ func (c *Control) answer(from netip.AddrPort, q wire.Message) {
 		p := ports[int(q.Index)%len(ports)]
 		src := peer.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
 		if err := c.opts.Admit(p.Key, src, time.Now().Add(c.opts.AdmitFor)); err != nil {
-			c.refused.Add(1)
+			c.n.refused.Add(1)
 			return
 		}
 		a.Index, a.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
@@ -161,6 +172,6 @@ func (c *Control) answer(from netip.AddrPort, q wire.Message) {
 	}
 	b := a.Encode()
 	if _, err := c.conn.WriteToUDPAddrPort(b[:], from); err == nil {
-		c.answered.Add(1)
+		c.n.answered.Add(1)
 	}
 }

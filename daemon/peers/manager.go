@@ -126,21 +126,18 @@ type Manager struct {
 	outbox    map[string][]peer.Target // probes of this tick by local port
 	repSpare  []peer.Reply             // the other reply buffer
 	waiting   int                      // one-shot probes waiting
-	ctx       context.Context          // Run's
-	ctlPort   int                      // the port m.ctl is bound to
-	ctlErr    string                   // why it is not the configured one
-	ctlBase   [3]uint64                // counters of replaced endpoints
-	serving   []*serving
-	faults    map[string]string // local port -> why it is the suspect
-	serveErr  chan ctlErr
+	faults    map[string]string        // local port -> why it is the suspect
+	// The control endpoint in force (m.ctl), its Serve goroutine's end,
+	// the port it is bound to, and why that is not the configured one.
+	// Endpoints that replace each other share the counters.
+	ctlDone     chan struct{}
+	ctlPort     int
+	ctlErr      string
+	ctlCounters ControlCounters
+	serveErr    chan ctlErr
 }
 
-// A serving is a control endpoint and its Serve goroutine.
-type serving struct {
-	ctl  *Control
-	done chan struct{}
-}
-
+// A ctlErr is a control endpoint's Serve failing.
 type ctlErr struct {
 	ctl *Control
 	err error
@@ -297,20 +294,17 @@ func (m *Manager) ProbeOnce(ctx context.Context, name string) (state.Peer, error
 
 // Run opens the control endpoint and probes until ctx is done.
 func (m *Manager) Run(ctx context.Context) error {
-	m.ctx = ctx
 	m.serveErr = make(chan ctlErr, 1)
 	if err := m.listen(ctx, m.cfg.Port); err != nil {
 		return err
 	}
 	defer func() {
-		for _, c := range m.serving {
-			c.ctl.Close()
-			<-c.done
-		}
+		m.ctl.Close()
+		<-m.ctlDone
 	}()
 
 	m.localIPs = localAddrs()
-	m.apply(m.cfg, time.Now())
+	m.apply(ctx, m.cfg, time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -323,7 +317,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				return e.err
 			}
 		case s := <-m.settings:
-			m.apply(s, time.Now())
+			m.apply(ctx, s, time.Now())
 		case <-m.repKick:
 		case a := <-m.answers:
 			m.onAnswer(a, time.Now())
@@ -390,13 +384,19 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 			default:
 			}
 		},
+		Counters: &m.ctlCounters,
 	})
 	if err != nil {
 		return err
 	}
-	c := &serving{ctl: ctl, done: make(chan struct{})}
+	if m.ctl != nil {
+		// A closed endpoint's Serve returns nil: nothing to report.
+		m.ctl.Close()
+		<-m.ctlDone
+	}
+	done := make(chan struct{})
 	go func() {
-		defer close(c.done)
+		defer close(done)
 		if err := ctl.Serve(ctx); err != nil {
 			select {
 			case m.serveErr <- ctlErr{ctl, err}:
@@ -404,20 +404,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 			}
 		}
 	}()
-	if old := m.ctl; old != nil {
-		mal, ref, ans := old.Counters()
-		m.ctlBase[0], m.ctlBase[1], m.ctlBase[2] = m.ctlBase[0]+mal, m.ctlBase[1]+ref, m.ctlBase[2]+ans
-		old.Close()
-		for i, o := range m.serving {
-			if o.ctl == old {
-				<-o.done
-				m.serving = slices.Delete(m.serving, i, i+1)
-				break
-			}
-		}
-	}
-	m.ctl, m.ctlPort = ctl, port
-	m.serving = append(m.serving, c)
+	m.ctl, m.ctlDone, m.ctlPort = ctl, done, port
 	return nil
 }
 
@@ -425,11 +412,11 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 // and the control endpoint's port. A port that cannot be bound leaves the
 // endpoint where it is, says so in the state and the log, and is tried
 // again at the next reload.
-func (m *Manager) apply(s Settings, now time.Time) {
+func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 	m.cfg = s
 	m.ctlErr = ""
 	if s.Port != m.ctlPort {
-		if err := m.listen(m.ctx, s.Port); err != nil {
+		if err := m.listen(ctx, s.Port); err != nil {
 			m.ctlErr = fmt.Sprintf("%v; still answering on UDP port %d", err, m.ctlPort)
 			m.log.Error("cannot move the control endpoint", "port", s.Port, "err", err, "still_on", m.ctlPort)
 		} else {

@@ -305,6 +305,21 @@ func TestControlRebind(t *testing.T) {
 	if !answers(18624) {
 		t.Error("no answer after moving again")
 	}
+	// The endpoints share their counters: the answers given on every
+	// port are counted (18621, 18622 twice, 18624).
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		a.mu.Lock()
+		n := a.last.Counters.ControlAnswered
+		a.mu.Unlock()
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control answered %d after answering 4 queries on three ports; the counters must carry over", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestLocalFaults checks the local-fault inference: a port is the suspect

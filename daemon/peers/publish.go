@@ -109,8 +109,7 @@ func (m *Manager) State() state.Peers {
 	}
 	slices.SortFunc(out.Peers, func(a, b state.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if m.ctl != nil {
-		mal, ref, ans := m.ctl.Counters()
-		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctlBase[0]+mal, m.ctlBase[1]+ref, m.ctlBase[2]+ans
+		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctl.Counters()
 	}
 	out.ControlPort, out.ControlError = m.ctlPort, m.ctlErr
 	if f := m.opts.ProberCounters; f != nil {
