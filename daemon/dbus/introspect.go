@@ -55,18 +55,36 @@ func in(name, typ string) introspect.Arg {
 	return introspect.Arg{Name: name, Type: typ, Direction: "in"}
 }
 
+// emitsChangedSignal is the annotation that says whether a property's
+// changes are signalled.
+const emitsChangedSignal = "org.freedesktop.DBus.Property.EmitsChangedSignal"
+
 // quiet marks a property whose changes are not signalled
-// (org.freedesktop.DBus.Property.EmitsChangedSignal "false", as systemd
-// marks its fast-moving counters): clients read it when they need it.
+// (EmitsChangedSignal "false", as systemd marks its fast-moving counters):
+// clients read it when they need it.
 func quiet(p introspect.Property) introspect.Property {
-	p.Annotations = append(p.Annotations, introspect.Annotation{Name: "org.freedesktop.DBus.Property.EmitsChangedSignal", Value: "false"})
+	p.Annotations = append(p.Annotations, introspect.Annotation{Name: emitsChangedSignal, Value: "false"})
 	return p
 }
 
-// unsignalled reports whether iface's property name is quiet.
-func unsignalled(iface, name string) bool {
-	return iface == Interface && name == "Peers"
-}
+// unsignalled reports whether iface's property name is marked quiet in the
+// introspection data, the one place that says so.
+func unsignalled(iface, name string) bool { return quietProps[iface+"."+name] }
+
+// quietProps holds "interface.property" of every quiet property.
+var quietProps = func() map[string]bool {
+	m := map[string]bool{}
+	for _, i := range []introspect.Interface{agentIntrospection, deviceIntrospection} {
+		for _, p := range i.Properties {
+			for _, a := range p.Annotations {
+				if a.Name == emitsChangedSignal && a.Value == "false" {
+					m[i.Name+"."+p.Name] = true
+				}
+			}
+		}
+	}
+	return m
+}()
 
 func out(name, typ string) introspect.Arg {
 	return introspect.Arg{Name: name, Type: typ, Direction: "out"}

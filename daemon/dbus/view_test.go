@@ -449,3 +449,16 @@ func TestPeerChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestQuietProperties checks that the properties the view leaves out of
+// PropertiesChanged are exactly those the introspection marks
+// EmitsChangedSignal=false: Peers, and nothing that clients follow.
+func TestQuietProperties(t *testing.T) {
+	want := map[string]bool{Interface + ".Peers": true}
+	if diff := cmp.Diff(want, quietProps); diff != "" {
+		t.Errorf("quiet properties -want +got:\n%s", diff)
+	}
+	if !unsignalled(Interface, "Peers") || unsignalled(Interface, "State") || unsignalled(DeviceInterface, "Peers") {
+		t.Error("unsignalled disagrees with quietProps")
+	}
+}
