@@ -22,6 +22,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 
+	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/config"
 	rdbus "github.com/rdmad/rdmad/daemon/dbus"
@@ -56,7 +57,10 @@ type Daemon struct {
 	notify notifier
 	store  *state.Store // safe for concurrent use
 	api    *api.Server  // safe for concurrent use
-	inv    inventory.Reader
+	// sock is the socket rdmad created, nil when systemd passed one (then
+	// the .socket unit's SocketMode= and SocketGroup= decide who connects).
+	sock *api.Listener
+	inv  inventory.Reader
 
 	cfg    *config.Config
 	socket string
@@ -128,6 +132,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	d.api = api.NewServer(backend{d}, d.accessPolicy(cfg))
+	d.api.SetLogger(d.log.With("component", "api"))
 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -162,7 +167,7 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rdbus.Run(ctx, rdbus.Options{Store: d.store, Backend: backend{d}, Logger: d.log.With("component", "dbus"),
+		rdbus.Run(ctx, rdbus.Options{Store: d.store, Backend: backend{d}, Policy: d.api.Policy, Logger: d.log.With("component", "dbus"),
 			Report: func(st string, err error) { d.setComponent(rdbus.ComponentName, st, err) }})
 	}()
 
@@ -269,10 +274,18 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		if cfg.Daemon.Socket != d.socket && d.opts.Socket == "" {
 			d.log.Warn("the socket path changes only on restart", "running", d.socket, "configured", cfg.Daemon.Socket)
 		}
-		if err := api.Secure(d.socket, cfg.Daemon.SocketGroup); err != nil {
-			d.setComponent("api", state.Error, err)
-		}
+		// The daemon's own check follows the new groups in any case; the
+		// socket file keeps its last good mode when securing it fails
+		// (e.g. someone replaced it), and status says why.
 		d.api.SetPolicy(d.accessPolicy(cfg))
+		if d.sock != nil {
+			if err := d.sock.Secure(socketAccess(cfg)); err != nil {
+				d.log.Error("socket permissions not updated; the socket keeps its previous ones", "err", err)
+				d.setComponent("api", state.Error, err)
+			} else {
+				d.setComponent("api", state.OK, nil)
+			}
+		}
 		d.refresh("reload")
 		d.rec.forget()
 		d.reconcile(nil)
@@ -387,16 +400,27 @@ func (d *Daemon) listen(cfg *config.Config) (net.Listener, error) {
 			return ln, nil
 		}
 	}
-	return api.Listen(d.socket, cfg.Daemon.SocketGroup)
+	ln, err := api.Listen(d.socket, socketAccess(cfg))
+	if err != nil {
+		return nil, err
+	}
+	d.sock = ln
+	return ln, nil
 }
 
-func (d *Daemon) accessPolicy(cfg *config.Config) api.Policy {
-	p := api.Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1}
-	if g, err := api.LookupGID(cfg.Daemon.SocketGroup); err == nil {
-		p.ReadGID = g
+func socketAccess(cfg *config.Config) api.SocketAccess {
+	return api.SocketAccess{Group: cfg.Daemon.SocketGroup, AdminGroup: cfg.Daemon.AdminGroup}
+}
+
+// accessPolicy is the access table's configuration (daemon/access) for
+// both the socket and D-Bus. A group that does not resolve is no group.
+func (d *Daemon) accessPolicy(cfg *config.Config) access.Policy {
+	p := access.Policy{SelfUID: uint32(os.Geteuid())}
+	if g, err := api.LookupGID(cfg.Daemon.SocketGroup); err == nil && g >= 0 {
+		p.ReadGID = access.GID(uint32(g))
 	}
-	if g, err := api.LookupGID(cfg.Daemon.AdminGroup); err == nil {
-		p.AdminGID = g
+	if g, err := api.LookupGID(cfg.Daemon.AdminGroup); err == nil && g >= 0 {
+		p.AdminGID = access.GID(uint32(g))
 	}
 	return p
 }

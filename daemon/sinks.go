@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/metrics"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
@@ -19,11 +20,11 @@ import (
 // changes [metrics] listen is logged, and takes effect at the next restart.
 func (d *Daemon) addSinks(ctx context.Context, wg *sync.WaitGroup) {
 	tracker := &metrics.ConfigTracker{}
-	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*state.Snapshot){tracker.Observe}})
+	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*state.Snapshot){tracker.Observe}, Logger: d.log.With("component", "watch")})
 	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, Config: tracker})
 	h := metrics.Handler(metrics.NewRegistry(col, true))
-	d.api.Handle("/metrics", http.MethodGet, false, h)
-	d.api.Handle("/v1/watch", http.MethodGet, false, hub)
+	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
+	d.api.Handle("/v1/watch", http.MethodGet, access.Watch, hub)
 
 	wg.Add(1)
 	go func() {

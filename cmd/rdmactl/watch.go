@@ -32,6 +32,8 @@ func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) 
 	hello, _ := json.Marshal(st.Hello)
 	print(st.Hello, hello)
 	for {
+		// NextRaw skips heartbeat lines: rdmad sends them on a quiet
+		// stream, and they are not changes to print.
 		raw, err := st.NextRaw()
 		if err != nil {
 			if ctx.Err() != nil {

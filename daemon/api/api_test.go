@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -55,12 +56,17 @@ func (f *fakeBackend) PolicyApply(ctx context.Context) (ApplyResult, error) {
 
 func TestServeHTTP(t *testing.T) {
 	const self, member, admin, stranger = 1000, 1001, 1002, 1003
-	pol := Policy{SelfUID: self, ReadGID: 500, AdminGID: 600}
+	pol := Policy{SelfUID: self, ReadGID: access.GID(500), AdminGID: access.GID(600)}
 	peers := map[string]Peer{
-		"root":     {UID: 0, GID: 0, Known: true},
-		"self":     {UID: self, GID: self, Known: true},
-		"member":   {UID: member, GID: member, Groups: []uint32{20, 500}, Known: true},
-		"admin":    {UID: admin, GID: 600, Known: true},
+		"root":   {UID: 0, GID: 0, Known: true},
+		"self":   {UID: self, GID: self, Known: true},
+		"member": {UID: member, GID: member, Groups: []uint32{20, 500}, Known: true},
+		"admin":  {UID: admin, GID: 600, Known: true},
+		// In the admin group through a supplementary group only, and
+		// not in the socket group: admin implies read.
+		"admin2": {UID: admin + 10, GID: admin + 10, Groups: []uint32{20, 600}, Known: true},
+		// Root's group is not root.
+		"wheel":    {UID: stranger, GID: 0, Groups: []uint32{0}, Known: true},
 		"stranger": {UID: stranger, GID: stranger, Groups: []uint32{20}, Known: true},
 		"unknown":  {},
 	}
@@ -74,11 +80,14 @@ func TestServeHTTP(t *testing.T) {
 		{"member", "GET", "/v1/status", 200, ""},
 		{"admin", "GET", "/v1/status", 200, ""},
 		{"stranger", "GET", "/v1/status", 403, "uid 1003 may not read"},
-		{"unknown", "GET", "/v1/status", 403, "may not read"},
+		{"unknown", "GET", "/v1/status", 403, "credentials are unknown may not do anything (/v1/status)"},
+		{"wheel", "GET", "/v1/status", 403, "uid 1003 may not read rdmad's state (/v1/status)"},
+		{"admin2", "GET", "/v1/status", 200, ""},
+		{"admin2", "POST", "/v1/reload", 200, ""},
 		{"root", "POST", "/v1/reload", 200, ""},
 		{"self", "POST", "/v1/reload", 200, ""},
 		{"admin", "POST", "/v1/reload", 200, ""},
-		{"member", "POST", "/v1/reload", 403, "may not change rdmad's state (/v1/reload)"},
+		{"member", "POST", "/v1/reload", 403, "uid 1001 may not change rdmad's state (/v1/reload): that needs root or the admin group ([daemon] admin_group, gid 600), and the caller has groups 1001,20,500"},
 		{"root", "GET", "/v1/reload", 405, "GET /v1/reload is not allowed; use POST"},
 		{"root", "POST", "/v1/status", 405, "use GET"},
 		{"root", "HEAD", "/v1/status", 200, ""},
@@ -87,10 +96,12 @@ func TestServeHTTP(t *testing.T) {
 		{"member", "GET", "/v1/policy/diff", 200, ""},
 		{"member", "POST", "/v1/policy/apply", 403, "may not change rdmad's state (/v1/policy/apply)"},
 		{"admin", "POST", "/v1/policy/apply", 200, ""},
-		{"member", "POST", "/v1/probe?peer=192.0.2.17", 200, ""},
-		{"member", "POST", "/v1/probe", 400, "say which peer"},
-		{"member", "POST", "/v1/probe?peer=198.51.100.1", 422, "not a configured peer"},
-		{"stranger", "POST", "/v1/probe?peer=192.0.2.17", 403, "may not read"},
+		// A probe makes the node send traffic: admin level.
+		{"member", "POST", "/v1/probe?peer=192.0.2.17", 403, "uid 1001 may not make rdmad probe now (/v1/probe)"},
+		{"admin", "POST", "/v1/probe?peer=192.0.2.17", 200, ""},
+		{"admin", "POST", "/v1/probe", 400, "say which peer"},
+		{"admin", "POST", "/v1/probe?peer=198.51.100.1", 422, "not a configured peer"},
+		{"stranger", "POST", "/v1/probe?peer=192.0.2.17", 403, "uid 1003 may not make rdmad probe now"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {
@@ -145,7 +156,7 @@ func TestReloadRejected(t *testing.T) {
 func serve(t *testing.T, b Backend, pol Policy) (path string, stop func()) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "rdmad.sock")
-	ln, err := Listen(path, "")
+	ln, err := Listen(path, SocketAccess{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +180,7 @@ func unixClient(path string) *http.Client {
 func TestSocketPeerCredentials(t *testing.T) {
 	// The test process is the peer: SO_PEERCRED must report our own uid,
 	// which the policy admits as the daemon's own user.
-	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	resp, err := unixClient(path).Get("http://rdmad/v1/status")
 	if err != nil {
@@ -199,7 +210,7 @@ func TestListenStaleAndLive(t *testing.T) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	ln, err = Listen(path, "")
+	ln, err = Listen(path, SocketAccess{})
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
@@ -215,7 +226,7 @@ func TestListenStaleAndLive(t *testing.T) {
 	}()
 
 	// A live one: refused, and left in place.
-	if _, err := Listen(path, ""); !errors.Is(err, ErrInUse) {
+	if _, err := Listen(path, SocketAccess{}); !errors.Is(err, ErrInUse) {
 		t.Fatalf("Listen over a live socket: %v, want ErrInUse", err)
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -225,7 +236,7 @@ func TestListenStaleAndLive(t *testing.T) {
 	// A regular file is not ours to delete.
 	file := filepath.Join(dir, "file.sock")
 	os.WriteFile(file, []byte("keep"), 0o644)
-	if _, err := Listen(file, ""); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := Listen(file, SocketAccess{}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("Listen over a regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(file); string(b) != "keep" {
@@ -235,7 +246,7 @@ func TestListenStaleAndLive(t *testing.T) {
 
 func TestMalformedRequests(t *testing.T) {
 	b := &fakeBackend{}
-	path, stop := serve(t, b, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	path, stop := serve(t, b, Policy{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 
 	raw := func(req string) string {
@@ -269,32 +280,50 @@ func TestMalformedRequests(t *testing.T) {
 	resp.Body.Close()
 }
 
+// TestConnectionLimit: a connection beyond the limit is refused at once
+// with a 503 naming the limit, never left waiting in the backlog, and a
+// freed slot is used again. The test runs as root (an admin), whose limit
+// includes the reserved connections; limit_test.go has the per-uid bounds.
 func TestConnectionLimit(t *testing.T) {
-	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid()), ReadGID: -1, AdminGID: -1})
+	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	// Fill every slot with an idle connection that never sends a request.
 	var conns []net.Conn
-	for i := 0; i < MaxConns; i++ {
+	for i := 0; i < MaxConns+ReservedConns; i++ {
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
 	}
-	// One more is accepted by the kernel's backlog but not served...
-	c := &http.Client{Transport: unixClient(path).Transport, Timeout: 300 * time.Millisecond}
-	if resp, err := c.Get("http://rdmad/v1/status"); err == nil {
-		resp.Body.Close()
-		t.Fatalf("request beyond %d connections was served", MaxConns)
-	}
-	// ...until a slot frees.
-	conns[0].Close()
-	c.Timeout = 5 * time.Second
+	// One more is answered at once: 503, and why.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: unixClient(path).Transport.(*http.Transport).DialContext}, Timeout: 5 * time.Second}
 	resp, err := c.Get("http://rdmad/v1/status")
 	if err != nil {
-		t.Fatalf("after a slot freed: %v", err)
+		t.Fatalf("request beyond %d connections: %v; want a 503", MaxConns+ReservedConns, err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), fmt.Sprintf("holds %d connections, its limit", MaxConns+ReservedConns)) {
+		t.Fatalf("request beyond the limit: %d %s; want 503 naming the limit", resp.StatusCode, body)
+	}
+	// A freed slot serves again (once the server has seen the close).
+	conns[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := c.Get("http://rdmad/v1/status")
+		if err == nil && resp.StatusCode == http.StatusOK {
+			resp.Body.Close()
+			break
+		}
+		if err == nil {
+			resp.Body.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after a slot freed: %v, %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, c := range conns[1:] {
 		c.Close()
 	}

@@ -1,26 +1,39 @@
 package api
 
 import (
-	"bufio"
 	"context"
-	"fmt"
+	"errors"
 	"net"
-	"os"
-	"strconv"
-	"strings"
+	"runtime"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/daemon/access"
 )
 
 // A Peer is the process at the other end of a socket connection, as the
-// kernel reported it (SO_PEERCRED) when the connection was accepted.
+// kernel captured it when that process called connect(2): SO_PEERCRED for
+// the uid, gid and pid, SO_PEERGROUPS for the supplementary groups.
 type Peer struct {
+	// PID is for logs only. It must never be used to look the peer up
+	// (/proc/PID): by the time rdmad reads it, the process may be gone and
+	// its pid taken by another one with other groups.
 	PID    int32
 	UID    uint32
 	GID    uint32
-	Groups []uint32 // supplementary groups, from /proc/PID/status
+	Groups []uint32 // supplementary groups at connect (SO_PEERGROUPS)
 	Known  bool     // false when the kernel gave no credentials
 }
+
+// Caller is the Peer as the access table sees it.
+func (p Peer) Caller() access.Caller {
+	return access.Caller{UID: p.UID, GID: p.GID, Groups: p.Groups, Known: p.Known}
+}
+
+// Policy is who is in which group; the table of what each level may do is
+// daemon/access's, shared with D-Bus.
+type Policy = access.Policy
 
 type peerKey struct{}
 
@@ -39,6 +52,9 @@ func PeerFrom(ctx context.Context) Peer {
 	return p
 }
 
+// peerOf reads the credentials the kernel captured when the peer of c
+// connected. Both socket options return the connecting process's
+// credentials as of connect(2), whatever happened to that process since.
 func peerOf(c net.Conn) Peer {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -49,78 +65,46 @@ func peerOf(c net.Conn) Peer {
 		return Peer{}
 	}
 	var cred *unix.Ucred
+	var groups []uint32
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr == nil {
+			// No groups (an old kernel, ENOPROTOOPT) leaves the peer
+			// with only its primary gid: less access, never more.
+			groups, _ = peerGroups(int(fd))
+		}
 	}); err != nil || cerr != nil {
 		return Peer{}
 	}
-	return Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groupsOf(cred.Pid), Known: true}
+	return Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Known: true}
 }
 
-// groupsOf reads a process's supplementary groups. SO_PEERCRED carries only
-// the primary group, and a member of the socket group usually has it as a
-// supplementary one.
-func groupsOf(pid int32) []uint32 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		rest, ok := strings.CutPrefix(s.Text(), "Groups:")
-		if !ok {
-			continue
-		}
-		var gs []uint32
-		for _, f := range strings.Fields(rest) {
-			if g, err := strconv.ParseUint(f, 10, 32); err == nil {
-				gs = append(gs, uint32(g))
-			}
-		}
-		return gs
-	}
-	return nil
-}
+// soPeerGroups is SO_PEERGROUPS (Linux 4.13) on every architecture Go
+// supports on Linux (asm-generic/socket.h); golang.org/x/sys does not
+// define it.
+const soPeerGroups = 59
 
-// A Policy decides what a peer may do. The zero Policy lets only root and
-// the daemon's own user in.
-type Policy struct {
-	// SelfUID is the daemon's effective uid: its own user may do anything
-	// (so `make run` works without root).
-	SelfUID uint32
-	// ReadGID may read (status, watch, metrics); -1 for none.
-	ReadGID int64
-	// AdminGID may also change state (reload, apply); -1 for none.
-	AdminGID int64
-}
-
-func (p Policy) privileged(peer Peer) bool {
-	return peer.Known && (peer.UID == 0 || peer.UID == p.SelfUID)
-}
-
-func (p Policy) inGroup(peer Peer, gid int64) bool {
-	if gid < 0 || !peer.Known {
-		return false
-	}
-	if int64(peer.GID) == gid {
-		return true
-	}
-	for _, g := range peer.Groups {
-		if int64(g) == gid {
-			return true
+// peerGroups returns the supplementary groups of the peer of the Unix
+// socket fd. The kernel answers ERANGE with the size it needs when the
+// buffer is too small; the groups of a connected peer are fixed, so one
+// retry with that size is enough, and NGROUPS_MAX (65536) bounds it.
+func peerGroups(fd int) ([]uint32, error) {
+	n := 64
+	for range 3 {
+		buf := make([]uint32, n)
+		size := uint32(4 * n)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, soPeerGroups,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+		runtime.KeepAlive(buf)
+		switch {
+		case e == 0:
+			return buf[:size/4], nil
+		case e == unix.ERANGE && int(size/4) > n && size/4 <= 65536:
+			n = int(size / 4)
+		default:
+			return nil, e
 		}
 	}
-	return false
-}
-
-// CanRead reports whether peer may read state.
-func (p Policy) CanRead(peer Peer) bool {
-	return p.privileged(peer) || p.inGroup(peer, p.ReadGID) || p.inGroup(peer, p.AdminGID)
-}
-
-// CanWrite reports whether peer may change state.
-func (p Policy) CanWrite(peer Peer) bool {
-	return p.privileged(peer) || p.inGroup(peer, p.AdminGID)
+	return nil, errors.New("SO_PEERGROUPS: the group list kept growing")
 }

@@ -1,6 +1,7 @@
 // Package api serves rdmad's local API: HTTP/1.1 with JSON bodies over a Unix
-// socket, with versioned routes under /v1. The peer's credentials
-// (SO_PEERCRED) decide what it may do: see Policy.
+// socket, with versioned routes under /v1. The peer's credentials, as the
+// kernel captured them at connect (SO_PEERCRED, SO_PEERGROUPS), decide what
+// it may do, through the access table of daemon/access.
 package api
 
 import (
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sort"
@@ -15,14 +17,33 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Limits on what one client can make the daemon hold.
 const (
-	MaxConns       = 64
-	MaxHeaderBytes = 16 << 10
-	MaxBodyBytes   = 64 << 10
+	// MaxConns is the general pool of connections, open to every peer.
+	MaxConns = 64
+	// ReservedConns more are kept for root, rdmad's own user and the admin
+	// group, so that readers filling the general pool never lock them out.
+	// Admins use them first, so root's own connections leave readers' be.
+	ReservedConns = 16
+	// MaxConnsPerUID bounds one uid outside the admin group: a quarter of
+	// the general pool, so one reader account (or a runaway script) cannot
+	// take it, while honest use stays far below: rdmactl holds one
+	// connection per command (two with watch) and a monitoring agent a few.
+	MaxConnsPerUID = 16
+	// LimitedConnMaxAge recycles a non-admin's keep-alive connection (its
+	// next answer closes it), so that it cannot be kept forever by sending
+	// a request before each IdleTimeout.
+	LimitedConnMaxAge = time.Minute
+	// LimitedWriteTimeout bounds writing one answer to a non-admin that
+	// does not read it. Admins' answers (a policy apply may take long) are
+	// not bounded; the watch stream bounds each line itself.
+	LimitedWriteTimeout = 30 * time.Second
+	MaxHeaderBytes      = 16 << 10
+	MaxBodyBytes        = 64 << 10
 )
 
 // A Backend is what the API serves; the daemon implements it.
@@ -67,26 +88,21 @@ type ErrorBody struct {
 	Error string `json:"error"`
 }
 
-type access int
-
-const (
-	read access = iota
-	write
-)
-
 type route struct {
 	method string
-	access access
-	serve  func(s *Server, w http.ResponseWriter, r *http.Request)
+	// op names the route in the access table (daemon/access), which
+	// decides who may use it, for the socket and D-Bus alike.
+	op    access.Op
+	serve func(s *Server, w http.ResponseWriter, r *http.Request)
 }
 
 // routes is the whole API. Keep docs/API.md in step with it.
 var routes = map[string]route{
-	"/v1/status":       {http.MethodGet, read, (*Server).serveStatus},
-	"/v1/reload":       {http.MethodPost, write, (*Server).serveReload},
-	"/v1/policy/diff":  {http.MethodGet, read, (*Server).servePolicyDiff},
-	"/v1/policy/apply": {http.MethodPost, write, (*Server).servePolicyApply},
-	"/v1/probe":        {http.MethodPost, read, (*Server).serveProbe},
+	"/v1/status":       {http.MethodGet, access.Status, (*Server).serveStatus},
+	"/v1/reload":       {http.MethodPost, access.Reload, (*Server).serveReload},
+	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, (*Server).servePolicyDiff},
+	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
+	"/v1/probe":        {http.MethodPost, access.Probe, (*Server).serveProbe},
 }
 
 // A Server is the local API.
@@ -94,6 +110,7 @@ type Server struct {
 	backend Backend
 	policy  atomic.Pointer[Policy]
 	extra   map[string]route
+	log     *slog.Logger // for the connection limits; see SetLogger
 }
 
 // NewServer returns a Server for b with access policy p.
@@ -106,14 +123,22 @@ func NewServer(b Backend, p Policy) *Server {
 // SetPolicy replaces the access policy (after a reload changed the groups).
 func (s *Server) SetPolicy(p Policy) { s.policy.Store(&p) }
 
+// Policy returns the access policy in force. D-Bus decides with the same
+// one, so that a reload changes both transports at once.
+func (s *Server) Policy() Policy { return *s.policy.Load() }
+
+// isAdmin reports whether peer may do admin-level operations (reload,
+// apply, probe) under the current policy. The connection limits use it at
+// accept time to keep slots for admins.
+func (s *Server) isAdmin(p Peer) bool {
+	return s.policy.Load().LevelFor(p.Caller()) >= access.Admin
+}
+
 // Handle adds a route served by h (for parts of the daemon that own their
-// routes, such as metrics). It must be called before Serve.
-func (s *Server) Handle(path, method string, writeAccess bool, h http.Handler) {
-	a := read
-	if writeAccess {
-		a = write
-	}
-	s.extra[path] = route{method, a, func(_ *Server, w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }}
+// routes, such as metrics), guarded like every route by op's entry in the
+// access table. It must be called before Serve.
+func (s *Server) Handle(path, method string, op access.Op, h http.Handler) {
+	s.extra[path] = route{method, op, func(_ *Server, w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }}
 }
 
 // ServeHTTP implements http.Handler.
@@ -131,14 +156,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, rt.method))
 		return
 	}
-	peer := PeerFrom(r.Context())
-	pol := s.policy.Load()
-	switch {
-	case rt.access == read && !pol.CanRead(peer):
-		writeError(w, http.StatusForbidden, fmt.Sprintf("uid %d may not read rdmad's state; ask an admin to add you to the socket group ([daemon] socket_group) or use sudo", peer.UID))
-		return
-	case rt.access == write && !pol.CanWrite(peer):
-		writeError(w, http.StatusForbidden, fmt.Sprintf("uid %d may not change rdmad's state (%s); run it as root or as a member of [daemon] admin_group", peer.UID, r.URL.Path))
+	if err := s.policy.Load().Decide(PeerFrom(r.Context()).Caller(), rt.op); err != nil {
+		var d *access.Denied
+		if errors.As(err, &d) {
+			d.Target = r.URL.Path
+		}
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
 	if r.Body != nil {
@@ -200,8 +223,8 @@ func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// serveProbe probes ?peer= once. Reading access suffices: the probe
-// changes nothing, and the one-shot queue of the daemon is bounded.
+// serveProbe probes ?peer= once. It is admin level in the access table:
+// it changes no state, but it makes the node send traffic on demand.
 func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("peer")
 	if name == "" {
@@ -217,11 +240,21 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 }
 
 // Serve serves the API on ln until ctx is cancelled, then shuts down,
-// giving open requests until the deadline of grace.
+// giving open requests until the deadline of grace. Connections are bounded
+// per peer (see MaxConns and limitListener): a peer beyond its bound is
+// answered 503 and closed at once, and the accept loop never waits.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	return s.serve(ctx, ln, grace, defaultLimits())
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, grace time.Duration, lim limits) error {
+	lln := newLimitListener(ln, lim, s.classify, s.log)
 	srv := &http.Server{
-		Handler:           s,
-		ConnContext:       ConnContext,
+		Handler:     lln.limitHandler(s),
+		ConnContext: connContext,
+		ConnState:   connState,
+		// Slow senders are cut: the headers within 5 s, the whole request
+		// (body included) within 10 s. Streams lift the read deadline.
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		IdleTimeout:       60 * time.Second,
@@ -229,7 +262,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		ErrorLog:          nil,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(newLimitListener(ln, MaxConns)) }()
+	go func() { errc <- srv.Serve(lln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("api: serve: %w", err)

@@ -27,7 +27,8 @@ type Stream struct {
 
 // Watch opens GET /v1/watch and reads its hello line. The stream ends when
 // ctx is cancelled, Close is called, or the daemon ends it (Next returns a
-// "dropped" or "bye" event, then io.EOF).
+// "dropped" or "bye" event, then io.EOF). A daemon over its limits answers
+// 503 (an *APIError whose message names the limit).
 func (c *Client) Watch(ctx context.Context) (*Stream, error) {
 	resp, err := c.open(ctx, "/v1/watch")
 	if err != nil {
@@ -48,30 +49,51 @@ func (c *Client) Watch(ctx context.Context) (*Stream, error) {
 	return st, nil
 }
 
-// Next returns the next event, or io.EOF after the stream's end.
+// Next returns the next event, or io.EOF after the stream's end. Heartbeat
+// lines are skipped: they say only that the stream is alive.
 func (s *Stream) Next() (watch.Event, error) {
-	if !s.sc.Scan() {
-		if err := s.sc.Err(); err != nil {
-			return watch.Event{}, fmt.Errorf("watch: read: %w", err)
+	for {
+		line, err := s.line()
+		if err != nil {
+			return watch.Event{}, err
 		}
-		return watch.Event{}, io.EOF
+		var ev watch.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return watch.Event{}, fmt.Errorf("watch: decode %q: %w", line, err)
+		}
+		if ev.Type != watch.Heartbeat {
+			return ev, nil
+		}
 	}
-	var ev watch.Event
-	if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
-		return watch.Event{}, fmt.Errorf("watch: decode %q: %w", s.sc.Bytes(), err)
-	}
-	return ev, nil
 }
 
 // NextRaw returns the next line as the daemon sent it, or io.EOF.
+// Heartbeat lines are skipped, as in Next.
 func (s *Stream) NextRaw() ([]byte, error) {
+	for {
+		line, err := s.line()
+		if err != nil {
+			return nil, err
+		}
+		var head struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(line, &head) == nil && head.Type == watch.Heartbeat {
+			continue
+		}
+		return append([]byte(nil), line...), nil
+	}
+}
+
+// line reads the next line of the stream; it is valid until the next read.
+func (s *Stream) line() ([]byte, error) {
 	if !s.sc.Scan() {
 		if err := s.sc.Err(); err != nil {
 			return nil, fmt.Errorf("watch: read: %w", err)
 		}
 		return nil, io.EOF
 	}
-	return append([]byte(nil), s.sc.Bytes()...), nil
+	return s.sc.Bytes(), nil
 }
 
 // Close closes the stream.

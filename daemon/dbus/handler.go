@@ -11,6 +11,8 @@ import (
 	"time"
 
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/access"
 )
 
 // MaxCalls bounds the privileged method calls (Reload, Apply, Probe) in progress
@@ -21,8 +23,8 @@ const MaxCalls = 4
 // CallTimeout bounds one Reload or Apply.
 const CallTimeout = 2 * time.Minute
 
-// uidTimeout bounds the GetConnectionUnixUser question to the bus.
-const uidTimeout = 5 * time.Second
+// credTimeout bounds the GetConnectionCredentials question to the bus.
+const credTimeout = 5 * time.Second
 
 // A handler is the godbus Handler of the service: it serves the current
 // view, so objects appear and vanish with devices without exporting or
@@ -34,10 +36,13 @@ type handler struct {
 	sem     chan struct{}
 	// probeTimeout bounds one Probe (Options.ProbeTimeout).
 	probeTimeout time.Duration
+	// policy is the access policy in force (Options.Policy).
+	policy func() access.Policy
 }
 
 func newHandler(b Backend, log *slog.Logger) *handler {
-	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout}
+	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout,
+		policy: func() access.Policy { return access.Policy{} }}
 }
 
 // LookupObject implements godbus.Handler.
@@ -119,10 +124,10 @@ func (o serverObject) interfaces() map[string]iface {
 	if _, ok := obj.props[Interface]; ok {
 		t[ObjectManagerInterface] = iface{"GetManagedObjects": {out: []any{map[godbus.ObjectPath]props{}}, fn: o.managedObjects}}
 		t[Interface] = iface{
-			"Reload": {out: []any{uint64(0)}, fn: o.h.privileged("Reload", o.h.reload)},
-			"Apply":  {fn: o.h.privileged("Apply", o.h.apply)},
+			"Reload": {out: []any{uint64(0)}, fn: o.h.guarded("Reload", access.Reload, o.h.reload)},
+			"Apply":  {fn: o.h.guarded("Apply", access.PolicyApply, o.h.apply)},
 			"Probe": {in: []any{""}, out: []any{"", uint64(0), float64(0), ""},
-				fn: o.h.privileged("Probe", o.h.probe)},
+				fn: o.h.guarded("Probe", access.Probe, o.h.probe)},
 		}
 	}
 	return t
@@ -256,20 +261,27 @@ func (o serverObject) managedObjects(call) ([]any, error) {
 	return []any{m}, nil
 }
 
-// privileged wraps f with the daemon-side access check and the call limit.
-// The bus policy (org.rdmad.Agent1.conf) already refuses these methods to
-// anyone but root; this check holds even when a local policy file opens
-// the bus policy up by mistake.
-func (h *handler) privileged(name string, f func(ctx context.Context, c call) ([]any, error)) func(call) ([]any, error) {
+// guarded wraps f with the access table's check for op (daemon/access, the
+// same decision as on the socket) and the call limit. The bus policy
+// (org.rdmad.Agent1.conf) lets every local user send these methods, since a
+// static file cannot know the configured admin group: this check is the one
+// that counts.
+func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context, c call) ([]any, error)) func(call) ([]any, error) {
 	return func(c call) ([]any, error) {
-		uid, err := callerUID(c)
+		caller, err := callerOf(c)
 		if err != nil {
 			h.log.Warn("D-Bus call refused: cannot tell who the caller is", "method", name, "sender", c.sender, "err", err)
-			return nil, dbusError(ErrAccessDenied, "%s: cannot verify the caller %s: %v", name, c.sender, err)
+			return nil, dbusError(ErrAccessDenied, "%s: cannot verify the caller %s: %v; try again, and check that the system bus is dbus-daemon or dbus-broker", name, c.sender, err)
 		}
-		if uid != 0 {
-			h.log.Warn("D-Bus call refused: caller is not root", "method", name, "sender", c.sender, "uid", uid)
-			return nil, dbusError(ErrAccessDenied, "%s needs root (caller uid %d); run it with sudo", name, uid)
+		if err := h.policy().Decide(caller, op); err != nil {
+			var d *access.Denied
+			if errors.As(err, &d) {
+				d.Target = name
+			}
+			h.log.Warn("D-Bus call refused", "method", name, "sender", c.sender, "uid", caller.UID, "groups", caller.Groups, "err", err)
+			// "Access denied" first, as busctl and gdbus users know it from
+			// the bus's own refusals.
+			return nil, dbusError(ErrAccessDenied, "Access denied: %v", err)
 		}
 		select {
 		case h.sem <- struct{}{}:
@@ -279,24 +291,35 @@ func (h *handler) privileged(name string, f func(ctx context.Context, c call) ([
 		}
 		ctx, cancel := context.WithTimeout(c.conn.Context(), CallTimeout)
 		defer cancel()
-		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", uid, "args", c.args)
+		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", caller.UID, "args", c.args)
 		return f(ctx, c)
 	}
 }
 
-// callerUID asks the bus for the uid of the connection that sent c.
-func callerUID(c call) (uint32, error) {
+// callerOf asks the bus who sent c: GetConnectionCredentials gives the uid
+// and, from dbus-daemon 1.10 and dbus-broker, the groups the bus captured
+// when the caller connected. Without UnixGroupIDs only the uid counts (the
+// caller then has no groups, and GID is access.NoGID, not root's 0).
+func callerOf(c call) (access.Caller, error) {
 	if c.sender == "" {
-		return 0, errors.New("the message has no sender (not a bus connection)")
+		return access.Caller{}, errors.New("the message has no sender (not a bus connection)")
 	}
-	ctx, cancel := context.WithTimeout(c.conn.Context(), uidTimeout)
+	ctx, cancel := context.WithTimeout(c.conn.Context(), credTimeout)
 	defer cancel()
-	var uid uint32
-	err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixUser", 0, c.sender).Store(&uid)
+	var creds map[string]godbus.Variant
+	err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionCredentials", 0, c.sender).Store(&creds)
 	if err != nil {
-		return 0, fmt.Errorf("GetConnectionUnixUser %s: %w", c.sender, err)
+		return access.Caller{}, fmt.Errorf("GetConnectionCredentials %s: %w", c.sender, err)
 	}
-	return uid, nil
+	uid, ok := creds["UnixUserID"].Value().(uint32)
+	if !ok {
+		return access.Caller{}, fmt.Errorf("GetConnectionCredentials %s: the bus gave no UnixUserID", c.sender)
+	}
+	caller := access.Caller{UID: uid, GID: access.NoGID, Known: true}
+	if gs, ok := creds["UnixGroupIDs"].Value().([]uint32); ok {
+		caller.Groups = gs
+	}
+	return caller, nil
 }
 
 func (h *handler) reload(ctx context.Context, _ call) ([]any, error) {

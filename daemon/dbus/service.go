@@ -1,7 +1,8 @@
 // Package dbus serves rdmad's state on the D-Bus system bus as
 // org.rdmad.Agent1: properties with PropertiesChanged, one child object per
 // RDMA device under an ObjectManager, signals for link, policy and peer
-// state changes, and the methods Reload, Apply and Probe for root.
+// state changes, and the methods Reload, Apply and Probe for root and the
+// admin group (the access table of daemon/access).
 // docs/DBUS.md is its reference.
 //
 // The service reads published snapshots (daemon/state) in its own
@@ -23,6 +24,7 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 
+	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
@@ -63,6 +65,10 @@ type Options struct {
 	Store *state.Store
 	// Backend serves the methods. Required.
 	Backend Backend
+	// Policy returns the access policy in force (daemon/access, the same
+	// as the socket API's); it is asked on every method call, so a reload
+	// takes effect at once. Nil admits root only.
+	Policy func() access.Policy
 	// Logger logs connects, losses and refused calls; nil discards.
 	Logger *slog.Logger
 	// Report receives the component's health: state.OK once the name is
@@ -116,6 +122,9 @@ func Run(ctx context.Context, o Options) error {
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	s := &service{o: o, h: newHandler(o.Backend, o.Logger)}
+	if o.Policy != nil {
+		s.h.policy = o.Policy
+	}
 	s.h.probeTimeout = o.ProbeTimeout
 	wait := o.MinBackoff
 	var lastErr string

@@ -237,6 +237,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // asNobody runs the helper op as uid/gid 65534 and returns its result.
 func (b *testBus) asNobody(op, arg string) helperResult {
 	b.t.Helper()
+	return b.asUser(65534, 65534, nil, op, arg)
+}
+
+// asUser runs the helper op as uid with primary group gid and exactly the
+// supplementary groups (none when nil) and returns its result.
+func (b *testBus) asUser(uid, gid int, groups []int, op, arg string) helperResult {
+	b.t.Helper()
 	if os.Geteuid() != 0 {
 		b.t.Skip("running a caller as nobody needs root (setpriv --reuid); run the tests as root (make test)")
 	}
@@ -259,19 +266,28 @@ func (b *testBus) asNobody(op, arg string) helperResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^$", arg)
+	args := []string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--clear-groups"}
+	if len(groups) > 0 {
+		gs := make([]string, len(groups))
+		for i, g := range groups {
+			gs[i] = fmt.Sprint(g)
+		}
+		args[2] = "--groups=" + strings.Join(gs, ",")
+	}
+	args = append(args, bin, "-test.run=^$", arg)
+	cmd := exec.CommandContext(ctx, "setpriv", args...)
 	cmd.Env = append(os.Environ(), helperEnv+"="+op)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		b.t.Fatalf("helper %s %s as nobody: %v; output: %s", op, arg, err, out)
+		b.t.Fatalf("helper %s %s as uid %d: %v; output: %s", op, arg, uid, err, out)
 	}
 	var res helperResult
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		b.t.Fatalf("helper %s %s: decode %q: %v", op, arg, out, err)
 	}
-	if res.UID != 65534 {
-		b.t.Fatalf("helper ran as uid %d, want 65534", res.UID)
+	if res.UID != uid {
+		b.t.Fatalf("helper ran as uid %d, want %d", res.UID, uid)
 	}
 	return res
 }
@@ -580,14 +596,17 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 		op, arg   string
 		wantValue string // checked when wantErr is ""
 		wantErr   string
+		byRdmad   string // the refusal comes from rdmad, with this text
 	}{
 		{op: "get", arg: "State", wantValue: "running"},
 		{op: "get", arg: "ConfigGeneration", wantValue: "1"},
 		{op: "managed", wantValue: "1"},
 		{op: "introspect"},
-		{op: "call", arg: "Reload", wantErr: ErrAccessDenied},
-		{op: "call", arg: "Apply", wantErr: ErrAccessDenied},
-		{op: "probe", arg: "192.0.2.17", wantErr: ErrAccessDenied},
+		// The bus lets anyone send the methods (a static policy cannot
+		// know the admin group); rdmad's access table refuses them.
+		{op: "call", arg: "Reload", wantErr: ErrAccessDenied, byRdmad: "uid 65534 may not change rdmad's state (Reload)"},
+		{op: "call", arg: "Apply", wantErr: ErrAccessDenied, byRdmad: "uid 65534 may not change rdmad's state (Apply)"},
+		{op: "probe", arg: "192.0.2.17", wantErr: ErrAccessDenied, byRdmad: "uid 65534 may not make rdmad probe now (Probe)"},
 		{op: "set", arg: "State", wantErr: ErrAccessDenied},
 		{op: "own", wantErr: ErrAccessDenied},
 	}
@@ -596,6 +615,12 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 			res := b.asNobody(tt.op, tt.arg)
 			if res.ErrName != tt.wantErr {
 				t.Fatalf("as nobody: error %q (%s), want %q", res.ErrName, res.ErrMsg, tt.wantErr)
+			}
+			if tt.byRdmad != "" {
+				if !strings.Contains(res.ErrMsg, tt.byRdmad) {
+					t.Errorf("error %q, want rdmad's refusal %q", res.ErrMsg, tt.byRdmad)
+				}
+				return
 			}
 			if tt.wantErr != "" {
 				// The bus, not rdmad, refuses: its message names the
@@ -640,7 +665,7 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 	} {
 		t.Run(tt.method, func(t *testing.T) {
 			res := b.asNobody(tt.op, tt.arg)
-			if res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, tt.method+" needs root (caller uid 65534)") {
+			if res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, "uid 65534 may not") || !strings.Contains(res.ErrMsg, "("+tt.method+")") {
 				t.Errorf("%s as nobody with an open bus policy: %q %q, want rdmad's own AccessDenied", tt.method, res.ErrName, res.ErrMsg)
 			}
 		})

@@ -37,6 +37,11 @@ const (
 	Dropped = "dropped"
 	// Bye is the last line when rdmad stops.
 	Bye = "bye"
+	// Heartbeat is sent after a quiet spell (Options.Heartbeat): it says
+	// the stream is alive and changes nothing; Seq is the last event's.
+	// Clients skip it (the typed client does); clients that print unknown
+	// types still work.
+	Heartbeat = "heartbeat"
 )
 
 // Absent is From or To of a Link event for a port that appeared or vanished.
@@ -65,7 +70,7 @@ type Event struct {
 func (e Event) String() string {
 	ts := e.Time.Local().Format("15:04:05.000")
 	switch e.Type {
-	case Hello, Dropped, Bye:
+	case Hello, Dropped, Bye, Heartbeat:
 		return fmt.Sprintf("%s %-9s seq %d: %s", ts, e.Type, e.Seq, e.Message)
 	}
 	s := fmt.Sprintf("%s %-9s %s: %s -> %s", ts, e.Type, e.Object, dash(e.From), dash(e.To))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -369,5 +370,219 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWatchBounds: per-uid bounds for watchers outside the admin group, and
+// the reserved watches only admins may take once the general pool is full.
+func TestWatchBounds(t *testing.T) {
+	store := newStore()
+	h := watch.NewHub(store, watch.Options{MaxClients: 4, Reserved: 2, MaxPerUID: 2, Buffer: 1})
+	reader := func(uid uint32) watch.Watcher { return watch.Watcher{UID: uid, Known: true} }
+	admin := watch.Watcher{UID: 0, Known: true, Admin: true}
+
+	var a []*watch.Sub
+	for i := 0; i < 2; i++ {
+		s, err := h.SubscribeAs(reader(1000))
+		if err != nil {
+			t.Fatalf("uid 1000, watch %d: %v", i, err)
+		}
+		a = append(a, s)
+	}
+	if _, err := h.SubscribeAs(reader(1000)); !errors.Is(err, watch.ErrTooManyForUID) {
+		t.Fatalf("uid 1000, third watch: %v, want ErrTooManyForUID", err)
+	}
+	// Peers without credentials share one bucket rather than pass as uid 0.
+	for i := 0; i < 2; i++ {
+		if _, err := h.SubscribeAs(watch.Watcher{}); err != nil {
+			t.Fatalf("unknown peer, watch %d: %v", i, err)
+		}
+	}
+	if _, err := h.SubscribeAs(watch.Watcher{}); !errors.Is(err, watch.ErrTooManyForUID) {
+		t.Fatalf("unknown peer, third watch: %v, want ErrTooManyForUID", err)
+	}
+	// The general pool (4) is full: another reader is refused, admins get
+	// the reserved two, and no more.
+	if _, err := h.SubscribeAs(reader(1001)); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("uid 1001 with the pool full: %v, want ErrTooManyClients", err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := h.SubscribeAs(admin); err != nil {
+			t.Fatalf("admin, reserved watch %d: %v", i, err)
+		}
+	}
+	if _, err := h.SubscribeAs(admin); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("admin beyond the reserved watches: %v, want ErrTooManyClients", err)
+	}
+	if got := h.Clients(); got != 6 {
+		t.Fatalf("Clients() = %d, want 6", got)
+	}
+
+	// A reader leaving frees a general watch for another reader: the
+	// admins' watches are the reserved ones, not general ones.
+	h.Unsubscribe(a[0])
+	if _, err := h.SubscribeAs(reader(1001)); err != nil {
+		t.Fatalf("uid 1001 after a reader left: %v", err)
+	}
+	if _, err := h.SubscribeAs(reader(1002)); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("uid 1002 with the pool full again: %v, want ErrTooManyClients", err)
+	}
+	runHub(t, h)
+	// A buffer of 1: the second event drops every subscriber that did not
+	// read the first. Wait for the first so the hub does not merge both
+	// snapshots into one event.
+	flip(store, 0, 0)
+	waitFor(t, func() bool { return len(a[1].C) == 1 }, "the first event queued")
+	flip(store, 1, 0)
+	select {
+	case <-a[1].Dropped():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a subscriber with a full buffer was not dropped")
+	}
+	waitFor(t, func() bool { return h.Clients() == 0 }, "every non-reading subscriber dropped")
+	for i := 0; i < 2; i++ {
+		if _, err := h.SubscribeAs(reader(1000)); err != nil {
+			t.Fatalf("uid 1000 after its watches were dropped, watch %d: %v", i, err)
+		}
+	}
+}
+
+// TestWatchAdminsUseReservedFirst: admins' watches take the reserved ones
+// before general ones, so root watching does not shrink readers' share;
+// beyond the reserved ones they share the general pool.
+func TestWatchAdminsUseReservedFirst(t *testing.T) {
+	h := watch.NewHub(newStore(), watch.Options{MaxClients: 2, Reserved: 1, MaxPerUID: 2})
+	admin := watch.Watcher{UID: 0, Known: true, Admin: true}
+	if _, err := h.SubscribeAs(admin); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := h.SubscribeAs(watch.Watcher{UID: 1000 + uint32(i), Known: true}); err != nil {
+			t.Fatalf("reader %d with an admin watching: %v", i, err)
+		}
+	}
+	if _, err := h.SubscribeAs(admin); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("admin beyond MaxClients+Reserved: %v, want ErrTooManyClients", err)
+	}
+
+	// Two admins: the second takes a general watch, so one reader fits.
+	h = watch.NewHub(newStore(), watch.Options{MaxClients: 2, Reserved: 1, MaxPerUID: 2})
+	for i := 0; i < 2; i++ {
+		if _, err := h.SubscribeAs(admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.SubscribeAs(watch.Watcher{UID: 1000, Known: true}); err != nil {
+		t.Fatalf("reader with two admins watching: %v", err)
+	}
+	if _, err := h.SubscribeAs(watch.Watcher{UID: 1001, Known: true}); !errors.Is(err, watch.ErrTooManyClients) {
+		t.Fatalf("second reader with an admin in a general watch: %v, want ErrTooManyClients", err)
+	}
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestHTTPNonReaderWriteDeadline: a client that stops reading before its
+// queue overflows is dropped by the write deadline of the line it blocks
+// on, with a log line, while a reading client goes on.
+func TestHTTPNonReaderWriteDeadline(t *testing.T) {
+	store := newStore()
+	var logs lockedBuffer
+	h := watch.NewHub(store, watch.Options{Buffer: 10000, WriteTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	runHub(t, h)
+	sock := serve(t, h)
+
+	fast, err := client.New(sock).Watch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	rawWatch(t, sock)
+	waitFor(t, func() bool { return h.Clients() == 2 }, "both clients subscribed")
+
+	// 128 lines of 16 KiB: 2 MiB, far more than the socket buffers hold,
+	// and far fewer than the queue holds, so only the deadline can drop.
+	for i := 0; i < 128; i++ {
+		seq := flip(store, i, 16<<10)
+		if ev, err := fast.Next(); err != nil || ev.Seq != seq {
+			t.Fatalf("reading client, event %d: seq %d, %v; want seq %d", i, ev.Seq, err, seq)
+		}
+	}
+	waitFor(t, func() bool { return h.Clients() == 1 }, "the non-reading client dropped")
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "dropped a client that stopped reading") },
+		"the log line about the dropped client")
+	if strings.Contains(logs.String(), "fell behind") {
+		t.Errorf("the client was dropped for its queue, not by the write deadline:\n%s", logs.String())
+	}
+}
+
+// TestHeartbeat: a quiet stream carries heartbeat lines that an old client
+// can decode as an event, and that the typed client skips.
+func TestHeartbeat(t *testing.T) {
+	store := newStore()
+	h := watch.NewHub(store, watch.Options{Heartbeat: 50 * time.Millisecond})
+	runHub(t, h)
+	sock := serve(t, h)
+
+	raw := rawWatch(t, sock)
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(raw), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var lines []watch.Event
+	for len(lines) < 4 && sc.Scan() {
+		var ev watch.Event // what an old client decodes every line into
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("line %q is not an event: %v", sc.Bytes(), err)
+		}
+		lines = append(lines, ev)
+	}
+	if len(lines) < 4 {
+		t.Fatalf("got %d lines before the stream ended (%v), want hello and 3 heartbeats", len(lines), sc.Err())
+	}
+	if lines[0].Type != watch.Hello {
+		t.Fatalf("first line %+v, want hello", lines[0])
+	}
+	for _, ev := range lines[1:] {
+		if ev.Type != watch.Heartbeat || ev.Seq != lines[0].Seq || ev.Time.IsZero() {
+			t.Errorf("quiet stream sent %+v, want a heartbeat with the hello's seq %d and a time", ev, lines[0].Seq)
+		}
+	}
+
+	st, err := client.New(sock).Watch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	time.Sleep(300 * time.Millisecond) // several heartbeats queue up unread
+	seq := flip(store, 1, 0)
+	ev, err := st.Next()
+	if err != nil || ev.Type != watch.Component || ev.Seq != seq {
+		t.Fatalf("Next after heartbeats: %+v, %v; want the component event of seq %d", ev, err, seq)
+	}
+	time.Sleep(300 * time.Millisecond)
+	seq = flip(store, 2, 0)
+	b, err := st.NextRaw()
+	if err != nil || !strings.Contains(string(b), `"type":"component"`) {
+		t.Fatalf("NextRaw after heartbeats: %s, %v; want the component event of seq %d", b, err, seq)
 	}
 }
