@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/peers"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
@@ -27,6 +30,67 @@ type peerRunner struct {
 	mu       sync.Mutex
 	fileStat string // size and mtime of [probe] peers_file at its last read
 	fileErr  error  // of the last read of peers_file
+	keyErr   error  // of the last read of [probe] key_file
+	// auth is the fleet key and mode in force: the last good read of
+	// key_file. Owned by the main loop.
+	auth peers.Auth
+}
+
+// maxKeyFile bounds what [probe] key_file may hold: a key is a few dozen
+// bytes; anything near this is the wrong file.
+const maxKeyFile = 4096
+
+// minKeyLen is the shortest fleet key taken, in bytes after trimming.
+const minKeyLen = 16
+
+// readProbeKey reads the fleet key of [probe] key_file: a regular file
+// owned by root with no permissions for group or others (a key others can
+// read is no secret, one they can write not the admin's), holding at least
+// minKeyLen bytes after surrounding whitespace is trimmed.
+func readProbeKey(path string) ([]byte, error) {
+	b, err := safefile.ReadSecret(path, maxKeyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("[probe] key_file %w; create it on every node: `(umask 077; head -c 32 /dev/urandom | base64 > %s)`", err, path)
+	}
+	if err != nil {
+		// safefile's error names the file and the fix (chown, chmod 0600).
+		return nil, fmt.Errorf("[probe] key_file %w", err)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < minKeyLen {
+		return nil, fmt.Errorf("[probe] key_file %s: the key has %d bytes, at least %d are needed; write a new one: `head -c 32 /dev/urandom | base64 > %s`", path, len(key), minKeyLen, path)
+	}
+	return key, nil
+}
+
+// loadAuth reads the fleet key cfg names and returns the authentication to
+// use. On an error the previous one stays in force (the caller decides
+// whether there is one to keep) and the error names the file and the fix.
+func (r *peerRunner) loadAuth(cfg *config.Config) (peers.Auth, error) {
+	pr := cfg.Probe
+	if pr.KeyFile == "" {
+		r.setKeyErr(nil)
+		return peers.Auth{}, nil
+	}
+	key, err := readProbeKey(pr.KeyFile)
+	r.setKeyErr(err)
+	if err != nil {
+		return peers.Auth{}, err
+	}
+	return peers.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
+}
+
+func (r *peerRunner) setKeyErr(err error) {
+	r.mu.Lock()
+	r.keyErr = err
+	r.mu.Unlock()
+}
+
+// useAuth puts a into force in the engine (probe payloads) and for the
+// manager's next settings (control messages).
+func (r *peerRunner) useAuth(a peers.Auth) {
+	r.auth = a
+	r.eng.SetAuth(a.Key, a.Require)
 }
 
 // peersFileCheck is how often peers_file is checked for changes between
@@ -56,22 +120,26 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	r := &peerRunner{}
-	var err error
+	// Without its key a node that must authenticate would answer and
+	// believe anybody: it does not start until the key can be read.
+	auth, err := r.loadAuth(d.cfg)
+	if err != nil {
+		d.setComponent("peers", state.Error, fmt.Errorf("%w; peer probes are not started until the key can be read", err))
+		return
+	}
 	r.eng, err = peer.New(peer.Config{Logger: d.log.With("component", "peers"),
 		OnReply: func(rep peer.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
 		d.setComponent("peers", state.Error, err)
 		return
 	}
+	r.useAuth(auth)
 	settings, fileErr := r.settings(d.cfg)
 	r.mgr, err = peers.New(peers.Options{
-		Prober: r.eng,
-		NodeID: nodeID(),
-		Logger: d.log.With("component", "peers"),
-		ProberCounters: func() (uint64, uint64, uint64) {
-			s := r.eng.Stats()
-			return s.Malformed, s.Unadmitted, s.Answered
-		},
+		Prober:         r.eng,
+		NodeID:         nodeID(),
+		Logger:         d.log.With("component", "peers"),
+		ProberCounters: r.eng.Stats,
 		OnState: func(ps state.Peers) {
 			d.store.Update(func(s *state.Snapshot) {
 				s.Peers = ps
@@ -131,6 +199,8 @@ func (r *peerRunner) setComponent(s *state.Snapshot, now time.Time) {
 		state.SetComponent(s, "peers", state.Unavailable, perr, now)
 	case len(ports) == 0 && perr != nil:
 		state.SetComponent(s, "peers", state.Error, perr, now)
+	case r.keyError() != nil:
+		state.SetComponent(s, "peers", state.Error, r.keyError(), now)
 	default:
 		state.SetComponent(s, "peers", state.OK, r.fileError(), now)
 	}
@@ -166,6 +236,15 @@ func (d *Daemon) reloadPeers() {
 		}
 		return
 	}
+	auth, kerr := r.loadAuth(d.cfg)
+	if kerr != nil {
+		// The settings in force stay, with the key in force: a reload
+		// must not turn authentication off, nor stop the probes.
+		d.log.Error("peer probes keep their settings and key", "err", kerr)
+		d.store.Update(func(s *state.Snapshot) { r.setComponent(s, time.Now()) })
+		return
+	}
+	r.useAuth(auth)
 	s, err := r.settings(d.cfg)
 	if err != nil {
 		d.log.Warn("peers file", "err", err)
@@ -180,6 +259,15 @@ func (b backend) Probe(ctx context.Context, name string) (state.Peer, error) {
 		return state.Peer{}, errors.New("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
 	}
 	return r.mgr.ProbeOnce(ctx, name)
+}
+
+func (r *peerRunner) keyError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keyErr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; the peer probes go on with the settings and key in force", r.keyErr)
 }
 
 func (r *peerRunner) fileError() error {
@@ -214,7 +302,7 @@ func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
 		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
 		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute,
 		Threshold: peers.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
-			MinLosses: 2, RTT: pr.RTTThreshold.Duration}}
+			MinLosses: 2, RTT: pr.RTTThreshold.Duration}, Auth: r.auth}
 	seen := map[string]bool{}
 	for _, p := range cfg.Peers {
 		s.Peers = append(s.Peers, peers.Spec{Name: p.Address, Group: p.Group})
@@ -243,16 +331,21 @@ func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
 // maxPeersFileLines bounds what a peers file can make rdmad hold.
 const maxPeersFileLines = 100000
 
-// readPeersFile reads "address [group]" lines; '#' starts a comment.
+// maxPeersFileBytes bounds the peers file's size: 100,000 lines of an
+// address and a group fit in 8 MiB.
+const maxPeersFileBytes = 8 << 20
+
+// readPeersFile reads "address [group]" lines; '#' starts a comment. The
+// file is read with safefile: a FIFO or a device there is an error naming
+// it, not a main loop blocked forever in open(2).
 func readPeersFile(path string) ([]peers.Spec, error) {
-	f, err := os.Open(path)
+	data, err := safefile.ReadRegular(path, maxPeersFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read [probe] peers_file: %w", err)
 	}
-	defer f.Close()
 	var out []peers.Spec
 	var bad []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	line := 0
 	for sc.Scan() {
 		line++

@@ -50,6 +50,9 @@ type reconciler struct {
 
 	// targets persists counters and last-change times across passes.
 	targets map[string]entry
+	// limitsPath is the [memlock] limits_file of the last full pass that
+	// managed one, so that a moved limits_file is removed at its old path.
+	limitsPath string
 	// unsupported remembers, per netdev, the ifindex at which dcbnl said
 	// the device has no DCB, so that it is reported once and not asked
 	// again until the link is replaced or the configuration reloaded.
@@ -166,6 +169,21 @@ func (r *reconciler) pass(cfg *config.Config, devs []inventory.Device, sc *scope
 		t, cs := r.checkUserMemlock(cfg.Memlock, apply)
 		record(policy.Source{Policy: "memlock"}, "memlock", cfg.Memlock.LimitsFile, t, cs)
 	}
+	if sc == nil {
+		// A limits file rdmad wrote keeps applying at every login after
+		// its key is gone: remove it when [memlock] users goes, or from
+		// its old path when limits_file moves. Looking at the path in
+		// force (not only at what this process wrote) also catches a key
+		// removed while rdmad was stopped.
+		for _, path := range r.staleLimits(cfg.Memlock) {
+			if t, cs := r.removeUserMemlock(path, apply); t.State != "" {
+				record(policy.Source{Policy: "memlock"}, "memlock", path, t, cs)
+			}
+		}
+		if apply && cfg.Memlock.Users != nil {
+			r.limitsPath = cfg.Memlock.LimitsFile
+		}
+	}
 
 	if !apply {
 		return changes, nil
@@ -221,7 +239,9 @@ func (r *reconciler) status(cfg *config.Config, want policy.Desired) []state.Pol
 	for _, p := range cfg.Policies {
 		add(p.Name, p.Mode)
 	}
-	if cfg.Memlock.Daemon != nil || cfg.Memlock.Users != nil {
+	// A removed limits file is a memlock target too, also once the
+	// [memlock] keys are gone.
+	if cfg.Memlock.Daemon != nil || cfg.Memlock.Users != nil || len(byPolicy["memlock"]) > 0 {
 		add("memlock", "enforce")
 	}
 	return out
@@ -384,6 +404,57 @@ func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Tar
 	}
 	t.State = state.InSync
 	return t, nil
+}
+
+// staleLimits lists the limits files rdmad should no longer have: the
+// configured one when [memlock] users is unset, and the one of an earlier
+// pass when limits_file moved.
+func (r *reconciler) staleLimits(m config.Memlock) []string {
+	var paths []string
+	if m.Users == nil {
+		paths = append(paths, m.LimitsFile)
+	}
+	if r.limitsPath != "" && r.limitsPath != m.LimitsFile {
+		paths = append(paths, r.limitsPath)
+	}
+	return paths
+}
+
+// removeUserMemlock removes the limits file at path if rdmad wrote it (its
+// header says so; a symlink is never followed). A file that is not
+// rdmad's, or no file, is not rdmad's business: no target (State "").
+func (r *reconciler) removeUserMemlock(path string, enforce bool) (state.Target, []Change) {
+	t := state.Target{Desired: "(no file: [memlock] users is not set for this path)"}
+	cs := []Change{{From: "rdmad's memlock rules", To: "(removed)"}}
+	if !enforce {
+		// A diff only says what would go.
+		if !memlock.IsOurs(path) {
+			return t, nil
+		}
+		t.State, t.Actual = state.Drifted, "rdmad's memlock rules"
+		return t, cs
+	}
+	removed, err := memlock.RemoveLimits(path)
+	switch {
+	case errors.Is(err, memlock.ErrNotOurs):
+		r.log.Debug("limits file not written by rdmad; left alone", "path", path, "err", err)
+		if path == r.limitsPath {
+			r.limitsPath = ""
+		}
+		return t, nil
+	case err != nil:
+		return failed(t, err), cs
+	case !removed:
+		if path == r.limitsPath {
+			r.limitsPath = ""
+		}
+		return t, nil
+	}
+	if path == r.limitsPath {
+		r.limitsPath = ""
+	}
+	t.State, t.Actual = state.Applied, "(removed)"
+	return t, cs
 }
 
 // settle finishes t for a setting that differs from its desired value: a

@@ -899,6 +899,13 @@ func (q *CQ) Close() error {
 	return q.destroy()
 }
 
+// WCGRH must equal IBV_WC_GRH: either array length is negative (a compile
+// error) if they differ.
+var (
+	_ [C.IBV_WC_GRH - WCGRH]struct{}
+	_ [WCGRH - C.IBV_WC_GRH]struct{}
+)
+
 // Poll moves up to len(out) completions into out and returns how many.
 func (q *CQ) Poll(out []WorkCompletion) (int, error) {
 	if q.cq == nil {
@@ -915,6 +922,7 @@ func (q *CQ) Poll(out []WorkCompletion) (int, error) {
 		out[i] = WorkCompletion{
 			WRID: uint64(w.wr_id), Status: WCStatus(w.status), Opcode: int(w.opcode),
 			ByteLen: uint32(w.byte_len), QPNum: uint32(w.qp_num), SrcQP: uint32(w.src_qp), VendErr: uint32(w.vendor_err),
+			Flags: uint32(w.wc_flags),
 		}
 		if w.status != C.IBV_WC_SUCCESS {
 			out[i].StatusText = C.GoString(C.ibv_wc_status_str(w.status))

@@ -354,6 +354,11 @@ const (
 	WCOpRecv      = 1 << 7
 )
 
+// WCGRH is IBV_WC_GRH in WorkCompletion.Flags: a UD receive found a GRH
+// (or, on RoCE v2 over IPv4, the IPv4 header in its last 20 bytes) in the
+// first 40 bytes of its buffer. cverbs.go checks the value against verbs.h.
+const WCGRH = 1
+
 // A WorkCompletion is one polled completion.
 type WorkCompletion struct {
 	WRID    uint64
@@ -363,6 +368,8 @@ type WorkCompletion struct {
 	QPNum   uint32
 	SrcQP   uint32
 	VendErr uint32
+	// Flags is the completion's wc_flags (WCGRH, ...).
+	Flags uint32
 	// StatusText is ibv_wc_status_str(Status).
 	StatusText string
 }

@@ -85,13 +85,13 @@ func printPeers(w io.Writer, ps state.Peers) {
 		fmt.Fprintf(w, "Probing %d of %d configured peers ([probe] max_peers; the selection rotates).\n", len(ps.Peers), ps.Configured)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tGROUP\tSTATE\tPORT\tPATH\tRTT p50\tRTT p99\tLAST\tLOSS\tHOST p99\tSINCE")
+	fmt.Fprintln(tw, "PEER\tGROUP\tSTATE\tWIRE\tPORT\tPATH\tRTT p50\tRTT p99\tLAST\tLOSS\tHOST p99\tSINCE")
 	for _, p := range ps.Peers {
 		if len(p.Paths) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", p.Name, dash(p.Group), p.State, peerSince(p.Since))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", p.Name, dash(p.Group), p.State, wireOf(p), peerSince(p.Since))
 		}
 		for _, pa := range p.Paths {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%% of %d\t%s\t%s\n", p.Name, dash(p.Group), p.State, pa.Local, pa.State,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%% of %d\t%s\t%s\n", p.Name, dash(p.Group), p.State, wireOf(p), pa.Local, pa.State,
 				us(pa.RTTP50), us(pa.RTTP99), us(pa.LastRTT), pa.LossPct, pa.Samples, us(pa.HostDelayP99), peerSince(pa.Since))
 		}
 	}
@@ -101,6 +101,28 @@ func printPeers(w io.Writer, ps state.Peers) {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Reason)
 		}
 	}
+	if ps.Auth == "" {
+		return
+	}
+	// With a fleet key ([probe] auth = "prefer" during a rollout), name
+	// the peers that still answer without it.
+	for _, p := range ps.Peers {
+		if p.WireVersion != 0 && !p.Authenticated {
+			fmt.Fprintf(w, "UNAUTHENTICATED: %s answers without the fleet key (wire v%d); give it [probe] key_file\n", p.Name, p.WireVersion)
+		}
+	}
+}
+
+// wireOf says which control protocol version the peer answered in, and
+// "+key" when that answer was authenticated by the fleet key.
+func wireOf(p state.Peer) string {
+	if p.WireVersion == 0 {
+		return "-"
+	}
+	if p.Authenticated {
+		return fmt.Sprintf("v%d+key", p.WireVersion)
+	}
+	return fmt.Sprintf("v%d", p.WireVersion)
 }
 
 func us(d time.Duration) string {

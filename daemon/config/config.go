@@ -174,6 +174,15 @@ type Probe struct {
 	// selection moves on when there are more.
 	MaxPeers int      `toml:"max_peers" json:"max_peers"`
 	Rotate   Duration `toml:"rotate" json:"rotate"`
+	// KeyFile holds the fleet key that authenticates control messages and
+	// probes (HMAC-SHA256): a root-owned file without group or other
+	// permissions, at least 16 bytes after trimming whitespace. Empty:
+	// no authentication.
+	KeyFile string `toml:"key_file" json:"key_file,omitempty"`
+	// Auth is "require" (the default with a key: nothing unauthenticated
+	// is answered or believed) or "prefer" (for rollouts: peers without
+	// the key are still answered and probed, and flagged).
+	Auth string `toml:"auth" json:"auth,omitempty"`
 }
 
 // Networks is a list of CIDRs. It is kept as one canonical string so that
@@ -191,7 +200,9 @@ func (n *Networks) UnmarshalTOML(v any) error {
 	for _, e := range arr {
 		s, ok := e.(string)
 		if !ok {
-			return fmt.Errorf("%v is not a string; write networks as CIDRs, e.g. \"10.0.0.0/16\"", e)
+			// %T, not %v: the element may be an array nested a million
+			// deep, and printing it recursed until the stack overflowed.
+			return fmt.Errorf("an element of type %T is not a string; write networks as CIDRs, e.g. \"10.0.0.0/16\"", e)
 		}
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {

@@ -1,11 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"os/user"
 	"path"
 	"path/filepath"
@@ -14,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -54,14 +57,41 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
+// Bounds on what a configuration can make rdmad read and hold. A file is
+// written by root, but a mistake (a log file copied into rdmad.d/, a
+// generated file gone wrong) must not take the daemon down or stall its
+// main loop: beyond a bound the load fails like any bad file and the last
+// good configuration stays.
+const (
+	// MaxFileSize is the most bytes of one file (main or drop-in); the
+	// documented default file is about 10 KiB.
+	MaxFileSize = 1 << 20
+	// MaxDropIns is the most drop-ins rdmad.d/ may hold.
+	MaxDropIns = 256
+	// MaxDepth is the deepest nesting of arrays and inline tables in a
+	// value, and the most parts of a dotted key or table name. rdmad's own
+	// keys need 3; the TOML decoder's cost grows with depth (quadratically
+	// for dotted keys), and a deep value once overflowed the stack.
+	MaxDepth = 32
+	// maxErrors is the most problems one load lists; a file of 100,000
+	// unknown keys is reported by its first ones, not in full.
+	maxErrors = 20
+)
+
 // Load reads the main file at path and the drop-ins next to it, merges them
 // (later files win: tables key by key, [[policy]] blocks by name) and
 // validates the result. A missing main file is an error that wraps
-// fs.ErrNotExist; a missing drop-in directory is not.
+// fs.ErrNotExist; a missing drop-in directory is not. Files are read with
+// safefile: a FIFO, a device or a file over MaxFileSize is an error naming
+// it, never a hang.
 func Load(path string) (*Config, error) {
 	files, err := filepath.Glob(DropIns(path))
 	if err != nil {
 		return nil, fmt.Errorf("config: list drop-ins of %s: %w", path, err)
+	}
+	if len(files) > MaxDropIns {
+		return nil, Errors{{File: filepath.Dir(files[0]),
+			Msg: fmt.Sprintf("holds %d drop-ins (*.toml); rdmad reads at most %d: merge them into fewer files", len(files), MaxDropIns)}}
 	}
 	sort.Strings(files)
 	files = append([]string{path}, files...)
@@ -70,17 +100,26 @@ func Load(path string) (*Config, error) {
 	locs := map[string]*locator{}
 	var errs Errors
 	for i, f := range files {
-		data, err := os.ReadFile(f)
+		if len(errs) >= maxErrors {
+			// The load has failed already; reading on would only cost.
+			errs = append(errs, &Error{File: f, Msg: "not read: too many problems in the files before it; fix those first"})
+			break
+		}
+		data, err := safefile.ReadRegular(f, MaxFileSize)
 		if err != nil {
-			if i == 0 {
+			if i == 0 && errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("config: read %s: %w", f, err)
 			}
-			// A drop-in that vanished between Glob and ReadFile (an editor
-			// renaming it) is not part of this load.
-			if errors.Is(err, os.ErrNotExist) {
+			// A drop-in that vanished between Glob and the read (an
+			// editor renaming it) is not part of this load.
+			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			errs = append(errs, &Error{File: f, Msg: err.Error()})
+			errs = append(errs, readError(f, err))
+			continue
+		}
+		if line, key, msg := checkNesting(data); msg != "" {
+			errs = append(errs, &Error{File: f, Line: line, Key: key, Msg: msg})
 			continue
 		}
 		cfg.Files = append(cfg.Files, f)
@@ -91,9 +130,184 @@ func Load(path string) (*Config, error) {
 		errs = append(errs, cfg.validate(locs)...)
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, capErrors(errs)
 	}
 	return cfg, nil
+}
+
+// readError turns a failed read of a configuration file into an *Error that
+// names the file once and says what to do.
+func readError(file string, err error) *Error {
+	var se *safefile.Error
+	if errors.As(err, &se) {
+		return &Error{File: file, Msg: se.Msg}
+	}
+	return &Error{File: file, Msg: err.Error()}
+}
+
+// capErrors keeps the first maxErrors problems and says how many more there
+// are: the list goes to status, D-Bus and the journal.
+func capErrors(errs Errors) Errors {
+	if len(errs) <= maxErrors {
+		return errs
+	}
+	more := len(errs) - maxErrors
+	last := errs[maxErrors-1]
+	errs = append(errs[:maxErrors:maxErrors], &Error{File: last.File,
+		Msg: fmt.Sprintf("and %d more problems not listed; fix these first", more)})
+	return errs
+}
+
+// checkNesting scans a TOML document for nesting deeper than MaxDepth before
+// the decoder sees it: arrays and inline tables inside each other, and
+// dotted keys or table names of many parts. It knows just enough TOML for
+// that: the four kinds of strings (brackets and dots in them do not count),
+// comments, and whether a dot is in a key or in a value (1.5). It returns
+// the line the offending value or key starts on and what is wrong, or "".
+// A document that is malformed in other ways is left to the decoder.
+func checkNesting(data []byte) (line int, key, msg string) {
+	const (
+		inKey   = iota // a key, a table header or before one
+		inValue        // after '=' or inside an array
+	)
+	var stack []byte // the open '[' and '{'
+	ctx := inKey
+	parts := 1      // parts of the key being read
+	lineNo := 1     // current line
+	startLine := 1  // line where the current statement started
+	header := false // reading a [table] or [[table]] name
+	atStart := true // only whitespace since the statement started
+	n := len(data)
+	for i := 0; i < n; i++ {
+		c := data[i]
+		switch c {
+		case '\n':
+			lineNo++
+			if len(stack) == 0 {
+				// A statement ends with its line unless a value is open.
+				ctx, parts, header, atStart = inKey, 1, false, true
+				startLine = lineNo
+			}
+			continue
+		case ' ', '\t', '\r':
+			continue
+		case '#':
+			for i < n && data[i] != '\n' {
+				i++
+			}
+			i-- // the newline is handled above
+			continue
+		case '"', '\'':
+			// Skip a string of any of the four kinds, counting its
+			// newlines.
+			multi := i+2 < n && data[i+1] == c && data[i+2] == c
+			if multi {
+				i += 3
+				for i < n && !(data[i] == c && i+2 < n && data[i+1] == c && data[i+2] == c) {
+					if data[i] == '\\' && c == '"' {
+						if i+1 < n && data[i+1] == '\n' {
+							lineNo++
+						}
+						i++
+					} else if data[i] == '\n' {
+						lineNo++
+					}
+					i++
+				}
+				i += 2
+				// Up to two more quotes belong to the string ("""a"""").
+				for k := 0; k < 2 && i+1 < n && data[i+1] == c; k++ {
+					i++
+				}
+			} else {
+				i++
+				for i < n && data[i] != c && data[i] != '\n' {
+					if data[i] == '\\' && c == '"' {
+						i++
+					}
+					i++
+				}
+				if i < n && data[i] == '\n' {
+					i-- // unterminated: the decoder reports it
+				}
+			}
+			atStart = false
+			continue
+		}
+		if atStart && len(stack) == 0 && c == '[' {
+			header = true
+		}
+		atStart = false
+		switch {
+		case header:
+			switch c {
+			case '.':
+				parts++
+			}
+		case ctx == inKey:
+			switch c {
+			case '.':
+				parts++
+			case '=':
+				ctx = inValue
+			case '}':
+				// {} : an empty inline table.
+				if len(stack) > 0 {
+					stack = stack[:len(stack)-1]
+					ctx = inValue
+				}
+			}
+		default: // inValue
+			switch c {
+			case '[', '{':
+				stack = append(stack, c)
+				if len(stack) > MaxDepth {
+					return startLine, keyOn(data, startLine), fmt.Sprintf("arrays and inline tables are nested more than %d deep (line %d); rdmad's keys need at most 3, so flatten the value", MaxDepth, lineNo)
+				}
+				if c == '{' {
+					ctx, parts = inKey, 1
+				}
+			case ']', '}':
+				if len(stack) > 0 {
+					stack = stack[:len(stack)-1]
+				}
+				ctx = inValue
+			case ',':
+				if len(stack) > 0 && stack[len(stack)-1] == '{' {
+					ctx, parts = inKey, 1
+				}
+			}
+		}
+		if parts > MaxDepth {
+			// No key shown: it is the offending (maybe megabyte-long) name.
+			return startLine, "", fmt.Sprintf("a key or table name has more than %d dotted parts (line %d); rdmad's keys have at most 3", MaxDepth, lineNo)
+		}
+	}
+	return 0, "", ""
+}
+
+// keyOn returns the key set on line of data, or "". The locator is built
+// from the lines up to it, each cut to 4 KiB: only the key's name is
+// wanted, and the locator's cost grows with the square of a header's parts
+// (a 1 MiB header of 500,000 parts would take hours).
+func keyOn(data []byte, line int) string {
+	lines := bytes.SplitN(data, []byte("\n"), line+1)
+	if len(lines) > line {
+		lines = lines[:line]
+	}
+	for i, l := range lines {
+		if len(l) > 4096 {
+			lines[i] = l[:4096]
+		}
+	}
+	l := newLocator(bytes.Join(lines, []byte("\n")))
+	key := ""
+	for k, n := range l.lines {
+		if n == line && (key == "" || k < key) {
+			key = k
+		}
+	}
+	return key
 }
 
 // decodeFile merges one file into cfg.
@@ -106,10 +320,20 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 	added := cfg.Policies
 	cfg.Policies = prev
 	// [[peer]] blocks of all files add up; a repeated address is one peer
-	// (the later block's group wins).
+	// (the later block's group wins). Merged through an index: a file of
+	// 40,000 blocks must not cost 40,000 scans of the blocks before it.
+	peerAt := make(map[string]int, len(prevPeers))
+	for i, p := range prevPeers {
+		peerAt[p.Address] = i
+	}
 	for i, p := range cfg.Peers {
 		cfg.Peers[i].src = source{file: file, index: i}
-		prevPeers = mergePeer(prevPeers, cfg.Peers[i], p.Address)
+		if j, ok := peerAt[p.Address]; ok {
+			prevPeers[j] = cfg.Peers[i]
+			continue
+		}
+		peerAt[p.Address] = len(prevPeers)
+		prevPeers = append(prevPeers, cfg.Peers[i])
 	}
 	cfg.Peers = prevPeers
 	if err != nil {
@@ -118,39 +342,61 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 		return Errors{e}
 	}
 	var errs Errors
-	for _, k := range md.Undecoded() {
-		key, line := loc.find(strings.Join(k, "."))
+	undecoded := md.Undecoded()
+	if len(undecoded) > maxErrors {
+		// Each lookup scans the file's keys: list the first ones only.
+		errs = append(errs, &Error{File: file,
+			Msg: fmt.Sprintf("%d unknown keys in all; the first %d follow", len(undecoded), maxErrors)})
+		undecoded = undecoded[:maxErrors]
+	}
+	for _, k := range undecoded {
+		key := strings.Join(k, ".")
+		// A key outside [[arrays]] is found directly; find's search for
+		// an indexed form scans every key of the file.
+		line, ok := loc.lines[key]
+		if !ok {
+			key, line = loc.find(key)
+		}
 		errs = append(errs, &Error{File: file, Line: line, Key: key,
 			Msg: "unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"})
 	}
 	seen := map[string]int{}
+	policyAt := make(map[string]int, len(cfg.Policies))
+	for i, p := range cfg.Policies {
+		if p.Name != "" {
+			policyAt[p.Name] = i
+		}
+	}
+	dups := 0
 	for i := range added {
 		p := added[i]
 		p.src = source{file: file, index: i}
 		if p.Name != "" {
 			if j, dup := seen[p.Name]; dup {
-				key, line := loc.find(fmt.Sprintf("policy[%d].name", i))
-				errs = append(errs, &Error{File: file, Line: line, Key: key,
-					Msg: fmt.Sprintf("policy %q is declared twice in this file (also policy[%d]); give each block its own name", p.Name, j)})
+				if dups++; dups <= maxErrors {
+					key, line := loc.find(fmt.Sprintf("policy[%d].name", i))
+					errs = append(errs, &Error{File: file, Line: line, Key: key,
+						Msg: fmt.Sprintf("policy %q is declared twice in this file (also policy[%d]); give each block its own name", clip(p.Name), j)})
+				}
 				continue
 			}
 			seen[p.Name] = i
 		}
-		cfg.Policies = mergePolicy(cfg.Policies, p)
+		// A policy of the same name as an earlier file's replaces it in
+		// place (cfg.Policies belongs to this load alone).
+		if j, ok := policyAt[p.Name]; ok && p.Name != "" {
+			cfg.Policies[j] = p
+			continue
+		}
+		if p.Name != "" {
+			policyAt[p.Name] = len(cfg.Policies)
+		}
+		cfg.Policies = append(cfg.Policies, p)
+	}
+	if dups > maxErrors {
+		errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("and %d more policies declared twice", dups-maxErrors)})
 	}
 	return errs
-}
-
-// mergePolicy replaces the policy of the same name, or appends p.
-func mergePolicy(ps []Policy, p Policy) []Policy {
-	for i := range ps {
-		if ps[i].Name == p.Name && p.Name != "" {
-			out := append([]Policy(nil), ps...)
-			out[i] = p
-			return out
-		}
-	}
-	return append(ps, p)
 }
 
 var decodeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
@@ -170,12 +416,23 @@ func decodeError(file string, err error) *Error {
 }
 
 // validate checks values and fills in defaults that depend on other keys.
-func (c *Config) validate(locs map[string]*locator) Errors {
-	var errs Errors
+func (c *Config) validate(locs map[string]*locator) (errs Errors) {
+	dropped := 0
 	bad := func(file string, key string, format string, args ...any) {
+		// Finding a key's line costs a scan of the file: past maxErrors
+		// only count (40,000 bad [[policy]] blocks would take minutes).
+		if len(errs) >= maxErrors {
+			dropped++
+			return
+		}
 		k, line := locs[file].find(key)
-		errs = append(errs, &Error{File: file, Line: line, Key: k, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, &Error{File: file, Line: line, Key: k, Msg: fmt.Sprintf(format, clipArgs(args)...)})
 	}
+	defer func() {
+		if dropped > 0 {
+			errs = append(errs, &Error{File: c.Files[0], Msg: fmt.Sprintf("and %d more problems not listed; fix these first", dropped)})
+		}
+	}()
 	main := c.Files[0]
 	d := &c.Daemon
 	if !filepath.IsAbs(d.Socket) {
@@ -203,9 +460,11 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 	}
 
 	m := &c.Memlock
-	if m.UsersDomain == "" || strings.ContainsAny(m.UsersDomain, " \t\n") {
-		bad(lastSetter(c.Files, locs, "memlock.users_domain", main), "memlock.users_domain",
-			"%q is not a limits.conf domain; use \"*\", \"@group\" or a user name", m.UsersDomain)
+	// The domain becomes the first field of lines in a pam_limits file:
+	// the same check as the renderer's, so that a bad one is reported here
+	// with file:line and not only when the file is written.
+	if err := memlock.CheckDomain(m.UsersDomain); err != nil {
+		bad(lastSetter(c.Files, locs, "memlock.users_domain", main), "memlock.users_domain", "%s", err)
 	}
 	if !filepath.IsAbs(m.LimitsFile) {
 		bad(lastSetter(c.Files, locs, "memlock.limits_file", main), "memlock.limits_file",
@@ -317,6 +576,30 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 	return errs
 }
 
+// maxShown is the most bytes of a configured string an error message
+// shows.
+const maxShown = 128
+
+// clipArgs shortens long strings among an error message's arguments: a
+// value may be a megabyte long, and the message goes to status, D-Bus and
+// the journal. Only strings are touched; validate formats no raw decoded
+// values (a nested []any printed with %v once overflowed the stack).
+func clipArgs(args []any) []any {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > maxShown {
+			cut := maxShown
+			for cut > 0 && !utf8.RuneStart(s[cut]) {
+				cut--
+			}
+			args[i] = s[:cut] + fmt.Sprintf("...(%d bytes)", len(s))
+		}
+	}
+	return args
+}
+
+// clip shortens one string for an error message (see clipArgs).
+func clip(s string) string { return clipArgs([]any{s})[0].(string) }
+
 // checkListen returns what is wrong with a [metrics] listen address, or "".
 func checkListen(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
@@ -342,16 +625,6 @@ func lastSetter(files []string, locs map[string]*locator, key, def string) strin
 		}
 	}
 	return def
-}
-
-func mergePeer(ps []Peer, p Peer, addr string) []Peer {
-	for i := range ps {
-		if ps[i].Address == addr {
-			ps[i] = p
-			return ps
-		}
-	}
-	return append(ps, p)
 }
 
 // validateProbe checks the peer-probe keys of [probe] and the [[peer]]
@@ -398,6 +671,24 @@ func (c *Config) validateProbe(locs map[string]*locator, bad func(file, key, for
 	}
 	if pr.Rotate.Duration < time.Second {
 		bad(at("rotate"), "probe.rotate", "%s is too short; use at least 1s (default 1m)", pr.Rotate.Duration)
+	}
+	// The key itself is read where the peer probes are configured (its
+	// owner and mode are checked there, at every start and reload); here
+	// only what the configuration alone can say.
+	if pr.KeyFile != "" && !filepath.IsAbs(pr.KeyFile) {
+		bad(at("key_file"), "probe.key_file", "%q is not an absolute path; use e.g. \"/etc/rdmad/fleet.key\"", pr.KeyFile)
+	}
+	switch pr.Auth {
+	case "":
+		if pr.KeyFile != "" {
+			pr.Auth = "require"
+		}
+	case "require", "prefer":
+		if pr.KeyFile == "" {
+			bad(at("auth"), "probe.auth", "%q needs a key: set [probe] key_file (or remove auth)", pr.Auth)
+		}
+	default:
+		bad(at("auth"), "probe.auth", "%q is not an auth mode; use \"require\" (default with key_file) or \"prefer\" (during a rollout: unauthenticated peers are still answered, but flagged)", pr.Auth)
 	}
 	for _, p := range c.Peers {
 		key := fmt.Sprintf("peer[%d]", p.src.index)

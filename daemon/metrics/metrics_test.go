@@ -55,7 +55,7 @@ func fixtureSnapshot(t *testing.T) *state.Snapshot {
 				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
 				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1}}},
 			{Name: "192.0.2.18", State: "down", Paths: []state.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
-		}, Counters: state.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ProbesAnswered: 40}},
+		}, Counters: state.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
 		Components: map[string]state.Component{
 			"config":    {State: state.Error, Error: "configuration rejected", Since: t0},
 			"inventory": {State: state.OK, Since: t0},

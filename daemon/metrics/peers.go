@@ -24,13 +24,13 @@ var (
 	peerLost = prometheus.NewDesc("rdmad_peer_probes_lost_total",
 		"Probes on the path that went unanswered.", []string{"peer", "local"}, nil)
 	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
-		"Control endpoint messages by outcome: answered, refused (source not allowed) or malformed.", []string{"outcome"}, nil)
+		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag or rate_limited.", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
 		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
 	peerNotSent = prometheus.NewDesc("rdmad_peer_probes_not_sent_total",
 		"Probes this node could not post (all send slots in flight, or the port being rebuilt); not counted as lost.", nil, nil)
 	peerProbesIn = prometheus.NewDesc("rdmad_peer_probes_received_total",
-		"Probes from other nodes by outcome: answered, unadmitted (sender did not query first) or malformed.", []string{"outcome"}, nil)
+		"Probe payloads received by outcome: answered (probes of other nodes), unadmitted (sender did not query first), malformed, unsolicited (a reply matching no probe in flight), bad_tag or untagged (no tag while the fleet key is required).", []string{"outcome"}, nil)
 )
 
 var peerStates = []string{"unknown", "up", "degraded", "down"}
@@ -65,9 +65,15 @@ var peerSection = section{
 			ch <- counter(peerControl, float64(k.ControlAnswered), "answered")
 			ch <- counter(peerControl, float64(k.ControlRefused), "refused")
 			ch <- counter(peerControl, float64(k.ControlMalformed), "malformed")
+			ch <- counter(peerControl, float64(k.ControlUnauthenticated), "unauthenticated")
+			ch <- counter(peerControl, float64(k.ControlBadTag), "bad_tag")
+			ch <- counter(peerControl, float64(k.ControlRateLimited), "rate_limited")
 			ch <- counter(peerProbesIn, float64(k.ProbesAnswered), "answered")
 			ch <- counter(peerProbesIn, float64(k.ProbeUnadmitted), "unadmitted")
 			ch <- counter(peerProbesIn, float64(k.ProbeMalformed), "malformed")
+			ch <- counter(peerProbesIn, float64(k.ProbeUnsolicited), "unsolicited")
+			ch <- counter(peerProbesIn, float64(k.ProbeBadTag), "bad_tag")
+			ch <- counter(peerProbesIn, float64(k.ProbeUntagged), "untagged")
 		}
 	},
 }

@@ -14,13 +14,16 @@ import (
 )
 
 // A Control is the control endpoint: one UDP socket that answers other
-// nodes' queries (only from allowed sources) and sends this node's queries,
-// whose answers it hands to OnAnswer.
+// nodes' queries (only from allowed sources, at a bounded rate per source,
+// and with a fleet key only authenticated ones when that is required) and
+// sends this node's queries, whose answers it hands to OnAnswer.
 type Control struct {
 	conn *net.UDPConn
 	opts ControlOptions
 
 	allow atomic.Pointer[allowList]
+	auth  atomic.Pointer[Auth]
+	rate  *rateLimiter // Serve's goroutine only
 
 	n *ControlCounters
 }
@@ -29,6 +32,26 @@ type Control struct {
 // replace each other (a changed [probe] port) can share one.
 type ControlCounters struct {
 	malformed, refused, answered atomic.Uint64
+	// unauthenticated counts messages dropped because a key is required
+	// and they carried no tag; badTag those whose tag did not verify;
+	// rateLimited the allowed queries over their source's admission rate.
+	unauthenticated, badTag, rateLimited atomic.Uint64
+}
+
+// ControlStats are a control endpoint's counters at one time.
+type ControlStats struct {
+	Malformed, Refused, Answered         uint64
+	Unauthenticated, BadTag, RateLimited uint64
+}
+
+// Auth is how the control endpoint authenticates: a fleet key (nil: none)
+// and whether messages without a valid tag are refused (require) or only
+// flagged (prefer, for rollouts).
+type Auth struct {
+	Key     []byte // the fleet key ([probe] key_file)
+	Require bool
+
+	control []byte // wire.ControlKey(Key)
 }
 
 // ControlOptions configure a Control.
@@ -38,11 +61,16 @@ type ControlOptions struct {
 	// Ports returns the local probe ports to advertise.
 	Ports func() []peer.LocalPort
 	// Admit lets a querier's port be answered by local port key.
-	Admit func(local string, src peer.Endpoint, until time.Time) error
+	// from is the query's source address.
+	Admit func(local string, src peer.Endpoint, from netip.Addr, until time.Time) error
 	// AdmitFor is how long an admission lasts; queriers refresh it.
 	AdmitFor time.Duration
 	// OnAnswer receives answers to this node's queries; it must not block.
+	// Answers whose tag does not verify, and with a required key
+	// unauthenticated ones, never reach it.
 	OnAnswer func(from netip.AddrPort, m wire.Message)
+	// Auth is the initial authentication; SetAuth changes it.
+	Auth Auth
 	// Counters, if set, are counted into (else the Control has its own).
 	Counters *ControlCounters
 }
@@ -76,11 +104,12 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peers: listen on control endpoint %s: %w; is another rdmad running, or change [probe] port", addr, err)
 	}
-	c := &Control{conn: conn, opts: opts, n: opts.Counters}
+	c := &Control{conn: conn, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)}
 	if c.n == nil {
 		c.n = &ControlCounters{}
 	}
 	c.allow.Store(&allowList{})
+	c.SetAuth(opts.Auth)
 	return c, nil
 }
 
@@ -99,31 +128,61 @@ func (c *Control) SetAllow(addrs []netip.Addr, nets []netip.Prefix) {
 	c.allow.Store(a)
 }
 
-// Counters returns malformed, refused and answered message counts.
-func (c *Control) Counters() (malformed, refused, answered uint64) {
-	return c.n.malformed.Load(), c.n.refused.Load(), c.n.answered.Load()
+// SetAuth replaces the fleet key and mode (a reload).
+func (c *Control) SetAuth(a Auth) {
+	a.Key = append([]byte(nil), a.Key...)
+	a.control = wire.ControlKey(a.Key)
+	a.Require = a.Require && len(a.Key) > 0
+	c.auth.Store(&a)
 }
 
-// Query sends m (a TypeQuery) to to.
+// Stats returns the counters.
+func (c *Control) Stats() ControlStats {
+	return ControlStats{Malformed: c.n.malformed.Load(), Refused: c.n.refused.Load(), Answered: c.n.answered.Load(),
+		Unauthenticated: c.n.unauthenticated.Load(), BadTag: c.n.badTag.Load(), RateLimited: c.n.rateLimited.Load()}
+}
+
+// Counters returns malformed, refused and answered message counts.
+func (c *Control) Counters() (malformed, refused, answered uint64) {
+	s := c.Stats()
+	return s.Malformed, s.Refused, s.Answered
+}
+
+// Query sends m as a query to to, in m.Version (0: the newest), tagged when
+// a fleet key is set and the version can carry a tag. A version-1 query is
+// never sent while a key is required: its answer could not be trusted.
 func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 	m.Type = wire.TypeQuery
 	m.NodeID = c.opts.NodeID
-	b := m.Encode()
-	if _, err := c.conn.WriteToUDPAddrPort(b[:], to); err != nil {
+	a := c.auth.Load()
+	var key []byte
+	if m.Version != wire.Version1 {
+		key = a.control
+	} else if a.Require {
+		return fmt.Errorf("peers: query %s: version 1 has no authentication and [probe] auth = \"require\"", to)
+	}
+	b, err := m.Append(make([]byte, 0, wire.MaxSize), key)
+	if err != nil {
+		return fmt.Errorf("peers: query %s: %w", to, err)
+	}
+	if _, err := c.conn.WriteToUDPAddrPort(b, to); err != nil {
 		return fmt.Errorf("peers: query control endpoint %s: %w", to, err)
 	}
 	return nil
 }
 
 // Serve reads messages until ctx is done or the socket is closed. A
-// malformed message, or a query from a source that is not allowed, is
+// malformed message, a query from a source that is not allowed, one over
+// its source's rate, and with a required key one without a valid tag, is
 // dropped and counted; nothing a peer sends can stop the loop.
 func (c *Control) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { c.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	// One byte more than a message, so that an oversized datagram is seen
-	// as oversized rather than silently truncated into a valid one.
-	buf := make([]byte, wire.Size+1)
+	// One byte more than the largest message, so that an oversized
+	// datagram is seen as oversized rather than silently truncated into
+	// a valid one.
+	buf := make([]byte, wire.MaxSize+1)
+	out := make([]byte, 0, wire.MaxSize)
 	for {
 		n, from, err := c.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -136,14 +195,26 @@ func (c *Control) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("peers: read control endpoint: %w", err)
 		}
-		m, err := wire.Decode(buf[:n])
-		if err != nil {
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		a := c.auth.Load()
+		m, err := wire.Decode(buf[:n], a.control)
+		switch {
+		case errors.Is(err, wire.ErrBadTag):
+			c.n.badTag.Add(1)
+			continue
+		case err != nil:
 			c.n.malformed.Add(1)
+			continue
+		case a.Require && !m.Authenticated:
+			// Neither an unauthenticated query (it would admit a QP
+			// anyone could name) nor an unauthenticated answer (it
+			// could point this node's probes anywhere) is taken.
+			c.n.unauthenticated.Add(1)
 			continue
 		}
 		if m.Type == wire.TypeAnswer {
-			// Answers are only taken from addresses this node queried;
-			// the manager matches them by nonce and source.
+			// The manager takes an answer only from the exact address
+			// and port it queried and only for a nonce outstanding.
 			if c.opts.OnAnswer != nil {
 				c.opts.OnAnswer(from, m)
 			}
@@ -153,25 +224,40 @@ func (c *Control) Serve(ctx context.Context) error {
 			c.n.refused.Add(1)
 			continue
 		}
-		c.answer(from, m)
+		if !c.rate.allow(from.Addr(), time.Now()) {
+			c.n.rateLimited.Add(1)
+			continue
+		}
+		out = c.answer(out[:0], from, m, a)
 	}
 }
 
-func (c *Control) answer(from netip.AddrPort, q wire.Message) {
+// answer admits the querier's port and answers in the query's version: a
+// node that sent version 1 cannot read version 2. A version-2 answer is
+// tagged when this node has a key, whether or not the query was.
+func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth) []byte {
 	ports := c.opts.Ports()
-	a := wire.Message{Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
+	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
 	if len(ports) > 0 {
 		p := ports[int(q.Index)%len(ports)]
 		src := peer.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
-		if err := c.opts.Admit(p.Key, src, time.Now().Add(c.opts.AdmitFor)); err != nil {
+		if err := c.opts.Admit(p.Key, src, from.Addr(), time.Now().Add(c.opts.AdmitFor)); err != nil {
 			c.n.refused.Add(1)
-			return
+			return out
 		}
-		a.Index, a.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
-		a.QPN, a.QKey, a.LID, a.GID = p.QPN, p.QKey, p.LID, p.GID
+		ans.Index, ans.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
+		ans.QPN, ans.QKey, ans.LID, ans.GID = p.QPN, p.QKey, p.LID, p.GID
 	}
-	b := a.Encode()
-	if _, err := c.conn.WriteToUDPAddrPort(b[:], from); err == nil {
+	var key []byte
+	if ans.Version == wire.Version2 {
+		key = a.control
+	}
+	out, err := ans.Append(out, key)
+	if err != nil {
+		return out[:0]
+	}
+	if _, err := c.conn.WriteToUDPAddrPort(out, from); err == nil {
 		c.n.answered.Add(1)
 	}
+	return out
 }

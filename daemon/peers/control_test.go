@@ -4,9 +4,12 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/daemon/peers/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
@@ -21,7 +24,7 @@ func TestControlLoopback(t *testing.T) {
 	var admitted []peer.Endpoint
 	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute,
 		Ports: func() []peer.LocalPort { return []peer.LocalPort{local} },
-		Admit: func(key string, src peer.Endpoint, _ time.Time) error {
+		Admit: func(key string, src peer.Endpoint, _ netip.Addr, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			admitted = append(admitted, src)
@@ -56,13 +59,13 @@ func TestControlLoopback(t *testing.T) {
 		if err != nil {
 			return wire.Message{}, false
 		}
-		m, err := wire.Decode(buf[:n])
+		m, err := wire.Decode(buf[:n], nil)
 		if err != nil {
 			t.Fatalf("answer does not decode: %v", err)
 		}
 		return m, true
 	}
-	q := wire.Message{Type: wire.TypeQuery, Nonce: 99, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}
+	q := wire.Message{Version: 1, Type: wire.TypeQuery, Nonce: 99, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}
 	qb := q.Encode()
 
 	// Not allowed yet: no answer, counted as refused.
@@ -70,7 +73,7 @@ func TestControlLoopback(t *testing.T) {
 		t.Fatal("answered a query from a source not allowed")
 	}
 	c.SetAllow(nil, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
-	for _, junk := range [][]byte{[]byte("hello"), make([]byte, wire.Size), append(qb[:], 0)} {
+	for _, junk := range [][]byte{[]byte("hello"), make([]byte, wire.Size), append(qb[:], 0), []byte("RDPC\x03" + strings.Repeat("\x00", 59))} {
 		if _, ok := ask(junk); ok {
 			t.Fatalf("answered garbage %q", junk)
 		}
@@ -79,9 +82,9 @@ func TestControlLoopback(t *testing.T) {
 	if !ok {
 		t.Fatal("no answer to an allowed query")
 	}
-	want := wire.Message{Type: wire.TypeAnswer, Nonce: 99, Index: 0, Count: 1, QPN: 0x11, QKey: 0x1234, GID: local.GID, NodeID: 7}
-	if a != want {
-		t.Errorf("answer = %+v, want %+v", a, want)
+	want := wire.Message{Version: 1, Type: wire.TypeAnswer, Nonce: 99, Index: 0, Count: 1, QPN: 0x11, QKey: 0x1234, GID: local.GID, NodeID: 7}
+	if diff := cmp.Diff(want, a); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
 	}
 	mu.Lock()
 	if len(admitted) != 1 || admitted[0] != (peer.Endpoint{QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}) {
@@ -89,7 +92,7 @@ func TestControlLoopback(t *testing.T) {
 	}
 	mu.Unlock()
 	malformed, refused, answered := c.Counters()
-	if malformed != 3 || refused != 1 || answered != 1 {
-		t.Errorf("counters malformed %d refused %d answered %d, want 3 1 1", malformed, refused, answered)
+	if malformed != 4 || refused != 1 || answered != 1 {
+		t.Errorf("counters malformed %d refused %d answered %d, want 4 1 1", malformed, refused, answered)
 	}
 }

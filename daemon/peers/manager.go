@@ -9,6 +9,8 @@ package peers
 import (
 	"container/heap"
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +19,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,10 @@ type Prober interface {
 	// ProbeBatch sends the probes of one local port together and
 	// reports, in each target's Err, the ones that did not go.
 	ProbeBatch(local string, ts []peer.Target) int
-	Admit(local string, src peer.Endpoint, until time.Time) error
+	// Admit lets src probe the local port until the time until; from is
+	// the address its control query came from (admissions are bounded
+	// per address).
+	Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error
 }
 
 // A Spec is one configured peer.
@@ -55,6 +59,9 @@ type Settings struct {
 	Rotate    time.Duration // selection epoch
 	Resolve   time.Duration // how often a peer's QP is looked up again
 	Threshold Thresholds
+	// Auth is the fleet key and whether it is required ([probe] key_file,
+	// auth). The Prober is given the same key by its owner.
+	Auth Auth
 }
 
 // Options are a Manager's fixed parts.
@@ -69,14 +76,23 @@ type Options struct {
 	// second unless a state changed; called from the manager's goroutine.
 	OnState func(state.Peers)
 	// ProberCounters, if set, adds the prober's counters to the state.
-	ProberCounters func() (malformed, unadmitted, answered uint64)
+	ProberCounters func() peer.Stats
 	// Lookup resolves a peer's host name; default net.DefaultResolver.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Logger *slog.Logger
 }
 
-// expirePrefix marks the internal message that ends a one-shot's wait.
-const expirePrefix = "\x00expire "
+// maxWaiting bounds the one-shot probes waiting at once (each holds a
+// timer and an API request).
+const maxWaiting = 64
+
+// maxQueriesPerPeer bounds the control queries outstanding to one peer:
+// an answer is taken only for one of them, and each is taken once.
+const maxQueriesPerPeer = 16
+
+// v2Retry is how often a peer that answered only version 1 is asked in
+// version 2 again, to notice that it was upgraded.
+const v2Retry = 10 * time.Minute
 
 // maxInflightPerPath bounds the probes in flight on one path.
 const maxInflightPerPath = 2
@@ -104,6 +120,10 @@ type Manager struct {
 	answers  chan answer
 	resolved chan resolution
 	oneshots chan *oneshot
+	// expired receives a one-shot whose wait is over. It is a channel of
+	// its own, never a name in oneshots: nothing a caller can spell ends
+	// another caller's wait.
+	expired chan *oneshot
 
 	// Owned by Run's goroutine.
 	cfg       Settings
@@ -113,7 +133,7 @@ type Manager struct {
 	flights   map[uint64]*flight
 	order     []uint64 // flights in send order: they time out in it
 	seq       uint64
-	nonce     uint64
+	nonces    map[uint64]*mpeer // outstanding control queries by nonce
 	epoch     uint64
 	local     []peer.LocalPort
 	localErr  error
@@ -158,6 +178,20 @@ type oneshot struct {
 	name string
 	done chan state.Peer
 	err  error
+	// Set by the manager's goroutine: the peer it waits on, and whether
+	// it was answered (a oneshot is answered exactly once).
+	p        *mpeer
+	answered bool
+}
+
+// A query is a control query waiting for its answer: which path it asked
+// for, where it went (the answer must come from there) and in which wire
+// version.
+type query struct {
+	idx  int
+	to   netip.AddrPort
+	ver  uint8
+	sent time.Time
 }
 
 // An mpeer is a selected peer.
@@ -170,15 +204,22 @@ type mpeer struct {
 	paths       []*path
 	due         time.Time
 	hidx        int
-	queried     map[uint64]int // nonce -> local port index
+	queried     map[uint64]query // outstanding queries by nonce
 	qMisses     int
-	lastAns     time.Time
-	state       string
-	reason      string
-	since       time.Time
-	waiters     []*oneshot
-	waitFrom    uint64 // waiters want results of probes with seq > waitFrom
-	oneshot     bool   // added only for a one-shot probe
+	// ver is the wire version the peer last answered in (0: none yet),
+	// qver the one to ask in next; authenticated whether its last answer
+	// carried a valid tag. v2Tried is when a version-1 peer was last
+	// asked in version 2.
+	ver, qver     uint8
+	authenticated bool
+	v2Tried       time.Time
+	lastAns       time.Time
+	state         string
+	reason        string
+	since         time.Time
+	waiters       []*oneshot
+	waitFrom      uint64 // waiters want results of probes with seq > waitFrom
+	oneshot       bool   // added only for a one-shot probe
 }
 
 // A path is the probes from one local port to the peer's matching port.
@@ -196,6 +237,7 @@ type path struct {
 	inflight int
 	stats    winStats
 	stale    bool
+	auth     bool // the last reply carried a valid tag
 }
 
 type flight struct {
@@ -219,8 +261,8 @@ func New(opts Options, s Settings) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger,
 		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1), answers: make(chan answer, 1024),
-		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16),
-		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}, outbox: map[string][]peer.Target{}}
+		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16), expired: make(chan *oneshot, maxWaiting),
+		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}, outbox: map[string][]peer.Target{}, nonces: map[uint64]*mpeer{}}
 	m.cfg = s
 	return m, nil
 }
@@ -324,7 +366,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		case r := <-m.resolved:
 			m.onResolved(r)
 		case o := <-m.oneshots:
-			m.startOneshot(o, time.Now())
+			m.startOneshot(ctx, o, time.Now())
+		case o := <-m.expired:
+			m.expireOneshot(o)
 		case <-timer.C:
 		}
 		now := time.Now()
@@ -378,6 +422,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 		Ports:    func() []peer.LocalPort { p, _ := m.opts.Prober.Ports(); return p },
 		Admit:    m.opts.Prober.Admit,
 		AdmitFor: 3 * m.cfg.Resolve,
+		Auth:     m.cfg.Auth,
 		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
 			select {
 			case m.answers <- answer{from, msg}:
@@ -415,6 +460,9 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 	m.cfg = s
 	m.ctlErr = ""
+	if m.ctl != nil {
+		m.ctl.SetAuth(s.Auth)
+	}
 	if s.Port != m.ctlPort {
 		if err := m.listen(ctx, s.Port); err != nil {
 			m.ctlErr = fmt.Sprintf("%v; still answering on UDP port %d", err, m.ctlPort)
@@ -463,7 +511,7 @@ func (m *Manager) reselect(now time.Time) {
 }
 
 func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
-	p := &mpeer{spec: sp, queried: map[uint64]int{}, state: state.PeerUnknown, since: now, oneshot: oneshot}
+	p := &mpeer{spec: sp, queried: map[uint64]query{}, state: state.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
 	if ip, err := netip.ParseAddr(sp.Name); err == nil {
 		p.addr = ip.Unmap()
 	}
@@ -481,6 +529,9 @@ func (m *Manager) drop(p *mpeer) {
 	// A one-shot waiting on a peer the selection drops gets what there is
 	// rather than waiting for its deadline.
 	m.answerWaiters(p, nil)
+	for n := range p.queried {
+		delete(m.nonces, n)
+	}
 	for seq, f := range m.flights {
 		if f.p == p {
 			delete(m.flights, seq)
@@ -522,10 +573,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	if len(m.local) == 0 {
 		return
 	}
-	if len(p.queried) > 0 {
-		// The last queries went unanswered.
-		p.qMisses++
-		clear(p.queried)
+	if m.missedQueries(p, now) {
 		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
 			m.setPeerState(p, state.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
 				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
@@ -576,16 +624,89 @@ func (m *Manager) refreshPaths(p *mpeer) {
 	m.changed = true
 }
 
+// missedQueries ends the wait for p's queries older than the probe
+// timeout and reports whether there were any. Their paths are asked again
+// at once, in the other wire version unless a key is required: a peer that
+// does not answer version 2 may be an older rdmad (it drops version 2 as
+// malformed), and one that does not answer version 1 may require a key.
+func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
+	missed := false
+	for n, q := range p.queried {
+		if now.Sub(q.sent) < m.cfg.Timeout {
+			continue
+		}
+		missed = true
+		delete(p.queried, n)
+		delete(m.nonces, n)
+		if q.idx < len(p.paths) {
+			p.paths[q.idx].asked = time.Time{}
+		}
+		if !m.cfg.Auth.Require {
+			p.qver = wire.Version1 + wire.Version2 - q.ver
+		}
+	}
+	if missed {
+		p.qMisses++
+	}
+	return missed
+}
+
+// newNonce returns a random nonce no outstanding query has. Nonces are
+// random, not a counter: an answer is taken only for an outstanding nonce,
+// and an off-path sender cannot guess one.
+func (m *Manager) newNonce() uint64 {
+	var b [8]byte
+	for {
+		crand.Read(b[:])
+		n := binary.BigEndian.Uint64(b[:])
+		if _, used := m.nonces[n]; !used && n != 0 {
+			return n
+		}
+	}
+}
+
 func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	lp := m.local[i]
-	m.nonce++
-	p.queried[m.nonce] = i
+	if len(p.queried) >= maxQueriesPerPeer {
+		// Forget the oldest: the set of nonces an answer may carry stays
+		// small, whatever the schedule does.
+		var oldest uint64
+		for n, q := range p.queried {
+			if oldest == 0 || q.sent.Before(p.queried[oldest].sent) {
+				oldest = n
+			}
+		}
+		delete(p.queried, oldest)
+		delete(m.nonces, oldest)
+	}
+	ver := p.qver
+	if m.cfg.Auth.Require {
+		ver = wire.Version2
+	} else if ver == wire.Version1 && now.Sub(p.v2Tried) >= v2Retry {
+		// Ask a version-1 peer in version 2 now and then: it may have
+		// been upgraded, and it would go on answering version 1.
+		ver = wire.Version2
+		p.v2Tried = now
+	}
+	n := m.newNonce()
+	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
+	p.queried[n] = query{idx: i, to: to, ver: ver, sent: now}
+	m.nonces[n] = p
 	p.paths[i].asked = now
-	msg := wire.Message{Nonce: m.nonce, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
+	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
 		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
-	if err := m.ctl.Query(netip.AddrPortFrom(p.addr, uint16(m.cfg.Port)), msg); err != nil {
+	if err := m.ctl.Query(to, msg); err != nil {
 		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
 	}
+}
+
+// probeAuth reports whether probes to p are tagged: always when a key is
+// required, and with a key that is only preferred, to peers whose control
+// answers proved they have it (others could not check a tag and would drop
+// the probe).
+func (m *Manager) probeAuth(p *mpeer) bool {
+	a := m.cfg.Auth
+	return len(a.Key) > 0 && (a.Require || p.authenticated)
 }
 
 // send queues a probe on the path; flush posts it.
@@ -594,7 +715,7 @@ func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
 	pa.inflight++
 	m.flights[m.seq] = &flight{p: p, pa: pa, sent: now}
 	m.order = append(m.order, m.seq)
-	m.outbox[pa.local] = append(m.outbox[pa.local], peer.Target{Dst: pa.remote, Seq: m.seq})
+	m.outbox[pa.local] = append(m.outbox[pa.local], peer.Target{Dst: pa.remote, Seq: m.seq, Auth: m.probeAuth(p)})
 }
 
 // flush posts the queued probes, one batch per local port. A probe that
@@ -658,10 +779,17 @@ func (m *Manager) expire(now time.Time) {
 
 func (m *Manager) onReply(r peer.Reply) {
 	f := m.flights[r.Seq]
-	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN {
+	// A reply counts only from the endpoint the path probes, GID and QPN:
+	// one that names another (the prober matched on less, or someone
+	// answered for the peer) says nothing about this path.
+	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN || f.pa.remote.GID != r.From.GID {
 		return // late (already counted as lost) or not ours
 	}
+	if m.cfg.Auth.Require && !r.Authenticated {
+		return // the engine drops these too; a key required is required
+	}
 	delete(m.flights, r.Seq)
+	f.pa.auth = r.Authenticated
 	f.pa.inflight--
 	f.pa.sent++
 	f.pa.lastSeq = r.Seq
@@ -714,31 +842,49 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	m.changed = true
 }
 
+// onAnswer takes an answer to one of this node's control queries: it must
+// carry a nonce outstanding for a peer and come from the exact address and
+// port that query went to; the nonce is consumed. Anything else is
+// dropped: an off-path sender can neither guess a random nonce nor answer
+// from the peer's control port.
 func (m *Manager) onAnswer(a answer, now time.Time) {
-	var p *mpeer
-	for _, c := range m.peers {
-		if c.addr == a.from.Addr().Unmap() {
-			if _, ok := c.queried[a.m.Nonce]; ok {
-				p = c
-				break
-			}
-		}
-	}
+	p := m.nonces[a.m.Nonce]
 	if p == nil {
-		return // not an answer to a query of ours
+		return // not an answer to a query of ours, or already answered
 	}
-	i := p.queried[a.m.Nonce]
+	q, ok := p.queried[a.m.Nonce]
+	if !ok || q.to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
+		return
+	}
 	delete(p.queried, a.m.Nonce)
+	delete(m.nonces, a.m.Nonce)
 	p.qMisses = 0
 	p.lastAns = now
 	p.nodeID = a.m.NodeID
-	if i >= len(p.paths) {
+	if p.ver != a.m.Version || p.authenticated != a.m.Authenticated {
+		m.changed = true
+		if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
+			// auth = "prefer": answered, but flagged.
+			m.log.Warn("peer answers without authentication", "peer", p.spec.Name, "wire_version", a.m.Version,
+				"hint", "give it the same [probe] key_file; [probe] auth = \"prefer\" accepts it until then")
+		}
+	}
+	p.ver, p.qver, p.authenticated = a.m.Version, a.m.Version, a.m.Authenticated
+	if q.idx >= len(p.paths) {
 		return
 	}
-	pa := p.paths[i]
+	pa := p.paths[q.idx]
 	if a.m.Count == 0 {
+		// The peer has no probing port right now. That is one failed
+		// observation of the path, as a lost probe is: down takes
+		// down_after of them in a row, so that no single message can
+		// take a healthy peer down.
 		pa.resolved = false
-		m.setPeerState(p, state.PeerDown, "it has no active RDMA port to answer probes on", now)
+		m.observe(p, pa, sample{lost: true}, now)
+		if pa.h.state == state.PeerDown {
+			pa.h.reason = "it has no active RDMA port to answer probes on"
+			m.aggregate(p, now)
+		}
 		return
 	}
 	ep := peer.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
@@ -806,13 +952,7 @@ func (m *Manager) onResolved(r resolution) {
 }
 
 // startOneshot probes a configured peer now.
-func (m *Manager) startOneshot(o *oneshot, now time.Time) {
-	if name, ok := strings.CutPrefix(o.name, expirePrefix); ok {
-		if p := m.peers[name]; p != nil && len(p.waiters) > 0 {
-			m.finishWaiters(p, nil)
-		}
-		return
-	}
+func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 	var sp *Spec
 	for i := range m.cfg.Peers {
 		if m.cfg.Peers[i].Name == o.name {
@@ -828,31 +968,61 @@ func (m *Manager) startOneshot(o *oneshot, now time.Time) {
 		}
 	}
 	if p == nil && sp == nil {
-		o.err = fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", o.name)
-		o.done <- state.Peer{}
+		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", o.name))
 		return
 	}
 	if len(m.local) == 0 {
-		o.err = fmt.Errorf("peers: cannot probe %s: %v", o.name, m.localErrOr())
-		o.done <- state.Peer{}
+		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: cannot probe %s: %v", o.name, m.localErrOr()))
+		return
+	}
+	if m.waiting >= maxWaiting {
+		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: %d one-shot probes are waiting already; try again in a moment", m.waiting))
 		return
 	}
 	if p == nil {
 		p = m.add(*sp, now, true)
 	}
+	o.p = p
 	p.waiters = append(p.waiters, o)
 	m.waiting++
 	m.urgent.Store(true)
 	p.waitFrom = m.seq
 	p.due = now
 	heap.Fix(&m.due, p.hidx)
-	// Bound the wait: control lookup plus one probe timeout.
+	// Bound the wait: control lookup plus one probe timeout. The timer
+	// names this one-shot, so it ends this wait and no other.
 	time.AfterFunc(time.Second+2*m.cfg.Timeout, func() {
 		select {
-		case m.oneshots <- &oneshot{name: expirePrefix + p.spec.Name}:
-		default:
+		case m.expired <- o:
+		case <-ctx.Done():
 		}
 	})
+}
+
+// expireOneshot ends o's wait with the state there is, unless it was
+// answered already.
+func (m *Manager) expireOneshot(o *oneshot) {
+	if o.answered || o.p == nil {
+		return
+	}
+	p := o.p
+	p.waiters = slices.DeleteFunc(p.waiters, func(w *oneshot) bool { return w == o })
+	m.waiting--
+	m.urgent.Store(m.waiting > 0)
+	m.answerOne(o, m.peerState(p), nil)
+	if p.oneshot && len(p.waiters) == 0 && m.peers[p.spec.Name] == p {
+		m.drop(p)
+	}
+}
+
+// answerOne answers o once; done has room for exactly that answer.
+func (m *Manager) answerOne(o *oneshot, sp state.Peer, err error) {
+	if o.answered {
+		return
+	}
+	o.answered = true
+	o.err = err
+	o.done <- sp
 }
 
 func (m *Manager) localErrOr() error {
@@ -890,8 +1060,7 @@ func (m *Manager) answerWaiters(p *mpeer, err error) {
 	}
 	sp := m.peerState(p)
 	for _, o := range p.waiters {
-		o.err = err
-		o.done <- sp
+		m.answerOne(o, sp, err)
 	}
 	m.waiting -= len(p.waiters)
 	m.urgent.Store(m.waiting > 0)
@@ -901,8 +1070,7 @@ func (m *Manager) answerWaiters(p *mpeer, err error) {
 func (m *Manager) failOneshots(err error) {
 	for _, p := range m.peers {
 		for _, o := range p.waiters {
-			o.err = err
-			o.done <- state.Peer{}
+			m.answerOne(o, state.Peer{}, err)
 		}
 		p.waiters = nil
 	}

@@ -32,13 +32,19 @@ type fakeProber struct {
 	gid      [16]byte
 	onReply  func(peer.Reply)
 	admitted map[uint32]bool
+	// keyed answers tagged probes with tagged replies (it has the fleet
+	// key); sentTo counts the probes sent to each QPN; hold, while set,
+	// keeps replies back until it is closed. All under f.mu.
+	keyed  bool
+	sentTo map[uint32]int
+	hold   chan struct{}
 }
 
 func (f *fabric) newProber(gidByte byte) *fakeProber {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextQP++
-	p := &fakeProber{f: f, qpn: 0x100 + f.nextQP, gid: [16]byte{15: gidByte}, admitted: map[uint32]bool{}}
+	p := &fakeProber{f: f, qpn: 0x100 + f.nextQP, gid: [16]byte{15: gidByte}, admitted: map[uint32]bool{}, sentTo: map[uint32]int{}}
 	f.byQPN[p.qpn] = p
 	return p
 }
@@ -53,7 +59,7 @@ func (p *fakeProber) Ports() ([]peer.LocalPort, error) {
 	return []peer.LocalPort{{Key: "fake0/1", Endpoint: peer.Endpoint{QPN: p.qpn, QKey: 5, GID: p.gid}}}, nil
 }
 
-func (p *fakeProber) Admit(local string, src peer.Endpoint, until time.Time) error {
+func (p *fakeProber) Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	p.admitted[src.QPN] = true
@@ -66,10 +72,23 @@ func (p *fakeProber) ProbeBatch(local string, ts []peer.Target) int {
 		p.f.mu.Lock()
 		t := p.f.byQPN[ts[i].Dst.QPN]
 		ok := t != nil && t.admitted[p.qpn]
+		if p.sentTo != nil {
+			p.sentTo[ts[i].Dst.QPN]++
+		}
+		hold := p.hold
+		// A tagged probe is answered only by a responder with the key, as
+		// verbs/peer drops what it cannot verify.
+		ok = ok && (!ts[i].Auth || t.keyed)
 		p.f.mu.Unlock()
 		if ok {
-			r := peer.Reply{Local: local, From: peer.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: ts[i].Seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now()}
-			go p.onReply(r)
+			r := peer.Reply{Local: local, From: peer.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: ts[i].Seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now(),
+				Authenticated: ts[i].Auth}
+			go func() {
+				if hold != nil {
+					<-hold
+				}
+				p.onReply(r)
+			}()
 		}
 	}
 	return len(ts)
@@ -96,11 +115,17 @@ func (n *node) peer(name string) state.Peer {
 }
 
 func startNode(t *testing.T, f *fabric, addr, other string, port int, id byte) *node {
+	return startNodeAuth(t, f, addr, other, port, id, Auth{})
+}
+
+// startNodeAuth starts a node with a fleet key and mode.
+func startNodeAuth(t *testing.T, f *fabric, addr, other string, port int, id byte, auth Auth) *node {
 	t.Helper()
 	n := &node{pr: f.newProber(id), done: make(chan error, 1)}
+	n.pr.keyed = len(auth.Key) > 0
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
-		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
+		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}, Auth: auth}
 	m, err := New(Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
 		OnState: func(ps state.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
 	if err != nil {
@@ -263,12 +288,16 @@ func TestControlRebind(t *testing.T) {
 		}
 		defer conn.Close()
 		q := wire.Message{Type: wire.TypeQuery, NodeID: 9, Nonce: 1, Count: 1, QPN: 0x99, QKey: 5}
-		b := q.Encode()
-		conn.Write(b[:])
+		b, _ := q.Append(nil, nil)
+		conn.Write(b)
 		conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		buf := make([]byte, wire.Size)
+		buf := make([]byte, wire.MaxSize)
 		n, err := conn.Read(buf)
-		return err == nil && n == wire.Size
+		if err != nil {
+			return false
+		}
+		_, err = wire.Decode(buf[:n], nil)
+		return err == nil
 	}
 	waitControl(18621, false)
 	if !answers(18621) {

@@ -109,18 +109,29 @@ func (m *Manager) State() state.Peers {
 	}
 	slices.SortFunc(out.Peers, func(a, b state.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if m.ctl != nil {
-		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = m.ctl.Counters()
+		cs := m.ctl.Stats()
+		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
+		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
 	}
 	out.ControlPort, out.ControlError = m.ctlPort, m.ctlErr
+	if a := m.cfg.Auth; len(a.Key) > 0 {
+		out.Auth = "prefer"
+		if a.Require {
+			out.Auth = "require"
+		}
+	}
 	if f := m.opts.ProberCounters; f != nil {
-		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = f()
+		s := f()
+		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = s.Malformed, s.Unadmitted, s.Answered
+		out.Counters.ProbeUnsolicited, out.Counters.ProbeBadTag, out.Counters.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
 	}
 	out.Counters.ProbesNotSent = m.notSent
 	return out
 }
 
 func (m *Manager) peerState(p *mpeer) state.Peer {
-	sp := state.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []state.PeerPath{}}
+	sp := state.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []state.PeerPath{},
+		WireVersion: int(p.ver), Authenticated: p.authenticated}
 	if p.addr.IsValid() {
 		sp.Address = p.addr.String()
 	}
@@ -134,7 +145,7 @@ func (m *Manager) peerState(p *mpeer) state.Peer {
 		}
 		pp := state.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
 			RTTP50: pa.stats.P50, RTTP99: pa.stats.P99, HostDelayP99: pa.stats.HostP99, LastRTT: pa.lastRTT,
-			LossPct: pa.stats.LossPct, Samples: pa.stats.Samples, Sent: pa.sent, Lost: pa.lost}
+			LossPct: pa.stats.LossPct, Samples: pa.stats.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
 		if pa.resolved {
 			pp.RemoteGID, pp.RemoteQPN = pa.remote.GID.String(), pa.remote.QPN
 		}

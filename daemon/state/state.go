@@ -8,6 +8,7 @@
 package state
 
 import (
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,31 @@ type Peers struct {
 	// could not be bound at the last reload).
 	ControlPort  int    `json:"control_port,omitempty"`
 	ControlError string `json:"control_error,omitempty"`
+	// Auth is "require" or "prefer" when a fleet key ([probe] key_file)
+	// authenticates control messages and probes; empty without a key.
+	Auth string `json:"auth,omitempty"`
+	// GroupFaults are the groups ([[peer]] group) whose every peer (at
+	// least two) is down from every local port while peers of other
+	// groups answer: the group's switch or uplink is the likelier fault
+	// (docs/PROBES.md). Never null in JSON.
+	GroupFaults []GroupFault `json:"group_faults"`
+}
+
+// A GroupFault names a group of peers that is the suspect, and why.
+type GroupFault struct {
+	Group  string `json:"group"`
+	Reason string `json:"reason"`
+}
+
+// MarshalJSON writes Peers with group_faults as [] rather than null, so
+// that clients can iterate it without a nil check whoever built the value.
+func (p Peers) MarshalJSON() ([]byte, error) {
+	type plain Peers // no methods: no recursion
+	q := plain(p)
+	if q.GroupFaults == nil {
+		q.GroupFaults = []GroupFault{}
+	}
+	return json.Marshal(q)
 }
 
 // A PeerPort is a local probe port.
@@ -109,6 +135,11 @@ type Peer struct {
 	Reason string     `json:"reason,omitempty"`
 	Since  time.Time  `json:"since"`
 	Paths  []PeerPath `json:"paths"`
+	// WireVersion is the control protocol version the peer last answered
+	// in (1 or 2; 0: it has not answered). Authenticated reports whether
+	// that answer carried a valid tag of the fleet key.
+	WireVersion   int  `json:"wire_version,omitempty"`
+	Authenticated bool `json:"authenticated"`
 }
 
 // A PeerPath is the probes from one local port to one port of the peer.
@@ -130,6 +161,9 @@ type PeerPath struct {
 	Samples      int           `json:"samples"`
 	Sent         uint64        `json:"sent"` // since start
 	Lost         uint64        `json:"lost"` // since start
+	// Authenticated reports whether the last reply on this path carried
+	// a valid tag of the fleet key.
+	Authenticated bool `json:"authenticated"`
 }
 
 // PeerCounters count what the probes dropped and answered.
@@ -137,10 +171,24 @@ type PeerCounters struct {
 	ControlMalformed uint64 `json:"control_malformed"` // control messages dropped as malformed
 	ControlRefused   uint64 `json:"control_refused"`   // control queries from sources not allowed
 	ControlAnswered  uint64 `json:"control_answered"`
-	ProbeMalformed   uint64 `json:"probe_malformed"`  // probe payloads dropped as malformed
-	ProbeUnadmitted  uint64 `json:"probe_unadmitted"` // probes from senders that did not query first
-	ProbesAnswered   uint64 `json:"probes_answered"`
-	ProbesNotSent    uint64 `json:"probes_not_sent"` // send slots full or port gone
+	// With a fleet key: control messages dropped for carrying no tag
+	// while one is required, and for a tag that does not verify.
+	ControlUnauthenticated uint64 `json:"control_unauthenticated"`
+	ControlBadTag          uint64 `json:"control_bad_tag"`
+	// ControlRateLimited counts allowed queries dropped because their
+	// source asked more often than the admission rate allows.
+	ControlRateLimited uint64 `json:"control_rate_limited"`
+	ProbeMalformed     uint64 `json:"probe_malformed"`  // probe payloads dropped as malformed
+	ProbeUnadmitted    uint64 `json:"probe_unadmitted"` // probes from senders that did not query first
+	ProbesAnswered     uint64 `json:"probes_answered"`
+	// ProbeUnsolicited counts replies that matched no probe this node has
+	// in flight (wrong sequence, QPN or source GID): forged or very late.
+	ProbeUnsolicited uint64 `json:"probe_unsolicited"`
+	// With a fleet key: probe payloads whose tag did not verify, and
+	// untagged ones dropped because tags are required.
+	ProbeBadTag   uint64 `json:"probe_bad_tag"`
+	ProbeUntagged uint64 `json:"probe_untagged"`
+	ProbesNotSent      uint64 `json:"probes_not_sent"` // send slots full or port gone
 }
 
 // Config describes the configuration in force.
@@ -209,10 +257,29 @@ type Component struct {
 	Since time.Time `json:"since"`
 }
 
+// NoDevice says why a node without RDMA devices is not healthy, and what to
+// do: the daemon's summary and rdmactl status print it.
+const NoDevice = "no RDMA device: rdmad can prove nothing on this node. Load the NIC's RDMA driver " +
+	"(e.g. modprobe mlx5_ib) or, for Soft-RoCE, run `rdma link add rxe0 type rxe netdev eth0`, " +
+	"then `ls /sys/class/infiniband` must list the device"
+
+// NoDevices reports whether the inventory has been read and found no RDMA
+// device. Before the first read (no "inventory" component yet) it is false;
+// an inventory that could not be read is an error of its own.
+func (s *Snapshot) NoDevices() bool {
+	c, ok := s.Components["inventory"]
+	return ok && c.State != Error && len(s.Devices) == 0
+}
+
 // Healthy reports whether nothing in s needs an operator: the configuration
-// loaded and no component is in error.
+// loaded, no component is in error, no policy target failed or drifted, and
+// there is at least one RDMA device (without one, verbs, the MR pool and
+// the probes are all unavailable: nothing on the node is proven to work).
 func (s *Snapshot) Healthy() bool {
 	if s.Config.Error != "" {
+		return false
+	}
+	if s.NoDevices() {
 		return false
 	}
 	for _, c := range s.Components {

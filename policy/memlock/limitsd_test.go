@@ -1,13 +1,16 @@
 package memlock
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmad/rdmad/internal/size"
+	"golang.org/x/sys/unix"
 )
 
 func TestRenderLimits(t *testing.T) {
@@ -32,7 +35,9 @@ func TestRenderLimits(t *testing.T) {
 		{name: "no rules", want: limitsHeader},
 		{name: "soft above hard", rules: []Rule{{Domain: "*", Soft: 2 * size.MiB, Hard: size.MiB}}, wantErr: "soft limit 2MiB above hard limit 1MiB"},
 		{name: "empty domain", rules: []Rule{{Soft: 1, Hard: 1}}, wantErr: "empty domain"},
-		{name: "domain injection", rules: []Rule{{Domain: "* hard nofile 1\n*", Soft: 1, Hard: 1}}, wantErr: "contains whitespace"},
+		{name: "domain injection", rules: []Rule{{Domain: "* hard nofile 1\n*", Soft: 1, Hard: 1}}, wantErr: `"* hard nofile 1\n*" is not a limits.conf domain`},
+		{name: "uid range", rules: []Rule{{Domain: "1000:1999", Soft: size.KiB, Hard: size.KiB}, {Domain: "@:100", Soft: size.KiB, Hard: size.KiB}},
+			want: limitsHeader + "1000:1999\tsoft\tmemlock\t1\n1000:1999\thard\tmemlock\t1\n@:100\tsoft\tmemlock\t1\n@:100\thard\tmemlock\t1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +55,50 @@ func TestRenderLimits(t *testing.T) {
 				t.Errorf("RenderLimits (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestDomainInjection performs the injections of issue #13 item 12: each
+// control character or separator would make pam_limits read a second line,
+// more fields or a comment. The renderer refuses every one of them itself,
+// whatever validated (or did not validate) the value before.
+func TestDomainInjection(t *testing.T) {
+	for _, d := range []string{
+		"*\vhard\tnproc\t0",     // \v: pam_limits splits fields at C isspace
+		"*\x00hard nproc 0",     // \0: C string ends; the rest was a new rule
+		"*\nhard nproc 0",       // a second line
+		"*\rhard nproc 0",       // CR
+		"*\fhard nproc 0",       // form feed
+		"alice bob",             // two fields
+		"@rdma#x",               // a comment
+		"* hard nproc 0",        // spaces
+		"\u0085",                // NEL
+		"%rdma",                 // maxlogins only
+		"-alice",                // option-like
+		"@",                     // empty group
+		strings.Repeat("a", 33), // too long
+		"1000:x", ":", "2000:1000", "4294967295:", "@1:2:3",
+	} {
+		if err := CheckDomain(d); err == nil {
+			t.Errorf("CheckDomain(%q) accepted it", d)
+		}
+		out, err := RenderLimits([]Rule{{Domain: d, Soft: size.KiB, Hard: size.KiB}})
+		if err == nil {
+			t.Errorf("RenderLimits(%q) = %q, want a refusal", d, out)
+			continue
+		}
+		if strings.ContainsAny(err.Error(), "\n\v\r\x00") {
+			t.Errorf("RenderLimits(%q): the error %q carries the control character", d, err)
+		}
+	}
+	for _, d := range []string{"*", "alice", "@rdma", "svc.rdma_user-1", "@1000:", "1000:", ":999", "1000:2000", "@100:200", "@:5", "0:0",
+		strings.Repeat("a", 32)} {
+		if err := CheckDomain(d); err != nil {
+			t.Errorf("CheckDomain(%q) = %v, want it accepted", d, err)
+		}
+	}
+	if err := CheckDomain("%rdma"); err == nil || !strings.Contains(err.Error(), `use "@rdma"`) {
+		t.Errorf("CheckDomain(%%rdma) = %v, want a hint to use @rdma", err)
 	}
 }
 
@@ -115,11 +164,123 @@ func TestRemoveLimits(t *testing.T) {
 	}
 	theirs := filepath.Join(dir, "90-admin.conf")
 	os.WriteFile(theirs, []byte("* hard memlock unlimited\n"), 0o644)
-	if removed, err := RemoveLimits(theirs); err == nil || removed {
+	if removed, err := RemoveLimits(theirs); !errors.Is(err, ErrNotOurs) || removed {
 		t.Errorf("RemoveLimits(admin file) = %v, %v; want an error and no removal", removed, err)
 	}
 	if _, err := os.Stat(theirs); err != nil {
 		t.Errorf("admin file gone: %v", err)
+	}
+}
+
+// TestWriteLimitsForeign: a file at the limits path that rdmad did not
+// write (an admin's, a symlink to anything, a FIFO) is neither read through,
+// overwritten nor replaced.
+func TestWriteLimitsForeign(t *testing.T) {
+	rules := []Rule{{Domain: "@rdma", Soft: Unlimited, Hard: Unlimited}}
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "90-rdmad.conf")
+	os.WriteFile(admin, []byte("@hpc hard memlock unlimited\n"), 0o644)
+	if changed, err := WriteLimits(admin, rules); err == nil || changed || !errors.Is(err, ErrNotOurs) || !strings.Contains(err.Error(), "limits_file") {
+		t.Errorf("WriteLimits over an admin's file = %v, %v; want ErrNotOurs with a hint", changed, err)
+	}
+	if b, _ := os.ReadFile(admin); string(b) != "@hpc hard memlock unlimited\n" {
+		t.Errorf("admin's file changed to %q", b)
+	}
+
+	// A symlink at the path to a file elsewhere (say /etc/shadow): the
+	// target is not written, the link not replaced.
+	target := filepath.Join(dir, "shadow")
+	os.WriteFile(target, []byte("root:x:0\n"), 0o600)
+	link := filepath.Join(dir, "91-rdmad.conf")
+	os.Symlink(target, link)
+	if _, err := WriteLimits(link, rules); err == nil || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("WriteLimits over a symlink = %v, want ErrNotOurs", err)
+	}
+	// Even a symlink to a file with rdmad's header is not followed.
+	ours := filepath.Join(dir, "ours.conf")
+	if _, err := WriteLimits(ours, nil); err != nil {
+		t.Fatal(err)
+	}
+	link2 := filepath.Join(dir, "92-rdmad.conf")
+	os.Symlink(ours, link2)
+	if _, err := WriteLimits(link2, rules); err == nil || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("WriteLimits over a symlink to rdmad's file = %v, want ErrNotOurs", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "root:x:0\n" {
+		t.Errorf("symlink target written: %q", b)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("symlink replaced: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(ours); string(b) != limitsHeader {
+		t.Errorf("rdmad's file changed through a symlink: %q", b)
+	}
+
+	fifo := filepath.Join(dir, "93-rdmad.conf")
+	unix.Mkfifo(fifo, 0o644)
+	done := make(chan error, 1)
+	go func() { _, err := WriteLimits(fifo, rules); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotOurs) {
+			t.Errorf("WriteLimits over a FIFO = %v, want ErrNotOurs", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("WriteLimits over a FIFO hangs")
+	}
+	// No temporary files are left behind by the refusals.
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("temporary file left: %s", e.Name())
+		}
+	}
+}
+
+// TestRemoveLimitsSymlink: removal never follows a symlink, neither to read
+// the header nor to unlink, whatever the link points to.
+func TestRemoveLimitsSymlink(t *testing.T) {
+	dir := t.TempDir()
+	ours := filepath.Join(dir, "real.conf")
+	if _, err := WriteLimits(ours, []Rule{{Domain: "*", Soft: 1, Hard: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "90-rdmad.conf")
+	os.Symlink(ours, link)
+	if removed, err := RemoveLimits(link); removed || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("RemoveLimits(symlink to rdmad's file) = %v, %v; want false, ErrNotOurs", removed, err)
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Errorf("symlink removed: %v", err)
+	}
+	if _, err := os.Stat(ours); err != nil {
+		t.Errorf("symlink target removed: %v", err)
+	}
+	dangling := filepath.Join(dir, "91-rdmad.conf")
+	os.Symlink(filepath.Join(dir, "nowhere"), dangling)
+	if removed, err := RemoveLimits(dangling); removed || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("RemoveLimits(dangling symlink) = %v, %v; want false, ErrNotOurs", removed, err)
+	}
+	if _, err := os.Lstat(dangling); err != nil {
+		t.Errorf("dangling symlink removed: %v", err)
+	}
+	// A header that is only similar is not rdmad's.
+	near := filepath.Join(dir, "92-rdmad.conf")
+	os.WriteFile(near, []byte("# managed by rdmad (copied by hand)\n* hard memlock 1\n"), 0o644)
+	if removed, err := RemoveLimits(near); removed || !errors.Is(err, ErrNotOurs) {
+		t.Errorf("RemoveLimits(near header) = %v, %v", removed, err)
+	}
+}
+
+func TestWriteLimitsUmask(t *testing.T) {
+	old := unix.Umask(0o077)
+	defer unix.Umask(old)
+	path := filepath.Join(t.TempDir(), "90-rdmad.conf")
+	if _, err := WriteLimits(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("mode under umask 077 = %v, %v; want 0644", st.Mode(), err)
 	}
 }
 

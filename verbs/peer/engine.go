@@ -5,6 +5,14 @@
 // echoes it with its own receive and send times, so the prober can subtract
 // the responder's host delay from the round trip.
 //
+// Trust: a peer must not report its own latency, nor speak for another
+// node. The prober keeps its own record of every probe in flight (pending.go)
+// and measures the round trip from it, accepting a reply only from the QPN
+// (as the adapter reports it) and GID (from the packet's GRH) the probe went
+// to; the responder answers only sources the control endpoint admitted
+// (admit.go), recognised the same way. With a fleet key (SetAuth), payloads
+// carry an HMAC tag over their bytes and both GIDs (payload.go).
+//
 // The package knows nothing of peers, schedules or health: the daemon
 // (daemon/peers) decides whom to probe and when, admits the sources the
 // responder answers (learned through its control endpoint), and turns
@@ -16,12 +24,14 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +47,14 @@ var ErrBusy = errors.New("all probe send slots are in flight")
 // ErrNoPort is returned by Probe and Admit for a port key that is not (or
 // no longer) probing.
 var ErrNoPort = errors.New("no such probing port")
+
+// ErrNoKey is returned for a probe that should be tagged (Target.Auth) while
+// the engine has no key (SetAuth).
+var ErrNoKey = errors.New("probe authentication is off (no key)")
+
+// ErrAuthRequired is returned for an untagged probe while SetAuth required
+// tags: its reply would be dropped.
+var ErrAuthRequired = errors.New("untagged probe while tags are required")
 
 // An Endpoint is a UD QP on the fabric: where probes go.
 type Endpoint struct {
@@ -56,29 +74,42 @@ type LocalPort struct {
 	Endpoint
 }
 
-// A Reply is an answered probe.
+// A Reply is an answered probe. It matched a probe this port sent and has
+// not been answered before: same sequence number, from the QPN and GID the
+// probe went to, in the probe's payload version.
 type Reply struct {
-	Local string   // the port key that sent the probe
-	From  Endpoint // the responder's GID (from the payload) and QPN (from the adapter)
-	Seq   uint64
-	// RTT is the prober's time from just before posting the probe to
-	// polling the reply's completion. It includes the responder's host
-	// delay; subtract ResponderDelay for the network's share.
-	RTT            time.Duration
+	Local string // the port key that sent the probe
+	// From is the responder's GID (from the packet's GRH) and QPN (from
+	// the adapter), which are those the probe was sent to.
+	From Endpoint
+	Seq  uint64
+	// RTT is the prober's time from just before posting the probe (its
+	// own record, not the time the reply echoes) to polling the reply's
+	// completion. It includes the responder's host delay; subtract
+	// ResponderDelay for the network's share.
+	RTT time.Duration
+	// ResponderDelay is what the responder says it held the probe; a
+	// reply claiming more than RTT is dropped.
 	ResponderDelay time.Duration
 	At             time.Time
+	// Authenticated is true when the reply carried a valid version-2 tag
+	// (and so did its probe).
+	Authenticated bool
 }
 
 // Stats are the engine's counters since New.
 type Stats struct {
 	Sent        uint64 `json:"sent"`         // probes posted
-	Replies     uint64 `json:"replies"`      // well-formed replies received
+	Replies     uint64 `json:"replies"`      // replies accepted: matched a probe in flight
 	Answered    uint64 `json:"answered"`     // probes of other nodes answered
-	Malformed   uint64 `json:"malformed"`    // received payloads dropped as malformed
+	Malformed   uint64 `json:"malformed"`    // received packets dropped as malformed (bad payload, no GRH, impossible responder delay)
 	Unadmitted  uint64 `json:"unadmitted"`   // probes dropped: sender not admitted by the control endpoint
 	ReplyErrors uint64 `json:"reply_errors"` // answers that could not be posted
 	SendErrors  uint64 `json:"send_errors"`  // send completions with an error status
 	Rebuilds    uint64 `json:"rebuilds"`     // ports rebuilt after their QP failed
+	Unsolicited uint64 `json:"unsolicited"`  // replies dropped: no probe in flight with that seq, source QPN and GID
+	BadTag      uint64 `json:"bad_tag"`      // version-2 probes and replies dropped: wrong tag, or no key to check it
+	Untagged    uint64 `json:"untagged"`     // version-1 probes and replies dropped because tags are required
 }
 
 // Config configures an Engine. Zero values take the defaults.
@@ -117,6 +148,7 @@ type Engine struct {
 	epoch time.Time
 	stats Stats
 	kick  chan struct{}
+	auth  atomic.Pointer[authConf] // nil: authentication off
 
 	mu          sync.Mutex
 	ports       map[string]*udPort
@@ -167,7 +199,33 @@ func (e *Engine) Stats() Stats {
 		Answered: atomic.LoadUint64(&e.stats.Answered), Malformed: atomic.LoadUint64(&e.stats.Malformed),
 		Unadmitted: atomic.LoadUint64(&e.stats.Unadmitted), ReplyErrors: atomic.LoadUint64(&e.stats.ReplyErrors),
 		SendErrors: atomic.LoadUint64(&e.stats.SendErrors), Rebuilds: atomic.LoadUint64(&e.stats.Rebuilds),
+		Unsolicited: atomic.LoadUint64(&e.stats.Unsolicited), BadTag: atomic.LoadUint64(&e.stats.BadTag),
+		Untagged: atomic.LoadUint64(&e.stats.Untagged),
 	}
+}
+
+// authConf is one setting of SetAuth. It is never modified once stored:
+// ports compare pointers to notice a change.
+type authConf struct {
+	key     []byte
+	require bool
+}
+
+// SetAuth sets the fleet key that tags probe payloads (version 2, see
+// PayloadTag) and whether tags are required. With a key, version-2 probes
+// and replies are checked and those with a wrong tag dropped (Stats.BadTag);
+// version-1 ones are still answered and accepted unless require is set,
+// when they are dropped (Stats.Untagged) and ProbeBatch refuses to send
+// them. A nil or empty key turns authentication off, whatever require says:
+// version-2 packets are then dropped as unverifiable. The key is copied. It
+// is safe to call at any time; each port applies the change from its next
+// batch of probes or completions.
+func (e *Engine) SetAuth(key []byte, require bool) {
+	if len(key) == 0 {
+		e.auth.Store(nil)
+		return
+	}
+	e.auth.Store(&authConf{key: bytes.Clone(key), require: require})
 }
 
 // Ports returns the probing ports, sorted by key, or the reason there are
@@ -206,11 +264,16 @@ func (e *Engine) port(key string) (*udPort, error) {
 }
 
 // A Target is one probe of a batch: where it goes, its sequence number,
-// and, after ProbeBatch, why it was not sent (nil when it was).
+// whether it is tagged, and, after ProbeBatch, why it was not sent (nil
+// when it was).
 type Target struct {
 	Dst Endpoint
 	Seq uint64
-	Err error
+	// Auth sends a version-2 probe tagged with the SetAuth key (the
+	// responder must know the key and speak version 2); false sends an
+	// untagged version-1 probe, which every rdmad answers.
+	Auth bool
+	Err  error
 }
 
 // ProbeBatch sends every target's probe from the local port as one chained
@@ -227,10 +290,12 @@ func (e *Engine) ProbeBatch(local string, ts []Target) int {
 		return 0
 	}
 	p.mu.Lock()
+	auth := p.authLocked()
 	out := p.probeOut[:0]
 	for i := range ts {
-		ts[i].Err = nil
-		out = append(out, outgoing{dst: ts[i].Dst, pl: Payload{Kind: KindProbe, Seq: ts[i].Seq, GID: p.gid.GID}, err: &ts[i].Err})
+		if o, ok := p.probeOutgoing(&ts[i], auth); ok {
+			out = append(out, o)
+		}
 	}
 	n := p.post(out)
 	clear(out) // drop the pointers into ts
@@ -240,30 +305,50 @@ func (e *Engine) ProbeBatch(local string, ts []Target) int {
 	return n
 }
 
-// Admit lets the local port answer probes from src until the time until.
+// probeOutgoing turns t into the probe to post, in the version t asks for,
+// or reports false with t.Err set when the authentication settings auth
+// (from authLocked) do not allow it. Called with p.mu held.
+func (p *udPort) probeOutgoing(t *Target, auth *authConf) (outgoing, bool) {
+	t.Err = nil
+	pl := Payload{Version: PayloadV1, Kind: KindProbe, Seq: t.Seq, GID: p.gid.GID}
+	switch {
+	case t.Auth && auth == nil:
+		t.Err = fmt.Errorf("peer probe: %s: %w", p.key, ErrNoKey)
+		return outgoing{}, false
+	case t.Auth:
+		// Version 2 carries no GID: the responder reads it from the GRH.
+		pl = Payload{Version: PayloadV2, Kind: KindProbe, Seq: t.Seq}
+	case auth != nil && auth.require:
+		t.Err = fmt.Errorf("peer probe: %s: %w", p.key, ErrAuthRequired)
+		return outgoing{}, false
+	}
+	return outgoing{dst: t.Dst, pl: pl, err: &t.Err}, true
+}
+
+// Admit lets the local port answer probes from src (its GID and QPN as
+// the packets' GRH and the adapter will report them) until the time until.
 // The daemon calls it when src's node asked the control endpoint for this
-// port; probes from anyone else are dropped and counted.
-func (e *Engine) Admit(local string, src Endpoint, until time.Time) error {
+// port; from is the address that query came from. Probes from anyone else
+// are dropped and counted.
+//
+// Admissions are bounded per port: admitPerSource (32) per from address,
+// where a new one replaces that address's oldest (unconfirmed ones first),
+// and 4*MaxAH in all, where a new one replaces the oldest unconfirmed one
+// of any address. An admission is confirmed by the first probe that passes
+// every check (a valid tag when one is required). So one address, however
+// many queries it sends (or spoofs), cannot crowd out another address's
+// admission nor a confirmed one; Admit fails only when the table is full
+// of live confirmed admissions.
+func (e *Engine) Admit(local string, src Endpoint, from netip.Addr, until time.Time) error {
 	p, err := e.port(local)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := srcKey{gid: src.GID, qpn: src.QPN}
-	if _, ok := p.admitted[k]; !ok && len(p.admitted) >= 4*p.e.cfg.MaxAH {
-		// Bounded: drop expired admissions first, then refuse.
-		now := time.Now()
-		for k, a := range p.admitted {
-			if now.After(a.until) {
-				delete(p.admitted, k)
-			}
-		}
-		if len(p.admitted) >= 4*p.e.cfg.MaxAH {
-			return fmt.Errorf("peer probe: %s: %d admitted probers; too many", local, len(p.admitted))
-		}
+	if err := p.admitted.admit(srcKey{gid: src.GID, qpn: src.QPN}, from, src.QKey, src.LID, until, time.Now()); err != nil {
+		return fmt.Errorf("peer probe: %s: %w", local, err)
 	}
-	p.admitted[k] = admission{qkey: src.QKey, lid: src.LID, until: until}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"testing"
@@ -13,8 +14,10 @@ func TestPayloadRoundTrip(t *testing.T) {
 		name string
 		p    Payload
 	}{
-		{"probe", Payload{Kind: KindProbe, Seq: 1, SentAt: 12345, GID: [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 77, 15: 1}}},
-		{"reply", Payload{Kind: KindReply, Seq: 1 << 60, SentAt: 5, RecvAt: 100, ReplyAt: 150}},
+		{"probe", Payload{Version: PayloadV1, Kind: KindProbe, Seq: 1, SentAt: 12345, GID: [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 77, 15: 1}}},
+		{"reply", Payload{Version: PayloadV1, Kind: KindReply, Seq: 1 << 60, SentAt: 5, RecvAt: 100, ReplyAt: 150}},
+		{"v2 probe", Payload{Version: PayloadV2, Kind: KindProbe, Seq: 2, SentAt: 12345, Tag: [TagSize]byte{0: 1, 15: 0xff}}},
+		{"v2 reply", Payload{Version: PayloadV2, Kind: KindReply, Seq: 3, SentAt: 5, RecvAt: 100, ReplyAt: 150, Tag: [TagSize]byte{7: 7}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +48,8 @@ func TestDecodePayloadRejects(t *testing.T) {
 		{"short", good[:PayloadSize-1]},
 		{"long", append(append([]byte(nil), good...), 0)},
 		{"magic", mut(func(b []byte) []byte { b[0] = 'X'; return b })},
-		{"version", mut(func(b []byte) []byte { b[4] = 2; return b })},
+		{"version 0", mut(func(b []byte) []byte { b[4] = 0; return b })},
+		{"version 3", mut(func(b []byte) []byte { b[4] = 3; return b })},
 		{"kind", mut(func(b []byte) []byte { b[5] = 9; return b })},
 		{"flags", mut(func(b []byte) []byte { b[7] = 1; return b })},
 		{"reserved", mut(func(b []byte) []byte { b[63] = 1; return b })},
@@ -61,12 +65,31 @@ func TestDecodePayloadRejects(t *testing.T) {
 	}
 }
 
+// TestDecodePayloadV2Rejects covers what differs in version 2: the GID's
+// place is reserved, so a version-1 payload with a GID relabelled as
+// version 2 is malformed, not a payload with a strange tag.
+func TestDecodePayloadV2Rejects(t *testing.T) {
+	b := make([]byte, PayloadSize)
+	(&Payload{Version: PayloadV1, Kind: KindProbe, Seq: 1, SentAt: 2, GID: [16]byte{0: 0xfe, 1: 0x80, 15: 1}}).Encode(b)
+	b[4] = PayloadV2
+	if _, err := DecodePayload(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("v1 payload with a GID relabelled v2: DecodePayload = %v, want ErrMalformed", err)
+	}
+	(&Payload{Version: PayloadV2, Kind: KindProbe, Seq: 1, SentAt: 2}).Encode(b)
+	b[47] = 1
+	if _, err := DecodePayload(b); !errors.Is(err, ErrMalformed) {
+		t.Errorf("v2 reserved byte set: DecodePayload = %v, want ErrMalformed", err)
+	}
+}
+
 func FuzzDecodePayload(f *testing.F) {
 	b := make([]byte, PayloadSize)
 	(&Payload{Kind: KindProbe, Seq: 3, SentAt: 9}).Encode(b)
-	f.Add(b)
+	f.Add(bytes.Clone(b))
 	(&Payload{Kind: KindReply, Seq: 3, SentAt: 9, RecvAt: 11, ReplyAt: 12}).Encode(b)
-	f.Add(b)
+	f.Add(bytes.Clone(b))
+	(&Payload{Version: PayloadV2, Kind: KindReply, Seq: 3, SentAt: 9, RecvAt: 11, ReplyAt: 12, Tag: [TagSize]byte{1, 2, 3}}).Encode(b)
+	f.Add(bytes.Clone(b))
 	f.Add([]byte("RDPP"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		p, err := DecodePayload(in)

@@ -66,23 +66,15 @@ type udPort struct {
 	out         []outgoing     // replies to post after a completion batch
 	probeOut    []outgoing     // scratch of ProbeBatch
 	ahs         map[verbs.GID]*ahEntry
-	admitted    map[srcKey]admission // sources the responder answers
-	broken      error                // set when the QP left RTS; the engine rebuilds the port
-}
-
-// A srcKey is what a probe's sender is recognised by: the QPN the adapter
-// reports for the sender (not forgeable by the payload) and the GID it
-// asks to be answered at.
-type srcKey struct {
-	gid verbs.GID
-	qpn uint32
-}
-
-// An admission is a source the control endpoint vouched for.
-type admission struct {
-	qkey  uint32
-	lid   uint16
-	until time.Time
+	admitted    admTable     // sources the responder answers
+	pend        pendingTable // this port's probes awaiting replies
+	// mac tags and checks version-2 payloads with the key of macFor,
+	// the engine's authentication settings when they were last looked at
+	// (authLocked); nil when authentication is off.
+	mac    *tagger
+	macFor *authConf
+	pkt    [grhSize + PayloadSize]byte // a received packet, copied out of its slot
+	broken error                       // set when the QP left RTS; the engine rebuilds the port
 }
 
 // An outgoing is a probe or reply waiting to be posted.
@@ -118,7 +110,8 @@ type ahEntry struct {
 func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *udPort, err error) {
 	p = &udPort{key: fmt.Sprintf("%s/%d", vctx.Name(), num), dev: vctx.Name(), num: num, ll: pa.LinkLayer, lid: pa.LID,
 		qkey: e.qkey, e: e, mtu: pa.ActiveMTU, nrec: e.cfg.RecvSlots,
-		ahs: map[verbs.GID]*ahEntry{}, admitted: map[srcKey]admission{}, done: make(chan struct{})}
+		ahs: map[verbs.GID]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource),
+		pend: newPendingTable(pendingSlots), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			p.release()
@@ -304,6 +297,11 @@ func (p *udPort) post(out []outgoing) int {
 			fail(o, state)
 			continue
 		}
+		if o.pl.Version == PayloadV2 && p.mac == nil {
+			// The key went away (SetAuth(nil)) after the batch was made.
+			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ErrNoKey))
+			continue
+		}
 		if len(p.free) == 0 {
 			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ErrBusy))
 			continue
@@ -315,12 +313,7 @@ func (p *udPort) post(out []outgoing) int {
 		}
 		i := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
-		if o.pl.Kind == KindReply {
-			o.pl.ReplyAt = stamp
-		} else {
-			o.pl.SentAt = stamp
-		}
-		o.pl.Encode(p.slot(i)[:PayloadSize])
+		p.encodeOut(o, p.slot(i)[:PayloadSize], stamp)
 		p.unsignalled++
 		signalled := p.unsignalled >= p.signalEvery
 		if signalled {
@@ -337,6 +330,11 @@ func (p *udPort) post(out []outgoing) int {
 	n, err := p.qp.PostSendList(wrs)
 	for _, wr := range wrs[:n] {
 		p.posted.push(int(wr.ID))
+	}
+	// Only probes that went await a reply. No completion can be handled
+	// before this: the completion loop needs p.mu, which the caller holds.
+	for _, k := range p.wrItem[:n] {
+		p.sent(&out[k], stamp)
 	}
 	if err != nil {
 		// What did not go gives its slot back; the signalling count
@@ -415,8 +413,10 @@ func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Repl
 	t := p.e.stamp(now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.authLocked()
 	p.out = p.out[:0]
-	for _, wc := range wcs {
+	for k := range wcs {
+		wc := &wcs[k]
 		if wc.WRID&wrRecv == 0 {
 			// A signalled send (or any send, flushed in error) finished:
 			// its slot and those of the sends before it are free.
@@ -434,50 +434,141 @@ func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Repl
 			}
 			continue
 		}
-		var pl Payload
-		var derr error
-		if wc.ByteLen != grhSize+PayloadSize {
-			derr = fmt.Errorf("%w: %d bytes", ErrMalformed, wc.ByteLen)
-		} else {
-			pl, derr = DecodePayload(p.slot(i)[grhSize : grhSize+PayloadSize])
-		}
-		// The receive goes back before anything else so that a burst
-		// cannot drain the receive queue.
+		// Copy the packet out before the receive goes back: from then on
+		// the adapter may overwrite the slot. The receive goes back before
+		// anything else so that a burst cannot drain the receive queue.
+		n := copy(p.pkt[:], p.slot(i)[:grhSize+PayloadSize])
 		if !p.closed {
 			if err := p.postRecv(i); err != nil {
 				p.setBrokenLocked(err)
 			}
 		}
-		switch {
-		case derr != nil:
-			p.e.count(&p.e.stats.Malformed)
-		case pl.Kind == KindProbe:
-			k := srcKey{gid: pl.GID, qpn: wc.SrcQP}
-			adm, ok := p.admitted[k]
-			if !ok || now.After(adm.until) {
-				delete(p.admitted, k)
-				p.e.count(&p.e.stats.Unadmitted)
-				break
-			}
-			// Only a source the control endpoint admitted gets an answer,
-			// and its qkey comes from that admission, not from the packet.
-			p.out = append(p.out, outgoing{dst: Endpoint{GID: pl.GID, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid},
-				pl: Payload{Kind: KindReply, Seq: pl.Seq, SentAt: pl.SentAt, RecvAt: t, GID: p.gid.GID}})
-		case pl.Kind == KindReply:
-			rtt := time.Duration(t - pl.SentAt)
-			if pl.SentAt <= 0 || rtt < 0 || rtt > time.Minute {
-				p.e.count(&p.e.stats.Malformed)
-				break
-			}
-			p.e.count(&p.e.stats.Replies)
-			replies = append(replies, Reply{Local: p.key, From: Endpoint{GID: pl.GID, QPN: wc.SrcQP}, Seq: pl.Seq, RTT: rtt,
-				ResponderDelay: time.Duration(pl.ReplyAt - pl.RecvAt), At: now})
-		}
+		replies = p.receive(wc, p.pkt[:n], t, now, replies)
 	}
 	if len(p.out) > 0 {
 		n := p.post(p.out)
 		atomic.AddUint64(&p.e.stats.Answered, uint64(n))
 		atomic.AddUint64(&p.e.stats.ReplyErrors, uint64(len(p.out)-n))
+	}
+	return replies
+}
+
+// authLocked brings p.mac up to date with the engine's authentication
+// settings and returns them (nil: off). SetAuth may change them at any
+// time; a port picks the change up at its next batch of completions or
+// probes, and builds a new tagger only then. Called with p.mu held.
+func (p *udPort) authLocked() *authConf {
+	a := p.e.auth.Load()
+	if a != p.macFor {
+		p.macFor, p.mac = a, nil
+		if a != nil {
+			p.mac = newTagger(a.key)
+		}
+	}
+	return a
+}
+
+// encodeOut stamps the probe's SentAt or the reply's ReplyAt with stamp,
+// encodes it into b and, for version 2, tags it from this port's GID to
+// the destination's. The caller checked that a version-2 item has p.mac.
+func (p *udPort) encodeOut(o *outgoing, b []byte, stamp int64) {
+	if o.pl.Kind == KindReply {
+		o.pl.ReplyAt = stamp
+	} else {
+		o.pl.SentAt = stamp
+	}
+	o.pl.Encode(b)
+	if o.pl.Version == PayloadV2 {
+		p.mac.seal(b, p.gid.GID, o.dst.GID)
+	}
+}
+
+// sent records a posted probe (a reply needs no record) as awaiting its
+// reply: the prober's own send time and destination, which is all a reply
+// is judged by.
+func (p *udPort) sent(o *outgoing, stamp int64) {
+	if o.pl.Kind == KindProbe {
+		p.pend.add(o.pl.Seq, stamp, o.dst, o.pl.Version)
+	}
+}
+
+// receive handles one received packet: pkt is the 40-byte GRH region and
+// the payload, copied out of its slot, t and now the batch's stamp and
+// time. It answers probes from admitted sources (appending to p.out) and
+// appends the replies to this port's probes to replies; everything else
+// is counted and dropped. Nothing the payload claims about who sent it is
+// believed: the source is the QPN the adapter reports and the GID of the
+// GRH, the round trip is measured from the prober's own record of the
+// send, and a version-2 tag is checked against both GIDs. It allocates
+// nothing for a packet that is answered or accepted. Called with p.mu held
+// after authLocked.
+func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time.Time, replies []Reply) []Reply {
+	e := p.e
+	if wc.ByteLen != grhSize+PayloadSize || len(pkt) != grhSize+PayloadSize || wc.Flags&verbs.WCGRH == 0 {
+		// Without a GRH there is no source GID to check or answer; every
+		// probe rdmad sends has one (its address handles are global).
+		e.count(&e.stats.Malformed)
+		return replies
+	}
+	src, ok := grhSource(pkt[:grhSize])
+	if !ok || src.IsZero() {
+		e.count(&e.stats.Malformed)
+		return replies
+	}
+	b := pkt[grhSize:]
+	pl, err := DecodePayload(b)
+	if err != nil {
+		e.count(&e.stats.Malformed)
+		return replies
+	}
+	authed := false
+	if pl.Version == PayloadV2 {
+		// Without a key a tag cannot be checked: as bad as a wrong one.
+		if p.mac == nil || !p.mac.verify(b, src, p.gid.GID) {
+			e.count(&e.stats.BadTag)
+			return replies
+		}
+		authed = true
+	} else if p.macFor != nil && p.macFor.require {
+		e.count(&e.stats.Untagged)
+		return replies
+	}
+	switch pl.Kind {
+	case KindProbe:
+		adm, ok := p.admitted.lookup(srcKey{gid: src, qpn: wc.SrcQP}, now)
+		if !ok {
+			e.count(&e.stats.Unadmitted)
+			return replies
+		}
+		// The source proved it is there (and has the key, if one is
+		// required): its admission now outlives floods of claims.
+		p.admitted.confirm(adm)
+		// The answer goes in the probe's version, to the GID of the GRH
+		// and the QPN of the completion, with the qkey and LID the
+		// admission gave, not to anything the packet claims.
+		r := Payload{Version: pl.Version, Kind: KindReply, Seq: pl.Seq, SentAt: pl.SentAt, RecvAt: t}
+		if pl.Version == PayloadV1 {
+			r.GID = p.gid.GID
+		}
+		p.out = append(p.out, outgoing{dst: Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r})
+	case KindReply:
+		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, t)
+		if !ok {
+			e.count(&e.stats.Unsolicited)
+			return replies
+		}
+		rtt, delay := t-sent, pl.ReplyAt-pl.RecvAt
+		if delay > rtt {
+			// The responder claims to have held the probe longer than the
+			// whole round trip this host measured: a lie meant to make
+			// the network look faster. (Its clock may drift by parts per
+			// million, not by whole round trips.)
+			e.count(&e.stats.Malformed)
+			return replies
+		}
+		e.count(&e.stats.Replies)
+		replies = append(replies, Reply{Local: p.key, From: Endpoint{GID: src, QPN: wc.SrcQP}, Seq: pl.Seq,
+			RTT: time.Duration(rtt), ResponderDelay: time.Duration(delay), At: now, Authenticated: authed})
 	}
 	return replies
 }

@@ -1,42 +1,95 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
+var testKey = ControlKey([]byte("0123456789abcdef0123456789abcdef"))
+
 func TestRoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
 		m    Message
+		key  []byte
 	}{
-		{"query", Message{Type: TypeQuery, Nonce: 42, Index: 1, Count: 2, QPN: 0x11, QKey: 0x1234, GID: [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 77, 15: 2}, NodeID: 99}},
-		{"answer", Message{Type: TypeAnswer, Nonce: 1<<64 - 1, Index: 0, Count: 1, QPN: 0xffffff, QKey: 7, LID: 3}},
-		{"answer without ports", Message{Type: TypeAnswer, Nonce: 5}},
+		{"query v1", Message{Version: 1, Type: TypeQuery, Nonce: 42, Index: 1, Count: 2, QPN: 0x11, QKey: 0x1234, GID: [16]byte{10: 0xff, 11: 0xff, 12: 192, 13: 168, 14: 77, 15: 2}, NodeID: 99}, nil},
+		{"answer v1", Message{Version: 1, Type: TypeAnswer, Nonce: 1<<64 - 1, Index: 0, Count: 1, QPN: 0xffffff, QKey: 7, LID: 3}, nil},
+		{"answer without ports v1", Message{Version: 1, Type: TypeAnswer, Nonce: 5}, nil},
+		{"query v2 untagged", Message{Version: 2, Type: TypeQuery, Nonce: 42, Count: 1, QPN: 0x11, QKey: 3, NodeID: 9}, nil},
+		{"query v2 tagged", Message{Version: 2, Type: TypeQuery, Nonce: 42, Count: 1, QPN: 0x11, QKey: 3, NodeID: 9, Tagged: true, Authenticated: true}, testKey},
+		{"answer v2 with extensions", Message{Version: 2, Type: TypeAnswer, Nonce: 7, Count: 1, QPN: 0x12, QKey: 4,
+			Ext: []Ext{{Type: 0x10, Value: []byte("fingerprint")}, {Type: 0x7fff, Value: []byte{}}}, Tagged: true, Authenticated: true}, testKey},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := tt.m.Encode()
-			got, err := Decode(b[:])
+			b, err := tt.m.Append(nil, tt.key)
+			if err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+			got, err := Decode(b, tt.key)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
-			if diff := cmp.Diff(tt.m, got); diff != "" {
+			if diff := cmp.Diff(tt.m, got, cmp.Comparer(func(a, b []byte) bool { return bytes.Equal(a, b) })); diff != "" {
 				t.Errorf("round trip (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
+// TestV2Header checks that a version-2 message is the version-1 header with
+// version 2, its flags and the extension length, then the extensions and
+// the tag: a v1 node reading one sees "version 2" and drops it cleanly.
+func TestV2Header(t *testing.T) {
+	m := Message{Version: 2, Type: TypeQuery, Nonce: 0x0102030405060708, Count: 1, QPN: 0x11, QKey: 3,
+		Ext: []Ext{{Type: 0x20, Value: []byte("abc")}}}
+	b, err := m.Append(nil, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != Size+4+3+TagSize {
+		t.Fatalf("%d bytes, want header 64 + extension 7 + tag 32", len(b))
+	}
+	if string(b[:4]) != "RDPC" || b[4] != 2 || b[6] != FlagAuthenticated || binary.BigEndian.Uint16(b[56:]) != 7 {
+		t.Errorf("header % x: want magic, version 2, flag authenticated, extension length 7", b[:Size])
+	}
+	v1 := m
+	v1.Ext = nil
+	v1b := v1.Encode()
+	if !bytes.Equal(b[8:56], v1b[8:56]) {
+		t.Errorf("fields differ from the version-1 layout:\n% x\n% x", b[8:56], v1b[8:56])
+	}
+	if _, err := (&Message{Version: 1, Type: TypeQuery}).Append(nil, testKey); err == nil {
+		t.Error("a version-1 message was tagged")
+	}
+	big := Message{Version: 2, Type: TypeQuery, Count: 1, QPN: 1, Ext: []Ext{{Type: 1, Value: make([]byte, MaxExtBytes)}}}
+	if _, err := big.Append(nil, testKey); err == nil {
+		t.Error("encoded a message over MaxSize")
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
-	q := Message{Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5}
+	q := Message{Version: 1, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5}
 	good := q.Encode()
 	mut := func(i int, v byte) []byte {
 		b := good
 		b[i] = v
 		return b[:]
+	}
+	q2 := Message{Version: 2, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5, Ext: []Ext{{Type: 1, Value: []byte{1, 2}}}}
+	good2, err := q2.Append(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mut2 := func(i int, v byte) []byte {
+		b := bytes.Clone(good2)
+		b[i] = v
+		return b
 	}
 	tests := []struct {
 		name string
@@ -44,49 +97,112 @@ func TestDecodeRejects(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"short", good[:Size-1]},
-		{"long", append(good[:], 0)},
+		{"long v1", append(good[:], 0)},
 		{"magic", mut(0, 'x')},
-		{"version", mut(4, 2)},
+		{"version 3", mut(4, 3)},
 		{"type", mut(5, 3)},
-		{"flags", mut(7, 1)},
+		{"v1 flags", mut(6, 1)},
 		{"reserved", mut(63, 1)},
 		{"QPN over 24 bits", mut(20, 1)},
 		{"query without ports", mut(17, 0)},
 		{"controlled qkey", mut(24, 0x80)},
 		{"answer index past count", func() []byte {
-			a := Message{Type: TypeAnswer, Index: 2, Count: 2, QPN: 1}
+			a := Message{Version: 1, Type: TypeAnswer, Index: 2, Count: 2, QPN: 1}
 			b := a.Encode()
 			return b[:]
+		}()},
+		{"v2 unknown flag", mut2(6, 0x80)},
+		{"v2 reserved", mut2(60, 1)},
+		{"v2 extension length past the datagram", mut2(57, 7)},
+		{"v2 extension overruns its area", mut2(Size+3, 9)},
+		{"v2 critical extension", mut2(Size, 0x80)},
+		{"v2 trailing byte", append(bytes.Clone(good2), 0)},
+		{"v2 flagged but no tag", mut2(6, FlagAuthenticated)},
+		{"v2 over MaxSize", func() []byte {
+			b := make([]byte, MaxSize+1)
+			copy(b, good2)
+			return b
 		}()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Decode(tt.b); !errors.Is(err, ErrMalformed) {
+			if _, err := Decode(tt.b, testKey); !errors.Is(err, ErrMalformed) {
 				t.Errorf("Decode = %v, want ErrMalformed", err)
 			}
 		})
 	}
 }
 
+// TestTag checks that a tag verifies only under the right key and over the
+// exact bytes: any change to header, extensions or tag is caught.
+func TestTag(t *testing.T) {
+	m := Message{Version: 2, Type: TypeAnswer, Nonce: 77, Count: 1, QPN: 0x33, QKey: 9, Ext: []Ext{{Type: 5, Value: []byte("x")}}}
+	b, err := m.Append(nil, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Decode(b, testKey); err != nil || !got.Authenticated {
+		t.Fatalf("Decode with the key = %+v, %v; want authenticated", got, err)
+	}
+	if _, err := Decode(b, ControlKey([]byte("another fleet's key, 32 bytes.."))); !errors.Is(err, ErrBadTag) {
+		t.Errorf("Decode with another key = %v, want ErrBadTag", err)
+	}
+	for i := 8; i < len(b); i++ {
+		if i >= 56 && i < 64 {
+			continue // reserved and length: malformed rather than a bad tag
+		}
+		c := bytes.Clone(b)
+		c[i] ^= 1
+		if _, err := Decode(c, testKey); err == nil {
+			t.Errorf("byte %d flipped: still decodes", i)
+		}
+	}
+	// Without a key the tag cannot be checked: the message is read, but
+	// not as authenticated.
+	if got, err := Decode(b, nil); err != nil || got.Authenticated || !got.Tagged {
+		t.Errorf("Decode without a key = %+v, %v; want tagged, not authenticated", got, err)
+	}
+	// An untagged message is never authenticated, key or not.
+	u, _ := m.Append(nil, nil)
+	if got, err := Decode(u, testKey); err != nil || got.Authenticated || got.Tagged {
+		t.Errorf("untagged = %+v, %v; want not authenticated", got, err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
-	q := Message{Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5}
+	q := Message{Version: 1, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5}
 	b := q.Encode()
 	f.Add(b[:])
-	a := Message{Type: TypeAnswer, Nonce: 1, Count: 2, Index: 1, QPN: 0x12, QKey: 6}
+	a := Message{Version: 1, Type: TypeAnswer, Nonce: 1, Count: 2, Index: 1, QPN: 0x12, QKey: 6}
 	b = a.Encode()
 	f.Add(b[:])
 	f.Add([]byte("RDPC\x01"))
+	q2 := Message{Version: 2, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5, Ext: []Ext{{Type: 1, Value: []byte("v")}}}
+	v2, _ := q2.Append(nil, nil)
+	f.Add(v2)
+	v2t, _ := q2.Append(nil, testKey)
+	f.Add(v2t)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		m, err := Decode(in)
+		m, err := Decode(in, testKey)
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadTag) {
+				t.Fatalf("error %v wraps neither ErrMalformed nor ErrBadTag", err)
 			}
 			return
 		}
+		if m.Tagged != m.Authenticated {
+			t.Fatalf("tagged %v but authenticated %v under the key", m.Tagged, m.Authenticated)
+		}
 		// The decoder accepts exactly what the encoder writes.
-		out := m.Encode()
-		if diff := cmp.Diff(in, out[:]); diff != "" {
+		var key []byte
+		if m.Tagged {
+			key = testKey
+		}
+		out, err := m.Append(nil, key)
+		if err != nil {
+			t.Fatalf("re-encoding: %v", err)
+		}
+		if diff := cmp.Diff(in, out); diff != "" {
 			t.Fatalf("re-encoding differs (-in +out):\n%s", diff)
 		}
 	})
