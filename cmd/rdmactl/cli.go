@@ -42,7 +42,7 @@ func init() {
 		{"doctor", "[-- --interval D]", "run the RDMA troubleshooting checks (exit 0 ok, 3 warn/fail, 1 could not run)", cmdDoctor},
 		{"version", "", "print rdmactl's and rdmad's versions", cmdVersion},
 		{"peers", "", "show peer probes: state, RTT and loss per peer and port", cmdPeers},
-		{"probe", "PEER", "probe a configured peer now", cmdProbe},
+		{"probe", "PEER", "probe a configured peer now (root or admin_group)", cmdProbe},
 		{"help", "", "show this help", nil},
 	}
 }
