@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 RUN_DIR  ?= $(CURDIR)/.run
 RUN_SOCK ?= $(RUN_DIR)/rdmad.sock
 
-.PHONY: all build run test deps e2e package clean
+.PHONY: all build run test fuzz deps e2e package clean
 
 all: build
 
@@ -31,6 +31,14 @@ run: build
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# fuzz: every fuzz target of the repository (func Fuzz* in the test files),
+# FUZZTIME each (default 20s), one after another; a table of the executions
+# per target is printed and written to .fuzz/summary.txt. A failing input is
+# left in the package's testdata/fuzz/ (scripts/fuzz).
+FUZZTIME ?= 20s
+fuzz: deps
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz
 
 deps-build:
 	@./scripts/deps build

@@ -1,0 +1,613 @@
+package dbus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// The D-Bus fuzz targets dispatch method calls the way godbus does
+// (Conn.handleCall: LookupObject, LookupInterface, LookupMethod,
+// DecodeArguments, Call) against the service's handler, in process: the
+// connection the privileged methods ask for the caller's credentials
+// (GetConnectionCredentials) is a godbus.Conn talking to fzBus, a fake bus
+// on a net.Pipe that knows the senders of fzSenders. Whatever the call:
+//   - no panic;
+//   - every error is a D-Bus error with a known name and a non-empty message
+//     (a plain Go error would reach the caller as a generic Failed);
+//   - arguments of the wrong number or types are InvalidArgs, and reach
+//     neither a property nor the backend;
+//   - Reload, Apply and Probe reach the backend only for a sender the access
+//     table makes admin, and then exactly once; everyone else gets
+//     AccessDenied;
+//   - a successful call returns the method's declared out types, in a reply
+//     that encodes and decodes as a valid D-Bus message.
+
+// fzPolicy is the access policy of the fuzz targets.
+var fzPolicy = access.Policy{SelfUID: 0, ReadGID: access.GID(500), AdminGID: access.GID(600)}
+
+// fzSenders are the bus names the fake bus knows, with the credentials it
+// reports and the level fzPolicy gives them. A sender not in the table gets
+// NameHasNoOwner from the bus.
+var fzSenders = []struct {
+	name  string
+	creds map[string]godbus.Variant
+	level access.Level
+}{
+	{":1.0", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(0)), "UnixGroupIDs": godbus.MakeVariant([]uint32{0})}, access.Admin},
+	{":1.1", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1002)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1002, 600})}, access.Admin},
+	{":1.2", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1001)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1001, 500})}, access.Read},
+	{":1.3", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1003)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1003, 20})}, 0},
+	// Root's group is not root.
+	{":1.4", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1004)), "UnixGroupIDs": godbus.MakeVariant([]uint32{0})}, 0},
+	// A bus without UnixGroupIDs: only the uid counts.
+	{":1.5", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1005))}, 0},
+	// No uid, or one of the wrong type: unknown, nothing allowed.
+	{":1.6", map[string]godbus.Variant{"UnixGroupIDs": godbus.MakeVariant([]uint32{600})}, 0},
+	{":1.7", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(int32(0)), "UnixGroupIDs": godbus.MakeVariant([]uint32{600})}, 0},
+	{"org.rdmad.Agent1", nil, 0}, // not a connection the bus knows
+	{"", nil, 0},                 // no sender (a peer-to-peer connection)
+}
+
+func fzSenderLevel(sender string) access.Level {
+	for _, s := range fzSenders {
+		if s.name == sender {
+			return s.level
+		}
+	}
+	return 0
+}
+
+// fzBus answers GetConnectionCredentials on the server end of a pipe whose
+// client end is a godbus.Conn, after a minimal SASL exchange.
+func fzBus(srv net.Conn) {
+	defer srv.Close()
+	br := bufio.NewReader(srv)
+	if b, err := br.ReadByte(); err != nil || b != 0 {
+		return
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "AUTH":
+			io.WriteString(srv, "REJECTED ANONYMOUS\r\n")
+		case strings.HasPrefix(line, "AUTH ANONYMOUS"):
+			io.WriteString(srv, "OK 0123456789abcdef0123456789abcdef\r\n")
+		case line == "BEGIN":
+			goto messages
+		default:
+			io.WriteString(srv, "ERROR\r\n")
+		}
+	}
+messages:
+	var serial uint32 = 1
+	for {
+		msg, err := godbus.DecodeMessage(br)
+		if err != nil {
+			return
+		}
+		if msg.Type != godbus.TypeMethodCall {
+			continue
+		}
+		serial++
+		reply := &godbus.Message{Type: godbus.TypeMethodReply, Headers: map[godbus.HeaderField]godbus.Variant{
+			godbus.FieldReplySerial: godbus.MakeVariant(msg.Serial()),
+			godbus.FieldSender:      godbus.MakeVariant("org.freedesktop.DBus"),
+		}}
+		member, _ := msg.Headers[godbus.FieldMember].Value().(string)
+		var creds map[string]godbus.Variant
+		var who string
+		if len(msg.Body) == 1 {
+			who, _ = msg.Body[0].(string)
+		}
+		for _, s := range fzSenders {
+			if s.name == who && s.creds != nil {
+				creds = s.creds
+			}
+		}
+		switch {
+		case member == "GetConnectionCredentials" && creds != nil:
+			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(creds))
+			reply.Body = []any{creds}
+		default:
+			reply.Type = godbus.TypeError
+			reply.Headers[godbus.FieldErrorName] = godbus.MakeVariant("org.freedesktop.DBus.Error.NameHasNoOwner")
+			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(""))
+			reply.Body = []any{fmt.Sprintf("Could not get credentials of %q: no such name", who)}
+		}
+		// The serial of a message must not be zero; EncodeTo takes the
+		// one set by the connection, so build it through a round trip.
+		if err := fzEncode(srv, reply, serial); err != nil {
+			return
+		}
+	}
+}
+
+// fzEncode writes msg with the given serial.
+func fzEncode(w io.Writer, msg *godbus.Message, serial uint32) error {
+	var buf bytes.Buffer
+	if err := msg.EncodeTo(&buf, binary.LittleEndian); err != nil {
+		return err
+	}
+	b := buf.Bytes()
+	binary.LittleEndian.PutUint32(b[8:12], serial)
+	_, err := w.Write(b)
+	return err
+}
+
+var (
+	fzConnOnce sync.Once
+	fzConn     *godbus.Conn
+	fzConnErr  error
+)
+
+// fzBusConn returns the process's connection to fzBus.
+func fzBusConn(t *testing.T) *godbus.Conn {
+	fzConnOnce.Do(func() {
+		cli, srv := net.Pipe()
+		go fzBus(srv)
+		c, err := godbus.NewConn(cli)
+		if err != nil {
+			fzConnErr = err
+			return
+		}
+		if err := c.Auth([]godbus.Auth{godbus.AuthAnonymous()}); err != nil {
+			fzConnErr = err
+			return
+		}
+		fzConn = c
+	})
+	if fzConnErr != nil {
+		t.Fatalf("fake bus: %v", fzConnErr)
+	}
+	return fzConn
+}
+
+// fzBackend records the privileged calls.
+type fzBackend struct {
+	mu    sync.Mutex
+	calls []string
+	fail  bool
+}
+
+func (b *fzBackend) record(s string) {
+	b.mu.Lock()
+	b.calls = append(b.calls, s)
+	b.mu.Unlock()
+}
+
+func (b *fzBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+	b.record("Reload")
+	if b.fail {
+		return api.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
+	}
+	return api.ReloadResult{OK: true, Generation: 2}, nil
+}
+
+func (b *fzBackend) Apply(ctx context.Context) error {
+	b.record("Apply")
+	if b.fail {
+		return errors.New("fuzz: apply failed")
+	}
+	return nil
+}
+
+func (b *fzBackend) Probe(ctx context.Context, name string) (state.Peer, error) {
+	b.record("Probe")
+	if b.fail {
+		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", name)
+	}
+	// The name comes back, as the real backend's Reason may quote it.
+	return state.Peer{Name: name, State: state.PeerDown, Reason: "no answer from " + name,
+		Paths: []state.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
+}
+
+// fzView is the view the handler serves: the agent, two devices, a peer.
+var fzView = sync.OnceValue(func() *view {
+	dev := func(name, netdev string) inventory.Device {
+		return inventory.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001",
+			Ports: []inventory.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev}}}
+	}
+	return newView(&state.Snapshot{
+		Version: "fuzz", State: state.Running, Summary: "running",
+		Config:     state.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
+		Devices:    []inventory.Device{dev("mlx5_0", "ens1f0"), dev("rxe0", "eth0")},
+		Components: map[string]state.Component{"config": {State: state.OK}},
+		Peers:      state.Peers{Peers: []state.Peer{{Name: "192.0.2.17", State: state.PeerUp}}},
+	})
+})
+
+// fzPaths and fzMethods are what the selectors of FuzzDBusCall pick from
+// when the fuzz input names no path or method.
+var fzPaths = []godbus.ObjectPath{Path, DevicePath("mlx5_0"), DevicePath("rxe0"), "/", "/org", "/org/rdmad", godbus.ObjectPath(DevicePrefix), "/org/rdmad/Agent1/nothing"}
+
+var fzMethods = [][2]string{
+	{PropertiesInterface, "Get"}, {PropertiesInterface, "GetAll"}, {PropertiesInterface, "Set"},
+	{IntrospectableInterface, "Introspect"}, {ObjectManagerInterface, "GetManagedObjects"},
+	{Interface, "Reload"}, {Interface, "Apply"}, {Interface, "Probe"},
+	{"", "Probe"}, {"", "Reload"}, {"", "Get"}, {DeviceInterface, "Get"},
+}
+
+// fzSignatures are the in signatures of the methods, for the oracle.
+var fzSignatures = map[string]string{
+	"Get": "ss", "GetAll": "s", "Set": "ssv", "Introspect": "", "GetManagedObjects": "",
+	"Reload": "", "Apply": "", "Probe": "s",
+}
+
+// fzOut are the out signatures of the methods.
+var fzOut = map[string]string{
+	"Get": "v", "GetAll": "a{sv}", "Set": "", "Introspect": "s", "GetManagedObjects": "a{oa{sa{sv}}}",
+	"Reload": "t", "Apply": "", "Probe": "stds",
+}
+
+var privileged = map[string]bool{"Reload": true, "Apply": true, "Probe": true}
+
+// fzErrorNames are the errors a call may answer.
+var fzErrorNames = map[string]bool{
+	ErrInvalidArgs: true, ErrAccessDenied: true, ErrConfigRejected: true, ErrNotSupported: true,
+	ErrBusy: true, ErrFailed: true, ErrTimeout: true,
+	"org.freedesktop.DBus.Error.UnknownObject":    true,
+	"org.freedesktop.DBus.Error.UnknownInterface": true,
+	"org.freedesktop.DBus.Error.UnknownMethod":    true,
+	"org.freedesktop.DBus.Error.UnknownProperty":  true,
+	"org.freedesktop.DBus.Error.PropertyReadOnly": true,
+	"org.freedesktop.DBus.Error.NoSuchObject":     true,
+}
+
+// fzOutcome is what godbus would answer: an error name, or the reply body.
+type fzOutcome struct {
+	errName string
+	errMsg  string
+	ret     []any
+	calls   []string
+	stage   string // where dispatch stopped
+}
+
+// fzDispatch is Conn.handleCall without the connection: it dispatches one
+// method call to a fresh handler and checks the outcome's invariants.
+func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
+	t.Helper()
+	conn := fzBusConn(t)
+	b := &fzBackend{fail: fail}
+	h := newHandler(b, slog.New(slog.DiscardHandler))
+	h.policy = func() access.Policy { return fzPolicy }
+	h.probeTimeout = 5 * time.Second
+	h.cur.Store(fzView())
+
+	path, _ := msg.Headers[godbus.FieldPath].Value().(godbus.ObjectPath)
+	ifaceName, _ := msg.Headers[godbus.FieldInterface].Value().(string)
+	member, _ := msg.Headers[godbus.FieldMember].Value().(string)
+	sender, _ := msg.Headers[godbus.FieldSender].Value().(string)
+	desc := fmt.Sprintf("%s %s.%s(%s %.200v) from %q", path, ifaceName, member, godbus.SignatureOf(msg.Body...), msg.Body, sender)
+
+	var out fzOutcome
+	setErr := func(stage string, err error) {
+		out.stage = stage
+		var e *godbus.Error
+		switch x := err.(type) {
+		case godbus.Error:
+			e = &x
+		case *godbus.Error:
+			e = x
+		case godbus.DBusError:
+			n, body := x.DBusError()
+			e = godbus.NewError(n, body)
+		default:
+			t.Fatalf("%s: %s answered a plain Go error %T %v (the caller gets a generic Failed)", desc, stage, err, err)
+		}
+		out.errName = e.Name
+		if len(e.Body) > 0 {
+			out.errMsg, _ = e.Body[0].(string)
+		}
+	}
+	func() {
+		obj, ok := h.LookupObject(path)
+		if !ok {
+			out.stage, out.errName = "object", "org.freedesktop.DBus.Error.NoSuchObject"
+			return
+		}
+		iface, ok := obj.LookupInterface(ifaceName)
+		if !ok {
+			out.stage, out.errName = "interface", "org.freedesktop.DBus.Error.UnknownInterface"
+			return
+		}
+		m, ok := iface.LookupMethod(member)
+		if !ok {
+			out.stage, out.errName = "method", "org.freedesktop.DBus.Error.UnknownMethod"
+			return
+		}
+		dec, ok := m.(godbus.ArgumentDecoder)
+		if !ok {
+			t.Fatalf("%s: method %T does not decode its own arguments; godbus would convert them between kinds", desc, m)
+		}
+		args, err := dec.DecodeArguments(conn, sender, msg, msg.Body)
+		if err != nil {
+			setErr("decode", err)
+			return
+		}
+		ret, err := m.Call(args...)
+		if err != nil {
+			setErr("call", err)
+			return
+		}
+		out.stage, out.ret = "reply", ret
+		if got, want := godbus.SignatureOf(ret...).String(), fzMethodOut(m); got != want {
+			t.Fatalf("%s: returned %s, but the method declares %s", desc, got, want)
+		}
+	}()
+	b.mu.Lock()
+	out.calls = append([]string(nil), b.calls...)
+	b.mu.Unlock()
+
+	if out.errName != "" && out.stage != "object" && out.stage != "interface" && out.stage != "method" {
+		if !fzErrorNames[out.errName] {
+			t.Fatalf("%s: error %s %q is not one rdmad documents", desc, out.errName, out.errMsg)
+		}
+		if strings.TrimSpace(out.errMsg) == "" {
+			t.Fatalf("%s: error %s without a message", desc, out.errName)
+		}
+	}
+
+	// Privileges.
+	level := fzSenderLevel(sender)
+	for _, c := range out.calls {
+		if level < access.Admin {
+			t.Fatalf("%s: a sender at level %v reached the backend's %s (outcome %+v)", desc, level, c, out)
+		}
+	}
+	if len(out.calls) > 1 {
+		t.Fatalf("%s: one call reached the backend %d times: %q", desc, len(out.calls), out.calls)
+	}
+	isPriv := privileged[member] && (ifaceName == Interface || ifaceName == "") && path == Path
+	if len(out.calls) == 1 && (!isPriv || out.calls[0] != member) {
+		t.Fatalf("%s: reached the backend's %s", desc, out.calls[0])
+	}
+
+	// Argument types: the oracle for the methods rdmad serves.
+	wantSig, known := fzSignatures[member]
+	// Paths that are neither an object nor a node answer UnknownObject to
+	// everything, whatever the arguments.
+	_, isObj := fzView().objects[path]
+	_, isNode := fzView().nodes[path]
+	served := (isObj || isNode) && (out.stage == "decode" || out.stage == "call" || out.stage == "reply")
+	if !isObj && !isNode && out.errName != "org.freedesktop.DBus.Error.UnknownObject" {
+		t.Fatalf("%s: a path that is no object answered %+v, want UnknownObject", desc, out)
+	}
+	if served && known && godbus.SignatureOf(msg.Body...).String() != wantSig {
+		if out.errName != ErrInvalidArgs {
+			t.Fatalf("%s: arguments %s for a method taking (%s) answered %+v, want InvalidArgs", desc, godbus.SignatureOf(msg.Body...), wantSig, out)
+		}
+		if len(out.calls) != 0 {
+			t.Fatalf("%s: wrong arguments reached the backend", desc)
+		}
+	}
+	if served && isPriv && godbus.SignatureOf(msg.Body...).String() == wantSig {
+		switch {
+		case level < access.Admin && out.errName != ErrAccessDenied:
+			t.Fatalf("%s: privileged call by a sender at level %v answered %+v, want AccessDenied", desc, level, out)
+		case level >= access.Admin && member == "Probe" && strings.TrimSpace(msg.Body[0].(string)) == "":
+			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
+				t.Fatalf("%s: Probe of a blank peer answered %+v, want InvalidArgs and no probe", desc, out)
+			}
+		case level >= access.Admin && len(out.calls) != 1:
+			t.Fatalf("%s: an admin's call did not reach the backend: %+v", desc, out)
+		}
+	}
+
+	// A reply must be a valid message, as godbus would send it.
+	if out.stage == "reply" {
+		reply := &godbus.Message{Type: godbus.TypeMethodReply, Headers: map[godbus.HeaderField]godbus.Variant{
+			godbus.FieldReplySerial: godbus.MakeVariant(uint32(7)),
+		}, Body: out.ret}
+		if sender != "" {
+			reply.Headers[godbus.FieldDestination] = godbus.MakeVariant(sender)
+		}
+		if len(out.ret) > 0 {
+			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(out.ret...))
+		}
+		var buf bytes.Buffer
+		if err := fzEncode(&buf, reply, 9); err != nil {
+			// godbus would drop such a reply and the caller would time out.
+			if !strings.Contains(err.Error(), "invalid") || sender == "" || godbus.ObjectPath(sender).IsValid() {
+				t.Fatalf("%s: the reply %.300v does not encode: %v", desc, out.ret, err)
+			}
+		} else if _, err := godbus.DecodeMessage(&buf); err != nil {
+			t.Fatalf("%s: the reply %.300v does not decode: %v", desc, out.ret, err)
+		}
+	}
+	return out
+}
+
+// fzMethodOut is the signature m declares it returns.
+func fzMethodOut(m godbus.Method) string {
+	var out []any
+	for i := 0; i < m.NumReturns(); i++ {
+		out = append(out, m.ReturnValue(i))
+	}
+	return godbus.SignatureOf(out...).String()
+}
+
+// fzArgs builds an argument list from spec: each byte picks one value of
+// some D-Bus type, made from s1 and s2 where it holds text.
+func fzArgs(spec []byte, s1, s2 string) []any {
+	var args []any
+	for i, c := range spec {
+		if i == 8 {
+			break
+		}
+		var v any
+		switch c % 20 {
+		case 0:
+			v = s1
+		case 1:
+			v = s2
+		case 2:
+			v = uint32(len(s1))
+		case 3:
+			v = int32(-len(s2))
+		case 4:
+			v = len(s1)%2 == 0
+		case 5:
+			v = []byte(s1)
+		case 6:
+			v = godbus.MakeVariant(s1)
+		case 7:
+			v = godbus.MakeVariant(uint32(c))
+		case 8:
+			v = godbus.ObjectPath(Path)
+		case 9:
+			v = []string{s1, s2}
+		case 10:
+			v = map[string]godbus.Variant{s1: godbus.MakeVariant(s2)}
+		case 11:
+			v = godbus.MakeVariant(godbus.MakeVariant([]any{s1, uint64(c)}))
+		case 12:
+			v = []map[string][]godbus.Variant{{s1: {godbus.MakeVariant(int16(c)), godbus.MakeVariant(s2)}}}
+		case 13:
+			v = float64(c) / 3
+		case 14:
+			v = uint64(c) << 40
+		case 15:
+			v = byte(c)
+		case 16:
+			v = godbus.Signature{}
+		case 17:
+			v = struct {
+				A string
+				B uint32
+			}{s1, uint32(c)}
+		case 18:
+			v = Interface
+		case 19:
+			v = "Version"
+		}
+		args = append(args, v)
+	}
+	return args
+}
+
+// fzCall builds a method call message.
+func fzCall(path godbus.ObjectPath, iface, member, sender string, args []any) *godbus.Message {
+	msg := &godbus.Message{Type: godbus.TypeMethodCall, Headers: map[godbus.HeaderField]godbus.Variant{
+		godbus.FieldPath:   godbus.MakeVariant(path),
+		godbus.FieldMember: godbus.MakeVariant(member),
+	}, Body: args}
+	if iface != "" {
+		msg.Headers[godbus.FieldInterface] = godbus.MakeVariant(iface)
+	}
+	if sender != "" {
+		msg.Headers[godbus.FieldSender] = godbus.MakeVariant(sender)
+	}
+	if len(args) > 0 {
+		msg.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(args...))
+	}
+	return msg
+}
+
+// FuzzDBusCall dispatches calls built from its input: a sender (by index
+// into fzSenders), a path and a method (by index, or named by the input)
+// and up to 8 arguments of mixed types (see fzArgs).
+func FuzzDBusCall(f *testing.F) {
+	f.Add(uint8(0), uint8(0), uint8(5), "", "", "", []byte{}, "", "")
+	f.Add(uint8(2), uint8(0), uint8(5), "", "", "", []byte{}, "", "")
+	f.Add(uint8(1), uint8(0), uint8(7), "", "", "", []byte{0}, "192.0.2.17", "")
+	f.Add(uint8(0), uint8(0), uint8(7), "", "", "", []byte{0}, "%00expire%20x", "")
+	f.Add(uint8(0), uint8(0), uint8(7), "", "", "", []byte{2}, "", "")
+	f.Add(uint8(3), uint8(0), uint8(6), "", "", "", []byte{}, "", "")
+	f.Add(uint8(0), uint8(0), uint8(0), "", "", "", []byte{18, 19}, "", "")
+	f.Add(uint8(2), uint8(1), uint8(0), "", "", "", []byte{0, 1}, DeviceInterface, "Name")
+	f.Add(uint8(2), uint8(0), uint8(2), "", "", "", []byte{18, 19, 6}, "x", "")
+	f.Add(uint8(2), uint8(0), uint8(1), "", "", "", []byte{7}, "", "")
+	f.Add(uint8(9), uint8(3), uint8(3), "", "", "", []byte{}, "", "")
+	f.Add(uint8(0), uint8(0), uint8(0), "/org/rdmad/Agent1", "org.rdmad.Agent1", "Probe", []byte{6}, "192.0.2.17", "")
+	f.Add(uint8(5), uint8(0), uint8(8), "", "", "", []byte{0}, " ", "")
+	f.Fuzz(func(t *testing.T, who, pathSel, methodSel uint8, path, iface, member string, spec []byte, s1, s2 string) {
+		sender := fzSenders[int(who)%len(fzSenders)].name
+		p := godbus.ObjectPath(path)
+		if path == "" || !p.IsValid() {
+			p = fzPaths[int(pathSel)%len(fzPaths)]
+		}
+		im := fzMethods[int(methodSel)%len(fzMethods)]
+		if member != "" {
+			im = [2]string{iface, member}
+		}
+		args := fzArgs(spec, s1, s2)
+		msg := fzCall(p, im[0], im[1], sender, args)
+		if msg.IsValid() != nil {
+			// The bus and godbus's decoder drop invalid messages (member,
+			// interface or string arguments that are not valid).
+			return
+		}
+		fzDispatch(t, who >= 128, msg)
+	})
+}
+
+// FuzzDBusMessage decodes its input with godbus's message decoder, as the
+// connection's reader does, and dispatches what is a valid method call.
+func FuzzDBusMessage(f *testing.F) {
+	seed := func(path godbus.ObjectPath, iface, member, sender string, args ...any) []byte {
+		var buf bytes.Buffer
+		if err := fzEncode(&buf, fzCall(path, iface, member, sender, args), 1); err != nil {
+			f.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	f.Add(false, seed(Path, Interface, "Reload", ":1.0"))
+	f.Add(false, seed(Path, Interface, "Reload", ":1.2"))
+	f.Add(false, seed(Path, Interface, "Probe", ":1.1", "192.0.2.17"))
+	f.Add(false, seed(Path, Interface, "Probe", ":1.1", uint32(7)))
+	f.Add(false, seed(Path, Interface, "Probe", ":1.1", godbus.MakeVariant("192.0.2.17")))
+	f.Add(true, seed(Path, Interface, "Apply", ":1.0"))
+	f.Add(false, seed(Path, PropertiesInterface, "Get", ":1.3", Interface, "Peers"))
+	f.Add(false, seed(Path, PropertiesInterface, "Set", ":1.0", Interface, "State", godbus.MakeVariant("stopped")))
+	f.Add(false, seed(DevicePath("mlx5_0"), PropertiesInterface, "GetAll", ":1.2", DeviceInterface))
+	f.Add(false, seed("/", IntrospectableInterface, "Introspect", ":1.9"))
+	f.Add(false, seed(Path, ObjectManagerInterface, "GetManagedObjects", ""))
+	f.Fuzz(func(t *testing.T, fail bool, data []byte) {
+		msg, err := godbus.DecodeMessage(bytes.NewReader(data))
+		if err != nil || msg.Type != godbus.TypeMethodCall {
+			return
+		}
+		// godbus answers the Peer interface itself.
+		if iface, _ := msg.Headers[godbus.FieldInterface].Value().(string); iface == "org.freedesktop.DBus.Peer" {
+			return
+		}
+		fzDispatch(t, fail, msg)
+	})
+}
+
+// TestFuzzSendersLevels keeps fzSenders in step with the access policy.
+func TestFuzzSendersLevels(t *testing.T) {
+	conn := fzBusConn(t)
+	for _, s := range fzSenders {
+		c, err := callerOf(call{conn: conn, sender: s.name})
+		var got access.Level
+		if err == nil {
+			got = fzPolicy.LevelFor(c)
+		}
+		if got != s.level {
+			t.Errorf("sender %q: level %v (caller %+v, %v), want %v", s.name, got, c, err, s.level)
+		}
+	}
+}
