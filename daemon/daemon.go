@@ -336,17 +336,24 @@ func (d *Daemon) refresh(why string) {
 	d.store.Update(func(s *state.Snapshot) {
 		if err != nil {
 			state.SetComponent(s, "inventory", state.Error, err, now)
-			return
+		} else {
+			if devs == nil {
+				devs = []inventory.Device{}
+			}
+			s.Devices = devs
+			st, e := state.OK, error(nil)
+			if len(devs) == 0 {
+				st, e = state.Unavailable, errors.New(state.NoDevice)
+			}
+			state.SetComponent(s, "inventory", st, e, now)
 		}
-		if devs == nil {
-			devs = []inventory.Device{}
+		// A device that came or went, or an inventory that cannot be
+		// read, changes the health: decide the state and summary again,
+		// unless rdmad is starting, reloading or stopping (those set
+		// them when they are done).
+		if s.State == state.Running || s.State == state.Degraded {
+			d.summarise(s, state.Running)
 		}
-		s.Devices = devs
-		st, e := state.OK, error(nil)
-		if len(devs) == 0 {
-			st, e = state.Unavailable, errors.New("no RDMA devices (no /sys/class/infiniband entries); load the NIC's RDMA driver or add a Soft-RoCE link: rdma link add rxe0 type rxe netdev eth0")
-		}
-		state.SetComponent(s, "inventory", st, e, now)
 	})
 	d.log.Debug("inventory read", "why", why, "devices", len(devs), "err", err)
 }
@@ -368,7 +375,11 @@ func (d *Daemon) summarise(s *state.Snapshot, st string) {
 	}
 	parts := []string{st}
 	if len(s.Devices) == 0 {
-		parts = append(parts, "no RDMA devices")
+		if s.NoDevices() {
+			parts = append(parts, state.NoDevice)
+		} else {
+			parts = append(parts, "no RDMA devices")
+		}
 	} else {
 		parts = append(parts, fmt.Sprintf("%d devices, %d/%d ports active", len(s.Devices), active, ports))
 	}

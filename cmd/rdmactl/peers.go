@@ -77,6 +77,9 @@ func printPeers(w io.Writer, ps state.Peers) {
 			}
 		}
 	}
+	for _, g := range ps.GroupFaults {
+		fmt.Fprintf(w, "GROUP FAULT? %s\n", g.Reason)
+	}
 	if len(ps.Peers) == 0 {
 		fmt.Fprintln(w, "No peers are probed; declare [[peer]] blocks or [probe] peers_file.")
 		return

@@ -55,7 +55,9 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if len(s.Devices) == 0 {
+	if s.NoDevices() {
+		fmt.Fprintln(w, "DEGRADED: "+state.NoDevice+".")
+	} else if len(s.Devices) == 0 {
 		fmt.Fprintln(w, "No RDMA devices.")
 	} else {
 		fmt.Fprintln(tw, "DEVICE\tPORT\tSTATE\tPHYS\tLINK\tRATE\tNETDEV\tGIDS")

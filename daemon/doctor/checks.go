@@ -619,11 +619,112 @@ func checkRising(e *Env, names []string, get func(inventory.Port) map[string]uin
 	return c.result("")
 }
 
+// maxNamed bounds the peers a peers finding names; the rest are counted.
+const maxNamed = 3
+
 func checkPeers(e *Env) Result {
-	if e.Snapshot == nil {
+	s := e.Snapshot
+	if s == nil {
 		return notReachable(e)
 	}
-	// The snapshot carries no peer results yet: peer probing reports
-	// there once it is wired into the daemon.
-	return skip("rdmad reports no peer probe results")
+	comp, ok := s.Components["peers"]
+	switch {
+	case !ok:
+		return skip("rdmad reports no peer probes (not started yet, or an rdmad without them)")
+	case comp.State == state.Disabled:
+		why := "[probe] peers = false"
+		if comp.Error != "" {
+			why = comp.Error
+		}
+		return skip("peer probes are disabled: " + why)
+	case comp.State == state.Unavailable:
+		return skip("peer probes are unavailable: " + comp.Error)
+	case comp.State == state.Error:
+		return skip("peer probes are in error (see the daemon check): " + comp.Error)
+	}
+	ps := s.Peers
+	if len(ps.Peers) == 0 {
+		return skip(fmt.Sprintf("no peer is probed yet (%d configured)", ps.Configured))
+	}
+	var down, degraded, unknown []state.Peer
+	for _, p := range ps.Peers {
+		switch p.State {
+		case state.PeerDown:
+			down = append(down, p)
+		case state.PeerDegraded:
+			degraded = append(degraded, p)
+		case state.PeerUp:
+		default:
+			unknown = append(unknown, p)
+		}
+	}
+	if len(unknown) == len(ps.Peers) {
+		return skip(fmt.Sprintf("none of the %d peers has been probed yet; run doctor again in a few seconds", len(ps.Peers)))
+	}
+	port := "the control port ([probe] port, 18516 by default)"
+	if ps.ControlPort != 0 {
+		port = fmt.Sprintf("UDP %d (the control endpoint, [probe] port)", ps.ControlPort)
+	}
+	var c collector
+	if len(down) > 0 {
+		msg := fmt.Sprintf("%d of %d peers down: %s", len(down), len(ps.Peers), namePeers(down, func(p state.Peer) string { return p.Reason }))
+		var fix []string
+		for _, lp := range ps.Ports {
+			if lp.LocalFault != "" {
+				msg += "; LOCAL FAULT? " + lp.LocalFault
+				fix = append(fix, fmt.Sprintf("first check this node's %s: its link, cable and switch port (rdma link show, ip link, the ports and link-errors checks)", lp.Key))
+			}
+		}
+		for _, g := range ps.GroupFaults {
+			msg += "; GROUP FAULT? " + g.Reason
+			fix = append(fix, fmt.Sprintf("first check the switch and uplink of group %s", g.Group))
+		}
+		fix = append(fix, "check that rdmad runs on the peers (systemctl status rdmad there)",
+			"that the firewalls let UDP 4791 (RoCE v2) and "+port+" through between the nodes",
+			"that the peers' addresses and GIDs match (rdma link show, the gid check)",
+			"and that the MTU is the same along the path; rdmactl peers shows each path and the reason")
+		c.add(Fail, msg, strings.Join(fix, "; "))
+	}
+	if len(degraded) > 0 {
+		c.add(Warn, fmt.Sprintf("%d of %d peers degraded (loss or RTT p99 over [probe] loss_threshold or rtt_threshold): %s", len(degraded), len(ps.Peers),
+			namePeers(degraded, worstPath)),
+			"look for congestion or a lossy link on the way: PFC/ECN (the pfc and dscp-trust checks), rising link and QP error counters, "+
+				"MTU mismatches; rdmactl peers shows RTT and loss per path")
+	}
+	if c.verdict == "" {
+		msg := fmt.Sprintf("all %d probed peers are up", len(ps.Peers)-len(unknown))
+		if len(unknown) > 0 {
+			msg += fmt.Sprintf(" (%d not probed yet)", len(unknown))
+		}
+		c.add(OK, msg, "")
+	}
+	return c.result("")
+}
+
+// namePeers lists up to maxNamed peers with a detail each, and counts the
+// rest.
+func namePeers(ps []state.Peer, detail func(state.Peer) string) string {
+	var out []string
+	for i, p := range ps {
+		if i == maxNamed {
+			out = append(out, fmt.Sprintf("and %d more", len(ps)-maxNamed))
+			break
+		}
+		if d := detail(p); d != "" {
+			out = append(out, p.Name+" ("+d+")")
+		} else {
+			out = append(out, p.Name)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// worstPath says how a degraded peer's worst path is doing.
+func worstPath(p state.Peer) string {
+	for _, pa := range p.Paths {
+		if pa.State == state.PeerDegraded {
+			return fmt.Sprintf("from %s: loss %.1f%% of %d, RTT p99 %s", pa.Local, pa.LossPct, pa.Samples, pa.RTTP99)
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -98,6 +99,18 @@ func addrs(m map[string][]string) func(string) ([]netip.Addr, error) {
 		}
 		return out, nil
 	}
+}
+
+// peersSnap is a snapshot whose peers component is comp, with peers.
+func peersSnap(comp state.Component, peers ...state.Peer) *state.Snapshot {
+	s := snapWith()
+	s.Components = map[string]state.Component{"peers": comp}
+	s.Peers = state.Peers{Configured: len(peers), Peers: peers}
+	return s
+}
+
+func peerAt(name, st string) state.Peer {
+	return state.Peer{Name: name, State: st, Paths: []state.PeerPath{{Local: "rxe0/1", State: st}}}
 }
 
 func snapWith(targets ...state.Target) *state.Snapshot {
@@ -282,15 +295,57 @@ func TestChecks(t *testing.T) {
 		}, Skip, "second counter read: context canceled", ""},
 
 		{"peers without daemon", "peers", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
-		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "no peer probe results", ""},
+		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "rdmad reports no peer probes", ""},
+		{"peers disabled", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled, Error: "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"})}
+		}, Skip, "peer probes are disabled: no [[peer]]", ""},
+		{"peers switched off", "peers", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled})} }, Skip,
+			"peer probes are disabled: [probe] peers = false", ""},
+		{"peers without verbs", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.Unavailable, Error: "verbs unavailable: no RDMA devices found"})}
+		}, Skip, "peer probes are unavailable: verbs unavailable", ""},
+		{"peers not probed yet", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUnknown))}
+		}, Skip, "none of the 1 peers has been probed yet", ""},
+		{"peers all up", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUp), peerAt("192.0.2.2", state.PeerUp), peerAt("192.0.2.3", state.PeerUnknown))}
+		}, OK, "all 2 probed peers are up (1 not probed yet)", ""},
+		{"peers degraded", "peers", func(t *testing.T) *Env {
+			p := peerAt("192.0.2.2", state.PeerDegraded)
+			p.Paths = []state.PeerPath{{Local: "rxe0/1", State: state.PeerDegraded, LossPct: 3, Samples: 100, RTTP99: 80 * time.Microsecond}}
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUp), p)}
+		}, Warn, "1 of 2 peers degraded (loss or RTT p99 over [probe] loss_threshold or rtt_threshold): 192.0.2.2 (from rxe0/1: loss 3.0% of 100, RTT p99 80µs)", "PFC/ECN"},
+		{"peers down", "peers", func(t *testing.T) *Env {
+			a := peerAt("192.0.2.1", state.PeerDown)
+			a.Reason = "control endpoint 192.0.2.1:18516 does not answer"
+			s := peersSnap(state.Component{State: state.OK}, a, peerAt("192.0.2.2", state.PeerUp), peerAt("192.0.2.3", state.PeerDegraded))
+			s.Peers.ControlPort = 18516
+			return &Env{Snapshot: s}
+		}, Fail, "1 of 3 peers down: 192.0.2.1 (control endpoint 192.0.2.1:18516 does not answer)", "UDP 4791 (RoCE v2) and UDP 18516 (the control endpoint, [probe] port)"},
+		{"peers down, named up to three", "peers", func(t *testing.T) *Env {
+			var ps []state.Peer
+			for i := 1; i <= 5; i++ {
+				ps = append(ps, peerAt(fmt.Sprintf("192.0.2.%d", i), state.PeerDown))
+			}
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, ps...)}
+		}, Fail, "5 of 5 peers down: 192.0.2.1, 192.0.2.2, 192.0.2.3, and 2 more", "MTU"},
+		{"peers down, local fault", "peers", func(t *testing.T) *Env {
+			s := peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerDown), peerAt("192.0.2.2", state.PeerDown))
+			s.Peers.Ports = []state.PeerPort{{Key: "rxe0/1", LocalFault: "all 2 peers are down from rxe0/1: suspect this port"}}
+			return &Env{Snapshot: s}
+		}, Fail, "LOCAL FAULT? all 2 peers are down from rxe0/1", "first check this node's rxe0/1"},
+		{"peers down, group fault", "peers", func(t *testing.T) *Env {
+			s := peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerDown), peerAt("192.0.2.2", state.PeerDown), peerAt("192.0.2.3", state.PeerUp))
+			s.Peers.GroupFaults = []state.GroupFault{{Group: "tor-a", Reason: "all 2 peers of group tor-a are down"}}
+			return &Env{Snapshot: s}
+		}, Fail, "GROUP FAULT? all 2 peers of group tor-a are down", "switch and uplink of group tor-a"},
 	}
 	byID := map[string]Check{}
 	for _, c := range Checks {
 		byID[c.ID] = c
 	}
-	// Every check that can find a problem has a case that finds one. Peers
-	// cannot yet: the snapshot carries no peer results.
-	failing := map[string]bool{"peers": true}
+	// Every check that can find a problem has a case that finds one.
+	failing := map[string]bool{}
 	for _, tt := range tests {
 		if tt.verdict == Warn || tt.verdict == Fail {
 			failing[tt.check] = true

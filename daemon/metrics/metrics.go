@@ -104,7 +104,7 @@ var (
 	startTime = prometheus.NewDesc("rdmad_start_time_seconds",
 		"When rdmad started, in seconds since the Unix epoch.", nil, nil)
 	healthy = prometheus.NewDesc("rdmad_healthy",
-		"1 when nothing needs an operator (configuration loaded, no component or policy target in error or drifted), else 0.", nil, nil)
+		"1 when nothing needs an operator (configuration loaded, at least one RDMA device, no component or policy target in error or drifted), else 0.", nil, nil)
 	snapshotSeq = prometheus.NewDesc("rdmad_state_updates_total",
 		"State snapshots rdmad has published (the seq of GET /v1/status).", nil, nil)
 	daemonState = prometheus.NewDesc("rdmad_state",

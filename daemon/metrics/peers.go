@@ -27,6 +27,8 @@ var (
 		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag or rate_limited.", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
 		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
+	peerGroupFault = prometheus.NewDesc("rdmad_peer_group_fault",
+		"1 while every probed peer (at least two) of the group is down from every local port and peers of other groups answer: the group's switch or uplink is the likelier fault.", []string{"group"}, nil)
 	peerNotSent = prometheus.NewDesc("rdmad_peer_probes_not_sent_total",
 		"Probes this node could not post (all send slots in flight, or the port being rebuilt); not counted as lost.", nil, nil)
 	peerProbesIn = prometheus.NewDesc("rdmad_peer_probes_received_total",
@@ -36,7 +38,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerNotSent},
+	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent},
 	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Peers {
 			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
@@ -58,6 +60,20 @@ var peerSection = section{
 		}
 		for _, lp := range s.Peers.Ports {
 			ch <- gauge(peerLocalFault, b2f(lp.LocalFault != ""), lp.Key)
+		}
+		// Every group of a probed peer, 1 for the suspects: a cleared
+		// fault reads 0 rather than vanishing.
+		groups := map[string]bool{}
+		for _, p := range s.Peers.Peers {
+			if p.Group != "" {
+				groups[p.Group] = false
+			}
+		}
+		for _, g := range s.Peers.GroupFaults {
+			groups[g.Group] = true
+		}
+		for g, fault := range groups {
+			ch <- gauge(peerGroupFault, b2f(fault), g)
 		}
 		k := s.Peers.Counters
 		if len(s.Peers.Ports) > 0 || len(s.Peers.Peers) > 0 {

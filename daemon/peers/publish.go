@@ -43,10 +43,11 @@ func (m *Manager) publish(now time.Time) {
 // port, not the peers, is the suspect.
 const minFaultPeers = 2
 
-// localFaults finds the local ports whose every peer path is down, as
-// R-Pingmesh tells a local fault from remote ones: when all peers of a port
-// stop answering at once, the port or this host is the likelier cause. It
-// logs when a port becomes a suspect and when it stops being one.
+// localFaults finds the suspects: the local ports whose every peer path is
+// down, as R-Pingmesh tells a local fault from remote ones (when all peers
+// of a port stop answering at once, the port or this host is the likelier
+// cause), and the groups whose every peer is down while other groups answer
+// (groupFaults). It logs when a suspect is raised and when it is cleared.
 func (m *Manager) localFaults() {
 	down, known := map[string]int{}, map[string]int{}
 	for _, p := range m.peers {
@@ -70,14 +71,17 @@ func (m *Manager) localFaults() {
 			faults[lp.Key] = fmt.Sprintf("all %d peers are down from %s: suspect this port, its cable or switch port, or this host before %d remote faults", n, lp.Key, n)
 		}
 	}
+	for g, why := range m.groupFaults() {
+		faults[groupKey(g)] = why
+	}
 	for k, why := range faults {
 		if m.faults[k] == "" {
-			m.log.Warn("local probe port suspect", "port", k, "reason", why)
+			m.logSuspect(k, why)
 		}
 	}
 	for k := range m.faults {
 		if faults[k] == "" {
-			m.log.Info("local probe port no longer suspect", "port", k)
+			m.logSuspect(k, "")
 		}
 	}
 	m.faults = faults
@@ -114,6 +118,7 @@ func (m *Manager) State() state.Peers {
 		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
 	}
 	out.ControlPort, out.ControlError = m.ctlPort, m.ctlErr
+	out.GroupFaults = m.groupFaultList()
 	if a := m.cfg.Auth; len(a.Key) > 0 {
 		out.Auth = "prefer"
 		if a.Require {

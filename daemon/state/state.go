@@ -188,7 +188,7 @@ type PeerCounters struct {
 	// untagged ones dropped because tags are required.
 	ProbeBadTag   uint64 `json:"probe_bad_tag"`
 	ProbeUntagged uint64 `json:"probe_untagged"`
-	ProbesNotSent      uint64 `json:"probes_not_sent"` // send slots full or port gone
+	ProbesNotSent uint64 `json:"probes_not_sent"` // send slots full or port gone
 }
 
 // Config describes the configuration in force.

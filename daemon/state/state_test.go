@@ -1,10 +1,14 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
 )
 
 func TestStoreUpdatePublishesCopies(t *testing.T) {
@@ -51,6 +55,10 @@ func TestHealthy(t *testing.T) {
 		{"unavailable is healthy", Snapshot{Components: map[string]Component{"verbs": {State: Unavailable}}}, true},
 		{"drift", Snapshot{Policy: Policy{Policies: []PolicyStatus{{Targets: []Target{{State: Drifted}}}}}}, false},
 		{"unsupported is healthy", Snapshot{Policy: Policy{Policies: []PolicyStatus{{Targets: []Target{{State: Unsupported}}}}}}, true},
+		{"no device after the inventory was read", Snapshot{Components: map[string]Component{"inventory": {State: Unavailable}}}, false},
+		{"no device, empty list", Snapshot{Devices: []inventory.Device{}, Components: map[string]Component{"inventory": {State: OK}}}, false},
+		{"inventory not read yet", Snapshot{Devices: []inventory.Device{}}, true},
+		{"one device", Snapshot{Devices: []inventory.Device{{Name: "rxe0"}}, Components: map[string]Component{"inventory": {State: OK}}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,5 +93,32 @@ func TestStoreConcurrentReaders(t *testing.T) {
 	wg.Wait()
 	if got := s.Load().Seq; got != 1001 {
 		t.Errorf("seq = %d after 1000 updates, want 1001", got)
+	}
+}
+
+// TestGroupFaultsNeverNull: group_faults is [] in JSON however Peers was
+// built, and the faults themselves come through.
+func TestGroupFaultsNeverNull(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		p    Peers
+		want string
+	}{
+		{"zero Peers", Peers{}, `"group_faults":[]`},
+		{"one fault", Peers{GroupFaults: []GroupFault{{Group: "tor-a", Reason: "all 2 peers are down"}}}, `"group_faults":[{"group":"tor-a","reason":"all 2 peers are down"}]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(Snapshot{Peers: tt.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), tt.want) {
+				t.Errorf("JSON %s lacks %s", b, tt.want)
+			}
+			var back Snapshot
+			if err := json.Unmarshal(b, &back); err != nil || len(back.Peers.GroupFaults) != len(tt.p.GroupFaults) {
+				t.Errorf("round trip: %v, group faults %+v, want %+v", err, back.Peers.GroupFaults, tt.p.GroupFaults)
+			}
+		})
 	}
 }

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// TestPrintStatusNoDevice: without an RDMA device the status says that
+// nothing can be proven and what to do about it.
+func TestPrintStatusNoDevice(t *testing.T) {
+	s := &state.Snapshot{Version: "t", State: state.Degraded, Devices: []inventory.Device{},
+		Components: map[string]state.Component{"inventory": {State: state.Unavailable, Error: state.NoDevice, Since: time.Now()}}}
+	var b bytes.Buffer
+	printStatus(&b, s)
+	for _, want := range []string{"DEGRADED: no RDMA device: rdmad can prove nothing on this node", "rdma link add rxe0 type rxe netdev eth0", "ls /sys/class/infiniband"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	if s.Healthy() {
+		t.Errorf("a snapshot without devices is healthy; rdmactl status would exit 0")
+	}
+}

@@ -1,0 +1,55 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+func scrapeSnapshot(t *testing.T, snap *state.Snapshot) string {
+	t.Helper()
+	return string(scrape(t, NewCollector(Options{Snapshot: func() *state.Snapshot { return snap }, SysfsRoot: t.TempDir(), GoVersion: "go1.x", Config: &ConfigTracker{}})))
+}
+
+// TestHealthyNoDevice: a node without RDMA devices reports rdmad_healthy 0
+// (nothing on it is proven to work), one with a device 1.
+func TestHealthyNoDevice(t *testing.T) {
+	now := time.Now()
+	none := &state.Snapshot{State: state.Degraded, Devices: []inventory.Device{},
+		Components: map[string]state.Component{"inventory": {State: state.Unavailable, Error: state.NoDevice, Since: now}}}
+	if out := scrapeSnapshot(t, none); !strings.Contains(out, "\nrdmad_healthy 0\n") {
+		t.Errorf("without devices: want rdmad_healthy 0 in\n%s", out)
+	}
+	one := &state.Snapshot{State: state.Running, Devices: []inventory.Device{{Name: "rxe0"}},
+		Components: map[string]state.Component{"inventory": {State: state.OK, Since: now}}}
+	if out := scrapeSnapshot(t, one); !strings.Contains(out, "\nrdmad_healthy 1\n") {
+		t.Errorf("with a device: want rdmad_healthy 1 in\n%s", out)
+	}
+}
+
+// TestPeerGroupFault: every group of a probed peer has the gauge, 1 for
+// the suspects.
+func TestPeerGroupFault(t *testing.T) {
+	snap := &state.Snapshot{Peers: state.Peers{
+		Ports: []state.PeerPort{{Key: "rxe0/1"}},
+		Peers: []state.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", State: state.PeerDown},
+			{Name: "192.0.2.18", Group: "tor-a", State: state.PeerDown},
+			{Name: "192.0.2.30", Group: "tor-b", State: state.PeerUp},
+			{Name: "192.0.2.40", State: state.PeerUp},
+		},
+		GroupFaults: []state.GroupFault{{Group: "tor-a", Reason: "all 2 probed peers of group tor-a are down"}},
+	}}
+	out := scrapeSnapshot(t, snap)
+	for _, want := range []string{`rdmad_peer_group_fault{group="tor-a"} 1`, `rdmad_peer_group_fault{group="tor-b"} 0`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `rdmad_peer_group_fault{group=""}`) {
+		t.Errorf("a gauge for peers without a group:\n%s", out)
+	}
+}

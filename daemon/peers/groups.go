@@ -1,0 +1,117 @@
+package peers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// Group-level inference (docs/PROBES.md "Local or remote fault"): when every
+// peer of one group ([[peer]] group, e.g. a ToR) is down from every local
+// port while peers of other groups answer, one fault of the group's switch
+// or uplink explains that better than as many remote faults, and this
+// node's ports are shown to work by the answers from elsewhere.
+//
+// Manager.faults holds every suspect with the reason: a local port under its
+// key ("rxe0/1"), a group under groupKey(name). Port keys never contain
+// groupPrefix (device names have no NUL byte).
+
+// minGroupPeers is how many peers of a group, with a known state, must all
+// be down before the group, not each peer, is the suspect.
+const minGroupPeers = 2
+
+const groupPrefix = "group\x00"
+
+func groupKey(group string) string { return groupPrefix + group }
+
+// reach says how a peer is seen from this node: known (it has a state
+// other than unknown), down from every local port (its state is down and
+// no path answers), and answering on at least one path (up or degraded).
+func reach(p *mpeer) (known, downEverywhere, answers bool) {
+	for _, pa := range p.paths {
+		if pa.h.state == state.PeerUp || pa.h.state == state.PeerDegraded {
+			answers = true
+		}
+	}
+	known = p.state != "" && p.state != state.PeerUnknown
+	return known, p.state == state.PeerDown && !answers, answers
+}
+
+// groupFaults returns the groups that are the suspect, with the reason: at
+// least minGroupPeers of the group's probed peers have a known state and
+// all of them are down from every local port, while at least one peer
+// outside the group (of another group, or of none) answers.
+func (m *Manager) groupFaults() map[string]string {
+	type tally struct{ known, down, answering int }
+	groups := map[string]*tally{}
+	answering := 0
+	for _, p := range m.peers {
+		if p.oneshot {
+			continue
+		}
+		known, down, answers := reach(p)
+		if answers {
+			answering++
+		}
+		g := p.spec.Group
+		if g == "" {
+			continue // a peer without a group is nobody's suspect but its own
+		}
+		t := groups[g]
+		if t == nil {
+			t = &tally{}
+			groups[g] = t
+		}
+		if known {
+			t.known++
+		}
+		if known && down {
+			t.down++
+		}
+		if answers {
+			t.answering++
+		}
+	}
+	out := map[string]string{}
+	for g, t := range groups {
+		others := answering - t.answering
+		if t.known >= minGroupPeers && t.down == t.known && others > 0 {
+			out[g] = fmt.Sprintf("all %d probed peers of group %s are down from every local port while %d peers of other groups answer: "+
+				"suspect the group's switch (ToR) or its uplink before %d remote faults", t.known, g, others, t.known)
+		}
+	}
+	return out
+}
+
+// logSuspect logs that the suspect under key was raised (why != "") or
+// cleared.
+func (m *Manager) logSuspect(key, why string) {
+	if g, ok := strings.CutPrefix(key, groupPrefix); ok {
+		if why != "" {
+			m.log.Warn("peer group suspect", "group", g, "reason", why)
+		} else {
+			m.log.Info("peer group no longer suspect", "group", g)
+		}
+		return
+	}
+	if why != "" {
+		m.log.Warn("local probe port suspect", "port", key, "reason", why)
+	} else {
+		m.log.Info("local probe port no longer suspect", "port", key)
+	}
+}
+
+// groupFaultList is the suspect groups for the state, sorted by group;
+// never nil.
+func (m *Manager) groupFaultList() []state.GroupFault {
+	out := []state.GroupFault{}
+	for k, why := range m.faults {
+		if g, ok := strings.CutPrefix(k, groupPrefix); ok {
+			out = append(out, state.GroupFault{Group: g, Reason: why})
+		}
+	}
+	slices.SortFunc(out, func(a, b state.GroupFault) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
