@@ -834,6 +834,19 @@ func TestPackageUpgradePurgeReinstall(t *testing.T) {
 	}
 	pkgWaitRunning(t)
 
+	// Remove (configuration kept) and install again: postrm masked the
+	// unit on remove, and postinst must unmask, enable and start it, or a
+	// reinstalled node runs without its agent.
+	pkgMustRun(t, "dpkg", "-r", "rdmad")
+	if got, _ := pkgRun("systemctl", "is-enabled", "rdmad.service"); got != "masked" && got != "masked-runtime" {
+		t.Logf("after dpkg -r: is-enabled = %q", got)
+	}
+	pkgMustRun(t, "dpkg", "-i", deb)
+	if got, _ := pkgRun("systemctl", "is-enabled", "rdmad.service"); got != "enabled" {
+		t.Errorf("after dpkg -r and dpkg -i: is-enabled = %q, want enabled (not masked)", got)
+	}
+	pkgWaitRunning(t)
+
 	// Things an admin and rdmad add, which purge must remove too.
 	if err := os.WriteFile("/etc/rdmad/rdmad.d/50-pkgtest.toml", []byte("[daemon]\nlog_level = \"debug\"\n"), 0o644); err != nil {
 		t.Fatal(err)
