@@ -49,7 +49,9 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 	d.setComponent("events-rtnetlink", state.OK, nil)
 
 	uev := make(chan uevent.Event, 64)
-	conn, err := uevent.Dial(&uevent.Options{Subsystems: []string{"net", "infiniband"}})
+	// infiniband_verbs: a device's uverbs node goes first when the device
+	// is removed, before the kernel waits for its users (release.go).
+	conn, err := uevent.Dial(&uevent.Options{Subsystems: []string{"net", "infiniband", "infiniband_verbs"}})
 	if err != nil {
 		d.setComponent("events-uevent", state.Error, err)
 		return events{link: w.Events(), uevent: uev, lost: lost}
@@ -112,7 +114,8 @@ func (d *Daemon) lookAgain() {
 	}
 }
 
-// onUevent handles a kernel uevent for a netdev or an RDMA device. An RDMA
+// onUevent handles a kernel uevent for a netdev, an RDMA device or its
+// verbs node (uverbsEvent). An RDMA
 // device event reads the inventory again (ports, GIDs and netdevs follow
 // the device); a netdev event does so only when the netdev carries an RDMA
 // port or was renamed, so that a host churning through container veths
@@ -124,11 +127,21 @@ func (d *Daemon) onUevent(e uevent.Event) {
 	sc := &scope{netdevs: map[string]bool{}, devices: map[string]bool{}}
 	switch e.Subsystem {
 	case "infiniband":
+		if e.Action == "remove" {
+			// Let it go before anything else (release.go).
+			d.verbs.deviceEvent(e.Action, name)
+		}
 		d.refresh("uevent " + e.Action + " " + name)
 		sc.devices[name] = true
-		d.verbs.deviceEvent(e.Action, name)
+		if e.Action != "remove" {
+			d.verbs.deviceEvent(e.Action, name)
+		}
 		d.peersDeviceEvent()
 		d.lookAgain()
+	case "infiniband_verbs":
+		if dev := d.uverbsEvent(e.Action, name); dev != "" {
+			sc.devices[dev] = true
+		}
 	case "net":
 		if ifname := e.Env["INTERFACE"]; ifname != "" {
 			name = ifname

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/peers"
+	"github.com/rdmad/rdmad/daemon/peers/wire"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/verbs"
@@ -26,6 +27,8 @@ import (
 type peerRunner struct {
 	mgr *peers.Manager
 	eng *peer.Engine
+	// class gives each port's traffic class to the engine (verbs.go).
+	class *probeClass
 
 	mu       sync.Mutex
 	fileStat string // size and mtime of [probe] peers_file at its last read
@@ -119,7 +122,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		d.setComponent("peers", state.Disabled, errors.New("no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))
 		return
 	}
-	r := &peerRunner{}
+	r := &peerRunner{class: newProbeClass(d.store, d.cfg)}
 	// Without its key a node that must authenticate would answer and
 	// believe anybody: it does not start until the key can be read.
 	auth, err := r.loadAuth(d.cfg)
@@ -128,7 +131,8 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	r.eng, err = peer.New(peer.Config{Logger: d.log.With("component", "peers"),
-		OnReply: func(rep peer.Reply) { r.mgr.OnReply(rep) }})
+		TrafficClassFor: r.class.of,
+		OnReply:         func(rep peer.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
 		d.setComponent("peers", state.Error, err)
 		return
@@ -140,6 +144,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		NodeID:         nodeID(),
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,
+		Fingerprint:    d.fingerprintSource(),
 		OnState: func(ps state.Peers) {
 			d.store.Update(func(s *state.Snapshot) {
 				s.Peers = ps
@@ -245,6 +250,10 @@ func (d *Daemon) reloadPeers() {
 		return
 	}
 	r.useAuth(auth)
+	// A changed traffic class replaces the ports' address handles at the
+	// engine's next scan: now.
+	r.class.set(d.cfg)
+	r.eng.Rescan()
 	s, err := r.settings(d.cfg)
 	if err != nil {
 		d.log.Warn("peers file", "err", err)
@@ -391,4 +400,18 @@ func nodeID() uint64 {
 	name, _ := os.Hostname()
 	h.Write([]byte(name))
 	return h.Sum64()
+}
+
+// fingerprintSource builds this node's fingerprint for the peers
+// (docs/PROBES.md, "Fingerprints") from the snapshot in force, sysfs and
+// the ports' active MTU.
+func (d *Daemon) fingerprintSource() peers.FingerprintSource {
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	active := &peers.VerbsActiveMTU{}
+	return func(ports []peer.LocalPort) wire.Fingerprint {
+		return peers.LocalFingerprint(d.store.Load(), ports, d.opts.SysfsRoot, kernel, active.Get)
+	}
 }

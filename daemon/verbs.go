@@ -25,6 +25,13 @@ type verbsParts struct {
 	// active/down, GID change) say "read me again": sysfs sends no uevent
 	// for those.
 	devices chan string
+	// gone carries removals that a part noticed on its own goroutine
+	// (DEVICE_FATAL, a vanished uverbs node) towards the main loop, which
+	// makes every part let the device go (releaseDevice, release.go).
+	gone chan goneReport
+	// released are the devices released since they were last seen with a
+	// verbs node; owned by the main loop.
+	released map[string]bool
 
 	pool       *mrpool.Pool
 	poolCfg    config.MRPool
@@ -32,11 +39,17 @@ type verbsParts struct {
 	prober     *probe.Runner
 	probeCfg   config.Probe
 	stopProber func()
+	// class gives the probe QPs' traffic class per port; the prober asks
+	// it before every round, so a reload changes the class without a
+	// restart of the prober.
+	class *probeClass
 }
 
 // startVerbs starts the pool and the prober for the current configuration.
 func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
-	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16)}
+	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16), class: newProbeClass(d.store, d.cfg),
+		gone: make(chan goneReport, 16), released: map[string]bool{}}
+	go v.forwardGone(ctx)
 	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
 		d.setComponent("verbs", state.Unavailable, err)
 	} else if err != nil {
@@ -48,9 +61,14 @@ func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
 	return v
 }
 
-// asyncEvent forwards a device's verbs async event to the main loop without
-// blocking the prober; a full queue already holds a reason to look again.
+// asyncEvent forwards a device's verbs async event (from the prober's or
+// the pool's reader) to the main loop without blocking; a full queue
+// already holds a reason to look again. DEVICE_FATAL also makes every part
+// let the device go.
 func (v *verbsParts) asyncEvent(ev verbs.AsyncEvent) {
+	if ev.Type == verbs.EventDeviceFatal {
+		v.reportGone(goneReport{device: ev.Device, why: "verbs async event DEVICE_FATAL"})
+	}
 	select {
 	case v.devices <- ev.Device:
 	default:
@@ -66,6 +84,8 @@ func (v *verbsParts) signal() {
 
 // apply (re)starts what the configuration changed.
 func (v *verbsParts) apply(ctx context.Context, cfg *config.Config) {
+	// The prober picks a new class up at its next round.
+	v.class.set(cfg)
 	if v.stopPool == nil || !reflect.DeepEqual(v.poolCfg, cfg.MRPool) {
 		v.restartPool(ctx, cfg.MRPool)
 	}
@@ -83,7 +103,10 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 	}
 	v.poolCfg = c
 	p, err := mrpool.New(mrpool.Config{Classes: c.Classes, CanaryInterval: c.CanaryInterval.Duration,
-		Logger: v.d.log.With("component", "mrpool")})
+		Logger: v.d.log.With("component", "mrpool"), OnAsyncEvent: v.asyncEvent,
+		OnDeviceGone: func(dev, reason string) {
+			v.reportGone(goneReport{device: dev, why: "mrpool: " + reason, verify: true})
+		}})
 	if err != nil {
 		v.pool = nil
 		v.d.setComponent("mrpool", state.Error, err)
@@ -110,7 +133,8 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		v.stopProber = func() {}
 		return
 	}
-	r, err := probe.New(probe.Config{Interval: c.LoopbackInterval.Duration, OnResult: func(probe.PortResult) { v.signal() },
+	r, err := probe.New(probe.Config{Interval: c.LoopbackInterval.Duration, OnResult: v.probeResult,
+		TrafficClass: v.class.of,
 		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
 	if err != nil {
 		v.d.setComponent("loopback-probe", state.Error, err)
@@ -149,6 +173,9 @@ func (v *verbsParts) addDevices() {
 	}
 	var errs []error
 	for _, dev := range v.d.store.Load().Devices {
+		if dev.Uverbs != "" {
+			delete(v.released, dev.Name) // back (or never gone)
+		}
 		if err := v.pool.AddDevice(dev.Name); err != nil {
 			errs = append(errs, err)
 		}
@@ -168,15 +195,15 @@ func (v *verbsParts) reportPool(err error) {
 	}
 }
 
-// deviceEvent reacts to an infiniband uevent: a removed device must be let
-// go at once (the kernel waits for every user to close it), a new one is
-// registered and probed.
+// deviceEvent reacts to an infiniband or infiniband_verbs uevent: a
+// removed device must be let go at once by every part (the kernel waits for
+// every user to close it), a new one is registered and probed.
 func (v *verbsParts) deviceEvent(action, name string) {
+	if action == "remove" && name != "" {
+		v.releaseDevice(name, "uevent: device removed")
+	}
 	if v.pool != nil {
-		switch action {
-		case "remove":
-			v.pool.RemoveDevice(name)
-		case "add":
+		if action == "add" {
 			v.addDevices()
 		}
 		v.pool.Tick()
@@ -244,7 +271,7 @@ func toLoopback(ps []probe.PortResult) []state.LoopbackPort {
 	}
 	for i, p := range ps {
 		out[i] = state.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
-			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
+			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, TrafficClass: p.TrafficClass, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
 			Rounds: p.Rounds, Failures: p.Failures, QPRecreated: p.QPRecreated, LastError: p.LastError,
 			ErrorKind: string(p.ErrorKind), UpdatedAt: p.UpdatedAt}
 	}

@@ -104,6 +104,7 @@ func printPeers(w io.Writer, ps state.Peers) {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Reason)
 		}
 	}
+	printMismatches(w, ps.Peers)
 	if ps.Auth == "" {
 		return
 	}
@@ -140,4 +141,20 @@ func peerSince(t time.Time) string {
 		return "-"
 	}
 	return time.Since(t).Round(time.Second).String()
+}
+
+// printMismatches prints a MISMATCH line per setting on which a peer's
+// fingerprint disagrees with this node's (docs/PROBES.md, "Fingerprints"):
+// the field, both values and both ports; firmware and driver differences
+// are marked informational.
+func printMismatches(w io.Writer, ps []state.Peer) {
+	for _, p := range ps {
+		for _, m := range p.Mismatches {
+			info := ""
+			if m.Severity == state.SeverityInfo {
+				info = " (informational)"
+			}
+			fmt.Fprintf(w, "MISMATCH %s: %s %s here (%s), %s on the peer (%s)%s\n", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, m.PeerPort, info)
+		}
+	}
 }

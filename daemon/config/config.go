@@ -142,6 +142,10 @@ type Probe struct {
 	Loopback bool `toml:"loopback" json:"loopback"`
 	// LoopbackInterval is the time between loopback rounds on each port.
 	LoopbackInterval Duration `toml:"loopback_interval" json:"loopback_interval"`
+	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte,
+	// DSCP<<2 | ECN) of the loopback and peer probes, 0 to 255. Nil: the
+	// [policy.roce] tos in force for the probing port, else 0.
+	TrafficClass *int `toml:"traffic_class" json:"traffic_class,omitempty"`
 
 	// Peer probes (docs/PROBES.md). Peers enables them: UD probes to the
 	// [[peer]] entries and PeersFile, and answers to other nodes.

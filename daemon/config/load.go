@@ -487,6 +487,11 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 		bad(lastSetter(c.Files, locs, "probe.loopback_interval", main), "probe.loopback_interval", "%s is out of range; use 10ms to 1h (default 1s)", iv)
 	}
 
+	if tc := c.Probe.TrafficClass; tc != nil && (*tc < 0 || *tc > 255) {
+		bad(lastSetter(c.Files, locs, "probe.traffic_class", main), "probe.traffic_class",
+			"%d is out of range; use 0 to 255, the IP ToS byte (e.g. 104 for DSCP 26), or remove the key to follow [policy.roce] tos", *tc)
+	}
+
 	errs = append(errs, c.validateProbe(locs, bad)...)
 
 	if l := c.Metrics.Listen; l != "" {

@@ -34,6 +34,7 @@ var Checks = []Check{
 	{"qp-errors", "no QP errors, retransmits or out-of-sequence packets rising", checkQPErrors},
 	{"link-errors", "no symbol errors, link downs or receive errors rising", checkLinkErrors},
 	{"peers", "peers answer probes", checkPeers},
+	{"fleet", "peers' MTU, link layer, RoCE, QoS, firmware and driver agree with this node's", checkFleet},
 }
 
 func skip(msg string) Result { return Result{Verdict: Skip, Message: msg} }
@@ -727,4 +728,92 @@ func worstPath(p state.Peer) string {
 		}
 	}
 	return ""
+}
+
+// checkFleet compares this node with its peers as their fingerprints
+// (docs/PROBES.md, "Fingerprints") let the peer probes judge: it warns for
+// settings that must agree along a path (MTU, active MTU, link layer, RoCE
+// mode and ToS, QoS trust and PFC), naming the field, the peer and both
+// values, and is ok, naming them, when only firmware or driver versions
+// differ (normal during a rollout; the most common fault otherwise). Peers
+// whose fingerprint is unknown (older rdmad) are counted, not judged.
+func checkFleet(e *Env) Result {
+	s := e.Snapshot
+	if s == nil {
+		return notReachable(e)
+	}
+	if comp, ok := s.Components["peers"]; !ok || comp.State == state.Disabled || comp.State == state.Unavailable {
+		return skip("no peer probes, so no peer to compare with (see the peers check)")
+	}
+	ps := s.Peers
+	known, unknown := 0, 0
+	var must, mustFix, info []string
+	for _, p := range ps.Peers {
+		if p.FingerprintUnknown || p.Fingerprint == nil {
+			if p.WireVersion != 0 {
+				unknown++
+			}
+			continue
+		}
+		known++
+		for _, m := range p.Mismatches {
+			line := fmt.Sprintf("%s: %s %s here (%s) but %s on %s (%s)", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, p.Name, m.PeerPort)
+			if m.Severity == state.SeverityInfo {
+				info = append(info, line)
+				continue
+			}
+			must = append(must, line)
+			mustFix = append(mustFix, fleetFix(m.Field))
+		}
+	}
+	note := ""
+	if unknown > 0 {
+		note = fmt.Sprintf(" (%d peers run an rdmad without fingerprints: not compared)", unknown)
+	}
+	if known == 0 {
+		return skip("no peer has sent its fingerprint yet" + note)
+	}
+	var c collector
+	for i, line := range limit(must) {
+		fix := ""
+		if i < len(mustFix) {
+			fix = mustFix[i]
+		}
+		c.add(Warn, "MISMATCH "+line, fix)
+	}
+	if len(info) > 0 {
+		// Informational: the verdict stays ok unless a setting that must
+		// agree differs too; the fix is given either way.
+		c.add(OK, "versions differ (informational): "+strings.Join(limit(info), "; "),
+			"upgrade firmware and driver to the fleet's versions when the rollout is done (mlxfwmanager or the vendor's driver package): differing versions are the commonest cause of interop faults")
+	}
+	if c.verdict == "" {
+		c.add(OK, fmt.Sprintf("%d peers agree with this node's MTU, link layer, RoCE and QoS settings%s", known, note), "")
+	} else if note != "" {
+		c.msgs = append(c.msgs, strings.TrimSpace(note))
+	}
+	return c.result("")
+}
+
+// limit keeps the first lines and counts the rest.
+func limit(lines []string) []string {
+	const most = 10
+	if len(lines) <= most {
+		return lines
+	}
+	return append(lines[:most:most], fmt.Sprintf("and %d more", len(lines)-most))
+}
+
+func fleetFix(field string) string {
+	switch field {
+	case "mtu", "active_mtu":
+		return "align the MTU on every node of the fabric (and the switch ports): declare it with [[policy]] mtu = ... in rdmad.toml on every node, or ip link set <netdev> mtu <n>"
+	case "link_layer":
+		return "the two ports run different link layers (InfiniBand vs Ethernet): probe between ports of the same fabric, or set the port type (mlxconfig LINK_TYPE_P1)"
+	case "roce_mode", "roce_tos":
+		return "declare the same [[policy]] roce tos/mode on every node, so that RDMA-CM traffic lands in the same class everywhere"
+	case "trust", "pfc":
+		return "declare the same [[policy]] qos trust and pfc on every node (and the switches): lossless RoCE needs PFC on the same priority end to end"
+	}
+	return "align the setting on both nodes"
 }

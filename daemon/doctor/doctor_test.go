@@ -339,6 +339,33 @@ func TestChecks(t *testing.T) {
 			s.Peers.GroupFaults = []state.GroupFault{{Group: "tor-a", Reason: "all 2 peers of group tor-a are down"}}
 			return &Env{Snapshot: s}
 		}, Fail, "GROUP FAULT? all 2 peers of group tor-a are down", "switch and uplink of group tor-a"},
+
+		{"fleet without daemon", "fleet", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
+		{"fleet without peer probes", "fleet", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled})} }, Skip,
+			"no peer probes", ""},
+		{"fleet of old peers", "fleet", func(t *testing.T) *Env {
+			p := fpPeer("192.0.2.1", nil)
+			p.Fingerprint, p.FingerprintUnknown, p.WireVersion = nil, true, 1
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, p)}
+		}, Skip, "no peer has sent its fingerprint yet (1 peers run an rdmad without fingerprints", ""},
+		{"fleet agrees", "fleet", func(t *testing.T) *Env {
+			old := fpPeer("192.0.2.2", nil)
+			old.Fingerprint, old.FingerprintUnknown, old.WireVersion = nil, true, 2
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.1", nil), old)}
+		}, OK, "1 peers agree with this node's MTU, link layer, RoCE and QoS settings (1 peers run an rdmad without fingerprints", ""},
+		{"fleet MTU mismatch", "fleet", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.1", nil), fpPeer("192.0.2.2", []state.Mismatch{
+				{Field: "mtu", Local: "1500", Peer: "4200", Severity: state.SeverityMust, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: state.SeverityInfo, LocalPort: "rxe0/1", PeerPort: "rxe0/1"}}))}
+		}, Warn, "MISMATCH 192.0.2.2: mtu 1500 here (rxe0/1) but 4200 on 192.0.2.2 (rxe0/1); versions differ (informational): 192.0.2.2: firmware 1.0", "[[policy]] mtu"},
+		{"fleet firmware only", "fleet", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.2", []state.Mismatch{
+				{Field: "driver", Local: "mlx5_core", Peer: "mlx5_core 24.01", Severity: state.SeverityInfo, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
+		}, OK, "versions differ (informational): 192.0.2.2: driver mlx5_core here (mlx5_0/1) but mlx5_core 24.01 on 192.0.2.2", "upgrade firmware and driver"},
+		{"fleet PFC mismatch", "fleet", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.3", []state.Mismatch{
+				{Field: "pfc", Local: "3", Peer: "none", Severity: state.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}
+		}, Warn, "MISMATCH 192.0.2.3: pfc 3 here (mlx5_0/1) but none on 192.0.2.3 (mlx5_1/1)", "[[policy]] qos trust and pfc"},
 	}
 	byID := map[string]Check{}
 	for _, c := range Checks {
@@ -418,7 +445,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "clock", "qp-errors", "link-errors", "peers"}
+	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "clock", "qp-errors", "link-errors", "peers", "fleet"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}
@@ -428,4 +455,13 @@ func TestRunOnFixture(t *testing.T) {
 	if got := Worst(rs); got != Fail {
 		t.Errorf("worst verdict on the fixture with no /dev nodes = %s, want fail", got)
 	}
+}
+
+// fpPeer is an up peer that sent its fingerprint, with mismatches ms.
+func fpPeer(name string, ms []state.Mismatch) state.Peer {
+	p := peerAt(name, state.PeerUp)
+	p.WireVersion = 2
+	p.Fingerprint = &state.Fingerprint{Ports: []state.FingerprintPort{{Key: "rxe0/1", MTU: 1500}}}
+	p.Mismatches = ms
+	return p
 }

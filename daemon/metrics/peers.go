@@ -29,6 +29,8 @@ var (
 		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
 	peerGroupFault = prometheus.NewDesc("rdmad_peer_group_fault",
 		"1 while every probed peer (at least two) of the group is down from every local port and peers of other groups answer: the group's switch or uplink is the likelier fault.", []string{"group"}, nil)
+	peerMismatches = prometheus.NewDesc("rdmad_peer_fingerprint_mismatches",
+		"Probed peers whose fingerprint disagrees with this node's on the field (mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver) on some path.", []string{"field"}, nil)
 	peerNotSent = prometheus.NewDesc("rdmad_peer_probes_not_sent_total",
 		"Probes this node could not post (all send slots in flight, or the port being rebuilt); not counted as lost.", nil, nil)
 	peerProbesIn = prometheus.NewDesc("rdmad_peer_probes_received_total",
@@ -38,7 +40,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent},
+	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches},
 	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Peers {
 			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
@@ -77,6 +79,24 @@ var peerSection = section{
 		}
 		k := s.Peers.Counters
 		if len(s.Peers.Ports) > 0 || len(s.Peers.Peers) > 0 {
+			// Every field, 0 when no peer mismatches on it: a cleared
+			// mismatch reads 0 rather than vanishing.
+			count := make(map[string]int, len(state.MismatchFields))
+			for _, f := range state.MismatchFields {
+				count[f] = 0
+			}
+			for _, p := range s.Peers.Peers {
+				seen := map[string]bool{}
+				for _, x := range p.Mismatches {
+					if !seen[x.Field] {
+						seen[x.Field] = true
+						count[x.Field]++
+					}
+				}
+			}
+			for f, n := range count {
+				ch <- gauge(peerMismatches, float64(n), f)
+			}
 			ch <- counter(peerNotSent, float64(k.ProbesNotSent))
 			ch <- counter(peerControl, float64(k.ControlAnswered), "answered")
 			ch <- counter(peerControl, float64(k.ControlRefused), "refused")

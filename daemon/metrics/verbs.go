@@ -28,15 +28,24 @@ var (
 		"Loopback rounds that failed.", []string{"device", "port"}, nil)
 	loopbackRecreated = prometheus.NewDesc("rdmad_loopback_qp_recreations_total",
 		"Times the probe's QP pair was rebuilt after an error.", []string{"device", "port"}, nil)
+	probeTrafficClass = prometheus.NewDesc("rdmad_probe_traffic_class",
+		"GRH traffic class (RoCE v2: IP ToS byte, DSCP*4 + ECN) the probe sends with from the port: probe loopback or peer.", []string{"probe", "port"}, nil)
 )
 
 var loopbackStates = []string{"ok", "paused", "failed", "unavailable"}
 
 var loopbackSection = section{
-	descs: []*prometheus.Desc{loopbackUp, loopbackState, loopbackRTT, loopbackOps, loopbackOpErrors, loopbackRounds, loopbackFailures, loopbackRecreated},
+	descs: []*prometheus.Desc{loopbackUp, loopbackState, loopbackRTT, loopbackOps, loopbackOpErrors, loopbackRounds, loopbackFailures, loopbackRecreated,
+		probeTrafficClass},
 	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+		for _, p := range s.Peers.Ports {
+			ch <- gauge(probeTrafficClass, float64(p.TrafficClass), "peer", p.Key)
+		}
 		for _, p := range s.Loopback {
 			l := []string{p.Device, strconv.Itoa(p.Port)}
+			if p.GID != "" { // it has run a round: the class is the QPs'
+				ch <- gauge(probeTrafficClass, float64(p.TrafficClass), "loopback", p.Device+"/"+strconv.Itoa(p.Port))
+			}
 			ch <- gauge(loopbackUp, b2f(p.State == "ok"), l...)
 			for _, st := range loopbackStates {
 				ch <- gauge(loopbackState, b2f(p.State == st), append(l, st)...)

@@ -23,7 +23,10 @@ type Control struct {
 
 	allow atomic.Pointer[allowList]
 	auth  atomic.Pointer[Auth]
-	rate  *rateLimiter // Serve's goroutine only
+	// fp is this node's encoded fingerprint (wire.Fingerprint.Marshal),
+	// sent in version-2 queries and answers; nil: none yet.
+	fp   atomic.Pointer[[]byte]
+	rate *rateLimiter // Serve's goroutine only
 
 	n *ControlCounters
 }
@@ -69,6 +72,10 @@ type ControlOptions struct {
 	// Answers whose tag does not verify, and with a required key
 	// unauthenticated ones, never reach it.
 	OnAnswer func(from netip.AddrPort, m wire.Message)
+	// OnQuery, if set, receives the queries this endpoint answered (from
+	// an allowed source, within its rate, authenticated when required),
+	// after their port was admitted; it must not block.
+	OnQuery func(from netip.AddrPort, m wire.Message)
 	// Auth is the initial authentication; SetAuth changes it.
 	Auth Auth
 	// Counters, if set, are counted into (else the Control has its own).
@@ -136,6 +143,20 @@ func (c *Control) SetAuth(a Auth) {
 	c.auth.Store(&a)
 }
 
+// SetFingerprint replaces the encoded fingerprint (wire.Fingerprint's
+// Marshal) that version-2 queries and answers carry; nil sends none.
+func (c *Control) SetFingerprint(fp []byte) {
+	if len(fp) > wire.MaxFingerprint {
+		fp = nil
+	}
+	if fp == nil {
+		c.fp.Store(nil)
+		return
+	}
+	fp = append([]byte(nil), fp...)
+	c.fp.Store(&fp)
+}
+
 // Stats returns the counters.
 func (c *Control) Stats() ControlStats {
 	return ControlStats{Malformed: c.n.malformed.Load(), Refused: c.n.refused.Load(), Answered: c.n.answered.Load(),
@@ -154,6 +175,11 @@ func (c *Control) Counters() (malformed, refused, answered uint64) {
 func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 	m.Type = wire.TypeQuery
 	m.NodeID = c.opts.NodeID
+	if fp := c.fp.Load(); fp != nil && m.Version != wire.Version1 && len(m.Ext) == 0 {
+		// Padded, so that the answer's fingerprint fits the size an
+		// answer may have (no larger than the query and a tag).
+		m.Ext = wire.WithFingerprint(*fp)
+	}
 	a := c.auth.Load()
 	var key []byte
 	if m.Version != wire.Version1 {
@@ -228,14 +254,21 @@ func (c *Control) Serve(ctx context.Context) error {
 			c.n.rateLimited.Add(1)
 			continue
 		}
-		out = c.answer(out[:0], from, m, a)
+		var ok bool
+		out, ok = c.answer(out[:0], from, m, a, n)
+		if ok && c.opts.OnQuery != nil {
+			c.opts.OnQuery(from, m)
+		}
 	}
 }
 
 // answer admits the querier's port and answers in the query's version: a
 // node that sent version 1 cannot read version 2. A version-2 answer is
-// tagged when this node has a key, whether or not the query was.
-func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth) []byte {
+// tagged when this node has a key, whether or not the query was, and
+// carries this node's fingerprint when the answer stays within the query's
+// size (qlen) plus a tag: the endpoint never amplifies more than that. It
+// reports whether the querier's port was admitted.
+func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth, qlen int) ([]byte, bool) {
 	ports := c.opts.Ports()
 	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
 	if len(ports) > 0 {
@@ -243,7 +276,7 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 		src := peer.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
 		if err := c.opts.Admit(p.Key, src, from.Addr(), time.Now().Add(c.opts.AdmitFor)); err != nil {
 			c.n.refused.Add(1)
-			return out
+			return out, false
 		}
 		ans.Index, ans.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
 		ans.QPN, ans.QKey, ans.LID, ans.GID = p.QPN, p.QKey, p.LID, p.GID
@@ -251,13 +284,16 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	var key []byte
 	if ans.Version == wire.Version2 {
 		key = a.control
+		if fp := c.fp.Load(); fp != nil && wire.Size+4+len(*fp)+len(key) <= qlen+wire.TagSize {
+			ans.Ext = []wire.Ext{{Type: wire.ExtFingerprint, Value: *fp}}
+		}
 	}
 	out, err := ans.Append(out, key)
 	if err != nil {
-		return out[:0]
+		return out[:0], true
 	}
 	if _, err := c.conn.WriteToUDPAddrPort(out, from); err == nil {
 		c.n.answered.Add(1)
 	}
-	return out
+	return out, true
 }

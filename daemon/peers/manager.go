@@ -80,6 +80,11 @@ type Options struct {
 	// Lookup resolves a peer's host name; default net.DefaultResolver.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Logger *slog.Logger
+	// Fingerprint, if set, builds this node's fingerprint, which the
+	// control messages carry and peers' fingerprints are compared with
+	// (fingerprint.go); it is called from the manager's goroutine at most
+	// every fingerprintEvery and when the local ports change.
+	Fingerprint FingerprintSource
 }
 
 // maxWaiting bounds the one-shot probes waiting at once (each holds a
@@ -155,6 +160,10 @@ type Manager struct {
 	ctlErr      string
 	ctlCounters ControlCounters
 	serveErr    chan ctlErr
+	// This node's fingerprint, its wire form and when it was built.
+	fp      *wire.Fingerprint
+	fpBytes []byte
+	fpAt    time.Time
 }
 
 // A ctlErr is a control endpoint's Serve failing.
@@ -166,6 +175,9 @@ type ctlErr struct {
 type answer struct {
 	from netip.AddrPort
 	m    wire.Message
+	// query: m is a query this node answered, passed on for the
+	// fingerprint it carries.
+	query bool
 }
 
 type resolution struct {
@@ -220,6 +232,10 @@ type mpeer struct {
 	waiters       []*oneshot
 	waitFrom      uint64 // waiters want results of probes with seq > waitFrom
 	oneshot       bool   // added only for a one-shot probe
+	// fp is the fingerprint the peer last sent (nil: unknown), mismatch
+	// the mismatches last logged, as text.
+	fp       *wire.Fingerprint
+	mismatch string
 }
 
 // A path is the probes from one local port to the peer's matching port.
@@ -238,6 +254,9 @@ type path struct {
 	stats    winStats
 	stale    bool
 	auth     bool // the last reply carried a valid tag
+	// remoteIdx is the peer's port index the path probes (the answer's
+	// Index): the port of the peer's fingerprint to compare with.
+	remoteIdx uint8
 }
 
 type flight struct {
@@ -394,6 +413,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		heap.Fix(&m.due, 0)
 	}
 	m.flush()
+	m.refreshFingerprint(now, false)
 	m.publish(now)
 	next := now.Add(time.Second)
 	if m.due.Len() > 0 && m.due[0].due.Before(next) {
@@ -425,7 +445,16 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 		Auth:     m.cfg.Auth,
 		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
 			select {
-			case m.answers <- answer{from, msg}:
+			case m.answers <- answer{from: from, m: msg}:
+			default:
+			}
+		},
+		OnQuery: func(from netip.AddrPort, msg wire.Message) {
+			if !hasExt(msg, wire.ExtFingerprint) {
+				return
+			}
+			select {
+			case m.answers <- answer{from: from, m: msg, query: true}:
 			default:
 			}
 		},
@@ -434,6 +463,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
+	ctl.SetFingerprint(m.fpBytes)
 	if m.ctl != nil {
 		// A closed endpoint's Serve returns nil: nothing to report.
 		m.ctl.Close()
@@ -848,6 +878,10 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 // dropped: an off-path sender can neither guess a random nonce nor answer
 // from the peer's control port.
 func (m *Manager) onAnswer(a answer, now time.Time) {
+	if a.query {
+		m.onQuery(a)
+		return
+	}
 	p := m.nonces[a.m.Nonce]
 	if p == nil {
 		return // not an answer to a query of ours, or already answered
@@ -870,6 +904,17 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		}
 	}
 	p.ver, p.qver, p.authenticated = a.m.Version, a.m.Version, a.m.Authenticated
+	// An answer without a fingerprint (version 1, an older version 2, or
+	// a malformed one) makes it unknown: nothing is compared.
+	fp, ok, err := a.m.Fingerprint()
+	if err != nil {
+		m.log.Debug("peer sent a malformed fingerprint", "peer", p.spec.Name, "err", err)
+	}
+	if ok {
+		m.setPeerFingerprint(p, &fp)
+	} else {
+		m.setPeerFingerprint(p, nil)
+	}
 	if q.idx >= len(p.paths) {
 		return
 	}
@@ -880,6 +925,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// down_after of them in a row, so that no single message can
 		// take a healthy peer down.
 		pa.resolved = false
+		m.checkMismatch(p)
 		m.observe(p, pa, sample{lost: true}, now)
 		if pa.h.state == state.PeerDown {
 			pa.h.reason = "it has no active RDMA port to answer probes on"
@@ -888,6 +934,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		return
 	}
 	ep := peer.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
+	pa.remoteIdx = a.m.Index
 	if pa.remote != ep {
 		// A new QP (the peer restarted): probes to the old one are
 		// lost for good, and a down path probes again at once.
@@ -897,6 +944,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	}
 	first := !pa.resolved
 	pa.resolved = true
+	m.checkMismatch(p)
 	if first && pa.inflight == 0 {
 		m.send(p, pa, now)
 	}

@@ -28,6 +28,10 @@ func (m *Manager) publish(now time.Time) {
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
 		m.changed = true
+		m.refreshFingerprint(now, true)
+	}
+	if !slices.EqualFunc(ports, m.local, func(x, y peer.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
+		m.local, m.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
 	}
 	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
 		return
@@ -103,7 +107,7 @@ func (m *Manager) State() state.Peers {
 	out := state.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []state.PeerPort{},
 		Configured: len(m.cfg.Peers), Peers: make([]state.Peer, 0, len(m.peers))}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, LocalFault: m.faults[lp.Key]})
+		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[lp.Key]})
 	}
 	for _, p := range m.peers {
 		if p.oneshot {
@@ -131,12 +135,14 @@ func (m *Manager) State() state.Peers {
 		out.Counters.ProbeUnsolicited, out.Counters.ProbeBadTag, out.Counters.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
 	}
 	out.Counters.ProbesNotSent = m.notSent
+	out.Fingerprint = fingerprintState(m.fp)
 	return out
 }
 
 func (m *Manager) peerState(p *mpeer) state.Peer {
 	sp := state.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []state.PeerPath{},
-		WireVersion: int(p.ver), Authenticated: p.authenticated}
+		WireVersion: int(p.ver), Authenticated: p.authenticated,
+		Fingerprint: fingerprintState(p.fp), FingerprintUnknown: p.fp == nil, Mismatches: m.mismatches(p)}
 	if p.addr.IsValid() {
 		sp.Address = p.addr.String()
 	}

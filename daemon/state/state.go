@@ -92,6 +92,64 @@ type Peers struct {
 	// groups answer: the group's switch or uplink is the likelier fault
 	// (docs/PROBES.md). Never null in JSON.
 	GroupFaults []GroupFault `json:"group_faults"`
+	// Fingerprint is what this node tells its peers about itself in the
+	// control exchange (docs/PROBES.md, "Fingerprints"); nil before the
+	// peer probes built it.
+	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
+}
+
+// A Fingerprint describes a node as its peers compare it: per probe port
+// the settings that must agree along a path, and node-wide the kernel and
+// rdmad versions. Empty strings and zero numbers are unknown.
+type Fingerprint struct {
+	Version string            `json:"version,omitempty"`
+	Kernel  string            `json:"kernel,omitempty"`
+	Ports   []FingerprintPort `json:"ports"`
+	// PortsOmitted counts the node's probe ports that did not fit the
+	// bounded fingerprint (at most 8 ports).
+	PortsOmitted int `json:"ports_omitted,omitempty"`
+}
+
+// A FingerprintPort is one probe port of a Fingerprint.
+type FingerprintPort struct {
+	// Index is the port's index among the node's probe ports.
+	Index     int    `json:"index"`
+	Key       string `json:"key"`
+	Netdev    string `json:"netdev,omitempty"`
+	MTU       int    `json:"mtu,omitempty"`        // netdev MTU
+	ActiveMTU int    `json:"active_mtu,omitempty"` // RDMA port's active MTU
+	LinkLayer string `json:"link_layer,omitempty"`
+	Firmware  string `json:"firmware,omitempty"`
+	Driver    string `json:"driver,omitempty"`
+	// RoCEToS is nil when unknown (no policy manages it on the node).
+	RoCEToS  *int   `json:"roce_tos,omitempty"`
+	RoCEMode string `json:"roce_mode,omitempty"`
+	Trust    string `json:"trust,omitempty"`
+	PFC      string `json:"pfc,omitempty"`
+}
+
+// Mismatch severities: "must" for settings that must agree along a path
+// (MTU, link layer, RoCE mode and ToS, QoS trust and PFC), "info" for
+// firmware and driver versions, which may differ during a rollout.
+const (
+	SeverityMust = "must"
+	SeverityInfo = "info"
+)
+
+// MismatchFields are the fields peers compare, in the order mismatches are
+// reported.
+var MismatchFields = []string{"mtu", "active_mtu", "link_layer", "roce_mode", "roce_tos", "trust", "pfc", "firmware", "driver"}
+
+// A Mismatch is one setting on which this node's probing port and the
+// peer's port it probes disagree.
+type Mismatch struct {
+	Field    string `json:"field"` // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver
+	Local    string `json:"local"`
+	Peer     string `json:"peer"`
+	Severity string `json:"severity"`
+	// LocalPort is this node's probe port, PeerPort the peer's.
+	LocalPort string `json:"local_port"`
+	PeerPort  string `json:"peer_port"`
 }
 
 // A GroupFault names a group of peers that is the suspect, and why.
@@ -116,6 +174,9 @@ type PeerPort struct {
 	Key string `json:"key"` // "mlx5_0/1"
 	GID string `json:"gid"`
 	QPN uint32 `json:"qpn"`
+	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte) of
+	// the port's probes and answers.
+	TrafficClass uint8 `json:"traffic_class"`
 	// LocalFault is set while every peer path from this port is down
 	// (at least two peers): one local fault (the port, its cable or
 	// switch port, this host) explains that better than as many remote
@@ -140,6 +201,24 @@ type Peer struct {
 	// that answer carried a valid tag of the fleet key.
 	WireVersion   int  `json:"wire_version,omitempty"`
 	Authenticated bool `json:"authenticated"`
+	// Fingerprint is what the peer told about itself; nil and
+	// FingerprintUnknown true when it did not (a version-1 node, or one
+	// that predates fingerprints): then nothing is compared.
+	Fingerprint        *Fingerprint `json:"fingerprint"`
+	FingerprintUnknown bool         `json:"fingerprint_unknown"`
+	// Mismatches are the settings on which a path's two ends disagree.
+	// Never null in JSON.
+	Mismatches []Mismatch `json:"mismatches"`
+}
+
+// MarshalJSON writes Peer with mismatches as [] rather than null.
+func (p Peer) MarshalJSON() ([]byte, error) {
+	type plain Peer
+	q := plain(p)
+	if q.Mismatches == nil {
+		q.Mismatches = []Mismatch{}
+	}
+	return json.Marshal(q)
 }
 
 // A PeerPath is the probes from one local port to one port of the peer.

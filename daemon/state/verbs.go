@@ -13,14 +13,18 @@ type LoopbackPort struct {
 	Port   int    `json:"port"`
 	// State is ok, paused (the port is not ACTIVE: not a failure),
 	// failed (see LastError and ErrorKind) or unavailable (device gone).
-	State     string  `json:"state"`
-	PortState string  `json:"port_state,omitempty"`
-	GID       string  `json:"gid,omitempty"`
-	GIDIndex  int     `json:"gid_index"`
-	GIDType   string  `json:"gid_type,omitempty"`
-	Write     OpStats `json:"write"`
-	Read      OpStats `json:"read"`
-	Send      OpStats `json:"send"`
+	State     string `json:"state"`
+	PortState string `json:"port_state,omitempty"`
+	GID       string `json:"gid,omitempty"`
+	GIDIndex  int    `json:"gid_index"`
+	GIDType   string `json:"gid_type,omitempty"`
+	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte) of
+	// the probe's QPs: [probe] traffic_class, else the port's
+	// [policy.roce] tos, else 0.
+	TrafficClass uint8   `json:"traffic_class"`
+	Write        OpStats `json:"write"`
+	Read         OpStats `json:"read"`
+	Send         OpStats `json:"send"`
 	// Warmup is the round's first operation, an RDMA WRITE after the probe
 	// slept. Its RTT includes waking the host (interrupts, scheduler,
 	// Soft-RoCE's tasks); Write, Read and Send follow it back to back and

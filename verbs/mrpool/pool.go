@@ -10,10 +10,21 @@
 // of buffers still held is unmapped when the last one is Put), AddDevice
 // registers again, and Run does both on its own when it sees the device go
 // and come back.
+//
+// A removed device must be let go at once: for providers without
+// disassociate support (rxe in Linux 6.1, the test bed's kernel) the
+// kernel's ib_unregister_device, and so `rdma link del`, waits until every
+// user has closed its context. The pool learns of a removal from whoever notices it
+// first: its own reader of each device's asynchronous events
+// (IBV_EVENT_DEVICE_FATAL, sent by providers that disassociate), its check
+// of the device's uverbs node (Tick), or the daemon calling RemoveDevice on
+// a kernel uevent or another part's report. Config.OnDeviceGone tells the
+// daemon about the removals the pool noticed itself.
 package mrpool
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +51,16 @@ type Config struct {
 	// Logger receives device add/remove and canary failures; default
 	// slog.Default().
 	Logger *slog.Logger
+	// OnAsyncEvent, if set, is called with each asynchronous event of a
+	// registered device, from the pool's event reader; it must not block
+	// and must not call back into the pool.
+	OnAsyncEvent func(verbs.AsyncEvent)
+	// OnDeviceGone, if set, is called after the pool let a device go
+	// because it noticed the removal itself (DEVICE_FATAL, its async event
+	// file failing, or its uverbs node gone at a Tick), so that the other
+	// holders of the device can close it too. It is not called for
+	// RemoveDevice, Forget or Close. It must not block.
+	OnDeviceGone func(device, reason string)
 	// memlock is replaced by tests to simulate budgets; nil reads the
 	// process's limit.
 	memlock func() (verbs.MemlockStatus, error)
@@ -56,6 +77,8 @@ type Pool struct {
 
 	canaryBuf *verbs.Buffer
 	canary    map[string]*canaryStats // guarded by mu
+
+	watchers sync.WaitGroup // the async event readers of open devices
 }
 
 // New returns an empty pool; add devices with AddDevice.
@@ -109,8 +132,64 @@ func (p *Pool) AddDevice(name string) error {
 		return err
 	}
 	p.publish(name, d)
+	p.watch(d)
 	p.cfg.Logger.Info("mrpool: registered buffers", "device", name, "bytes", d.registered)
 	return nil
+}
+
+// watch reads d's asynchronous events until d is closed. DEVICE_FATAL, or
+// the event file failing, makes the pool let d go at once (see gone). The
+// reader stops its own wait before it closes anything: Context.Close waits
+// for a running WatchAsyncEvents, so closing from inside the callback would
+// never return.
+func (p *Pool) watch(d *DevicePool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopWatch = cancel
+	p.watchers.Add(1)
+	go func() {
+		defer p.watchers.Done()
+		defer cancel()
+		fatal := false
+		err := d.vctx.WatchAsyncEvents(ctx, func(ev verbs.AsyncEvent) {
+			if p.cfg.OnAsyncEvent != nil {
+				p.cfg.OnAsyncEvent(ev)
+			}
+			if ev.Type == verbs.EventDeviceFatal {
+				fatal = true
+				cancel()
+			}
+		})
+		switch {
+		case fatal:
+			p.gone(d, "the device reported DEVICE_FATAL")
+		case d.closed.Load(), errors.Is(err, verbs.ErrClosed):
+			// RemoveDevice or Close: nothing to report.
+		case err != nil && !errors.Is(err, context.Canceled):
+			p.gone(d, fmt.Sprintf("its async event file failed (%v)", err))
+		}
+	}()
+}
+
+// gone lets d go after the pool noticed its removal itself, unless it was
+// already removed (or replaced by a new instance of the device), and tells
+// Config.OnDeviceGone. The device stays wanted: it is registered again
+// when it returns.
+func (p *Pool) gone(d *DevicePool, reason string) {
+	p.mu.Lock()
+	if p.Device(d.name) != d {
+		p.mu.Unlock()
+		return
+	}
+	p.publish(d.name, nil)
+	p.cfg.Logger.Warn("mrpool: device removed, deregistered its buffers and closed it", "device", d.name, "reason", reason)
+	err := d.close()
+	p.mu.Unlock()
+	if err != nil {
+		p.cfg.Logger.Debug("mrpool: close of a removed device", "device", d.name, "err", err)
+	}
+	if p.cfg.OnDeviceGone != nil {
+		p.cfg.OnDeviceGone(d.name, reason)
+	}
 }
 
 func (p *Pool) openDevice(name string) (*DevicePool, error) {
@@ -168,12 +247,13 @@ func (p *Pool) publish(name string, d *DevicePool) {
 	p.devs.Store(&m)
 }
 
-// RemoveDevice deregisters name's buffers and closes the device, for a
-// device that is being removed (the kernel waits for every user of a
-// removed rxe device to close it). Buffers still held stay mapped until
-// they are Put, but their keys are no longer valid. The device stays
-// wanted: Run re-adds it when it returns. Removing an unknown device is a
-// no-op.
+// RemoveDevice deregisters name's buffers, deallocates the PD and closes
+// the device now, for a device that is being removed (the kernel waits for
+// every user of a removed rxe device to close it); the daemon calls it as
+// soon as any source reports the removal. Buffers still held stay mapped
+// until they are Put, but their keys are no longer valid. The device stays
+// wanted: Tick and Run re-add it when it returns. Removing an unknown
+// device is a no-op.
 func (p *Pool) RemoveDevice(name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -207,6 +287,7 @@ func (p *Pool) Close() error {
 	for _, n := range names {
 		errs = append(errs, p.RemoveDevice(n))
 	}
+	p.watchers.Wait()
 	p.mu.Lock()
 	if p.canaryBuf != nil {
 		errs = append(errs, p.canaryBuf.Close())
@@ -230,6 +311,8 @@ type DevicePool struct {
 	inUse    atomic.Int64  // buffers held across all classes, for unmapping after close
 	unmapped atomic.Bool
 	closeErr error
+
+	stopWatch context.CancelFunc // stops the async event reader; nil in tests
 }
 
 // Name returns the device's name.
@@ -307,6 +390,9 @@ func (d *DevicePool) unmap() {
 // now or by the last Put.
 func (d *DevicePool) close() error {
 	d.closed.Store(true)
+	if d.stopWatch != nil {
+		d.stopWatch()
+	}
 	var err error
 	if d.vctx != nil {
 		err = d.vctx.Close() // closes MRs and the PD too

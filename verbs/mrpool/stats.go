@@ -130,8 +130,7 @@ func (p *Pool) Tick() {
 		d := p.Device(n)
 		switch {
 		case d != nil && !d.vctx.Alive():
-			p.cfg.Logger.Warn("mrpool: device gone, deregistering", "device", n)
-			p.RemoveDevice(n)
+			p.gone(d, "its uverbs node is gone")
 		case d == nil:
 			if err := p.AddDevice(n); err != nil {
 				p.mu.Lock()

@@ -71,6 +71,9 @@ type LocalPort struct {
 	Port      int
 	GIDIndex  int
 	LinkLayer string
+	// TrafficClass is the GRH traffic class of the port's probes and
+	// answers.
+	TrafficClass uint8
 	Endpoint
 }
 
@@ -127,8 +130,17 @@ type Config struct {
 	RecvSlots, SendSlots int
 	// MaxAH bounds the cached address handles per port; default 4096.
 	MaxAH int
-	// TrafficClass of probes (RoCE: DSCP<<2 | ECN); default 0.
+	// TrafficClass of probes and answers (RoCE v2: the IP ToS byte,
+	// DSCP<<2 | ECN); default 0. TrafficClassFor, if set, overrides it
+	// per port.
 	TrafficClass uint8
+	// TrafficClassFor, if set, gives the traffic class of a port's probes
+	// and answers. It is asked when the port opens and at every rescan
+	// (Rescan, Config.Rescan): when the answer changes, the port's
+	// address handles are replaced (the QP, its QPN and its admissions
+	// stay), so the next probe and answer carry the new class. It must be
+	// safe to call from any goroutine and must not block.
+	TrafficClassFor func(dev string, port int) uint8
 	// Spin is how long to poll before sleeping on the completion channel;
 	// default 0 (never spin: the CPU budget matters more than the
 	// microseconds a wakeup adds to RTT).
@@ -153,6 +165,7 @@ type Engine struct {
 	mu          sync.Mutex
 	ports       map[string]*udPort
 	unavailable error
+	released    map[string]bool // devices ReleaseDevice asked Run to close
 }
 
 // New returns an Engine; Run starts it.
@@ -352,6 +365,14 @@ func (e *Engine) Admit(local string, src Endpoint, from netip.Addr, until time.T
 	return nil
 }
 
+// trafficClass is the class dev's port sends with.
+func (e *Engine) trafficClass(dev string, port int) uint8 {
+	if e.cfg.TrafficClassFor != nil {
+		return e.cfg.TrafficClassFor(dev, port)
+	}
+	return e.cfg.TrafficClass
+}
+
 // rebuild asks Run to rebuild broken ports now.
 func (e *Engine) rebuild() {
 	select {
@@ -362,6 +383,33 @@ func (e *Engine) rebuild() {
 
 // Rescan makes Run read devices and ports now (on an infiniband uevent).
 func (e *Engine) Rescan() { e.rebuild() }
+
+// ReleaseDevice makes Run close name's probe ports and device context now,
+// for a device that is being removed (the kernel's unregistration of an rxe
+// device waits until every user closed it): the daemon calls it when any
+// part of rdmad or the kernel reports the removal, and the engine's own
+// reader of the device's async events on DEVICE_FATAL. Run opens the device
+// again when it is listed again. It never blocks.
+func (e *Engine) ReleaseDevice(name string) {
+	e.mu.Lock()
+	if e.released == nil {
+		e.released = map[string]bool{}
+	}
+	e.released[name] = true
+	e.mu.Unlock()
+	e.rebuild()
+}
+
+// watchDevice reads vctx's asynchronous events until vctx is closed (which
+// ends the wait); DEVICE_FATAL releases the device.
+func (e *Engine) watchDevice(vctx *verbs.Context) {
+	vctx.WatchAsyncEvents(context.Background(), func(ev verbs.AsyncEvent) {
+		if ev.Type == verbs.EventDeviceFatal {
+			e.cfg.Logger.Warn("peer probe: device reported DEVICE_FATAL; closing it", "device", ev.Device)
+			e.ReleaseDevice(ev.Device)
+		}
+	})
+}
 
 type device struct {
 	ctx *verbs.Context
@@ -418,13 +466,15 @@ func (e *Engine) scan(devs map[string]*device) {
 	}
 	// Close what is gone: a device removed (rdma link del) or broken ports.
 	e.mu.Lock()
+	released := e.released
+	e.released = nil
 	var drop []*udPort
 	for k, p := range e.ports {
 		p.mu.Lock()
 		broken := p.broken
 		p.mu.Unlock()
 		d := devs[p.dev]
-		if !present[p.dev] || broken != nil || d == nil || !d.ctx.Alive() {
+		if !present[p.dev] || broken != nil || d == nil || released[p.dev] || !d.ctx.Alive() {
 			if broken != nil {
 				e.cfg.Logger.Warn("rebuilding probe port", "port", k, "err", broken)
 				e.count(&e.stats.Rebuilds)
@@ -434,12 +484,22 @@ func (e *Engine) scan(devs map[string]*device) {
 			changed = true
 		}
 	}
+	keep := make([]*udPort, 0, len(e.ports))
+	for _, p := range e.ports {
+		keep = append(keep, p)
+	}
 	e.mu.Unlock()
 	for _, p := range drop {
 		p.close()
 	}
+	for _, p := range keep {
+		if tc := e.trafficClass(p.dev, p.num); p.setTrafficClass(tc, time.Now()) {
+			e.cfg.Logger.Info("probe traffic class changed", "port", p.key, "traffic_class", tc)
+			changed = true
+		}
+	}
 	for name, d := range devs {
-		if !present[name] || !d.ctx.Alive() {
+		if !present[name] || released[name] || !d.ctx.Alive() {
 			d.ctx.Close()
 			delete(devs, name)
 		}
@@ -465,6 +525,7 @@ func (e *Engine) scan(devs map[string]*device) {
 			}
 			d = &device{ctx: vctx}
 			devs[name] = d
+			go e.watchDevice(vctx)
 		}
 		attr, err := d.ctx.QueryDevice()
 		if err != nil {

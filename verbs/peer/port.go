@@ -66,8 +66,15 @@ type udPort struct {
 	out         []outgoing     // replies to post after a completion batch
 	probeOut    []outgoing     // scratch of ProbeBatch
 	ahs         map[verbs.GID]*ahEntry
-	admitted    admTable     // sources the responder answers
-	pend        pendingTable // this port's probes awaiting replies
+	// tclass is the traffic class of the handles in ahs (written with
+	// mu held, read without by local). retired holds the handles of the
+	// class before, destroyed once idle for ahIdle since retiredAt: sends
+	// in flight may still refer to them.
+	tclass    atomic.Uint32
+	retired   []*verbs.AH
+	retiredAt time.Time
+	admitted  admTable     // sources the responder answers
+	pend      pendingTable // this port's probes awaiting replies
 	// mac tags and checks version-2 payloads with the key of macFor,
 	// the engine's authentication settings when they were last looked at
 	// (authLocked); nil when authentication is off.
@@ -112,6 +119,7 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *ud
 		qkey: e.qkey, e: e, mtu: pa.ActiveMTU, nrec: e.cfg.RecvSlots,
 		ahs: map[verbs.GID]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource),
 		pend: newPendingTable(pendingSlots), done: make(chan struct{})}
+	p.tclass.Store(uint32(e.trafficClass(vctx.Name(), num)))
 	defer func() {
 		if err != nil {
 			p.release()
@@ -200,6 +208,10 @@ func (p *udPort) release() {
 		a.ah.Close()
 	}
 	p.ahs = nil
+	for _, a := range p.retired {
+		a.Close()
+	}
+	p.retired = nil
 	if p.qp != nil {
 		p.qp.Close()
 	}
@@ -228,13 +240,49 @@ func (p *udPort) postRecv(i int) error {
 
 // local describes the port as the control endpoint advertises it.
 func (p *udPort) local() LocalPort {
-	return LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(),
+	return LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(), TrafficClass: uint8(p.tclass.Load()),
 		Endpoint: Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}}
+}
+
+// ahIdle is how long an address handle must be unused before it is
+// destroyed: sends in flight may still refer to a recently used one.
+const ahIdle = 10 * time.Second
+
+// setTrafficClass makes tc the class of the port's probes and answers from
+// the next one on, and reports whether it changed. The handles of the old
+// class are retired, not destroyed: sends in flight may refer to them.
+func (p *udPort) setTrafficClass(tc uint8, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || uint32(tc) == p.tclass.Load() {
+		return false
+	}
+	p.dropRetired(now)
+	for _, a := range p.ahs {
+		p.retired = append(p.retired, a.ah)
+	}
+	clear(p.ahs)
+	p.retiredAt = now
+	p.tclass.Store(uint32(tc))
+	return true
+}
+
+// dropRetired destroys the retired handles once they have been idle for
+// ahIdle. Called with p.mu held.
+func (p *udPort) dropRetired(now time.Time) {
+	if len(p.retired) == 0 || now.Sub(p.retiredAt) < ahIdle {
+		return
+	}
+	for _, a := range p.retired {
+		a.Close()
+	}
+	p.retired = nil
 }
 
 // ah returns the cached address handle for dst, creating it. Called with
 // p.mu held. Idle handles are evicted when the cache is full.
 func (p *udPort) ah(dst Endpoint, now time.Time) (*verbs.AH, error) {
+	p.dropRetired(now)
 	if a := p.ahs[dst.GID]; a != nil {
 		a.used = now
 		return a.ah, nil
@@ -249,14 +297,14 @@ func (p *udPort) ah(dst Endpoint, now time.Time) (*verbs.AH, error) {
 		}
 		// Only a handle idle for a while goes: sends in flight may still
 		// refer to a recently used one.
-		if now.Sub(t) < 10*time.Second {
+		if now.Sub(t) < ahIdle {
 			return nil, fmt.Errorf("peer probe: %s: %d address handles in use; lower [probe] max_peers", p.key, len(p.ahs))
 		}
 		p.ahs[oldest].ah.Close()
 		delete(p.ahs, oldest)
 	}
 	path := verbs.Path{Port: p.num, GIDIndex: p.gid.Index, Global: p.ll != verbs.LinkLayerInfiniBand || !dst.GID.IsZero(),
-		DLID: dst.LID, RemoteGID: dst.GID, TClass: p.e.cfg.TrafficClass}
+		DLID: dst.LID, RemoteGID: dst.GID, TClass: uint8(p.tclass.Load())}
 	a, err := p.pd.NewAH(path)
 	if err != nil {
 		return nil, err

@@ -49,16 +49,19 @@ type OpStats struct {
 // run from the Runner's start and survive QP recreation and device
 // removal.
 type PortResult struct {
-	Device    string  `json:"device"`
-	Port      int     `json:"port"`
-	State     State   `json:"state"`
-	PortState string  `json:"port_state,omitempty"` // verbs port state, e.g. ACTIVE, DOWN
-	GID       string  `json:"gid,omitempty"`        // source GID the probe uses
-	GIDIndex  int     `json:"gid_index"`
-	GIDType   string  `json:"gid_type,omitempty"`
-	Write     OpStats `json:"write"`
-	Read      OpStats `json:"read"`
-	Send      OpStats `json:"send"`
+	Device    string `json:"device"`
+	Port      int    `json:"port"`
+	State     State  `json:"state"`
+	PortState string `json:"port_state,omitempty"` // verbs port state, e.g. ACTIVE, DOWN
+	GID       string `json:"gid,omitempty"`        // source GID the probe uses
+	GIDIndex  int    `json:"gid_index"`
+	GIDType   string `json:"gid_type,omitempty"`
+	// TrafficClass is the GRH traffic class (RoCE v2: IP ToS) of the QPs
+	// the last round ran on.
+	TrafficClass uint8   `json:"traffic_class"`
+	Write        OpStats `json:"write"`
+	Read         OpStats `json:"read"`
+	Send         OpStats `json:"send"`
 	// Warmup is the round's first operation, an RDMA WRITE after the probe
 	// slept: its RTT includes waking the host's path, which the operations
 	// above, run right after it, do not pay.

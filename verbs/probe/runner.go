@@ -47,6 +47,12 @@ type Config struct {
 	Spin time.Duration
 	// Devices limits probing to these devices; empty probes all.
 	Devices []string
+	// TrafficClass, if set, gives the GRH traffic class (RoCE v2: the IP
+	// ToS byte, DSCP<<2 | ECN) of a port's probe QPs; nil uses 0. It is
+	// asked before every round: when the answer changes, the port's QPs
+	// are rebuilt with the new class (an address vector is fixed at RTR).
+	// It must be safe to call from any goroutine and must not block.
+	TrafficClass func(dev string, port int) uint8
 	// OnResult, if set, is called with each port's new result from the
 	// probing goroutine; it must not block.
 	OnResult func(PortResult)
@@ -104,6 +110,41 @@ type Runner struct {
 	ports       map[portKey]*portState
 	inject      map[portKey]bool
 	unavailable string
+	// running holds the cancel function of each device Run probes, for
+	// ReleaseDevice.
+	running map[string]context.CancelCauseFunc
+}
+
+// errReleased is the cause of a device's context that ReleaseDevice ended.
+var errReleased = errors.New("released")
+
+// ReleaseDevice closes name's QPs, memory and device context now, for a
+// device that is being removed (the kernel's unregistration of an rxe
+// device waits until every user closed it): the daemon calls it when any
+// part of rdmad or the kernel reports the removal. Its ports are reported
+// as device_gone; Run opens the device again when it is listed again. A
+// device that is not being probed is left alone. It never blocks.
+func (r *Runner) ReleaseDevice(name string) {
+	r.mu.Lock()
+	cancel := r.running[name]
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(errReleased)
+		r.Rescan()
+	}
+}
+
+func (r *Runner) setRunning(name string, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil {
+		r.running = map[string]context.CancelCauseFunc{}
+	}
+	if cancel == nil {
+		delete(r.running, name)
+	} else {
+		r.running[name] = cancel
+	}
 }
 
 type portKey struct {
@@ -240,13 +281,13 @@ func (r *Runner) wanted(name string) bool {
 // per device, each stopped and waited for before Run returns.
 func (r *Runner) Run(ctx context.Context) error {
 	type devRun struct {
-		cancel context.CancelFunc
+		cancel context.CancelCauseFunc
 		done   chan struct{}
 	}
 	running := map[string]*devRun{}
 	defer func() {
 		for _, d := range running {
-			d.cancel()
+			d.cancel(nil)
 		}
 		for _, d := range running {
 			<-d.done
@@ -289,11 +330,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			if !r.wanted(d.Name) || running[d.Name] != nil {
 				continue
 			}
-			dctx, cancel := context.WithCancel(ctx)
+			dctx, cancel := context.WithCancelCause(ctx)
 			dr := &devRun{cancel: cancel, done: make(chan struct{})}
 			running[d.Name] = dr
+			r.setRunning(d.Name, cancel)
 			go func(name string) {
 				defer close(dr.done)
+				defer r.setRunning(name, nil)
 				r.runDevice(dctx, name)
 			}(d.Name)
 		}
@@ -362,8 +405,9 @@ func (r *Runner) runDevice(ctx context.Context, name string) {
 		fatalMu.Lock()
 		f := fatal
 		fatalMu.Unlock()
-		if f || !vctx.Alive() {
-			log.Warn("probe: device removed; closing it")
+		released := errors.Is(context.Cause(ctx), errReleased)
+		if f || released || !vctx.Alive() {
+			log.Warn("probe: device removed; closing it", "released", released)
 			r.markDevice(name, StateUnavailable, KindDeviceGone, fmt.Errorf("probe: device %s was removed", name))
 			return
 		}
@@ -373,8 +417,8 @@ func (r *Runner) runDevice(ctx context.Context, name string) {
 		}
 		select {
 		case <-dctx.Done():
-			if ctx.Err() == nil {
-				continue // DEVICE_FATAL: report at the top of the loop
+			if ctx.Err() == nil || errors.Is(context.Cause(ctx), errReleased) {
+				continue // DEVICE_FATAL or ReleaseDevice: report at the top of the loop
 			}
 			return
 		case <-t.C:
@@ -417,9 +461,17 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 	if !full {
 		return
 	}
+	tclass := r.trafficClass(dev, port)
 	s := sessions[port]
+	if s != nil && s.tclass != tclass {
+		r.cfg.Logger.Info("probe: traffic class changed; rebuilding the port's QPs", "device", dev, "port", port,
+			"from", s.tclass, "to", tclass)
+		s.close()
+		delete(sessions, port)
+		s = nil
+	}
 	if s == nil {
-		s, err = newSession(vctx, port, pa, r.cfg)
+		s, err = newSession(vctx, port, pa, tclass, r.cfg)
 		if err != nil {
 			r.update(dev, port, func(ps *portState) {
 				ps.res.State, ps.res.PortState = StateFailed, pa.State.String()
@@ -456,6 +508,7 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 	r.update(dev, port, func(ps *portState) {
 		ps.res.PortState = pa.State.String()
 		ps.res.GID, ps.res.GIDIndex, ps.res.GIDType = s.gid.GID.String(), s.gid.Index, s.gid.Type.String()
+		ps.res.TrafficClass = s.tclass
 		ps.res.Rounds++
 		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send, &ps.res.Warmup}
 		scratch := make([]time.Duration, 0, r.cfg.Window)
@@ -476,6 +529,14 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 		}
 		ps.res.State, ps.res.ErrorKind, ps.res.LastError = StateOK, "", ""
 	})
+}
+
+// trafficClass is the class of dev's port's probe QPs.
+func (r *Runner) trafficClass(dev string, port int) uint8 {
+	if r.cfg.TrafficClass == nil {
+		return 0
+	}
+	return r.cfg.TrafficClass(dev, port)
 }
 
 // classify names the kind of a round's failure, looking at the QPs' states

@@ -47,6 +47,7 @@ type session struct {
 	timeout time.Duration
 	spin    time.Duration
 	gid     verbs.GIDEntry
+	tclass  uint8 // GRH traffic class of both QPs' address vectors
 
 	buf  *verbs.Buffer
 	mem  []byte
@@ -58,8 +59,8 @@ type session struct {
 	wcs  []verbs.WorkCompletion
 }
 
-func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, cfg Config) (s *session, err error) {
-	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: cfg.Spin, wcs: make([]verbs.WorkCompletion, 4)}
+func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, tclass uint8, cfg Config) (s *session, err error) {
+	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: cfg.Spin, tclass: tclass, wcs: make([]verbs.WorkCompletion, 4)}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -100,7 +101,7 @@ func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, cfg Config) (s
 		return nil, err
 	}
 	path := verbs.Path{Port: port, GIDIndex: gid.Index, Global: pa.LinkLayer != verbs.LinkLayerInfiniBand,
-		MTU: min(pa.ActiveMTU, 3 /* 1024: the payload is small */), DLID: pa.LID, RemoteGID: gid.GID}
+		MTU: min(pa.ActiveMTU, 3 /* 1024: the payload is small */), DLID: pa.LID, RemoteGID: gid.GID, TClass: tclass}
 	for _, pair := range [][2]*verbs.QP{{s.a, s.b}, {s.b, s.a}} {
 		q, peer := pair[0], pair[1]
 		if err = q.Init(port, access, 0); err != nil {

@@ -182,6 +182,13 @@ func FuzzDecode(f *testing.F) {
 	f.Add(v2)
 	v2t, _ := q2.Append(nil, testKey)
 	f.Add(v2t)
+	fp := testFingerprint()
+	q3 := Message{Version: 2, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5, Ext: WithFingerprint(fp.Marshal())}
+	v2f, _ := q3.Append(nil, testKey)
+	f.Add(v2f)
+	a3 := Message{Version: 2, Type: TypeAnswer, Nonce: 1, Count: 1, QPN: 0x12, QKey: 6, Ext: []Ext{{Type: ExtFingerprint, Value: fp.Marshal()}}}
+	v2a, _ := a3.Append(nil, nil)
+	f.Add(v2a)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := Decode(in, testKey)
 		if err != nil {

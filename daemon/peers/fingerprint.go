@@ -1,0 +1,404 @@
+package peers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+// Fingerprint fields, as status, the metric's field label and doctor name
+// them.
+const (
+	FieldMTU       = "mtu"
+	FieldActiveMTU = "active_mtu"
+	FieldLinkLayer = "link_layer"
+	FieldRoCEMode  = "roce_mode"
+	FieldRoCEToS   = "roce_tos"
+	FieldTrust     = "trust"
+	FieldPFC       = "pfc"
+	FieldFirmware  = "firmware"
+	FieldDriver    = "driver"
+)
+
+// Fields lists every compared field, in the order mismatches are reported.
+var Fields = state.MismatchFields
+
+// fieldValue returns p's value of field as text, "" when unknown.
+func fieldValue(p *wire.FingerprintPort, field string) string {
+	switch field {
+	case FieldMTU:
+		if p.NetdevMTU != 0 {
+			return strconv.FormatUint(uint64(p.NetdevMTU), 10)
+		}
+	case FieldActiveMTU:
+		if p.ActiveMTU != 0 {
+			return strconv.Itoa(int(p.ActiveMTU))
+		}
+	case FieldLinkLayer:
+		return p.LinkLayer
+	case FieldRoCEMode:
+		return p.RoCEMode
+	case FieldRoCEToS:
+		if p.HasToS {
+			return strconv.Itoa(int(p.ToS))
+		}
+	case FieldTrust:
+		return p.Trust
+	case FieldPFC:
+		return p.PFC
+	case FieldFirmware:
+		return p.FWVer
+	case FieldDriver:
+		return p.Driver
+	}
+	return ""
+}
+
+// compareFingerprint returns the fields on which the local port and the
+// peer's port disagree. A field either side does not know is not
+// compared: an unknown is not a mismatch. Firmware and driver differences
+// are of severity info; the rest must agree along a path.
+func compareFingerprint(local, remote *wire.FingerprintPort) []state.Mismatch {
+	var out []state.Mismatch
+	for _, f := range Fields {
+		l, r := fieldValue(local, f), fieldValue(remote, f)
+		if l == "" || r == "" || l == r {
+			continue
+		}
+		sev := state.SeverityMust
+		if f == FieldFirmware || f == FieldDriver {
+			sev = state.SeverityInfo
+		}
+		out = append(out, state.Mismatch{Field: f, Local: l, Peer: r, Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
+	}
+	return out
+}
+
+// fingerprintState converts a wire fingerprint for status.
+func fingerprintState(f *wire.Fingerprint) *state.Fingerprint {
+	if f == nil {
+		return nil
+	}
+	out := &state.Fingerprint{Version: f.Version, Kernel: f.Kernel, PortsOmitted: f.Omitted, Ports: make([]state.FingerprintPort, 0, len(f.Ports))}
+	for _, p := range f.Ports {
+		sp := state.FingerprintPort{Index: int(p.Index), Key: p.Key, Netdev: p.Netdev, MTU: int(p.NetdevMTU), ActiveMTU: int(p.ActiveMTU),
+			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC}
+		if p.HasToS {
+			tos := int(p.ToS)
+			sp.RoCEToS = &tos
+		}
+		out.Ports = append(out.Ports, sp)
+	}
+	return out
+}
+
+// A FingerprintSource builds this node's fingerprint for its probe ports
+// (in the order the control endpoint numbers them).
+type FingerprintSource func(ports []peer.LocalPort) wire.Fingerprint
+
+// LocalFingerprint builds a node's fingerprint from the daemon's snapshot
+// (rdmad's version, the inventory's firmware and link layer, the RoCE and
+// QoS policy targets' observed values) and sysfs below sysRoot (netdev
+// MTU, the device's driver). activeMTU returns a port's active MTU in
+// bytes (0 when it cannot tell); kernel is the kernel release.
+func LocalFingerprint(snap *state.Snapshot, ports []peer.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
+	f := wire.Fingerprint{Kernel: kernel}
+	if snap != nil {
+		f.Version = snap.Version
+	}
+	for i, lp := range ports {
+		if i > 255 {
+			break
+		}
+		fp := wire.FingerprintPort{Index: uint8(i), Key: lp.Key, LinkLayer: lp.LinkLayer}
+		if snap != nil {
+			for _, d := range snap.Devices {
+				if d.Name != lp.Device {
+					continue
+				}
+				fp.FWVer = d.FWVer
+				for _, p := range d.Ports {
+					if p.Port == lp.Port {
+						fp.Netdev = p.Netdev
+						if p.LinkLayer != "" {
+							fp.LinkLayer = p.LinkLayer
+						}
+					}
+				}
+			}
+			for _, pol := range snap.Policy.Policies {
+				for _, t := range pol.Targets {
+					switch {
+					case t.Kind == "roce" && t.Object == lp.Key && t.State != state.TargetError:
+						if v, ok := settingField(t.Actual, "tos"); ok {
+							if tos, err := strconv.Atoi(v); err == nil && tos >= 0 && tos <= 255 {
+								fp.HasToS, fp.ToS = true, uint8(tos)
+							}
+						}
+						if v, ok := settingField(t.Actual, "mode"); ok {
+							fp.RoCEMode = v
+						}
+					case t.Kind == "qos" && fp.Netdev != "" && t.Object == fp.Netdev && t.State != state.TargetError && t.State != state.Unsupported:
+						if v, ok := settingField(t.Actual, "trust"); ok {
+							fp.Trust = v
+						}
+						if v, ok := settingField(t.Actual, "pfc"); ok {
+							fp.PFC = v
+						}
+					}
+				}
+			}
+		}
+		if fp.Netdev != "" {
+			if mtu, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "mtu"); ok && mtu > 0 {
+				fp.NetdevMTU = uint32(mtu)
+			}
+		}
+		if activeMTU != nil {
+			if a := activeMTU(lp.Device, lp.Port, int(fp.NetdevMTU)); a > 0 && a <= 0xffff {
+				fp.ActiveMTU = uint16(a)
+			}
+		}
+		fp.Driver = deviceDriver(sysRoot, lp.Device)
+		f.Ports = append(f.Ports, fp)
+	}
+	return f
+}
+
+// settingField returns key's value in a policy target's "k=v k=v" text.
+func settingField(s, key string) (string, bool) {
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func safeName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+func readSysInt(root string, dir, name, file string) (int, bool) {
+	if !safeName(name) {
+		return 0, false
+	}
+	if root == "" {
+		root = "/"
+	}
+	b, err := os.ReadFile(filepath.Join(root, dir, name, file))
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return v, err == nil
+}
+
+// deviceDriver names the kernel driver of an RDMA device's bus device
+// (mlx5_core), with the module's version when the module has one (an
+// out-of-tree driver such as MLNX_OFED's); "" for a software device
+// (rxe, siw), which has no bus device.
+func deviceDriver(root, dev string) string {
+	if !safeName(dev) {
+		return ""
+	}
+	if root == "" {
+		root = "/"
+	}
+	link, err := os.Readlink(filepath.Join(root, "sys/class/infiniband", dev, "device/driver"))
+	if err != nil {
+		return ""
+	}
+	drv := filepath.Base(link)
+	if mod, err := os.Readlink(filepath.Join(root, "sys/class/infiniband", dev, "device/driver/module")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(root, "sys/module", filepath.Base(mod), "version")); err == nil {
+			if v := strings.TrimSpace(string(b)); v != "" {
+				drv += " " + v
+			}
+		}
+	}
+	return drv
+}
+
+// activeMTUEvery is how long a port's active MTU is taken as known while
+// its netdev MTU stays the same.
+const activeMTUEvery = 30 * time.Second
+
+// VerbsActiveMTU reads ports' active MTU (ibv_query_port) and caches each
+// for activeMTUEvery, or until the netdev's MTU changes (which changes a
+// RoCE port's active MTU). Safe for concurrent use.
+type VerbsActiveMTU struct {
+	mu    sync.Mutex
+	cache map[string]activeMTUEntry
+}
+
+type activeMTUEntry struct {
+	netdevMTU, mtu int
+	at             time.Time
+}
+
+// Get returns the active MTU of dev's port in bytes, 0 when verbs cannot
+// tell (no cgo, the device gone).
+func (v *VerbsActiveMTU) Get(dev string, port, netdevMTU int) int {
+	key := fmt.Sprintf("%s/%d", dev, port)
+	now := time.Now()
+	v.mu.Lock()
+	e, ok := v.cache[key]
+	v.mu.Unlock()
+	if ok && e.netdevMTU == netdevMTU && now.Sub(e.at) < activeMTUEvery {
+		return e.mtu
+	}
+	mtu := 0
+	if ctx, err := verbs.Open(dev); err == nil {
+		if pa, err := ctx.QueryPort(port); err == nil {
+			mtu = pa.ActiveMTU.Bytes()
+		}
+		ctx.Close()
+	}
+	v.mu.Lock()
+	if v.cache == nil {
+		v.cache = map[string]activeMTUEntry{}
+	}
+	if len(v.cache) > 256 {
+		clear(v.cache)
+	}
+	v.cache[key] = activeMTUEntry{netdevMTU: netdevMTU, mtu: mtu, at: now}
+	v.mu.Unlock()
+	return mtu
+}
+
+// fingerprintEvery is how often this node's fingerprint is built again
+// (sysfs reads and a look at the snapshot): an MTU changed on the node is
+// in its next queries and answers within this time.
+const fingerprintEvery = 5 * time.Second
+
+func hasExt(m wire.Message, typ uint16) bool {
+	for _, e := range m.Ext {
+		if e.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshFingerprint builds this node's fingerprint again when it is due
+// (or force). When it changed, the control endpoint sends the new one,
+// every peer is asked again at its next turn (the query carries it, so
+// peers learn of the change within about an interval), and every peer's
+// mismatches are judged again.
+func (m *Manager) refreshFingerprint(now time.Time, force bool) {
+	if m.opts.Fingerprint == nil || (!force && !m.fpAt.IsZero() && now.Sub(m.fpAt) < fingerprintEvery) {
+		return
+	}
+	m.fpAt = now
+	f := m.opts.Fingerprint(m.local)
+	b := f.Marshal()
+	if m.fpBytes != nil && string(b) == string(m.fpBytes) {
+		return
+	}
+	// Keep what the peers see: the bounded, cleaned form.
+	if d, err := wire.DecodeFingerprint(b); err == nil {
+		f = d
+	}
+	first := m.fpBytes == nil
+	m.fp, m.fpBytes = &f, b
+	if m.ctl != nil {
+		m.ctl.SetFingerprint(b)
+	}
+	m.changed = true
+	for _, p := range m.peers {
+		if !first {
+			for _, pa := range p.paths {
+				pa.asked = time.Time{}
+			}
+		}
+		m.checkMismatch(p)
+	}
+}
+
+// onQuery takes the fingerprint of a query this node answered, from a
+// selected peer's address. Unlike an answer, a query carries no nonce of
+// ours, so with a fleet key only an authenticated one counts; without a
+// key it is as trustworthy as the query's admission itself.
+func (m *Manager) onQuery(a answer) {
+	if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
+		return
+	}
+	fp, ok, _ := a.m.Fingerprint()
+	if !ok {
+		return
+	}
+	for _, p := range m.peers {
+		if p.addr == a.from.Addr() && p.ver != wire.Version1 {
+			m.setPeerFingerprint(p, &fp)
+		}
+	}
+}
+
+// setPeerFingerprint records what p said about itself.
+func (m *Manager) setPeerFingerprint(p *mpeer, f *wire.Fingerprint) {
+	if (p.fp == nil) == (f == nil) && (f == nil || string(p.fp.Marshal()) == string(f.Marshal())) {
+		return
+	}
+	p.fp = f
+	m.changed = true
+	m.checkMismatch(p)
+}
+
+// mismatches compares each of p's paths: the local port's fingerprint with
+// that of the peer's port it probes.
+func (m *Manager) mismatches(p *mpeer) []state.Mismatch {
+	if m.fp == nil || p.fp == nil {
+		return nil
+	}
+	var out []state.Mismatch
+	for _, pa := range p.paths {
+		var local, remote *wire.FingerprintPort
+		for i := range m.fp.Ports {
+			if m.fp.Ports[i].Key == pa.local {
+				local = &m.fp.Ports[i]
+			}
+		}
+		for i := range p.fp.Ports {
+			if p.fp.Ports[i].Index == pa.remoteIdx {
+				remote = &p.fp.Ports[i]
+			}
+		}
+		if local == nil || remote == nil || !pa.resolved {
+			continue
+		}
+		out = append(out, compareFingerprint(local, remote)...)
+	}
+	return out
+}
+
+// checkMismatch logs when p's mismatches change: a warning naming each
+// field and both values, and a line when they are gone.
+func (m *Manager) checkMismatch(p *mpeer) {
+	ms := m.mismatches(p)
+	var parts []string
+	for _, x := range ms {
+		parts = append(parts, fmt.Sprintf("%s %s here (%s) vs %s on the peer (%s)", x.Field, x.Local, x.LocalPort, x.Peer, x.PeerPort))
+	}
+	sig := strings.Join(parts, "; ")
+	if sig == p.mismatch {
+		return
+	}
+	m.changed = true
+	if sig == "" {
+		m.log.Info("peer settings agree again", "peer", p.spec.Name)
+	} else {
+		m.log.Warn("peer settings differ", "peer", p.spec.Name, "mismatches", sig,
+			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")
+	}
+	p.mismatch = sig
+}
