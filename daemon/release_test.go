@@ -1,43 +1,25 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/verbs/mrpool"
 	"github.com/rdmad/rdmad/verbs/probe"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // releaseDaemon is a daemon whose inventory (an empty sysfs) no longer has
 // the device its last snapshot listed, as when the kernel has just removed
 // rxe0's uverbs node, with a real (empty) MR pool.
-func releaseDaemon(t *testing.T) (*Daemon, *syncBuf) {
+func releaseDaemon(t *testing.T) (*Daemon, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuf{}
+	logs := &syncbuf.Buffer{}
 	d := &Daemon{inv: inventory.Reader{Root: t.TempDir()}, log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		reqs: make(chan func(), 8),
 		store: state.NewStore(state.Snapshot{State: state.Running,

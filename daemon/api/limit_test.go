@@ -32,6 +32,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/client"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 // The helper's environment: its mode, the socket and the flood's size.
@@ -63,24 +64,6 @@ func (b storeBackend) PolicyApply(context.Context) (api.ApplyResult, error) {
 }
 func (b storeBackend) Probe(_ context.Context, peer string) (state.Peer, error) {
 	return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
-}
-
-// lockedBuffer collects the server's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // env is what the attack tests share: a directory every uid can enter
@@ -161,7 +144,7 @@ func copyFile(from, to string) error {
 type server struct {
 	store *state.Store
 	hub   *watch.Hub
-	logs  *lockedBuffer
+	logs  *syncbuf.Buffer
 }
 
 // serve starts the real server on e.sock (mode 0660, group e.sockGID),
@@ -178,7 +161,7 @@ func (e *env) serve(t *testing.T, lim api.Limits, hopts watch.Options) *server {
 	if err := os.Chmod(e.sock, 0o660); err != nil {
 		t.Fatal(err)
 	}
-	srv := &server{store: state.NewStore(state.Snapshot{Version: "test", State: state.Running}), logs: &lockedBuffer{}}
+	srv := &server{store: state.NewStore(state.Snapshot{Version: "test", State: state.Running}), logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(srv.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	hopts.Logger = log
 	srv.hub = watch.NewHub(srv.store, hopts)
@@ -212,7 +195,7 @@ type helper struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	out    *bufio.Scanner
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 // start runs this test binary's TestLimitHelper in mode as uid, with the
@@ -229,7 +212,7 @@ func (e *env) start(t *testing.T, mode string, uid uint32, admin bool) *helper {
 		"--groups="+groups, "--", e.bin, "-test.run=^TestLimitHelper$", "-test.count=1")
 	cmd.Dir = e.dir
 	cmd.Env = append(os.Environ(), envMode+"="+mode, envSock+"="+e.sock)
-	h := &helper{cmd: cmd, stderr: &lockedBuffer{}}
+	h := &helper{cmd: cmd, stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = h.stderr
 	var err error
 	if h.stdin, err = cmd.StdinPipe(); err != nil {

@@ -1,37 +1,18 @@
 package peers
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
-
-// lockedBuf is a log sink the manager's goroutine and the test share.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestGroupFaults checks the group inference on set states: a group is the
 // suspect only while at least two of its peers are known, all down from
@@ -62,7 +43,7 @@ func TestGroupFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs lockedBuf
+			var logs syncbuf.Buffer
 			m, err := New(Options{Prober: &fakeProber{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, Settings{Interval: time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -147,7 +128,7 @@ func TestGroupFaultLive(t *testing.T) {
 	for name, g := range groupOf {
 		specs = append(specs, Spec{Name: name, Group: g})
 	}
-	var logs lockedBuf
+	var logs syncbuf.Buffer
 	m, err := New(Options{Prober: a.pr, NodeID: 1, ListenHost: self, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		OnState: func(ps state.Peers) { a.mu.Lock(); a.last = ps; a.mu.Unlock() }},
 		Settings{Peers: specs, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,

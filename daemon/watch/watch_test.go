@@ -23,6 +23,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 func TestDiff(t *testing.T) {
@@ -480,30 +481,12 @@ func TestWatchAdminsUseReservedFirst(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestHTTPNonReaderWriteDeadline: a client that stops reading before its
 // queue overflows is dropped by the write deadline of the line it blocks
 // on, with a log line, while a reading client goes on.
 func TestHTTPNonReaderWriteDeadline(t *testing.T) {
 	store := newStore()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	h := watch.NewHub(store, watch.Options{Buffer: 10000, WriteTimeout: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	runHub(t, h)

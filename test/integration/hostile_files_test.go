@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -101,7 +102,7 @@ func TestNestedDropInKeepsServing(t *testing.T) {
 func launchOn(t *testing.T, dir string) *node {
 	t.Helper()
 	n := &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
-		log: new(syncBuffer), exited: make(chan error, 1)}
+		log: new(syncbuf.Buffer), exited: make(chan error, 1)}
 	n.cmd = exec.Command(filepath.Join(bin, "rdmad"), "--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
 	n.cmd.Stderr, n.cmd.Stdout = n.log, n.log
 	if err := n.cmd.Start(); err != nil {

@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 var bin string // directory with the built binaries
@@ -47,7 +48,7 @@ type node struct {
 	config string
 	socket string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	exited chan error
 }
 
@@ -69,7 +70,7 @@ func launch(t testing.TB, prefix []string, config string, extra ...string) *node
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755)
 	n := &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
-		log: new(syncBuffer), exited: make(chan error, 1)}
+		log: new(syncbuf.Buffer), exited: make(chan error, 1)}
 	n.write(config)
 	argv := append(append(append([]string{}, prefix...), filepath.Join(bin, "rdmad")),
 		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
@@ -409,7 +410,7 @@ func TestSocketActivation(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sa, "-l", sock, filepath.Join(bin, "rdmad"), "--config", cfg, "--sysfs-root", fixture,
 		"--socket", filepath.Join(dir, "unused.sock"))
-	log := new(syncBuffer)
+	log := new(syncbuf.Buffer)
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -426,25 +427,6 @@ func TestSocketActivation(t *testing.T) {
 	eventually(t, "the log to say it used the passed socket", func() bool {
 		return strings.Contains(log.String(), "using the socket systemd passed")
 	})
-}
-
-// A syncBuffer is a bytes.Buffer that a child's output goroutine and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestPeersComponent: without peers nothing listens (two rdmads on one host
