@@ -538,7 +538,7 @@ func TestRateLimiterTable(t *testing.T) {
 // v1Node plays an rdmad that speaks only wire version 1 on addr:port: it
 // drops version 2 as malformed (as such an rdmad does) and answers version
 // 1 with remote's QP, admitting the querier on the fabric.
-func v1Node(t *testing.T, f *fabric, remote *fakeProber, addr string, port int) {
+func v1Node(t *testing.T, f *fabric, remote *fakeProber, addr string, port int) *net.UDPConn {
 	t.Helper()
 	c := udpFrom(t, addr, port)
 	go func() {
@@ -560,6 +560,7 @@ func v1Node(t *testing.T, f *fabric, remote *fakeProber, addr string, port int) 
 			c.WriteToUDPAddrPort(b[:], from)
 		}
 	}()
+	return c
 }
 
 // TestMixedFleet runs managers with different keys, modes and wire
@@ -662,6 +663,34 @@ func TestMixedFleet(t *testing.T) {
 		p := peerOf(a, "127.0.0.3")
 		if p.WireVersion != 1 || p.Authenticated || p.Paths[0].RemoteQPN != old.qpn {
 			t.Errorf("a's view of the version-1 node = %+v; want version 1, not authenticated, its QP", p)
+		}
+	})
+
+	t.Run("a version-1 answer is not kept for minutes", func(t *testing.T) {
+		// A peer whose rdmad came up between a version-2 query and the
+		// version-1 query after it answers version 1 first (here: a
+		// version-1 responder that is then replaced by a current node,
+		// as after an upgrade). The node must ask in version 2 again
+		// within a few intervals, not after v2Retry.
+		port := freePort(t)
+		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
+		defer a.stop(t)
+		old := f.newProber(3)
+		c := v1Node(t, f, old, "127.0.0.3", port)
+		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+		if p := peerOf(a, "127.0.0.3"); p.WireVersion != 1 {
+			t.Fatalf("a's view of the version-1 responder = %+v; want version 1", p)
+		}
+		c.Close()
+		b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
+		defer b.stop(t)
+		deadline := time.Now().Add(5 * time.Second)
+		for peerOf(a, "127.0.0.3").WireVersion != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a still sees the upgraded peer as %+v after 5 s (interval 100ms); want version 2", peerOf(a, "127.0.0.3"))
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 

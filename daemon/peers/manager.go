@@ -95,8 +95,11 @@ const maxWaiting = 64
 // an answer is taken only for one of them, and each is taken once.
 const maxQueriesPerPeer = 16
 
-// v2Retry is how often a peer that answered only version 1 is asked in
-// version 2 again, to notice that it was upgraded.
+// v2Retry bounds how often a peer that answered only version 1 is asked in
+// version 2 again, to notice that it was upgraded. The first retries come
+// sooner (after 1, 2, 4 ... intervals): a peer whose rdmad was not up yet
+// when it was asked in version 2 may have answered only the version-1
+// query that followed, and must not be held in version 1 for minutes.
 const v2Retry = 10 * time.Minute
 
 // maxInflightPerPath bounds the probes in flight on one path.
@@ -225,6 +228,7 @@ type mpeer struct {
 	ver, qver     uint8
 	authenticated bool
 	v2Tried       time.Time
+	v2Wait        time.Duration // before the next version-2 retry
 	lastAns       time.Time
 	state         string
 	reason        string
@@ -609,8 +613,11 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
 		}
 	}
+	// A version-1 peer due for a version-2 retry (see v2Retry) is asked
+	// now rather than at its next resolve, once, on its first path.
+	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.v2Tried) >= p.v2Wait
 	for i, pa := range p.paths {
-		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == state.PeerDown {
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == state.PeerDown || (v2Due && i == 0) {
 			m.query(p, i, now)
 		}
 		if pa.resolved && pa.inflight < maxInflightPerPath {
@@ -712,11 +719,13 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	ver := p.qver
 	if m.cfg.Auth.Require {
 		ver = wire.Version2
-	} else if ver == wire.Version1 && now.Sub(p.v2Tried) >= v2Retry {
+	} else if ver == wire.Version1 && now.Sub(p.v2Tried) >= p.v2Wait {
 		// Ask a version-1 peer in version 2 now and then: it may have
-		// been upgraded, and it would go on answering version 1.
+		// been upgraded (or have come up just after a version-2 query),
+		// and it would go on answering version 1.
 		ver = wire.Version2
 		p.v2Tried = now
+		p.v2Wait = min(max(2*p.v2Wait, m.cfg.Interval), v2Retry)
 	}
 	n := m.newNonce()
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
@@ -897,6 +906,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	p.nodeID = a.m.NodeID
 	if p.ver != a.m.Version || p.authenticated != a.m.Authenticated {
 		m.changed = true
+		if a.m.Version == wire.Version1 && p.ver != wire.Version1 {
+			// Newly version 1: retry version 2 soon, then less often.
+			p.v2Tried, p.v2Wait = now, m.cfg.Interval
+		}
 		if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
 			// auth = "prefer": answered, but flagged.
 			m.log.Warn("peer answers without authentication", "peer", p.spec.Name, "wire_version", a.m.Version,
