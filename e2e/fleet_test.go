@@ -126,6 +126,12 @@ func TestFleetMTUMismatch(t *testing.T) {
 		t.Errorf("rdmactl peers lacks %q ... 4200 on the peer:\n%s", want, text)
 	}
 
+	// D-Bus shows the same mismatch (busctl prints a(sssssss) as
+	// count "peer" "field" "local" "peer value" ...).
+	if got := dbusGet(t, "FleetMismatches"); !strings.Contains(got, `"`+other+`" "mtu" "`+localMTU+`" "4200" "must"`) {
+		t.Errorf("D-Bus FleetMismatches = %s; want an entry %q mtu %s 4200 must", got, other, localMTU)
+	}
+
 	r, _ := doctorRun(t)
 	v, msg := r.verdict("fleet")
 	var fix string

@@ -123,6 +123,8 @@ var agentIntrospection = introspect.Interface{
 		ro("PolicyTargets", "a(sssssss)"),
 		ro("Components", "a{s(ss)}"),
 		quiet(ro("Peers", "a(sssssttd)")),
+		ro("FleetMismatches", "a(sssssss)"),
+		ro("PeerGroupFaults", "a(ss)"),
 	},
 }
 

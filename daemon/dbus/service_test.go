@@ -475,9 +475,11 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		"ConfigGeneration": uint64(1), "ConfigError": "", "ConfigPath": "/etc/rdmad/rdmad.toml",
 		"Devices":    []godbus.ObjectPath{"/org/rdmad/Agent1/device/rxe0"},
 		"PortsTotal": uint32(1), "PortsActive": uint32(1),
-		"PolicyTargets": [][]any{},
-		"Components":    map[string][]any{},
-		"Peers":         [][]any{},
+		"PolicyTargets":   [][]any{},
+		"Components":      map[string][]any{},
+		"Peers":           [][]any{},
+		"FleetMismatches": [][]any{},
+		"PeerGroupFaults": [][]any{},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)

@@ -82,6 +82,48 @@ func summarisePeer(p state.Peer) peerFigures {
 	return f
 }
 
+// A FleetMismatch is one difference between this node's fingerprint and a
+// peer's, as the FleetMismatches property shows it (D-Bus type (sssssss)):
+// what `rdmactl peers` prints as MISMATCH and doctor's fleet check judges.
+type FleetMismatch struct {
+	Peer      string
+	Field     string // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver
+	Local     string // this node's value
+	PeerValue string // the peer's value
+	Severity  string // "must" (a fault) or "info" (firmware, driver)
+	LocalPort string
+	PeerPort  string
+}
+
+// A GroupFault is a group of peers that is the suspect (D-Bus type (ss)).
+type GroupFault struct {
+	Group  string
+	Reason string
+}
+
+// fleetMismatches returns the FleetMismatches property of s, by peer in the
+// snapshot's order. It changes only when a fingerprint does, so it is
+// signalled, unlike Peers.
+func fleetMismatches(s *state.Snapshot) []FleetMismatch {
+	out := []FleetMismatch{}
+	for _, p := range s.Peers.Peers {
+		for _, m := range p.Mismatches {
+			out = append(out, FleetMismatch{Peer: p.Name, Field: m.Field, Local: m.Local, PeerValue: m.Peer,
+				Severity: m.Severity, LocalPort: m.LocalPort, PeerPort: m.PeerPort})
+		}
+	}
+	return out
+}
+
+// peerGroupFaults returns the PeerGroupFaults property of s.
+func peerGroupFaults(s *state.Snapshot) []GroupFault {
+	out := make([]GroupFault, 0, len(s.Peers.GroupFaults))
+	for _, g := range s.Peers.GroupFaults {
+		out = append(out, GroupFault{Group: g.Group, Reason: g.Reason})
+	}
+	return out
+}
+
 // peerEntries returns the Peers property of s, in the snapshot's order.
 func peerEntries(s *state.Snapshot) []PeerEntry {
 	out := make([]PeerEntry, 0, len(s.Peers.Peers))
@@ -156,6 +198,8 @@ func newView(s *state.Snapshot) *view {
 		"PolicyTargets":    godbus.MakeVariant(targets),
 		"Components":       godbus.MakeVariant(comps),
 		"Peers":            godbus.MakeVariant(peerEntries(s)),
+		"FleetMismatches":  godbus.MakeVariant(fleetMismatches(s)),
+		"PeerGroupFaults":  godbus.MakeVariant(peerGroupFaults(s)),
 	}}}
 	for p := range v.objects {
 		v.addNodes(p)

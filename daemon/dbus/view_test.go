@@ -462,3 +462,50 @@ func TestQuietProperties(t *testing.T) {
 		t.Error("unsignalled disagrees with quietProps")
 	}
 }
+
+// TestFleetProperties: fingerprint mismatches and group faults reach D-Bus
+// with their introspected types, and a mismatch that appears is signalled
+// (unlike Peers, these change only when a fingerprint or a group does).
+func TestFleetProperties(t *testing.T) {
+	s := snapshot(nil)
+	s.Peers = state.Peers{
+		Peers: []state.Peer{
+			{Name: "node2", State: state.PeerUp, Mismatches: []state.Mismatch{
+				{Field: "mtu", Local: "1500", Peer: "4200", Severity: "must", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: "info", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+			}},
+			{Name: "node3", State: state.PeerUp},
+		},
+		GroupFaults: []state.GroupFault{{Group: "tor-a", Reason: "all 2 peers of tor-a are down"}},
+	}
+	p := newView(s).objects[Path].props[Interface]
+	fm, gf := p["FleetMismatches"], p["PeerGroupFaults"]
+	if sig := fm.Signature().String(); sig != "a(sssssss)" {
+		t.Errorf("FleetMismatches has D-Bus type %s, want a(sssssss)", sig)
+	}
+	if sig := gf.Signature().String(); sig != "a(ss)" {
+		t.Errorf("PeerGroupFaults has D-Bus type %s, want a(ss)", sig)
+	}
+	wantFM := []FleetMismatch{
+		{Peer: "node2", Field: "mtu", Local: "1500", PeerValue: "4200", Severity: "must", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+		{Peer: "node2", Field: "firmware", Local: "1.0", PeerValue: "1.1", Severity: "info", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+	}
+	if diff := cmp.Diff(wantFM, fm.Value()); diff != "" {
+		t.Errorf("FleetMismatches: -want +got\n%s", diff)
+	}
+	if diff := cmp.Diff([]GroupFault{{Group: "tor-a", Reason: "all 2 peers of tor-a are down"}}, gf.Value()); diff != "" {
+		t.Errorf("PeerGroupFaults: -want +got\n%s", diff)
+	}
+
+	old := snapshot(nil)
+	old.Peers = state.Peers{Peers: []state.Peer{{Name: "node2", State: state.PeerUp}, {Name: "node3", State: state.PeerUp}}}
+	var changed []string
+	for _, sg := range summarise(changes(newView(old), newView(s))) {
+		if sg.Name == PropertiesInterface+".PropertiesChanged" {
+			changed = append(changed, sg.Body[1].([]string)...)
+		}
+	}
+	if !slices.Contains(changed, "FleetMismatches") || !slices.Contains(changed, "PeerGroupFaults") {
+		t.Errorf("properties signalled when a mismatch and a group fault appear: %v; want FleetMismatches and PeerGroupFaults", changed)
+	}
+}
