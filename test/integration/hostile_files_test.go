@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -101,22 +99,8 @@ func TestNestedDropInKeepsServing(t *testing.T) {
 // reboot does.
 func launchOn(t *testing.T, dir string) *node {
 	t.Helper()
-	n := &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
-		log: new(syncbuf.Buffer), exited: make(chan error, 1)}
-	n.cmd = exec.Command(filepath.Join(bin, "rdmad"), "--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
-	n.cmd.Stderr, n.cmd.Stdout = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { n.exited <- n.cmd.Wait() }()
-	t.Cleanup(func() {
-		n.cmd.Process.Kill()
-		<-n.exited
-		if t.Failed() {
-			t.Logf("rdmad's log:\n%s", n.log)
-		}
-	})
-	n.waitReady()
+	n := newNode(t, dir)
+	n.start(nil)
 	return n
 }
 

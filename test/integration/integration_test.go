@@ -69,9 +69,23 @@ func launch(t testing.TB, prefix []string, config string, extra ...string) *node
 	// parent 0700).
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(dir), 0o755)
-	n := &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
-		log: new(syncbuf.Buffer), exited: make(chan error, 1)}
+	n := newNode(t, dir)
 	n.write(config)
+	n.start(prefix, extra...)
+	return n
+}
+
+// newNode is a node whose configuration and socket live in dir.
+func newNode(t testing.TB, dir string) *node {
+	return &node{t: t, dir: dir, config: filepath.Join(dir, "rdmad.toml"), socket: filepath.Join(dir, "rdmad.sock"),
+		log: new(syncbuf.Buffer), exited: make(chan error, 1)}
+}
+
+// start runs rdmad on n's directory (behind prefix), stops it when the test
+// ends (showing its log if the test failed), and waits until it is ready.
+func (n *node) start(prefix []string, extra ...string) {
+	t := n.t
+	t.Helper()
 	argv := append(append(append([]string{}, prefix...), filepath.Join(bin, "rdmad")),
 		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
 	n.cmd = exec.Command(argv[0], append(argv[1:], extra...)...)
@@ -89,7 +103,6 @@ func launch(t testing.TB, prefix []string, config string, extra ...string) *node
 		}
 	})
 	n.waitReady()
-	return n
 }
 
 func (n *node) write(body string) {
