@@ -406,9 +406,9 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 		switch {
 		case level < access.Admin && out.errName != ErrAccessDenied:
 			t.Fatalf("%s: privileged call by a sender at level %v answered %+v, want AccessDenied", desc, level, out)
-		case level >= access.Admin && member == "Probe" && strings.TrimSpace(msg.Body[0].(string)) == "":
+		case level >= access.Admin && member == "Probe" && (strings.TrimSpace(msg.Body[0].(string)) == "" || !validPeerName(msg.Body[0].(string))):
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
-				t.Fatalf("%s: Probe of a blank peer answered %+v, want InvalidArgs and no probe", desc, out)
+				t.Fatalf("%s: Probe of a blank or malformed peer name answered %+v, want InvalidArgs and no probe", desc, out)
 			}
 		case level >= access.Admin && len(out.calls) != 1:
 			t.Fatalf("%s: an admin's call did not reach the backend: %+v", desc, out)
