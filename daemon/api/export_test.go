@@ -18,3 +18,7 @@ func (s *Server) ServeLimits(ctx context.Context, ln net.Listener, grace time.Du
 func DefaultLimits() Limits {
 	return defaultLimits()
 }
+
+// SharedDir is sharedDir (helpers_test.go) for the external tests: a
+// directory every uid can enter with a copy of the test binary.
+var SharedDir = sharedDir

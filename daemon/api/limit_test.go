@@ -85,22 +85,7 @@ func newEnv(t *testing.T) *env {
 	}
 	// t.TempDir is 0700 under a 0700 parent: the helpers' uids could not
 	// reach the socket or the binary.
-	dir, err := os.MkdirTemp("", "rdmad-limit-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "api.test")
-	if err := copyFile(self, bin); err != nil {
-		t.Fatalf("copy the test binary for the helpers: %v", err)
-	}
+	dir, bin := api.SharedDir(t)
 	e := &env{dir: dir, bin: bin, sock: filepath.Join(dir, "rdmad.sock")}
 	// Ids nobody uses, so that no real account's groups get in the way.
 	// The uids and gids come from separate ranges: a helper's uid must not
@@ -121,23 +106,6 @@ func newEnv(t *testing.T) *env {
 	}
 	e.sockGID, e.adminGID = gids[0], gids[1]
 	return e
-}
-
-func copyFile(from, to string) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
 }
 
 // server is a running api.Server with the watch hub on /v1/watch.
