@@ -22,6 +22,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/config"
@@ -95,16 +96,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	now := time.Now()
-	d.store = state.NewStore(state.Snapshot{
+	d.store = state.NewStore(apitype.Snapshot{
 		Version:   opts.Version,
-		State:     state.Starting,
+		State:     apitype.Starting,
 		PID:       os.Getpid(),
 		StartedAt: now,
-		Config:    state.Config{Path: opts.ConfigPath},
-		Devices:   []inventory.Device{},
-		Policy:    state.Policy{Policies: []state.PolicyStatus{}},
-		Loopback:  []state.LoopbackPort{},
-		MRPool:    []state.PoolDevice{},
+		Config:    apitype.Config{Path: opts.ConfigPath},
+		Devices:   []apitype.Device{},
+		Policy:    apitype.Policy{Policies: []apitype.PolicyStatus{}},
+		Loopback:  []apitype.LoopbackPort{},
+		MRPool:    []apitype.PoolDevice{},
 	})
 
 	// The first load decides the socket. A broken file at start does not
@@ -154,9 +155,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	cfgChanged := make(chan struct{}, 1)
 	if err := watchConfig(ctx, d.log, opts.ConfigPath, 200*time.Millisecond, cfgChanged); err != nil {
-		d.setComponent("config-watch", state.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
+		d.setComponent("config-watch", apitype.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
 	} else {
-		d.setComponent("config-watch", state.OK, nil)
+		d.setComponent("config-watch", apitype.OK, nil)
 	}
 
 	d.rec = newReconciler(d.log)
@@ -168,14 +169,14 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		defer wg.Done()
 		rdbus.Run(ctx, rdbus.Options{Store: d.store, Backend: backend{d}, Policy: d.api.Policy, Logger: d.log.With("component", "dbus"),
-			Report: func(st string, err error) { d.setComponent(rdbus.ComponentName, st, err) }})
+			Report: func(st string, err error) { d.setComponent(apitype.ComponentDBus, st, err) }})
 	}()
 
 	d.refresh("start")
 	d.verbs = d.startVerbs(ctx)
 	defer d.verbs.stop()
 	d.reconcile(nil)
-	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
+	snap := d.store.Update(func(s *apitype.Snapshot) { d.summarise(s, apitype.Running) })
 	d.notify.ready(snap.Summary)
 	d.log.Info("rdmad started", "version", opts.Version, "socket", d.socket, "config", opts.ConfigPath,
 		"generation", d.gen, "devices", len(snap.Devices))
@@ -259,15 +260,15 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 // stop announces the stop; deferred functions in Run close the rest.
 func (d *Daemon) stop() {
 	d.notify.stopping()
-	d.store.Update(func(s *state.Snapshot) { s.State = state.Stopping; s.Summary = "stopping" })
+	d.store.Update(func(s *apitype.Snapshot) { s.State = apitype.Stopping; s.Summary = "stopping" })
 	d.log.Info("rdmad stopping")
 }
 
 // reload loads the configuration again. A load that fails leaves the
 // running configuration in place and is reported in status.
-func (d *Daemon) reload(why string) api.ReloadResult {
+func (d *Daemon) reload(why string) apitype.ReloadResult {
 	d.notify.reloading()
-	d.store.Update(func(s *state.Snapshot) { s.State = state.Reloading })
+	d.store.Update(func(s *apitype.Snapshot) { s.State = apitype.Reloading })
 	cfg, err := config.Load(d.opts.ConfigPath)
 	d.accept(cfg, err)
 	if err == nil {
@@ -281,9 +282,9 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		if d.sock != nil {
 			if err := d.sock.Secure(socketAccess(cfg)); err != nil {
 				d.log.Error("socket permissions not updated; the socket keeps its previous ones", "err", err)
-				d.setComponent("api", state.Error, err)
+				d.setComponent(apitype.ComponentAPI, apitype.Error, err)
 			} else {
-				d.setComponent("api", state.OK, nil)
+				d.setComponent(apitype.ComponentAPI, apitype.OK, nil)
 			}
 		}
 		d.refresh("reload")
@@ -292,9 +293,9 @@ func (d *Daemon) reload(why string) api.ReloadResult {
 		d.reloadPeers()
 		d.verbs.apply(d.ctx, cfg)
 	}
-	snap := d.store.Update(func(s *state.Snapshot) { d.summarise(s, state.Running) })
+	snap := d.store.Update(func(s *apitype.Snapshot) { d.summarise(s, apitype.Running) })
 	d.notify.ready(snap.Summary)
-	res := api.ReloadResult{OK: err == nil, Generation: d.gen}
+	res := apitype.ReloadResult{OK: err == nil, Generation: d.gen}
 	if err != nil {
 		res.Error = err.Error()
 		d.log.Error("configuration rejected; keeping the running one", "why", why, "err", oneLine(err), "generation", d.gen)
@@ -314,17 +315,17 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 	} else if d.cfg == nil {
 		d.cfg = config.Default()
 	}
-	d.store.Update(func(s *state.Snapshot) {
+	d.store.Update(func(s *apitype.Snapshot) {
 		s.Config.Path = d.opts.ConfigPath
 		s.Config.Generation = d.gen
 		if err == nil {
 			s.Config.Files = cfg.Files
 			s.Config.LoadedAt = now
 			s.Config.Error = ""
-			state.SetComponent(s, "config", state.OK, nil, now)
+			state.SetComponent(s, apitype.ComponentConfig, apitype.OK, nil, now)
 		} else {
 			s.Config.Error = err.Error()
-			state.SetComponent(s, "config", state.Error, errors.New("configuration rejected; the last good one stays in force (see config.error)"), now)
+			state.SetComponent(s, apitype.ComponentConfig, apitype.Error, errors.New("configuration rejected; the last good one stays in force (see config.error)"), now)
 		}
 	})
 }
@@ -333,35 +334,35 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 func (d *Daemon) refresh(why string) {
 	devs, err := d.inv.Read()
 	now := time.Now()
-	d.store.Update(func(s *state.Snapshot) {
+	d.store.Update(func(s *apitype.Snapshot) {
 		if err != nil {
-			state.SetComponent(s, "inventory", state.Error, err, now)
+			state.SetComponent(s, apitype.ComponentInventory, apitype.Error, err, now)
 		} else {
 			if devs == nil {
-				devs = []inventory.Device{}
+				devs = []apitype.Device{}
 			}
 			s.Devices = devs
-			st, e := state.OK, error(nil)
+			st, e := apitype.OK, error(nil)
 			if len(devs) == 0 {
-				st, e = state.Unavailable, errors.New(state.NoDevice)
+				st, e = apitype.Unavailable, errors.New(apitype.NoDevice)
 			}
-			state.SetComponent(s, "inventory", st, e, now)
+			state.SetComponent(s, apitype.ComponentInventory, st, e, now)
 		}
 		// A device that came or went, or an inventory that cannot be
 		// read, changes the health: decide the state and summary again,
 		// unless rdmad is starting, reloading or stopping (those set
 		// them when they are done).
-		if s.State == state.Running || s.State == state.Degraded {
-			d.summarise(s, state.Running)
+		if s.State == apitype.Running || s.State == apitype.Degraded {
+			d.summarise(s, apitype.Running)
 		}
 	})
 	d.log.Debug("inventory read", "why", why, "devices", len(devs), "err", err)
 }
 
 // summarise sets State and the one-line Summary (also sent as STATUS=).
-func (d *Daemon) summarise(s *state.Snapshot, st string) {
+func (d *Daemon) summarise(s *apitype.Snapshot, st string) {
 	if !s.Healthy() {
-		st = state.Degraded
+		st = apitype.Degraded
 	}
 	s.State = st
 	ports, active := 0, 0
@@ -376,7 +377,7 @@ func (d *Daemon) summarise(s *state.Snapshot, st string) {
 	parts := []string{st}
 	if len(s.Devices) == 0 {
 		if s.NoDevices() {
-			parts = append(parts, state.NoDevice)
+			parts = append(parts, apitype.NoDevice)
 		} else {
 			parts = append(parts, "no RDMA devices")
 		}
@@ -392,7 +393,7 @@ func (d *Daemon) summarise(s *state.Snapshot, st string) {
 
 func (d *Daemon) setComponent(name, st string, err error) {
 	now := time.Now()
-	d.store.Update(func(s *state.Snapshot) { state.SetComponent(s, name, st, err, now) })
+	d.store.Update(func(s *apitype.Snapshot) { state.SetComponent(s, name, st, err, now) })
 }
 
 // listen returns the socket systemd passed (socket activation) or creates it.
@@ -460,22 +461,22 @@ func faultSwitch() <-chan os.Signal {
 // backend serves the API from the daemon.
 type backend struct{ d *Daemon }
 
-func (b backend) Snapshot() *state.Snapshot { return b.d.store.Load() }
+func (b backend) Snapshot() *apitype.Snapshot { return b.d.store.Load() }
 
-func (b backend) Reload(ctx context.Context) (api.ReloadResult, error) {
-	var res api.ReloadResult
+func (b backend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
+	var res apitype.ReloadResult
 	err := b.d.do(ctx, func() { res = b.d.reload("request") })
 	return res, err
 }
 
-func (b backend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
-	var cs []state.Change
+func (b backend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
+	var cs []apitype.Change
 	err := b.d.do(ctx, func() { cs, _ = b.d.rec.pass(b.d.cfg, b.d.store.Load().Devices, nil, false) })
 	return cs, err
 }
 
-func (b backend) PolicyApply(ctx context.Context) (api.ApplyResult, error) {
-	var res api.ApplyResult
+func (b backend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
+	var res apitype.ApplyResult
 	err := b.d.do(ctx, func() {
 		d := b.d
 		d.refresh("policy apply request")

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/linkwatch"
 	"github.com/rdmad/rdmad/daemon/linkwatch/coalesce"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/uevent"
 )
 
@@ -43,27 +43,27 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 	go func() {
 		defer wg.Done()
 		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent("events-rtnetlink", state.Error, err)
+			d.setComponent("events-rtnetlink", apitype.Error, err)
 		}
 	}()
-	d.setComponent("events-rtnetlink", state.OK, nil)
+	d.setComponent("events-rtnetlink", apitype.OK, nil)
 
 	uev := make(chan uevent.Event, 64)
 	// infiniband_verbs: a device's uverbs node goes first when the device
 	// is removed, before the kernel waits for its users (release.go).
 	conn, err := uevent.Dial(&uevent.Options{Subsystems: []string{"net", "infiniband", "infiniband_verbs"}})
 	if err != nil {
-		d.setComponent("events-uevent", state.Error, err)
+		d.setComponent("events-uevent", apitype.Error, err)
 		return events{link: w.Events(), uevent: uev, lost: lost}
 	}
-	d.setComponent("events-uevent", state.OK, nil)
+	d.setComponent("events-uevent", apitype.OK, nil)
 	q := coalesce.New[string, uevent.Event](20*time.Millisecond, 1024)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		defer conn.Close()
 		if err := conn.Run(ctx, q); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent("events-uevent", state.Error, err)
+			d.setComponent("events-uevent", apitype.Error, err)
 		}
 	}()
 	go func() {
@@ -169,16 +169,16 @@ func (d *Daemon) isPortNetdev(name string) bool {
 
 // reconcile runs a policy pass over sc (nil: everything) and publishes the
 // result.
-func (d *Daemon) reconcile(sc *scope) []state.Change {
+func (d *Daemon) reconcile(sc *scope) []apitype.Change {
 	changes, policies := d.rec.pass(d.cfg, d.store.Load().Devices, sc, true)
 	if reflect.DeepEqual(d.store.Load().Policy.Policies, policies) {
 		return changes // nothing new to publish
 	}
-	d.store.Update(func(s *state.Snapshot) {
-		s.Policy = state.Policy{Policies: policies}
+	d.store.Update(func(s *apitype.Snapshot) {
+		s.Policy = apitype.Policy{Policies: policies}
 		st := s.State
-		if st == state.Degraded {
-			st = state.Running // summarise decides again
+		if st == apitype.Degraded {
+			st = apitype.Running // summarise decides again
 		}
 		d.summarise(s, st)
 	})

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
-func memlockTargets(ps []state.PolicyStatus) []state.Target {
+func memlockTargets(ps []apitype.PolicyStatus) []apitype.Target {
 	for _, p := range ps {
 		if p.Name == "memlock" {
 			return p.Targets
@@ -37,7 +37,7 @@ func TestUserMemlockRemoved(t *testing.T) {
 	cfg.Memlock.Users, cfg.Memlock.LimitsFile = &size, a
 
 	_, ps := r.pass(cfg, nil, nil, true)
-	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != state.Applied || ts[0].Object != a {
+	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != apitype.Applied || ts[0].Object != a {
 		t.Fatalf("write: targets %+v", ts)
 	}
 	if !memlock.IsOurs(a) {
@@ -55,7 +55,7 @@ func TestUserMemlockRemoved(t *testing.T) {
 	}
 	var removed bool
 	for _, tg := range memlockTargets(ps) {
-		if tg.Object == a && tg.State == state.Applied && tg.Actual == "(removed)" {
+		if tg.Object == a && tg.State == apitype.Applied && tg.Actual == "(removed)" {
 			removed = true
 		}
 	}
@@ -76,7 +76,7 @@ func TestUserMemlockRemoved(t *testing.T) {
 	if _, err := os.Lstat(b); !os.IsNotExist(err) {
 		t.Errorf("limits file %s still there after users went: %v", b, err)
 	}
-	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != state.Applied || ts[0].Object != b {
+	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != apitype.Applied || ts[0].Object != b {
 		t.Errorf("removal target: %+v", ts)
 	}
 	// Next pass: nothing to do, nothing reported.
@@ -112,7 +112,7 @@ func TestUserMemlockRemoved(t *testing.T) {
 	cfg.Memlock.Users = &size
 	_, ps = r.pass(cfg, nil, nil, true)
 	ts := memlockTargets(ps)
-	if len(ts) != 1 || ts[0].State != state.TargetError || !strings.Contains(ts[0].Error, "not written by rdmad") || !strings.Contains(ts[0].Error, "limits_file") {
+	if len(ts) != 1 || ts[0].State != apitype.TargetError || !strings.Contains(ts[0].Error, "not written by rdmad") || !strings.Contains(ts[0].Error, "limits_file") {
 		t.Errorf("users over an admin's file: %+v", ts)
 	}
 	if got, _ := os.ReadFile(b); string(got) != "@hpc hard memlock unlimited\n" {

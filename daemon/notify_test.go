@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/client"
 )
 
 // notifySocket listens on a datagram socket and set NOTIFY_SOCKET to it, as

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/peers"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
@@ -115,11 +116,11 @@ func wantPeers(cfg *config.Config) bool {
 // Runs on the main goroutine.
 func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	if !d.cfg.Probe.Peers {
-		d.setComponent("peers", state.Disabled, nil)
+		d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
 		return
 	}
 	if !wantPeers(d.cfg) {
-		d.setComponent("peers", state.Disabled, errors.New("no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))
+		d.setComponent(apitype.ComponentPeers, apitype.Disabled, errors.New("no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))
 		return
 	}
 	r := &peerRunner{class: newProbeClass(d.store, d.cfg)}
@@ -127,14 +128,14 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	// believe anybody: it does not start until the key can be read.
 	auth, err := r.loadAuth(d.cfg)
 	if err != nil {
-		d.setComponent("peers", state.Error, fmt.Errorf("%w; peer probes are not started until the key can be read", err))
+		d.setComponent(apitype.ComponentPeers, apitype.Error, fmt.Errorf("%w; peer probes are not started until the key can be read", err))
 		return
 	}
 	r.eng, err = peer.New(peer.Config{Logger: d.log.With("component", "peers"),
 		TrafficClassFor: r.class.of,
 		OnReply:         func(rep peer.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
-		d.setComponent("peers", state.Error, err)
+		d.setComponent(apitype.ComponentPeers, apitype.Error, err)
 		return
 	}
 	r.useAuth(auth)
@@ -145,22 +146,22 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,
 		Fingerprint:    d.fingerprintSource(),
-		OnState: func(ps state.Peers) {
-			d.store.Update(func(s *state.Snapshot) {
+		OnState: func(ps apitype.Peers) {
+			d.store.Update(func(s *apitype.Snapshot) {
 				s.Peers = ps
 				r.setComponent(s, time.Now())
 			})
 		},
 	}, settings)
 	if err != nil {
-		d.setComponent("peers", state.Error, err)
+		d.setComponent(apitype.ComponentPeers, apitype.Error, err)
 		return
 	}
 	d.peers.Store(r)
 	if fileErr != nil {
 		d.log.Warn("peers file", "err", fileErr)
 	}
-	d.setComponent("peers", state.OK, nil)
+	d.setComponent(apitype.ComponentPeers, apitype.OK, nil)
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -171,7 +172,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		defer d.peers.Store(nil)
 		if err := r.mgr.Run(ctx); err != nil {
 			d.log.Error("peer probes stopped", "err", err)
-			d.setComponent("peers", state.Error, err)
+			d.setComponent(apitype.ComponentPeers, apitype.Error, err)
 		}
 	}()
 	go func() {
@@ -197,17 +198,17 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 // setComponent derives the peers component from the engine's ports: no
 // port because verbs are unavailable is "unavailable", for another reason
 // an error.
-func (r *peerRunner) setComponent(s *state.Snapshot, now time.Time) {
+func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 	ports, perr := r.eng.Ports()
 	switch {
 	case len(ports) == 0 && errors.Is(perr, verbs.ErrUnavailable):
-		state.SetComponent(s, "peers", state.Unavailable, perr, now)
+		state.SetComponent(s, apitype.ComponentPeers, apitype.Unavailable, perr, now)
 	case len(ports) == 0 && perr != nil:
-		state.SetComponent(s, "peers", state.Error, perr, now)
+		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, perr, now)
 	case r.keyError() != nil:
-		state.SetComponent(s, "peers", state.Error, r.keyError(), now)
+		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, r.keyError(), now)
 	default:
-		state.SetComponent(s, "peers", state.OK, r.fileError(), now)
+		state.SetComponent(s, apitype.ComponentPeers, apitype.OK, r.fileError(), now)
 	}
 }
 
@@ -224,7 +225,7 @@ func (d *Daemon) peersDeviceEvent() {
 // peer states change or every few seconds).
 func (d *Daemon) peersRecheck() {
 	if r := d.peers.Load(); r != nil {
-		d.store.Update(func(s *state.Snapshot) { r.setComponent(s, time.Now()) })
+		d.store.Update(func(s *apitype.Snapshot) { r.setComponent(s, time.Now()) })
 	}
 }
 
@@ -237,7 +238,7 @@ func (d *Daemon) reloadPeers() {
 		if wantPeers(d.cfg) && d.ctx.Err() == nil {
 			d.startPeers(d.ctx, d.wg)
 		} else if !d.cfg.Probe.Peers {
-			d.setComponent("peers", state.Disabled, nil)
+			d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
 		}
 		return
 	}
@@ -246,7 +247,7 @@ func (d *Daemon) reloadPeers() {
 		// The settings in force stay, with the key in force: a reload
 		// must not turn authentication off, nor stop the probes.
 		d.log.Error("peer probes keep their settings and key", "err", kerr)
-		d.store.Update(func(s *state.Snapshot) { r.setComponent(s, time.Now()) })
+		d.store.Update(func(s *apitype.Snapshot) { r.setComponent(s, time.Now()) })
 		return
 	}
 	r.useAuth(auth)
@@ -262,10 +263,10 @@ func (d *Daemon) reloadPeers() {
 }
 
 // Probe serves POST /v1/probe: a one-shot probe of a configured peer.
-func (b backend) Probe(ctx context.Context, name string) (state.Peer, error) {
+func (b backend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
 	r := b.d.peers.Load()
 	if r == nil {
-		return state.Peer{}, errors.New("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
+		return apitype.Peer{}, errors.New("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
 	}
 	return r.mgr.ProbeOnce(ctx, name)
 }

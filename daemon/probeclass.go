@@ -3,8 +3,8 @@ package daemon
 import (
 	"sync/atomic"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/policy"
 )
@@ -50,7 +50,7 @@ func (c *probeClass) of(dev string, port int) uint8 {
 
 // policyToS is the [policy.roce] tos in force for dev's port, or 0 when no
 // policy manages it.
-func policyToS(policies []config.Policy, devs []inventory.Device, dev string, port int) uint8 {
+func policyToS(policies []config.Policy, devs []apitype.Device, dev string, port int) uint8 {
 	pt := policy.Port{Device: dev, Port: port}
 	for _, d := range devs {
 		if d.Name != dev {

@@ -3,8 +3,8 @@ package daemon
 import (
 	"testing"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -14,9 +14,9 @@ import (
 // a new configuration is in force at once.
 func TestProbeClass(t *testing.T) {
 	tos := func(v int) *int { return &v }
-	store := state.NewStore(state.Snapshot{Devices: []inventory.Device{
-		{Name: "mlx5_0", Ports: []inventory.Port{{Port: 1, Netdev: "ens1f0"}, {Port: 2, Netdev: "ens1f1"}}},
-		{Name: "rxe0", Ports: []inventory.Port{{Port: 1, Netdev: "eth0"}}},
+	store := state.NewStore(apitype.Snapshot{Devices: []apitype.Device{
+		{Name: "mlx5_0", Ports: []apitype.Port{{Port: 1, Netdev: "ens1f0"}, {Port: 2, Netdev: "ens1f1"}}},
+		{Name: "rxe0", Ports: []apitype.Port{{Port: 1, Netdev: "eth0"}}},
 	}})
 	cfg := config.Default()
 	cfg.Policies = []config.Policy{

@@ -13,9 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/dcb"
 	"github.com/rdmad/rdmad/policy/memlock"
@@ -25,7 +24,7 @@ import (
 )
 
 // Change is one difference between desired and actual state.
-type Change = state.Change
+type Change = apitype.Change
 
 // A scope limits a pass to the objects an event touched. A nil scope is a
 // full pass.
@@ -61,7 +60,7 @@ type reconciler struct {
 
 type entry struct {
 	policy string
-	t      state.Target
+	t      apitype.Target
 }
 
 func targetKey(kind, object string) string { return kind + " " + object }
@@ -96,14 +95,14 @@ func (r *reconciler) forget() { r.unsupported = map[string]int{} }
 
 // pass reconciles the objects in sc. With apply false it only computes the
 // changes enforcement would make and records nothing.
-func (r *reconciler) pass(cfg *config.Config, devs []inventory.Device, sc *scope, apply bool) ([]Change, []state.PolicyStatus) {
+func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, apply bool) ([]Change, []apitype.PolicyStatus) {
 	netdevs, index := listNetdevs()
 	ports := portsOf(devs)
 	want := policy.Resolve(cfg.Policies, netdevs, ports)
 
 	var changes []Change
 	seen := map[string]bool{}
-	record := func(src policy.Source, kind, object string, t state.Target, cs []Change) {
+	record := func(src policy.Source, kind, object string, t apitype.Target, cs []Change) {
 		if t.State == "" {
 			return // gone; see failed
 		}
@@ -126,7 +125,7 @@ func (r *reconciler) pass(cfg *config.Config, devs []inventory.Device, sc *scope
 		if len(cs) > 0 {
 			t.Drifts++
 		}
-		if t.State == state.Applied {
+		if t.State == apitype.Applied {
 			t.Applies++
 		}
 		if !ok || prev.t.State != t.State || prev.t.Actual != t.Actual || prev.t.Error != t.Error {
@@ -217,9 +216,9 @@ func deviceOf(object string) string {
 }
 
 // status builds the per-policy view of the targets, in configuration order.
-func (r *reconciler) status(cfg *config.Config, want policy.Desired) []state.PolicyStatus {
-	out := make([]state.PolicyStatus, 0, len(cfg.Policies)+1)
-	byPolicy := map[string][]state.Target{}
+func (r *reconciler) status(cfg *config.Config, want policy.Desired) []apitype.PolicyStatus {
+	out := make([]apitype.PolicyStatus, 0, len(cfg.Policies)+1)
+	byPolicy := map[string][]apitype.Target{}
 	for _, e := range r.targets {
 		byPolicy[e.policy] = append(byPolicy[e.policy], e.t)
 	}
@@ -232,9 +231,9 @@ func (r *reconciler) status(cfg *config.Config, want policy.Desired) []state.Pol
 			return ts[i].Kind < ts[j].Kind
 		})
 		if ts == nil {
-			ts = []state.Target{}
+			ts = []apitype.Target{}
 		}
-		out = append(out, state.PolicyStatus{Name: name, Mode: mode, Targets: ts})
+		out = append(out, apitype.PolicyStatus{Name: name, Mode: mode, Targets: ts})
 	}
 	for _, p := range cfg.Policies {
 		add(p.Name, p.Mode)
@@ -247,8 +246,8 @@ func (r *reconciler) status(cfg *config.Config, want policy.Desired) []state.Pol
 	return out
 }
 
-func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (state.Target, []Change) {
-	t := state.Target{Desired: strconv.Itoa(desired)}
+func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Target, []Change) {
+	t := apitype.Target{Desired: strconv.Itoa(desired)}
 	if r.mtu == nil {
 		return failed(t, errors.New("rtnetlink is unavailable (see the log)")), nil
 	}
@@ -258,14 +257,14 @@ func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (state.Targe
 	}
 	t.Actual = strconv.Itoa(actual)
 	if actual == desired {
-		t.State = state.InSync
+		t.State = apitype.InSync
 		return t, nil
 	}
 	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.mtu.Set(nd, desired) })
 }
 
-func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (state.Target, []Change) {
-	t := state.Target{Desired: policy.FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
+func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (apitype.Target, []Change) {
+	t := apitype.Target{Desired: policy.FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
 	if idx, ok := r.unsupported[nd]; ok && idx == ifindex {
 		if prev, ok := r.targets[targetKey("qos", nd)]; ok {
 			return prev.t, nil
@@ -277,7 +276,7 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	actual, err := qos.Observe(r.dcb, nd)
 	if qos.IsUnsupported(err) {
 		r.unsupported[nd] = ifindex
-		t.State, t.Actual = state.Unsupported, "no DCB"
+		t.State, t.Actual = apitype.Unsupported, "no DCB"
 		t.Error = fmt.Sprintf("%s has no DCB (dcbnl) support in its driver; QoS cannot be managed on it", nd)
 		return t, nil
 	}
@@ -290,7 +289,7 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		return failed(t, err), nil
 	}
 	if len(plan) == 0 {
-		t.State = state.InSync
+		t.State = apitype.InSync
 		return t, nil
 	}
 	var cs []Change
@@ -304,15 +303,15 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	})
 	if qos.IsUnsupported(applyErr) {
 		r.unsupported[nd] = ifindex
-		t.State = state.Unsupported
+		t.State = apitype.Unsupported
 	}
 	return t, cs
 }
 
-func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (state.Target, []Change) {
+func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (apitype.Target, []Change) {
 	var want roce.Settings
 	desc := ""
-	t := state.Target{}
+	t := apitype.Target{}
 	actual, err := r.roce.Observe(p.Device, p.Port)
 	if err != nil {
 		t.Desired = roceString(w.ToS, w.Mode)
@@ -334,7 +333,7 @@ func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (
 	tos := int(actual.ToS)
 	t.Actual = roceString(&tos, modeShort(actual.Mode, w.Mode))
 	if want == actual {
-		t.State = state.InSync
+		t.State = apitype.InSync
 		return t, nil
 	}
 	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.roce.Apply(p.Device, p.Port, want) })
@@ -369,15 +368,15 @@ func modeShort(m roce.Mode, managed string) string {
 	return string(m)
 }
 
-func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (state.Target, []Change) {
-	t := state.Target{Desired: want.String()}
+func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (apitype.Target, []Change) {
+	t := apitype.Target{Desired: want.String()}
 	cur, err := memlock.Observe()
 	if err != nil {
 		return failed(t, err), nil
 	}
 	t.Actual = cur.Soft.String()
 	if cur.Soft >= want {
-		t.State = state.InSync
+		t.State = apitype.InSync
 		return t, nil
 	}
 	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
@@ -386,11 +385,11 @@ func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (state.
 	})
 }
 
-func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Target, []Change) {
+func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (apitype.Target, []Change) {
 	rule := memlock.Rule{Domain: m.UsersDomain, Soft: *m.Users, Hard: *m.Users}
-	t := state.Target{Desired: fmt.Sprintf("%s memlock %s", rule.Domain, m.Users.String())}
+	t := apitype.Target{Desired: fmt.Sprintf("%s memlock %s", rule.Domain, m.Users.String())}
 	if !enforce {
-		t.State, t.Actual = state.InSync, "(not checked in a diff)"
+		t.State, t.Actual = apitype.InSync, "(not checked in a diff)"
 		return t, nil
 	}
 	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
@@ -399,10 +398,10 @@ func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (state.Tar
 	}
 	t.Actual = t.Desired
 	if changed {
-		t.State = state.Applied
+		t.State = apitype.Applied
 		return t, []Change{{From: "(different or missing)", To: t.Desired}}
 	}
-	t.State = state.InSync
+	t.State = apitype.InSync
 	return t, nil
 }
 
@@ -423,15 +422,15 @@ func (r *reconciler) staleLimits(m config.Memlock) []string {
 // removeUserMemlock removes the limits file at path if rdmad wrote it (its
 // header says so; a symlink is never followed). A file that is not
 // rdmad's, or no file, is not rdmad's business: no target (State "").
-func (r *reconciler) removeUserMemlock(path string, enforce bool) (state.Target, []Change) {
-	t := state.Target{Desired: "(no file: [memlock] users is not set for this path)"}
+func (r *reconciler) removeUserMemlock(path string, enforce bool) (apitype.Target, []Change) {
+	t := apitype.Target{Desired: "(no file: [memlock] users is not set for this path)"}
 	cs := []Change{{From: "rdmad's memlock rules", To: "(removed)"}}
 	if !enforce {
 		// A diff only says what would go.
 		if !memlock.IsOurs(path) {
 			return t, nil
 		}
-		t.State, t.Actual = state.Drifted, "rdmad's memlock rules"
+		t.State, t.Actual = apitype.Drifted, "rdmad's memlock rules"
 		return t, cs
 	}
 	removed, err := memlock.RemoveLimits(path)
@@ -453,34 +452,34 @@ func (r *reconciler) removeUserMemlock(path string, enforce bool) (state.Target,
 	if path == r.limitsPath {
 		r.limitsPath = ""
 	}
-	t.State, t.Actual = state.Applied, "(removed)"
+	t.State, t.Actual = apitype.Applied, "(removed)"
 	return t, cs
 }
 
 // settle finishes t for a setting that differs from its desired value: a
 // policy in observe mode (or a dry run) reports it drifted; otherwise apply
 // runs and t is applied or failed.
-func settle(t state.Target, cs []Change, enforce bool, apply func() error) (state.Target, []Change) {
+func settle(t apitype.Target, cs []Change, enforce bool, apply func() error) (apitype.Target, []Change) {
 	if !enforce {
-		t.State = state.Drifted
+		t.State = apitype.Drifted
 		return t, cs
 	}
 	if err := apply(); err != nil {
 		return failed(t, err), cs
 	}
-	t.State, t.Actual = state.Applied, t.Desired
+	t.State, t.Actual = apitype.Applied, t.Desired
 	return t, cs
 }
 
 // failed marks t as failed with err, or as gone (State "") when err says
 // the object disappeared: a device that vanishes mid-pass is normal, and its
 // removal event follows.
-func failed(t state.Target, err error) state.Target {
+func failed(t apitype.Target, err error) apitype.Target {
 	if errors.Is(err, unix.ENODEV) {
 		t.State = ""
 		return t
 	}
-	t.State, t.Error = state.TargetError, err.Error()
+	t.State, t.Error = apitype.TargetError, err.Error()
 	return t
 }
 
@@ -498,7 +497,7 @@ func listNetdevs() ([]string, map[string]int) {
 	return names, index
 }
 
-func portsOf(devs []inventory.Device) []policy.Port {
+func portsOf(devs []apitype.Device) []policy.Port {
 	var ps []policy.Port
 	for _, d := range devs {
 		for _, p := range d.Ports {

@@ -5,7 +5,7 @@ import (
 	"path"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/probe"
 )
@@ -126,7 +126,7 @@ func (v *verbsParts) probeResult(res probe.PortResult) {
 
 // uverbsDevice returns the RDMA device whose verbs node is uverbs (a
 // uevent's "uverbs0"), or "".
-func uverbsDevice(devs []inventory.Device, uverbs string) string {
+func uverbsDevice(devs []apitype.Device, uverbs string) string {
 	for _, d := range devs {
 		if d.Uverbs != "" && path.Base(d.Uverbs) == uverbs {
 			return d.Name

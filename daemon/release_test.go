@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/syncbuf"
@@ -22,8 +23,8 @@ func releaseDaemon(t *testing.T) (*Daemon, *syncbuf.Buffer) {
 	logs := &syncbuf.Buffer{}
 	d := &Daemon{inv: inventory.Reader{Root: t.TempDir()}, log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		reqs: make(chan func(), 8),
-		store: state.NewStore(state.Snapshot{State: state.Running,
-			Devices: []inventory.Device{{Name: "rxe0", Uverbs: "/dev/infiniband/uverbs0"}, {Name: "mlx5_0", Uverbs: "/dev/infiniband/uverbs1"}}})}
+		store: state.NewStore(apitype.Snapshot{State: apitype.Running,
+			Devices: []apitype.Device{{Name: "rxe0", Uverbs: "/dev/infiniband/uverbs0"}, {Name: "mlx5_0", Uverbs: "/dev/infiniband/uverbs1"}}})}
 	pool, err := mrpool.New(mrpool.Config{Classes: []mrpool.Class{{Size: 4096, Count: 1}}, Logger: d.log})
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func releaseDaemon(t *testing.T) (*Daemon, *syncbuf.Buffer) {
 }
 
 func TestUverbsDevice(t *testing.T) {
-	devs := []inventory.Device{{Name: "rxe0", Uverbs: "/dev/infiniband/uverbs0"}, {Name: "mlx5_0", Uverbs: "/dev/infiniband/uverbs10"}, {Name: "hfi1_0"}}
+	devs := []apitype.Device{{Name: "rxe0", Uverbs: "/dev/infiniband/uverbs0"}, {Name: "mlx5_0", Uverbs: "/dev/infiniband/uverbs10"}, {Name: "hfi1_0"}}
 	for uv, want := range map[string]string{"uverbs0": "rxe0", "uverbs10": "mlx5_0", "uverbs1": "", "": ""} {
 		if got := uverbsDevice(devs, uv); got != want {
 			t.Errorf("uverbsDevice(%q) = %q, want %q", uv, got, want)

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/metrics"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 )
 
@@ -20,7 +20,7 @@ import (
 // changes [metrics] listen is logged, and takes effect at the next restart.
 func (d *Daemon) addSinks(ctx context.Context, wg *sync.WaitGroup) {
 	tracker := &metrics.ConfigTracker{}
-	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*state.Snapshot){tracker.Observe}, Logger: d.log.With("component", "watch")})
+	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*apitype.Snapshot){tracker.Observe}, Logger: d.log.With("component", "watch")})
 	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, Config: tracker})
 	h := metrics.Handler(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
@@ -34,23 +34,23 @@ func (d *Daemon) addSinks(ctx context.Context, wg *sync.WaitGroup) {
 
 	addr := d.cfg.Metrics.Listen
 	if addr == "" {
-		d.setComponent("metrics", state.OK, nil)
+		d.setComponent(apitype.ComponentMetrics, apitype.OK, nil)
 		return
 	}
 	ln, err := metrics.Listen(addr)
 	if err != nil {
 		d.log.Error("metrics listener", "err", err)
-		d.setComponent("metrics", state.Error, err)
+		d.setComponent(apitype.ComponentMetrics, apitype.Error, err)
 		return
 	}
 	d.log.Info("serving metrics", "address", ln.Addr().String())
-	d.setComponent("metrics", state.OK, nil)
+	d.setComponent(apitype.ComponentMetrics, apitype.OK, nil)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := metrics.Serve(ctx, ln, h); err != nil {
 			d.log.Error("metrics listener", "err", err)
-			d.setComponent("metrics", state.Error, err)
+			d.setComponent(apitype.ComponentMetrics, apitype.Error, err)
 		}
 	}()
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 )
 
 // TestSinks runs the daemon on the inventory fixture with [metrics] listen
@@ -98,7 +98,7 @@ func TestSinks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("watch: %v before the config error event", err)
 		}
-		sawConfig = ev.Type == watch.Config && ev.To == "error" && strings.Contains(ev.Message, "bogus")
+		sawConfig = ev.Type == apitype.EventConfig && ev.To == "error" && strings.Contains(ev.Message, "bogus")
 	}
 	body, err = c.Metrics(ctx)
 	if err != nil {
@@ -116,7 +116,7 @@ func TestSinks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("watch ended with %v before a bye line", err)
 		}
-		if ev.Type == watch.Bye {
+		if ev.Type == apitype.EventBye {
 			break
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs"
@@ -51,11 +52,11 @@ func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
 		gone: make(chan goneReport, 16), released: map[string]bool{}}
 	go v.forwardGone(ctx)
 	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
-		d.setComponent("verbs", state.Unavailable, err)
+		d.setComponent(apitype.ComponentVerbs, apitype.Unavailable, err)
 	} else if err != nil {
-		d.setComponent("verbs", state.Error, err)
+		d.setComponent(apitype.ComponentVerbs, apitype.Error, err)
 	} else {
-		d.setComponent("verbs", state.OK, nil)
+		d.setComponent(apitype.ComponentVerbs, apitype.OK, nil)
 	}
 	v.apply(ctx, d.cfg)
 	return v
@@ -109,7 +110,7 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 		}})
 	if err != nil {
 		v.pool = nil
-		v.d.setComponent("mrpool", state.Error, err)
+		v.d.setComponent(apitype.ComponentMRPool, apitype.Error, err)
 		return
 	}
 	v.pool = p
@@ -129,7 +130,7 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 	v.probeCfg = c
 	v.prober = nil
 	if !c.Loopback {
-		v.d.setComponent("loopback-probe", state.Disabled, nil)
+		v.d.setComponent("loopback-probe", apitype.Disabled, nil)
 		v.stopProber = func() {}
 		return
 	}
@@ -137,7 +138,7 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		TrafficClass: v.class.of,
 		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
 	if err != nil {
-		v.d.setComponent("loopback-probe", state.Error, err)
+		v.d.setComponent("loopback-probe", apitype.Error, err)
 		v.stopProber = func() {}
 		return
 	}
@@ -187,11 +188,11 @@ func (v *verbsParts) addDevices() {
 func (v *verbsParts) reportPool(err error) {
 	switch {
 	case err == nil:
-		v.d.setComponent("mrpool", state.OK, nil)
+		v.d.setComponent(apitype.ComponentMRPool, apitype.OK, nil)
 	case errors.Is(err, verbs.ErrUnavailable):
-		v.d.setComponent("mrpool", state.Unavailable, err)
+		v.d.setComponent(apitype.ComponentMRPool, apitype.Unavailable, err)
 	default:
-		v.d.setComponent("mrpool", state.Error, err)
+		v.d.setComponent(apitype.ComponentMRPool, apitype.Error, err)
 	}
 }
 
@@ -227,15 +228,15 @@ func (v *verbsParts) publish() {
 		pools = v.pool.Stats()
 	}
 	now := time.Now()
-	v.d.store.Update(func(s *state.Snapshot) {
+	v.d.store.Update(func(s *apitype.Snapshot) {
 		s.Loopback = toLoopback(ports)
 		s.MRPool = toMRPool(pools)
 		if v.prober != nil {
-			st, err := state.OK, error(nil)
+			st, err := apitype.OK, error(nil)
 			if unavailable != "" {
-				st, err = state.Unavailable, errors.New(unavailable)
+				st, err = apitype.Unavailable, errors.New(unavailable)
 			} else if failing := failingPorts(ports); failing != "" {
-				st, err = state.Error, fmt.Errorf("loopback probe failing on %s", failing)
+				st, err = apitype.Error, fmt.Errorf("loopback probe failing on %s", failing)
 			}
 			state.SetComponent(s, "loopback-probe", st, err, now)
 		}
@@ -264,13 +265,13 @@ func (v *verbsParts) stop() {
 	}
 }
 
-func toLoopback(ps []probe.PortResult) []state.LoopbackPort {
-	out := make([]state.LoopbackPort, len(ps))
-	op := func(o probe.OpStats) state.OpStats {
-		return state.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors}
+func toLoopback(ps []probe.PortResult) []apitype.LoopbackPort {
+	out := make([]apitype.LoopbackPort, len(ps))
+	op := func(o probe.OpStats) apitype.OpStats {
+		return apitype.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors}
 	}
 	for i, p := range ps {
-		out[i] = state.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
+		out[i] = apitype.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
 			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, TrafficClass: p.TrafficClass, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
 			Rounds: p.Rounds, Failures: p.Failures, QPRecreated: p.QPRecreated, LastError: p.LastError,
 			ErrorKind: string(p.ErrorKind), UpdatedAt: p.UpdatedAt}
@@ -278,16 +279,16 @@ func toLoopback(ps []probe.PortResult) []state.LoopbackPort {
 	return out
 }
 
-func toMRPool(ds []mrpool.DeviceStats) []state.PoolDevice {
-	out := make([]state.PoolDevice, len(ds))
+func toMRPool(ds []mrpool.DeviceStats) []apitype.PoolDevice {
+	out := make([]apitype.PoolDevice, len(ds))
 	for i, d := range ds {
-		cs := make([]state.PoolClass, len(d.Classes))
+		cs := make([]apitype.PoolClass, len(d.Classes))
 		for j, c := range d.Classes {
-			cs[j] = state.PoolClass{Size: int64(c.Size), Count: c.Count, InUse: c.InUse, HighWater: c.HighWater, Gets: c.Gets, Exhausted: c.Exhausted}
+			cs[j] = apitype.PoolClass{Size: int64(c.Size), Count: c.Count, InUse: c.InUse, HighWater: c.HighWater, Gets: c.Gets, Exhausted: c.Exhausted}
 		}
-		out[i] = state.PoolDevice{Device: d.Device, Registered: d.Registered, RegisteredBytes: d.RegisteredBytes, InUse: d.InUse,
+		out[i] = apitype.PoolDevice{Device: d.Device, Registered: d.Registered, RegisteredBytes: d.RegisteredBytes, InUse: d.InUse,
 			InUseBytes: d.InUseBytes, HighWaterBytes: d.HighWaterBytes, Failures: d.Failures, LastError: d.LastError, Classes: cs,
-			Canary: state.Canary{Registrations: d.Canary.Registrations, Failures: d.Canary.Failures, LastLatency: d.Canary.LastLatency,
+			Canary: apitype.Canary{Registrations: d.Canary.Registrations, Failures: d.Canary.Failures, LastLatency: d.Canary.LastLatency,
 				MaxLatency: d.Canary.MaxLatency, LastError: d.Canary.LastError, LastAt: d.Canary.LastAt}}
 	}
 	return out

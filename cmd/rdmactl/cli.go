@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/client"
 )
 
 // Exit codes; rdmactl(8) documents them.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/daemon/doctor"
 )
 

@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 )
 
 func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) int {
@@ -22,7 +22,7 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) 
 	if g.json {
 		printJSON(g.stdout, s.Peers)
 	} else {
-		if comp, ok := s.Components["peers"]; ok && comp.State != state.OK {
+		if comp, ok := s.Components[apitype.ComponentPeers]; ok && comp.State != apitype.OK {
 			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
 			if comp.Error != "" {
 				fmt.Fprintf(g.stdout, ": %s", comp.Error)
@@ -46,22 +46,22 @@ func cmdProbe(ctx context.Context, g *globals, c *client.Client, args []string) 
 	if g.json {
 		printJSON(g.stdout, p)
 	} else {
-		printPeers(g.stdout, state.Peers{Peers: []state.Peer{p}})
+		printPeers(g.stdout, apitype.Peers{Peers: []apitype.Peer{p}})
 	}
 	return peersExit(p)
 }
 
 // peersExit is 0 when every peer is up, 3 (degraded) otherwise.
-func peersExit(ps ...state.Peer) int {
+func peersExit(ps ...apitype.Peer) int {
 	for _, p := range ps {
-		if p.State != state.PeerUp {
+		if p.State != apitype.PeerUp {
 			return exitDegraded
 		}
 	}
 	return exitOK
 }
 
-func printPeers(w io.Writer, ps state.Peers) {
+func printPeers(w io.Writer, ps apitype.Peers) {
 	if len(ps.Ports) > 0 {
 		fmt.Fprint(w, "Probe ports:")
 		for _, p := range ps.Ports {
@@ -119,7 +119,7 @@ func printPeers(w io.Writer, ps state.Peers) {
 
 // wireOf says which control protocol version the peer answered in, and
 // "+key" when that answer was authenticated by the fleet key.
-func wireOf(p state.Peer) string {
+func wireOf(p apitype.Peer) string {
 	if p.WireVersion == 0 {
 		return "-"
 	}
@@ -147,11 +147,11 @@ func peerSince(t time.Time) string {
 // fingerprint disagrees with this node's (docs/PROBES.md, "Fingerprints"):
 // the field, both values and both ports; firmware and driver differences
 // are marked informational.
-func printMismatches(w io.Writer, ps []state.Peer) {
+func printMismatches(w io.Writer, ps []apitype.Peer) {
 	for _, p := range ps {
 		for _, m := range p.Mismatches {
 			info := ""
-			if m.Severity == state.SeverityInfo {
+			if m.Severity == apitype.SeverityInfo {
 				info = " (informational)"
 			}
 			fmt.Fprintf(w, "MISMATCH %s: %s %s here (%s), %s on the peer (%s)%s\n", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, m.PeerPort, info)

@@ -5,17 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestPrintPeersAuth checks what `rdmactl peers` says about wire versions
 // and the fleet key: a column per peer, and during a rollout a line for
 // each peer that answers without the key.
 func TestPrintPeersAuth(t *testing.T) {
-	ps := state.Peers{Auth: "prefer", Peers: []state.Peer{
-		{Name: "192.0.2.17", State: state.PeerUp, WireVersion: 2, Authenticated: true},
-		{Name: "192.0.2.18", State: state.PeerUp, WireVersion: 1},
-		{Name: "192.0.2.19", State: state.PeerDown},
+	ps := apitype.Peers{Auth: "prefer", Peers: []apitype.Peer{
+		{Name: "192.0.2.17", State: apitype.PeerUp, WireVersion: 2, Authenticated: true},
+		{Name: "192.0.2.18", State: apitype.PeerUp, WireVersion: 1},
+		{Name: "192.0.2.19", State: apitype.PeerDown},
 	}}
 	var b bytes.Buffer
 	printPeers(&b, ps)

@@ -7,20 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestPrintMismatches: a MISMATCH line per differing field with both values
 // and ports; JSON has mismatches [] (never null) and fingerprint_unknown.
 func TestPrintMismatches(t *testing.T) {
-	ps := state.Peers{Ports: []state.PeerPort{{Key: "rxe0/1"}}, Configured: 2, Peers: []state.Peer{
-		{Name: "192.0.2.17", State: state.PeerUp, Since: time.Now(), WireVersion: 2,
-			Fingerprint: &state.Fingerprint{Ports: []state.FingerprintPort{{Key: "rxe0/1", MTU: 4200}}},
-			Mismatches: []state.Mismatch{
-				{Field: "mtu", Local: "1500", Peer: "4200", Severity: state.SeverityMust, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
-				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: state.SeverityInfo, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+	ps := apitype.Peers{Ports: []apitype.PeerPort{{Key: "rxe0/1"}}, Configured: 2, Peers: []apitype.Peer{
+		{Name: "192.0.2.17", State: apitype.PeerUp, Since: time.Now(), WireVersion: 2,
+			Fingerprint: &apitype.Fingerprint{Ports: []apitype.FingerprintPort{{Key: "rxe0/1", MTU: 4200}}},
+			Mismatches: []apitype.Mismatch{
+				{Field: "mtu", Local: "1500", Peer: "4200", Severity: apitype.SeverityMust, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: apitype.SeverityInfo, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
 			}},
-		{Name: "192.0.2.18", State: state.PeerUp, Since: time.Now(), WireVersion: 1, FingerprintUnknown: true},
+		{Name: "192.0.2.18", State: apitype.PeerUp, Since: time.Now(), WireVersion: 1, FingerprintUnknown: true},
 	}}
 	var b bytes.Buffer
 	printPeers(&b, ps)

@@ -5,21 +5,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestPrintPeersGroupFault: a suspect group is named before the table, one
 // line per group, like a suspect local port.
 func TestPrintPeersGroupFault(t *testing.T) {
-	ps := state.Peers{
-		Ports:      []state.PeerPort{{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11}},
+	ps := apitype.Peers{
+		Ports:      []apitype.PeerPort{{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11}},
 		Configured: 3,
-		Peers: []state.Peer{
-			{Name: "192.0.2.17", Group: "tor-a", State: state.PeerDown},
-			{Name: "192.0.2.18", Group: "tor-a", State: state.PeerDown},
-			{Name: "192.0.2.30", Group: "tor-b", State: state.PeerUp},
+		Peers: []apitype.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", State: apitype.PeerDown},
+			{Name: "192.0.2.18", Group: "tor-a", State: apitype.PeerDown},
+			{Name: "192.0.2.30", Group: "tor-b", State: apitype.PeerUp},
 		},
-		GroupFaults: []state.GroupFault{{Group: "tor-a", Reason: "all 2 probed peers of group tor-a are down from every local port while 1 peers of other groups answer"}},
+		GroupFaults: []apitype.GroupFault{{Group: "tor-a", Reason: "all 2 probed peers of group tor-a are down from every local port while 1 peers of other groups answer"}},
 	}
 	var b bytes.Buffer
 	printPeers(&b, ps)
@@ -32,7 +32,7 @@ func TestPrintPeersGroupFault(t *testing.T) {
 		t.Errorf("the group fault must come before the table:\n%s", out)
 	}
 	b.Reset()
-	ps.GroupFaults = []state.GroupFault{}
+	ps.GroupFaults = []apitype.GroupFault{}
 	printPeers(&b, ps)
 	if strings.Contains(b.String(), "GROUP FAULT") {
 		t.Errorf("a group fault line without one:\n%s", b.String())

@@ -6,23 +6,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestPrintPeers checks what an operator reads first: the suspect local
 // port and a control endpoint that could not move, before the table.
 func TestPrintPeers(t *testing.T) {
-	down := func(name string) state.Peer {
-		return state.Peer{Name: name, State: state.PeerDown, Reason: "3 probes in a row unanswered", Since: time.Now(),
-			Paths: []state.PeerPath{{Local: "rxe0/1", State: state.PeerDown}}}
+	down := func(name string) apitype.Peer {
+		return apitype.Peer{Name: name, State: apitype.PeerDown, Reason: "3 probes in a row unanswered", Since: time.Now(),
+			Paths: []apitype.PeerPath{{Local: "rxe0/1", State: apitype.PeerDown}}}
 	}
-	ps := state.Peers{
-		Ports: []state.PeerPort{
+	ps := apitype.Peers{
+		Ports: []apitype.PeerPort{
 			{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11, LocalFault: "all 2 peers are down from rxe0/1: suspect this port"},
 			{Key: "rxe1/1", GID: "198.51.100.1", QPN: 0x12},
 		},
 		Configured:   2,
-		Peers:        []state.Peer{down("192.0.2.17"), down("192.0.2.18")},
+		Peers:        []apitype.Peer{down("192.0.2.17"), down("192.0.2.18")},
 		ControlPort:  18516,
 		ControlError: "peers: listen on control endpoint [::]:18600: address already in use; still answering on UDP port 18516",
 	}

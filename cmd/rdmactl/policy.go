@@ -6,8 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 )
 
 func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string) int {
@@ -43,7 +43,7 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string)
 	}
 	for _, p := range res.Policy.Policies {
 		for _, t := range p.Targets {
-			if t.State == state.TargetError || t.State == state.Drifted {
+			if t.State == apitype.TargetError || t.State == apitype.Drifted {
 				return exitDegraded
 			}
 		}
@@ -51,7 +51,7 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string)
 	return exitOK
 }
 
-func printChanges(w io.Writer, cs []state.Change) {
+func printChanges(w io.Writer, cs []apitype.Change) {
 	if len(cs) == 0 {
 		fmt.Fprintln(w, "Everything is in sync with the policies.")
 		return

@@ -10,9 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/internal/size"
 )
 
@@ -42,7 +41,7 @@ func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string)
 	return exitOK
 }
 
-func printStatus(w io.Writer, s *state.Snapshot) {
+func printStatus(w io.Writer, s *apitype.Snapshot) {
 	fmt.Fprintf(w, "rdmad %s: %s (pid %d, up %s)\n", s.Version, s.State, s.PID, since(s.StartedAt))
 	cfg := "ok"
 	if s.Config.Error != "" {
@@ -56,7 +55,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if s.NoDevices() {
-		fmt.Fprintln(w, "DEGRADED: "+state.NoDevice+".")
+		fmt.Fprintln(w, "DEGRADED: "+apitype.NoDevice+".")
 	} else if len(s.Devices) == 0 {
 		fmt.Fprintln(w, "No RDMA devices.")
 	} else {
@@ -127,7 +126,7 @@ func printStatus(w io.Writer, s *state.Snapshot) {
 	tw.Flush()
 }
 
-func gidSummary(gids []inventory.GID) string {
+func gidSummary(gids []apitype.GID) string {
 	if len(gids) == 0 {
 		return "-"
 	}
@@ -179,15 +178,15 @@ func since(t time.Time) string {
 }
 
 // decodeSnapshot decodes the raw status.
-func decodeSnapshot(raw []byte) (*state.Snapshot, error) {
-	var s state.Snapshot
+func decodeSnapshot(raw []byte) (*apitype.Snapshot, error) {
+	var s apitype.Snapshot
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("decode status: %w", err)
 	}
 	return &s, nil
 }
 
-func printPolicies(w io.Writer, ps []state.PolicyStatus) {
+func printPolicies(w io.Writer, ps []apitype.PolicyStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
 	for _, p := range ps {
@@ -205,7 +204,7 @@ func printPolicies(w io.Writer, ps []state.PolicyStatus) {
 	tw.Flush()
 }
 
-func rtts(o state.OpStats) string {
+func rtts(o apitype.OpStats) string {
 	if o.Count == 0 {
 		return "-"
 	}

@@ -6,15 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestPrintStatusNoDevice: without an RDMA device the status says that
 // nothing can be proven and what to do about it.
 func TestPrintStatusNoDevice(t *testing.T) {
-	s := &state.Snapshot{Version: "t", State: state.Degraded, Devices: []inventory.Device{},
-		Components: map[string]state.Component{"inventory": {State: state.Unavailable, Error: state.NoDevice, Since: time.Now()}}}
+	s := &apitype.Snapshot{Version: "t", State: apitype.Degraded, Devices: []apitype.Device{},
+		Components: map[string]apitype.Component{"inventory": {State: apitype.Unavailable, Error: apitype.NoDevice, Since: time.Now()}}}
 	var b bytes.Buffer
 	printStatus(&b, s)
 	for _, want := range []string{"DEGRADED: no RDMA device: rdmad can prove nothing on this node", "rdma link add rxe0 type rxe netdev eth0", "ls /sys/class/infiniband"} {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 )
 
 // cmdWatch prints rdmad's state changes as they happen, until interrupted
@@ -22,7 +22,7 @@ func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) 
 		return fail(g, err)
 	}
 	defer st.Close()
-	print := func(ev watch.Event, raw []byte) {
+	print := func(ev apitype.Event, raw []byte) {
 		if g.json {
 			fmt.Fprintf(g.stdout, "%s\n", raw)
 		} else {
@@ -45,16 +45,16 @@ func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) 
 			}
 			return fail(g, err)
 		}
-		var ev watch.Event
+		var ev apitype.Event
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return fail(g, fmt.Errorf("watch: decode %q: %w", raw, err))
 		}
 		print(ev, raw)
 		switch ev.Type {
-		case watch.Dropped:
+		case apitype.EventDropped:
 			fmt.Fprintln(g.stderr, "rdmactl watch: rdmad dropped this watcher for reading too slowly; run it again")
 			return exitError
-		case watch.Bye:
+		case apitype.EventBye:
 			return exitOK
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 type fakeBackend struct {
@@ -26,32 +26,32 @@ type fakeBackend struct {
 	fail    bool
 }
 
-func (f *fakeBackend) Snapshot() *state.Snapshot {
-	return &state.Snapshot{Version: "test", State: state.Running, Seq: 7}
+func (f *fakeBackend) Snapshot() *apitype.Snapshot {
+	return &apitype.Snapshot{Version: "test", State: apitype.Running, Seq: 7}
 }
 
-func (f *fakeBackend) Reload(ctx context.Context) (ReloadResult, error) {
+func (f *fakeBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	n := f.reloads.Add(1)
 	if f.fail {
-		return ReloadResult{OK: false, Generation: 1, Error: "x.toml:1: bad"}, nil
+		return apitype.ReloadResult{OK: false, Generation: 1, Error: "x.toml:1: bad"}, nil
 	}
-	return ReloadResult{OK: true, Generation: uint64(n) + 1}, nil
+	return apitype.ReloadResult{OK: true, Generation: uint64(n) + 1}, nil
 }
 
-func (f *fakeBackend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
-	return []state.Change{{Policy: "p", Kind: "mtu", Object: "x", From: "1500", To: "4200", Action: "apply"}}, nil
+func (f *fakeBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
+	return []apitype.Change{{Policy: "p", Kind: "mtu", Object: "x", From: "1500", To: "4200", Action: "apply"}}, nil
 }
 
-func (f *fakeBackend) Probe(ctx context.Context, peer string) (state.Peer, error) {
+func (f *fakeBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
 	if peer != "192.0.2.17" {
-		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
+		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
 	}
-	return state.Peer{Name: peer, State: state.PeerUp}, nil
+	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
 }
 
-func (f *fakeBackend) PolicyApply(ctx context.Context) (ApplyResult, error) {
+func (f *fakeBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 	f.reloads.Add(100)
-	return ApplyResult{}, nil
+	return apitype.ApplyResult{}, nil
 }
 
 func TestServeHTTP(t *testing.T) {
@@ -115,7 +115,7 @@ func TestServeHTTP(t *testing.T) {
 				t.Fatalf("code = %d, want %d; body %s", w.Code, tt.code, w.Body)
 			}
 			if tt.code >= 400 && tt.method != "HEAD" {
-				var eb ErrorBody
+				var eb apitype.ErrorBody
 				if err := json.Unmarshal(w.Body.Bytes(), &eb); err != nil || !strings.Contains(eb.Error, tt.errHas) {
 					t.Errorf("error body %q (%v), want it to contain %q", w.Body, err, tt.errHas)
 				}
@@ -143,7 +143,7 @@ func TestReloadRejected(t *testing.T) {
 	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, Peer{UID: 0, Known: true}))
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, r)
-	var res ReloadResult
+	var res apitype.ReloadResult
 	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil {
 		t.Fatal(err)
 	}

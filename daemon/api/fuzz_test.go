@@ -15,8 +15,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // The fuzz targets of the API play every kind of caller against
@@ -72,23 +72,23 @@ func (b *fzBackend) record(name string) {
 	b.mu.Unlock()
 }
 
-func (b *fzBackend) Snapshot() *state.Snapshot {
+func (b *fzBackend) Snapshot() *apitype.Snapshot {
 	b.record("Snapshot")
-	return &state.Snapshot{Version: "fuzz", State: state.Running, Seq: 1}
+	return &apitype.Snapshot{Version: "fuzz", State: apitype.Running, Seq: 1}
 }
 
-func (b *fzBackend) Reload(ctx context.Context) (ReloadResult, error) {
+func (b *fzBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	b.record("Reload")
 	if b.fail {
-		return ReloadResult{}, errors.New("fuzz: reload failed")
+		return apitype.ReloadResult{}, errors.New("fuzz: reload failed")
 	}
 	if b.reject {
-		return ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
+		return apitype.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
 	}
-	return ReloadResult{OK: true, Generation: 2}, nil
+	return apitype.ReloadResult{OK: true, Generation: 2}, nil
 }
 
-func (b *fzBackend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
+func (b *fzBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
 	b.record("PolicyDiff")
 	if b.fail {
 		return nil, errors.New("fuzz: diff failed")
@@ -96,24 +96,24 @@ func (b *fzBackend) PolicyDiff(ctx context.Context) ([]state.Change, error) {
 	return nil, nil
 }
 
-func (b *fzBackend) PolicyApply(ctx context.Context) (ApplyResult, error) {
+func (b *fzBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 	b.record("PolicyApply")
 	if b.fail {
-		return ApplyResult{}, errors.New("fuzz: apply failed")
+		return apitype.ApplyResult{}, errors.New("fuzz: apply failed")
 	}
-	return ApplyResult{}, nil
+	return apitype.ApplyResult{}, nil
 }
 
-func (b *fzBackend) Probe(ctx context.Context, peer string) (state.Peer, error) {
+func (b *fzBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
 	b.record("Probe")
 	b.mu.Lock()
 	b.peers = append(b.peers, peer)
 	b.mu.Unlock()
 	if b.fail {
-		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
+		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
 	}
 	// The name comes back in the answer, as the real backend does.
-	return state.Peer{Name: peer, State: state.PeerUp}, nil
+	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
 }
 
 // fzRoute is what the fuzz targets expect of a path: its method, its level
@@ -184,9 +184,9 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 			t.Fatalf("%s: %d with Content-Type %q, want application/json", desc, code, ct)
 		}
-		// ErrorBody, or a ReloadResult (422: the configuration was
+		// apitype.ErrorBody, or a apitype.ReloadResult (422: the configuration was
 		// rejected), which carries the error in the same field.
-		var eb ErrorBody
+		var eb apitype.ErrorBody
 		if err := json.Unmarshal(body, &eb); err != nil || eb.Error == "" {
 			t.Fatalf("%s: %d with body %q, want JSON with a non-empty \"error\" (%v)", desc, code, body, err)
 		}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // A Class is how the connection limits treat a peer. The listener decides it
@@ -249,7 +251,7 @@ func answerRefused(c net.Conn, why string) {
 	// A client that sent nothing gets the answer too, once it is late:
 	// it may be about to write.
 	_ = c.SetWriteDeadline(time.Now().Add(refuseLinger))
-	body, _ := json.Marshal(ErrorBody{Error: why})
+	body, _ := json.Marshal(apitype.ErrorBody{Error: why})
 	body = append(body, '\n')
 	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s", len(body), body)
 }

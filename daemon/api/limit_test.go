@@ -27,9 +27,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/daemon/client"
+	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"
@@ -54,16 +55,16 @@ const (
 // watch events.
 type storeBackend struct{ store *state.Store }
 
-func (b storeBackend) Snapshot() *state.Snapshot { return b.store.Load() }
-func (b storeBackend) Reload(context.Context) (api.ReloadResult, error) {
-	return api.ReloadResult{OK: true, Generation: 1}, nil
+func (b storeBackend) Snapshot() *apitype.Snapshot { return b.store.Load() }
+func (b storeBackend) Reload(context.Context) (apitype.ReloadResult, error) {
+	return apitype.ReloadResult{OK: true, Generation: 1}, nil
 }
-func (b storeBackend) PolicyDiff(context.Context) ([]state.Change, error) { return nil, nil }
-func (b storeBackend) PolicyApply(context.Context) (api.ApplyResult, error) {
-	return api.ApplyResult{}, nil
+func (b storeBackend) PolicyDiff(context.Context) ([]apitype.Change, error) { return nil, nil }
+func (b storeBackend) PolicyApply(context.Context) (apitype.ApplyResult, error) {
+	return apitype.ApplyResult{}, nil
 }
-func (b storeBackend) Probe(_ context.Context, peer string) (state.Peer, error) {
-	return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
+func (b storeBackend) Probe(_ context.Context, peer string) (apitype.Peer, error) {
+	return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
 }
 
 // env is what the attack tests share: a directory every uid can enter
@@ -129,7 +130,7 @@ func (e *env) serve(t *testing.T, lim api.Limits, hopts watch.Options) *server {
 	if err := os.Chmod(e.sock, 0o660); err != nil {
 		t.Fatal(err)
 	}
-	srv := &server{store: state.NewStore(state.Snapshot{Version: "test", State: state.Running}), logs: &syncbuf.Buffer{}}
+	srv := &server{store: state.NewStore(apitype.Snapshot{Version: "test", State: apitype.Running}), logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(srv.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	hopts.Logger = log
 	srv.hub = watch.NewHub(srv.store, hopts)
@@ -313,7 +314,7 @@ func flood(sock string) floodReport {
 		if resp.StatusCode == http.StatusOK {
 			return "200"
 		}
-		var eb api.ErrorBody
+		var eb apitype.ErrorBody
 		json.Unmarshal(body, &eb)
 		return fmt.Sprintf("%d: %s", resp.StatusCode, eb.Error)
 	}
@@ -576,8 +577,8 @@ func TestLockOutByReaders(t *testing.T) {
 	// buffers drop them by the write deadline, while root's watch reads
 	// every event (and skips the heartbeats it got meanwhile).
 	for i := range 64 {
-		seq := srv.store.Update(func(s *state.Snapshot) {
-			state.SetComponent(s, "probe", []string{state.OK, state.Error}[i%2], errors.New(strings.Repeat("x", 16<<10)), time.Now())
+		seq := srv.store.Update(func(s *apitype.Snapshot) {
+			state.SetComponent(s, "probe", []string{apitype.OK, apitype.Error}[i%2], errors.New(strings.Repeat("x", 16<<10)), time.Now())
 		}).Seq
 		ev, err := rootWatch.Next()
 		if err != nil || ev.Seq != seq {

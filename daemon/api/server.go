@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Limits on what one client can make the daemon hold.
@@ -49,43 +49,16 @@ const (
 // A Backend is what the API serves; the daemon implements it.
 type Backend interface {
 	// Snapshot returns the current state. It must not block.
-	Snapshot() *state.Snapshot
+	Snapshot() *apitype.Snapshot
 	// Reload loads the configuration again. A config error is reported in
 	// the result, not as an error: the daemon keeps the last good config.
-	Reload(ctx context.Context) (ReloadResult, error)
+	Reload(ctx context.Context) (apitype.ReloadResult, error)
 	// PolicyDiff returns what a policy pass would change, changing nothing.
-	PolicyDiff(ctx context.Context) ([]state.Change, error)
+	PolicyDiff(ctx context.Context) ([]apitype.Change, error)
 	// PolicyApply runs a full policy pass now.
-	PolicyApply(ctx context.Context) (ApplyResult, error)
+	PolicyApply(ctx context.Context) (apitype.ApplyResult, error)
 	// Probe probes a configured peer now (a one-shot peer probe).
-	Probe(ctx context.Context, peer string) (state.Peer, error)
-}
-
-// ApplyResult is the answer of POST /v1/policy/apply.
-type ApplyResult struct {
-	// Changes lists the differences the pass found (and, for policies in
-	// enforce mode, applied).
-	Changes []state.Change `json:"changes"`
-	// Policy is the policy state after the pass.
-	Policy state.Policy `json:"policy"`
-}
-
-// DiffResult is the answer of GET /v1/policy/diff.
-type DiffResult struct {
-	Changes []state.Change `json:"changes"`
-}
-
-// ReloadResult is the answer of POST /v1/reload.
-type ReloadResult struct {
-	// OK reports whether the configuration loaded.
-	OK         bool   `json:"ok"`
-	Generation uint64 `json:"generation"`
-	Error      string `json:"error,omitempty"`
-}
-
-// ErrorBody is the JSON body of every 4xx and 5xx answer.
-type ErrorBody struct {
-	Error string `json:"error"`
+	Probe(ctx context.Context, peer string) (apitype.Peer, error)
 }
 
 type route struct {
@@ -206,9 +179,9 @@ func (s *Server) servePolicyDiff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if cs == nil {
-		cs = []state.Change{}
+		cs = []apitype.Change{}
 	}
-	writeJSON(w, http.StatusOK, DiffResult{Changes: cs})
+	writeJSON(w, http.StatusOK, apitype.DiffResult{Changes: cs})
 }
 
 func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
@@ -218,7 +191,7 @@ func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.Changes == nil {
-		res.Changes = []state.Change{}
+		res.Changes = []apitype.Change{}
 	}
 	writeJSON(w, http.StatusOK, res)
 }
@@ -288,5 +261,5 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, ErrorBody{Error: msg})
+	writeJSON(w, code, apitype.ErrorBody{Error: msg})
 }

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Users and groups of the access tests. dbus-daemon refuses connections
@@ -36,7 +36,7 @@ func TestIntegrationAccessTable(t *testing.T) {
 	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
 	var pol atomic.Pointer[access.Policy]
 	pol.Store(&access.Policy{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
-	startRunOpts(t, Options{Store: store, Backend: fb, Policy: func() access.Policy { return *pol.Load() }}).waitFor(t, 0, state.OK, "")
+	startRunOpts(t, Options{Store: store, Backend: fb, Policy: func() access.Policy { return *pol.Load() }}).waitFor(t, 0, apitype.OK, "")
 
 	applies := func() int {
 		fb.mu.Lock()
@@ -111,7 +111,7 @@ func TestIntegrationNoGroupIsNotRoot(t *testing.T) {
 	fb := &fakeBackend{store: store}
 	startRunOpts(t, Options{Store: store, Backend: fb, Policy: func() access.Policy {
 		return access.Policy{AdminGID: access.GID(0)}
-	}}).waitFor(t, 0, state.OK, "")
+	}}).waitFor(t, 0, apitype.OK, "")
 	if res := b.asUser(readerUID, readerGID, nil, "call", "Reload"); res.ErrName != ErrAccessDenied {
 		t.Errorf("Reload by uid %d without groups, admin_group root: %q %q, want AccessDenied", readerUID, res.ErrName, res.ErrMsg)
 	}

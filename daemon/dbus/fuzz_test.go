@@ -17,10 +17,8 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // The D-Bus fuzz targets dispatch method calls the way godbus does
@@ -197,12 +195,12 @@ func (b *fzBackend) record(s string) {
 	b.mu.Unlock()
 }
 
-func (b *fzBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+func (b *fzBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	b.record("Reload")
 	if b.fail {
-		return api.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
+		return apitype.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
 	}
-	return api.ReloadResult{OK: true, Generation: 2}, nil
+	return apitype.ReloadResult{OK: true, Generation: 2}, nil
 }
 
 func (b *fzBackend) Apply(ctx context.Context) error {
@@ -213,28 +211,28 @@ func (b *fzBackend) Apply(ctx context.Context) error {
 	return nil
 }
 
-func (b *fzBackend) Probe(ctx context.Context, name string) (state.Peer, error) {
+func (b *fzBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
 	b.record("Probe")
 	if b.fail {
-		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer", name)
+		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", name)
 	}
 	// The name comes back, as the real backend's Reason may quote it.
-	return state.Peer{Name: name, State: state.PeerDown, Reason: "no answer from " + name,
-		Paths: []state.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
+	return apitype.Peer{Name: name, State: apitype.PeerDown, Reason: "no answer from " + name,
+		Paths: []apitype.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
 }
 
 // fzView is the view the handler serves: the agent, two devices, a peer.
 var fzView = sync.OnceValue(func() *view {
-	dev := func(name, netdev string) inventory.Device {
-		return inventory.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001",
-			Ports: []inventory.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev}}}
+	dev := func(name, netdev string) apitype.Device {
+		return apitype.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001",
+			Ports: []apitype.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev}}}
 	}
-	return newView(&state.Snapshot{
-		Version: "fuzz", State: state.Running, Summary: "running",
-		Config:     state.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
-		Devices:    []inventory.Device{dev("mlx5_0", "ens1f0"), dev("rxe0", "eth0")},
-		Components: map[string]state.Component{"config": {State: state.OK}},
-		Peers:      state.Peers{Peers: []state.Peer{{Name: "192.0.2.17", State: state.PeerUp}}},
+	return newView(&apitype.Snapshot{
+		Version: "fuzz", State: apitype.Running, Summary: "running",
+		Config:     apitype.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
+		Devices:    []apitype.Device{dev("mlx5_0", "ens1f0"), dev("rxe0", "eth0")},
+		Components: map[string]apitype.Component{"config": {State: apitype.OK}},
+		Peers:      apitype.Peers{Peers: []apitype.Peer{{Name: "192.0.2.17", State: apitype.PeerUp}}},
 	})
 })
 

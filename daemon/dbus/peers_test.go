@@ -11,17 +11,18 @@ import (
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // upPeer is a peer with one path, up; busctl's output of it is in
 // docs/DBUS.md.
-var upPeer = state.Peer{Name: "192.0.2.17", Address: "192.0.2.17", Group: "tor1", State: state.PeerUp,
-	Paths: []state.PeerPath{{Local: "rxe0/1", State: state.PeerUp, RTTP50: 41 * time.Microsecond,
+var upPeer = apitype.Peer{Name: "192.0.2.17", Address: "192.0.2.17", Group: "tor1", State: apitype.PeerUp,
+	Paths: []apitype.PeerPath{{Local: "rxe0/1", State: apitype.PeerUp, RTTP50: 41 * time.Microsecond,
 		RTTP99: 97 * time.Microsecond, LastRTT: 38 * time.Microsecond, Samples: 100}}}
 
-func peersOf(ps ...state.Peer) state.Peers {
-	return state.Peers{Configured: len(ps), Peers: ps}
+func peersOf(ps ...apitype.Peer) apitype.Peers {
+	return apitype.Peers{Configured: len(ps), Peers: ps}
 }
 
 // probeBackend is a fakeBackend with the daemon's Probe: it answers for the
@@ -29,7 +30,7 @@ func peersOf(ps ...state.Peer) state.Peers {
 type probeBackend struct {
 	*fakeBackend
 	// known maps a configured peer to the result of probing it.
-	known map[string]state.Peer
+	known map[string]apitype.Peer
 	// stopped makes Probe answer like a daemon whose peer probes do not
 	// run; hang makes it wait for ctx, like a stuck manager.
 	stopped, hang bool
@@ -37,10 +38,10 @@ type probeBackend struct {
 }
 
 func newProbeBackend(store *state.Store) *probeBackend {
-	return &probeBackend{fakeBackend: &fakeBackend{store: store}, known: map[string]state.Peer{upPeer.Name: upPeer}}
+	return &probeBackend{fakeBackend: &fakeBackend{store: store}, known: map[string]apitype.Peer{upPeer.Name: upPeer}}
 }
 
-func (p *probeBackend) Probe(ctx context.Context, name string) (state.Peer, error) {
+func (p *probeBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
 	p.mu.Lock()
 	p.n++
 	stopped, hang := p.stopped, p.hang
@@ -48,12 +49,12 @@ func (p *probeBackend) Probe(ctx context.Context, name string) (state.Peer, erro
 	p.mu.Unlock()
 	switch {
 	case stopped:
-		return state.Peer{}, fmt.Errorf("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
+		return apitype.Peer{}, fmt.Errorf("peer probes are not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
 	case hang:
 		<-ctx.Done()
-		return state.Peer{}, ctx.Err()
+		return apitype.Peer{}, ctx.Err()
 	case !ok:
-		return state.Peer{}, fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", name)
+		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", name)
 	}
 	return res, nil
 }
@@ -76,7 +77,7 @@ type applyProbeBackend struct {
 	pb *probeBackend
 }
 
-func (a *applyProbeBackend) Probe(ctx context.Context, name string) (state.Peer, error) {
+func (a *applyProbeBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
 	return a.pb.Probe(ctx, name)
 }
 
@@ -85,12 +86,12 @@ func TestIntegrationProbe(t *testing.T) {
 	startBus(t, "")
 	store := newStore()
 	pb := newProbeBackend(store)
-	down := state.Peer{Name: "192.0.2.18", State: state.PeerDown, Reason: "3 probes in a row unanswered",
-		Paths: []state.PeerPath{{Local: "rxe0/1", State: state.PeerDown, LossPct: 12.5, LastRTT: 50 * time.Microsecond},
-			{Local: "rxe0/2", State: state.PeerUp, LossPct: 0, LastRTT: 70 * time.Microsecond}}}
+	down := apitype.Peer{Name: "192.0.2.18", State: apitype.PeerDown, Reason: "3 probes in a row unanswered",
+		Paths: []apitype.PeerPath{{Local: "rxe0/1", State: apitype.PeerDown, LossPct: 12.5, LastRTT: 50 * time.Microsecond},
+			{Local: "rxe0/2", State: apitype.PeerUp, LossPct: 0, LastRTT: 70 * time.Microsecond}}}
 	pb.known[down.Name] = down
 	const probeTimeout = 300 * time.Millisecond
-	startRunOpts(t, Options{Store: store, Backend: pb, ProbeTimeout: probeTimeout}).waitFor(t, 0, state.OK, "")
+	startRunOpts(t, Options{Store: store, Backend: pb, ProbeTimeout: probeTimeout}).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 
 	tests := []struct {
@@ -157,7 +158,7 @@ func TestIntegrationProbeNotSupported(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 	err := obj.Call(Interface+".Probe", 0, upPeer.Name).Err
 	if !isDBusError(err, ErrNotSupported) || !strings.Contains(err.Error(), `"192.0.2.17"`) {
@@ -173,9 +174,9 @@ func TestIntegrationPeers(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	fresh := state.Peer{Name: "node2.example", Group: "tor2", State: state.PeerUnknown}
-	store.Update(func(s *state.Snapshot) { s.Peers = peersOf(fresh) })
-	startRun(t, store, newProbeBackend(store)).waitFor(t, 0, state.OK, "")
+	fresh := apitype.Peer{Name: "node2.example", Group: "tor2", State: apitype.PeerUnknown}
+	store.Update(func(s *apitype.Snapshot) { s.Peers = peersOf(fresh) })
+	startRun(t, store, newProbeBackend(store)).waitFor(t, 0, apitype.OK, "")
 	conn := rootConn(t)
 	obj := conn.Object(Name, Path)
 	waitProperty(t, obj, "Peers", [][]any{{"node2.example", "", "tor2", "unknown", "", uint64(0), uint64(0), float64(0)}})
@@ -183,9 +184,9 @@ func TestIntegrationPeers(t *testing.T) {
 
 	// The peer answers and a second one is added already up.
 	up := fresh
-	up.Address, up.State = "192.0.2.20", state.PeerUp
-	up.Paths = []state.PeerPath{{Local: "rxe0/1", State: state.PeerUp, RTTP50: 40 * time.Microsecond, RTTP99: 90 * time.Microsecond, LossPct: 0.5}}
-	store.Update(func(s *state.Snapshot) { s.Peers = peersOf(up, upPeer) })
+	up.Address, up.State = "192.0.2.20", apitype.PeerUp
+	up.Paths = []apitype.PeerPath{{Local: "rxe0/1", State: apitype.PeerUp, RTTP50: 40 * time.Microsecond, RTTP99: 90 * time.Microsecond, LossPct: 0.5}}
+	store.Update(func(s *apitype.Snapshot) { s.Peers = peersOf(up, upPeer) })
 	wantPeers := [][]any{
 		{"node2.example", "192.0.2.20", "tor2", "up", "", uint64(40000), uint64(90000), 0.5},
 		{"192.0.2.17", "192.0.2.17", "tor1", "up", "", uint64(41000), uint64(97000), float64(0)},
@@ -217,15 +218,15 @@ func TestIntegrationPeers(t *testing.T) {
 
 	// It goes down; the other one is rotated out, which is no change.
 	down := up
-	down.State, down.Reason = state.PeerDown, "control endpoint does not answer"
-	store.Update(func(s *state.Snapshot) { s.Peers = peersOf(down) })
+	down.State, down.Reason = apitype.PeerDown, "control endpoint does not answer"
+	store.Update(func(s *apitype.Snapshot) { s.Peers = peersOf(down) })
 	sig := nextSignal(t, sigs, Interface+".PeerStateChanged")
 	if diff := cmp.Diff([]any{"node2.example", "up", "down", "control endpoint does not answer"}, sig.Body); diff != "" {
 		t.Errorf("PeerStateChanged: -want +got\n%s", diff)
 	}
 	// A later change must come next: nothing for the rotated-out peer.
-	store.Update(func(s *state.Snapshot) { s.State = state.Degraded })
-	waitProperty(t, obj, "State", state.Degraded)
+	store.Update(func(s *apitype.Snapshot) { s.State = apitype.Degraded })
+	waitProperty(t, obj, "State", apitype.Degraded)
 	deadline := time.After(300 * time.Millisecond)
 	for {
 		select {
@@ -250,7 +251,7 @@ func TestIntegrationProbeCallLimit(t *testing.T) {
 	pb := newProbeBackend(store)
 	pb.hang = true
 	const probeTimeout = 2 * time.Second
-	startRunOpts(t, Options{Store: store, Backend: pb, ProbeTimeout: probeTimeout}).waitFor(t, 0, state.OK, "")
+	startRunOpts(t, Options{Store: store, Backend: pb, ProbeTimeout: probeTimeout}).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 	var wg sync.WaitGroup
 	errs := make([]error, MaxCalls)

@@ -24,8 +24,8 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -34,7 +34,7 @@ type Backend interface {
 	// Reload loads the configuration again, with the semantics of the
 	// socket API's POST /v1/reload: a rejected configuration is a result
 	// (OK false), not an error.
-	Reload(ctx context.Context) (api.ReloadResult, error)
+	Reload(ctx context.Context) (apitype.ReloadResult, error)
 }
 
 // An Applier is a Backend that can also run a policy pass on demand. A
@@ -56,7 +56,7 @@ type Prober interface {
 	// down), not an error. An error means the probe could not run (name
 	// not configured, peer probes not running, ctx done); its text says
 	// what to do.
-	Probe(ctx context.Context, name string) (state.Peer, error)
+	Probe(ctx context.Context, name string) (apitype.Peer, error)
 }
 
 // Options configure Run.
@@ -71,8 +71,8 @@ type Options struct {
 	Policy func() access.Policy
 	// Logger logs connects, losses and refused calls; nil discards.
 	Logger *slog.Logger
-	// Report receives the component's health: state.OK once the name is
-	// owned, state.Error or state.Unavailable with the reason otherwise.
+	// Report receives the component's health: apitype.OK once the name is
+	// owned, apitype.Error or apitype.Unavailable with the reason otherwise.
 	// It is called from Run's goroutine and must not block for long. Nil
 	// reports nothing.
 	Report func(st string, err error)
@@ -138,9 +138,9 @@ func Run(ctx context.Context, o Options) error {
 			// backoff from the bottom again.
 			wait = o.MinBackoff
 		}
-		st := state.Error
+		st := apitype.Error
 		if errors.Is(err, fs.ErrNotExist) {
-			st = state.Unavailable
+			st = apitype.Unavailable
 		}
 		o.Report(st, err)
 		if err.Error() != lastErr {
@@ -199,7 +199,7 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	if reply != godbus.RequestNameReplyPrimaryOwner {
 		return false, fmt.Errorf("dbus: request name %s: %s: another rdmad (or another program) owns it; find it with: busctl status %s", Name, reply, Name)
 	}
-	s.o.Report(state.OK, nil)
+	s.o.Report(apitype.OK, nil)
 	s.o.Logger.Info("D-Bus name acquired", "name", Name, "unique", conn.Names()[0])
 	// No ReleaseName on the way out: cancelling ctx closes the connection
 	// (WithContext), and the bus drops the name of a closed connection at

@@ -20,8 +20,7 @@ import (
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -302,17 +301,17 @@ type fakeBackend struct {
 	reject string
 }
 
-func (f *fakeBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+func (f *fakeBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	f.mu.Lock()
 	f.n++
 	reject := f.reject
 	f.mu.Unlock()
 	if reject != "" {
-		s := f.store.Update(func(s *state.Snapshot) { s.Config.Error = reject })
-		return api.ReloadResult{OK: false, Generation: s.Config.Generation, Error: reject}, nil
+		s := f.store.Update(func(s *apitype.Snapshot) { s.Config.Error = reject })
+		return apitype.ReloadResult{OK: false, Generation: s.Config.Generation, Error: reject}, nil
 	}
-	s := f.store.Update(func(s *state.Snapshot) { s.Config.Generation++; s.Config.Error = "" })
-	return api.ReloadResult{OK: true, Generation: s.Config.Generation}, nil
+	s := f.store.Update(func(s *apitype.Snapshot) { s.Config.Generation++; s.Config.Error = "" })
+	return apitype.ReloadResult{OK: true, Generation: s.Config.Generation}, nil
 }
 
 func (f *fakeBackend) reloads() int {
@@ -384,10 +383,10 @@ func (r *reports) len() int {
 
 // newStore returns a store with one rxe device, running, generation 1.
 func newStore() *state.Store {
-	return state.NewStore(state.Snapshot{
-		Version: "test", State: state.Running, Summary: "running",
-		Config:  state.Config{Generation: 1, Path: "/etc/rdmad/rdmad.toml"},
-		Devices: []inventory.Device{device("rxe0", "eth0", "ACTIVE")},
+	return state.NewStore(apitype.Snapshot{
+		Version: "test", State: apitype.Running, Summary: "running",
+		Config:  apitype.Config{Generation: 1, Path: "/etc/rdmad/rdmad.toml"},
+		Devices: []apitype.Device{device("rxe0", "eth0", "ACTIVE")},
 	})
 }
 
@@ -454,7 +453,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	startBus(t, "")
 	store := newStore()
 	r := startRun(t, store, &fakeBackend{store: store})
-	r.waitFor(t, 0, state.OK, "")
+	r.waitFor(t, 0, apitype.OK, "")
 
 	conn := rootConn(t)
 	var owner string
@@ -537,8 +536,8 @@ func TestIntegrationBusctl(t *testing.T) {
 	}
 	b := startBus(t, "")
 	store := newStore()
-	store.Update(func(s *state.Snapshot) { s.Peers = peersOf(upPeer) })
-	startRun(t, store, newProbeBackend(store)).waitFor(t, 0, state.OK, "")
+	store.Update(func(s *apitype.Snapshot) { s.Peers = peersOf(upPeer) })
+	startRun(t, store, newProbeBackend(store)).waitFor(t, 0, apitype.OK, "")
 	busctl := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command("busctl", append([]string{"--address=" + b.addr}, args...)...).CombinedOutput()
@@ -592,7 +591,7 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 	store := newStore()
 	pb := newProbeBackend(store)
 	fb := pb.fakeBackend
-	startRun(t, store, pb).waitFor(t, 0, state.OK, "")
+	startRun(t, store, pb).waitFor(t, 0, apitype.OK, "")
 
 	tests := []struct {
 		op, arg   string
@@ -659,7 +658,7 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 	store := newStore()
 	pb := newProbeBackend(store)
 	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
-	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+	startRun(t, store, fb).waitFor(t, 0, apitype.OK, "")
 	for _, tt := range []struct{ op, arg, method string }{
 		{"call", "Reload", "Reload"},
 		{"call", "Apply", "Apply"},
@@ -685,7 +684,7 @@ func TestIntegrationRootMethods(t *testing.T) {
 	startBus(t, "")
 	store := newStore()
 	fb := &fakeBackend{store: store}
-	startRun(t, store, fb).waitFor(t, 0, state.OK, "")
+	startRun(t, store, fb).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 
 	var gen uint64
@@ -723,7 +722,7 @@ func TestIntegrationApply(t *testing.T) {
 	startBus(t, "")
 	store := newStore()
 	ab := &applyBackend{fakeBackend: &fakeBackend{store: store}}
-	startRun(t, store, ab).waitFor(t, 0, state.OK, "")
+	startRun(t, store, ab).waitFor(t, 0, apitype.OK, "")
 	if err := rootConn(t).Object(Name, Path).Call(Interface+".Apply", 0).Err; err != nil {
 		t.Fatalf("Apply as root: %v", err)
 	}
@@ -782,20 +781,20 @@ func TestIntegrationSignals(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
 	sigs := subscribe(t, rootConn(t))
 
-	store.Update(func(s *state.Snapshot) { s.State = state.Degraded })
+	store.Update(func(s *apitype.Snapshot) { s.State = apitype.Degraded })
 	pc := nextSignal(t, sigs, PropertiesInterface+".PropertiesChanged")
 	if pc.Path != Path || pc.Body[0] != Interface {
 		t.Errorf("PropertiesChanged on %s for %v, want %s %s", pc.Path, pc.Body[0], Path, Interface)
 	}
-	if got := pc.Body[1].(map[string]godbus.Variant); len(got) != 1 || got["State"].Value() != state.Degraded {
+	if got := pc.Body[1].(map[string]godbus.Variant); len(got) != 1 || got["State"].Value() != apitype.Degraded {
 		t.Errorf("PropertiesChanged changed = %v, want only State=degraded", got)
 	}
 
-	store.Update(func(s *state.Snapshot) {
-		s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "ACTIVE"), s.Devices[0]}
+	store.Update(func(s *apitype.Snapshot) {
+		s.Devices = []apitype.Device{device("mlx5_0", "ens1f0", "ACTIVE"), s.Devices[0]}
 	})
 	added := nextSignal(t, sigs, ObjectManagerInterface+".InterfacesAdded")
 	if added.Body[0] != DevicePath("mlx5_0") {
@@ -806,8 +805,8 @@ func TestIntegrationSignals(t *testing.T) {
 		t.Errorf("InterfacesAdded properties = %v, want Name mlx5_0", ifaces)
 	}
 
-	store.Update(func(s *state.Snapshot) {
-		s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "DOWN"), s.Devices[1]}
+	store.Update(func(s *apitype.Snapshot) {
+		s.Devices = []apitype.Device{device("mlx5_0", "ens1f0", "DOWN"), s.Devices[1]}
 	})
 	link := nextSignal(t, sigs, Interface+".LinkChanged")
 	want := []any{DevicePath("mlx5_0"), "mlx5_0", uint32(1), "ACTIVE", "DOWN", "ens1f0"}
@@ -815,16 +814,16 @@ func TestIntegrationSignals(t *testing.T) {
 		t.Errorf("LinkChanged: -want +got\n%s", diff)
 	}
 
-	store.Update(func(s *state.Snapshot) {
-		s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
-			{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "9000", State: state.Applied}}}}}
+	store.Update(func(s *apitype.Snapshot) {
+		s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+			{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "9000", State: apitype.Applied}}}}}
 	})
 	pol := nextSignal(t, sigs, Interface+".PolicyChanged")
-	if diff := cmp.Diff([]any{"fabric", "mtu", "ens1f0", "", state.Applied, "9000", "9000", ""}, pol.Body); diff != "" {
+	if diff := cmp.Diff([]any{"fabric", "mtu", "ens1f0", "", apitype.Applied, "9000", "9000", ""}, pol.Body); diff != "" {
 		t.Errorf("PolicyChanged: -want +got\n%s", diff)
 	}
 
-	store.Update(func(s *state.Snapshot) { s.Devices = s.Devices[1:] })
+	store.Update(func(s *apitype.Snapshot) { s.Devices = s.Devices[1:] })
 	removed := nextSignal(t, sigs, ObjectManagerInterface+".InterfacesRemoved")
 	if diff := cmp.Diff([]any{DevicePath("mlx5_0"), []string{DeviceInterface}}, removed.Body); diff != "" {
 		t.Errorf("InterfacesRemoved: -want +got\n%s", diff)
@@ -842,12 +841,12 @@ func TestIntegrationCoalesces(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, state.OK, "")
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
 	conn := rootConn(t)
 	sigs := subscribe(t, conn)
 	const n = 500
 	for i := 1; i <= n; i++ {
-		store.Update(func(s *state.Snapshot) { s.Summary = fmt.Sprint("burst ", i) })
+		store.Update(func(s *apitype.Snapshot) { s.Summary = fmt.Sprint("burst ", i) })
 	}
 	waitProperty(t, conn.Object(Name, Path), "Summary", fmt.Sprint("burst ", n))
 	got, last := 0, ""
@@ -880,13 +879,13 @@ type blockingBackend struct {
 	release chan struct{}
 }
 
-func (b *blockingBackend) Reload(ctx context.Context) (api.ReloadResult, error) {
+func (b *blockingBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	b.started <- struct{}{}
 	select {
 	case <-b.release:
-		return api.ReloadResult{OK: true, Generation: 9}, nil
+		return apitype.ReloadResult{OK: true, Generation: 9}, nil
 	case <-ctx.Done():
-		return api.ReloadResult{}, ctx.Err()
+		return apitype.ReloadResult{}, ctx.Err()
 	}
 }
 
@@ -896,7 +895,7 @@ func TestIntegrationCallLimit(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	bb := &blockingBackend{started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
-	startRun(t, newStore(), bb).waitFor(t, 0, state.OK, "")
+	startRun(t, newStore(), bb).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 	calls := make([]*godbus.Call, MaxCalls)
 	for i := range calls {
@@ -931,15 +930,15 @@ func TestIntegrationNameTaken(t *testing.T) {
 	}
 	store := newStore()
 	r := startRun(t, store, &fakeBackend{store: store})
-	r.waitFor(t, 0, state.Error, "another rdmad (or another program) owns it")
+	r.waitFor(t, 0, apitype.Error, "another rdmad (or another program) owns it")
 	// It keeps trying: a second failure shows the retry loop runs.
 	n := r.len()
-	r.waitFor(t, n, state.Error, "owns it")
+	r.waitFor(t, n, apitype.Error, "owns it")
 
 	if _, err := squatter.ReleaseName(Name); err != nil {
 		t.Fatal(err)
 	}
-	r.waitFor(t, r.len(), state.OK, "")
+	r.waitFor(t, r.len(), apitype.OK, "")
 	var has bool
 	if err := squatter.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, Name).Store(&has); err != nil || !has {
 		t.Errorf("NameHasOwner after the squatter left = %v, %v; want true", has, err)
@@ -951,19 +950,19 @@ func TestIntegrationBusRestart(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	r := startRun(t, store, &fakeBackend{store: store})
-	r.waitFor(t, 0, state.OK, "")
+	r.waitFor(t, 0, apitype.OK, "")
 
 	b.stop()
-	lost := r.waitFor(t, 0, state.Error, "")
+	lost := r.waitFor(t, 0, apitype.Error, "")
 	t.Logf("bus gone: %s", lost.err)
 	// The state moves on while the bus is away; the new connection must
 	// serve the latest.
-	store.Update(func(s *state.Snapshot) { s.State = state.Degraded })
+	store.Update(func(s *apitype.Snapshot) { s.State = apitype.Degraded })
 	n := r.len()
 	b.start()
-	r.waitFor(t, n, state.OK, "")
+	r.waitFor(t, n, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
-	waitProperty(t, obj, "State", state.Degraded)
+	waitProperty(t, obj, "State", apitype.Degraded)
 }
 
 func TestIntegrationBusAbsent(t *testing.T) {
@@ -971,12 +970,12 @@ func TestIntegrationBusAbsent(t *testing.T) {
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "no-bus"))
 	store := newStore()
 	r := startRun(t, store, &fakeBackend{store: store})
-	rep := r.waitFor(t, 0, state.Unavailable, "no-bus")
+	rep := r.waitFor(t, 0, apitype.Unavailable, "no-bus")
 	if !strings.Contains(rep.err, "dbus.service running") {
 		t.Errorf("report %q does not say what to do", rep.err)
 	}
 	// And it retries rather than giving up.
-	r.waitFor(t, 1, state.Unavailable, "no-bus")
+	r.waitFor(t, 1, apitype.Unavailable, "no-bus")
 }
 
 func TestRunNeedsStoreAndBackend(t *testing.T) {

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	godbus "github.com/godbus/dbus/v5"
-
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // A Port is one port of a device as the Ports property shows it
@@ -70,7 +68,7 @@ type peerFigures struct {
 
 // summarisePeer reduces p's paths to the worst of each figure: a peer is
 // as good as its worst path, as its State already says.
-func summarisePeer(p state.Peer) peerFigures {
+func summarisePeer(p apitype.Peer) peerFigures {
 	ns := func(d time.Duration) uint64 { return uint64(max(d, 0)) }
 	var f peerFigures
 	for _, pa := range p.Paths {
@@ -104,7 +102,7 @@ type GroupFault struct {
 // fleetMismatches returns the FleetMismatches property of s, by peer in the
 // snapshot's order. It changes only when a fingerprint does, so it is
 // signalled, unlike Peers.
-func fleetMismatches(s *state.Snapshot) []FleetMismatch {
+func fleetMismatches(s *apitype.Snapshot) []FleetMismatch {
 	out := []FleetMismatch{}
 	for _, p := range s.Peers.Peers {
 		for _, m := range p.Mismatches {
@@ -116,7 +114,7 @@ func fleetMismatches(s *state.Snapshot) []FleetMismatch {
 }
 
 // peerGroupFaults returns the PeerGroupFaults property of s.
-func peerGroupFaults(s *state.Snapshot) []GroupFault {
+func peerGroupFaults(s *apitype.Snapshot) []GroupFault {
 	out := make([]GroupFault, 0, len(s.Peers.GroupFaults))
 	for _, g := range s.Peers.GroupFaults {
 		out = append(out, GroupFault{Group: g.Group, Reason: g.Reason})
@@ -125,7 +123,7 @@ func peerGroupFaults(s *state.Snapshot) []GroupFault {
 }
 
 // peerEntries returns the Peers property of s, in the snapshot's order.
-func peerEntries(s *state.Snapshot) []PeerEntry {
+func peerEntries(s *apitype.Snapshot) []PeerEntry {
 	out := make([]PeerEntry, 0, len(s.Peers.Peers))
 	for _, p := range s.Peers.Peers {
 		f := summarisePeer(p)
@@ -147,7 +145,7 @@ type object struct {
 // A view is what the service exports for one snapshot. It is built once per
 // snapshot and never modified, so method handlers read it without locks.
 type view struct {
-	snap    *state.Snapshot
+	snap    *apitype.Snapshot
 	objects map[godbus.ObjectPath]*object
 	// nodes maps every path that is a proper prefix of an object's path to
 	// its child names, so that introspecting "/", "/org" ... lets busctl
@@ -161,7 +159,7 @@ func DevicePath(name string) godbus.ObjectPath {
 }
 
 // newView builds the view of s.
-func newView(s *state.Snapshot) *view {
+func newView(s *apitype.Snapshot) *view {
 	v := &view{snap: s, objects: map[godbus.ObjectPath]*object{}, nodes: map[godbus.ObjectPath][]string{}}
 	targets := allTargets(s)
 	var paths []godbus.ObjectPath
@@ -237,7 +235,7 @@ func contains(list []string, s string) bool {
 
 // deviceProps returns the org.rdmad.Agent1.Device properties of d; targets
 // are all policy targets, of which d shows those on its netdevs and ports.
-func deviceProps(d inventory.Device, targets []Target) map[string]godbus.Variant {
+func deviceProps(d apitype.Device, targets []Target) map[string]godbus.Variant {
 	ports := make([]Port, 0, len(d.Ports))
 	netdevs := []string{}
 	for _, p := range d.Ports {
@@ -269,7 +267,7 @@ func deviceProps(d inventory.Device, targets []Target) map[string]godbus.Variant
 
 // statePriority orders target states from the one that most needs an
 // operator; PolicyState shows the first one present.
-var statePriority = []string{state.TargetError, state.Drifted, state.Applied, state.InSync, state.Unsupported}
+var statePriority = []string{apitype.TargetError, apitype.Drifted, apitype.Applied, apitype.InSync, apitype.Unsupported}
 
 // worstState summarises targets in one word: the most urgent state among
 // them, or "none" when no policy targets the device.
@@ -287,7 +285,7 @@ func worstState(ts []Target) string {
 	return ts[0].State
 }
 
-func allTargets(s *state.Snapshot) []Target {
+func allTargets(s *apitype.Snapshot) []Target {
 	out := []Target{}
 	for _, p := range s.Policy.Policies {
 		for _, t := range p.Targets {
@@ -359,10 +357,10 @@ func changes(old, cur *view) []signal {
 // differs between old and cur on a device present in both; ports that
 // appear or vanish on such a device have "" as their old or new state.
 // Devices that appear or vanish are InterfacesAdded/Removed instead.
-func linkChanges(old, cur *state.Snapshot) []signal {
-	before := map[string]map[int]inventory.Port{}
+func linkChanges(old, cur *apitype.Snapshot) []signal {
+	before := map[string]map[int]apitype.Port{}
 	for _, d := range old.Devices {
-		m := map[int]inventory.Port{}
+		m := map[int]apitype.Port{}
 		for _, p := range d.Ports {
 			m[p.Port] = p
 		}
@@ -402,7 +400,7 @@ func linkChanges(old, cur *state.Snapshot) []signal {
 // policyChanges returns a PolicyChanged signal for every target whose state
 // differs between old and cur, including targets that appear ("" old
 // state, e.g. a new [[policy]] block) or vanish ("" new state).
-func policyChanges(old, cur *state.Snapshot) []signal {
+func policyChanges(old, cur *apitype.Snapshot) []signal {
 	key := func(t Target) [3]string { return [3]string{t.Policy, t.Kind, t.Object} }
 	before := map[[3]string]Target{}
 	for _, t := range allTargets(old) {
@@ -436,7 +434,7 @@ func policyChanges(old, cur *state.Snapshot) []signal {
 // is one. A peer that cur no longer lists was dropped from the
 // configuration or the selection, not changed: it gets no signal; Peers
 // shows it gone.
-func peerChanges(old, cur *state.Snapshot) []signal {
+func peerChanges(old, cur *apitype.Snapshot) []signal {
 	before := make(map[string]string, len(old.Peers.Peers))
 	for _, p := range old.Peers.Peers {
 		before[p.Name] = p.State
@@ -445,7 +443,7 @@ func peerChanges(old, cur *state.Snapshot) []signal {
 	for _, p := range cur.Peers.Peers {
 		from, ok := before[p.Name]
 		if !ok {
-			from = state.PeerUnknown
+			from = apitype.PeerUnknown
 		}
 		if from != p.State {
 			sigs = append(sigs, signal{Path, Interface + ".PeerStateChanged", []any{p.Name, from, p.State, p.Reason}})

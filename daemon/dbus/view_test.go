@@ -11,9 +11,7 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 func TestEscapePathElement(t *testing.T) {
@@ -59,31 +57,31 @@ func TestUnescapePathElementErrors(t *testing.T) {
 }
 
 // snapshot returns a snapshot with the given devices and policy targets.
-func snapshot(devs []inventory.Device, targets ...state.Target) *state.Snapshot {
-	return &state.Snapshot{
-		Version: "1.0", State: state.Running, Summary: "running",
-		Config:  state.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
+func snapshot(devs []apitype.Device, targets ...apitype.Target) *apitype.Snapshot {
+	return &apitype.Snapshot{
+		Version: "1.0", State: apitype.Running, Summary: "running",
+		Config:  apitype.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
 		Devices: devs,
-		Policy:  state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Mode: "enforce", Targets: targets}}},
-		Components: map[string]state.Component{
-			"config": {State: state.OK},
+		Policy:  apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Mode: "enforce", Targets: targets}}},
+		Components: map[string]apitype.Component{
+			"config": {State: apitype.OK},
 		},
 	}
 }
 
-func device(name, netdev string, portStates ...string) inventory.Device {
-	d := inventory.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001"}
+func device(name, netdev string, portStates ...string) apitype.Device {
+	d := apitype.Device{Name: name, NodeType: "CA", NodeGUID: "0000:0000:0000:0001"}
 	for i, st := range portStates {
-		d.Ports = append(d.Ports, inventory.Port{Port: i + 1, State: st, PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev})
+		d.Ports = append(d.Ports, apitype.Port{Port: i + 1, State: st, PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: netdev})
 	}
 	return d
 }
 
 func TestNewViewProperties(t *testing.T) {
-	s := snapshot([]inventory.Device{device("mlx5_0", "ens1f0", "ACTIVE", "DOWN"), device("rxe0", "eth0", "ACTIVE")},
-		state.Target{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: state.Drifted},
-		state.Target{Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: state.InSync},
-		state.Target{Kind: "memlock", Object: "rdmad", Desired: "unlimited", Actual: "unlimited", State: state.InSync},
+	s := snapshot([]apitype.Device{device("mlx5_0", "ens1f0", "ACTIVE", "DOWN"), device("rxe0", "eth0", "ACTIVE")},
+		apitype.Target{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: apitype.Drifted},
+		apitype.Target{Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: apitype.InSync},
+		apitype.Target{Kind: "memlock", Object: "rdmad", Desired: "unlimited", Actual: "unlimited", State: apitype.InSync},
 	)
 	v := newView(s)
 
@@ -106,13 +104,13 @@ func TestNewViewProperties(t *testing.T) {
 
 	mlx := v.objects[DevicePath("mlx5_0")].props[DeviceInterface]
 	wantTargets := []Target{
-		{Policy: "roce", Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: state.Drifted},
-		{Policy: "roce", Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: state.InSync},
+		{Policy: "roce", Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "1500", State: apitype.Drifted},
+		{Policy: "roce", Kind: "roce", Object: "mlx5_0/1", Desired: "106", Actual: "106", State: apitype.InSync},
 	}
 	if diff := cmp.Diff(wantTargets, mlx["PolicyTargets"].Value()); diff != "" {
 		t.Errorf("mlx5_0 PolicyTargets: -want +got\n%s", diff)
 	}
-	if got := mlx["PolicyState"].Value(); got != state.Drifted {
+	if got := mlx["PolicyState"].Value(); got != apitype.Drifted {
 		t.Errorf("mlx5_0 PolicyState = %v, want drifted", got)
 	}
 	wantPorts := []Port{
@@ -172,10 +170,10 @@ func TestWorstState(t *testing.T) {
 		want   string
 	}{
 		{"none", nil, "none"},
-		{"in sync", []string{state.InSync, state.InSync}, state.InSync},
-		{"error wins", []string{state.InSync, state.Drifted, state.TargetError}, state.TargetError},
-		{"drift over applied", []string{state.Applied, state.Drifted}, state.Drifted},
-		{"applied over unsupported", []string{state.Unsupported, state.Applied}, state.Applied},
+		{"in sync", []string{apitype.InSync, apitype.InSync}, apitype.InSync},
+		{"error wins", []string{apitype.InSync, apitype.Drifted, apitype.TargetError}, apitype.TargetError},
+		{"drift over applied", []string{apitype.Applied, apitype.Drifted}, apitype.Drifted},
+		{"applied over unsupported", []string{apitype.Unsupported, apitype.Applied}, apitype.Applied},
 		{"unknown state shown", []string{"weird"}, "weird"},
 	}
 	for _, tt := range tests {
@@ -216,9 +214,9 @@ func summarise(sigs []signal) []sigSummary {
 }
 
 func TestChanges(t *testing.T) {
-	base := snapshot([]inventory.Device{device("rxe0", "eth0", "ACTIVE")},
-		state.Target{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync})
-	withState := func(f func(s *state.Snapshot)) *state.Snapshot {
+	base := snapshot([]apitype.Device{device("rxe0", "eth0", "ACTIVE")},
+		apitype.Target{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync})
+	withState := func(f func(s *apitype.Snapshot)) *apitype.Snapshot {
 		s := *base
 		f(&s)
 		return &s
@@ -226,23 +224,23 @@ func TestChanges(t *testing.T) {
 	rxe := DevicePath("rxe0")
 	tests := []struct {
 		name string
-		old  *state.Snapshot
-		cur  *state.Snapshot
+		old  *apitype.Snapshot
+		cur  *apitype.Snapshot
 		want []sigSummary
 	}{
 		{name: "first view emits nothing", old: nil, cur: base},
-		{name: "no change", old: base, cur: withState(func(s *state.Snapshot) { s.Seq++ })},
+		{name: "no change", old: base, cur: withState(func(s *apitype.Snapshot) { s.Seq++ })},
 		{
 			name: "state",
 			old:  base,
-			cur:  withState(func(s *state.Snapshot) { s.State = state.Reloading }),
+			cur:  withState(func(s *apitype.Snapshot) { s.State = apitype.Reloading }),
 			want: []sigSummary{{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"State"}}}},
 		},
 		{
 			name: "device appears",
 			old:  base,
-			cur: withState(func(s *state.Snapshot) {
-				s.Devices = []inventory.Device{device("mlx5_0", "ens1f0", "DOWN"), base.Devices[0]}
+			cur: withState(func(s *apitype.Snapshot) {
+				s.Devices = []apitype.Device{device("mlx5_0", "ens1f0", "DOWN"), base.Devices[0]}
 			}),
 			want: []sigSummary{
 				{Path, ObjectManagerInterface + ".InterfacesAdded", []any{DevicePath("mlx5_0"), []string{DeviceInterface}}},
@@ -252,7 +250,7 @@ func TestChanges(t *testing.T) {
 		{
 			name: "device vanishes",
 			old:  base,
-			cur:  withState(func(s *state.Snapshot) { s.Devices = nil }),
+			cur:  withState(func(s *apitype.Snapshot) { s.Devices = nil }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Devices", "PortsActive", "PortsTotal"}}},
 				{Path, ObjectManagerInterface + ".InterfacesRemoved", []any{rxe, []string{DeviceInterface}}},
@@ -261,7 +259,7 @@ func TestChanges(t *testing.T) {
 		{
 			name: "port goes down",
 			old:  base,
-			cur:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "DOWN")} }),
+			cur:  withState(func(s *apitype.Snapshot) { s.Devices = []apitype.Device{device("rxe0", "eth0", "DOWN")} }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PortsActive"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
@@ -270,8 +268,8 @@ func TestChanges(t *testing.T) {
 		},
 		{
 			name: "port added and removed",
-			old:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "ACTIVE", "DOWN")} }),
-			cur:  withState(func(s *state.Snapshot) { s.Devices = []inventory.Device{device("rxe0", "eth0", "ACTIVE")} }),
+			old:  withState(func(s *apitype.Snapshot) { s.Devices = []apitype.Device{device("rxe0", "eth0", "ACTIVE", "DOWN")} }),
+			cur:  withState(func(s *apitype.Snapshot) { s.Devices = []apitype.Device{device("rxe0", "eth0", "ACTIVE")} }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PortsTotal"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
@@ -281,42 +279,42 @@ func TestChanges(t *testing.T) {
 		{
 			name: "policy drifts",
 			old:  base,
-			cur: withState(func(s *state.Snapshot) {
-				s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Targets: []state.Target{
-					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: state.Drifted}}}}}
+			cur: withState(func(s *apitype.Snapshot) {
+				s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
 			}),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Healthy", "PolicyTargets"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
-				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", state.InSync, state.Drifted, "9000", "1500", ""}},
+				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", apitype.InSync, apitype.Drifted, "9000", "1500", ""}},
 			},
 		},
 		{
 			name: "actual value changes without a state change",
 			old:  base,
-			cur: withState(func(s *state.Snapshot) {
-				s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Targets: []state.Target{
-					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync, Applies: 7}}}}}
+			cur: withState(func(s *apitype.Snapshot) {
+				s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync, Applies: 7}}}}}
 			}),
 		},
 		{
 			name: "peer goes down",
-			old:  withState(func(s *state.Snapshot) { s.Peers.Peers = []state.Peer{{Name: "node2", State: state.PeerUp}} }),
-			cur: withState(func(s *state.Snapshot) {
-				s.Peers.Peers = []state.Peer{{Name: "node2", State: state.PeerDown, Reason: "3 probes in a row lost"}}
+			old:  withState(func(s *apitype.Snapshot) { s.Peers.Peers = []apitype.Peer{{Name: "node2", State: apitype.PeerUp}} }),
+			cur: withState(func(s *apitype.Snapshot) {
+				s.Peers.Peers = []apitype.Peer{{Name: "node2", State: apitype.PeerDown, Reason: "3 probes in a row lost"}}
 			}),
 			want: []sigSummary{
-				{Path, Interface + ".PeerStateChanged", []any{"node2", state.PeerUp, state.PeerDown, "3 probes in a row lost"}},
+				{Path, Interface + ".PeerStateChanged", []any{"node2", apitype.PeerUp, apitype.PeerDown, "3 probes in a row lost"}},
 			},
 		},
 		{
 			name: "policy removed",
 			old:  base,
-			cur:  withState(func(s *state.Snapshot) { s.Policy = state.Policy{} }),
+			cur:  withState(func(s *apitype.Snapshot) { s.Policy = apitype.Policy{} }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PolicyTargets"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
-				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", state.InSync, "", "9000", "9000", ""}},
+				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", apitype.InSync, "", "9000", "9000", ""}},
 			},
 		},
 	}
@@ -360,35 +358,35 @@ func TestPeerEntries(t *testing.T) {
 	us := time.Microsecond
 	tests := []struct {
 		name  string
-		peers []state.Peer
+		peers []apitype.Peer
 		want  []PeerEntry
 	}{
 		{name: "no peers", want: []PeerEntry{}},
 		{
 			name:  "not probed yet",
-			peers: []state.Peer{{Name: "node2", Group: "tor1", State: state.PeerUnknown}},
-			want:  []PeerEntry{{Name: "node2", Group: "tor1", State: state.PeerUnknown}},
+			peers: []apitype.Peer{{Name: "node2", Group: "tor1", State: apitype.PeerUnknown}},
+			want:  []PeerEntry{{Name: "node2", Group: "tor1", State: apitype.PeerUnknown}},
 		},
 		{
 			name: "worst path of each figure",
-			peers: []state.Peer{{Name: "192.0.2.17", Address: "192.0.2.17", State: state.PeerDegraded, Reason: "loss 3% over 1%",
-				Paths: []state.PeerPath{
+			peers: []apitype.Peer{{Name: "192.0.2.17", Address: "192.0.2.17", State: apitype.PeerDegraded, Reason: "loss 3% over 1%",
+				Paths: []apitype.PeerPath{
 					{Local: "mlx5_0/1", RTTP50: 10 * us, RTTP99: 90 * us, LossPct: 3},
 					{Local: "mlx5_0/2", RTTP50: 20 * us, RTTP99: 30 * us, LossPct: 0.5},
 				}}},
-			want: []PeerEntry{{Name: "192.0.2.17", Address: "192.0.2.17", State: state.PeerDegraded, Reason: "loss 3% over 1%",
+			want: []PeerEntry{{Name: "192.0.2.17", Address: "192.0.2.17", State: apitype.PeerDegraded, Reason: "loss 3% over 1%",
 				RTTP50: 20000, RTTP99: 90000, LossPct: 3}},
 		},
 		{
 			name:  "order kept",
-			peers: []state.Peer{{Name: "b", State: state.PeerUp}, {Name: "a", State: state.PeerDown, Reason: "3 probes lost"}},
-			want:  []PeerEntry{{Name: "b", State: state.PeerUp}, {Name: "a", State: state.PeerDown, Reason: "3 probes lost"}},
+			peers: []apitype.Peer{{Name: "b", State: apitype.PeerUp}, {Name: "a", State: apitype.PeerDown, Reason: "3 probes lost"}},
+			want:  []PeerEntry{{Name: "b", State: apitype.PeerUp}, {Name: "a", State: apitype.PeerDown, Reason: "3 probes lost"}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := snapshot(nil)
-			s.Peers = state.Peers{Peers: tt.peers}
+			s.Peers = apitype.Peers{Peers: tt.peers}
 			got := newView(s).objects[Path].props[Interface]["Peers"]
 			if sig := got.Signature().String(); sig != "a(sssssttd)" {
 				t.Errorf("Peers has D-Bus type %s, want a(sssssttd) as introspected", sig)
@@ -401,42 +399,42 @@ func TestPeerEntries(t *testing.T) {
 }
 
 func TestPeerChanges(t *testing.T) {
-	peer := func(name, st, reason string) state.Peer { return state.Peer{Name: name, State: st, Reason: reason} }
+	peer := func(name, st, reason string) apitype.Peer { return apitype.Peer{Name: name, State: st, Reason: reason} }
 	sig := func(name, from, to, reason string) sigSummary {
 		return sigSummary{Path, Interface + ".PeerStateChanged", []any{name, from, to, reason}}
 	}
 	tests := []struct {
 		name     string
-		old, cur []state.Peer
+		old, cur []apitype.Peer
 		want     []sigSummary
 	}{
 		{name: "none"},
-		{name: "same state", old: []state.Peer{peer("a", state.PeerUp, "")}, cur: []state.Peer{peer("a", state.PeerUp, "")}},
-		{name: "reason only", old: []state.Peer{peer("a", state.PeerDown, "x")}, cur: []state.Peer{peer("a", state.PeerDown, "y")}},
+		{name: "same state", old: []apitype.Peer{peer("a", apitype.PeerUp, "")}, cur: []apitype.Peer{peer("a", apitype.PeerUp, "")}},
+		{name: "reason only", old: []apitype.Peer{peer("a", apitype.PeerDown, "x")}, cur: []apitype.Peer{peer("a", apitype.PeerDown, "y")}},
 		{
 			name: "up to down",
-			old:  []state.Peer{peer("a", state.PeerUp, "")},
-			cur:  []state.Peer{peer("a", state.PeerDown, "3 probes in a row lost")},
-			want: []sigSummary{sig("a", state.PeerUp, state.PeerDown, "3 probes in a row lost")},
+			old:  []apitype.Peer{peer("a", apitype.PeerUp, "")},
+			cur:  []apitype.Peer{peer("a", apitype.PeerDown, "3 probes in a row lost")},
+			want: []sigSummary{sig("a", apitype.PeerUp, apitype.PeerDown, "3 probes in a row lost")},
 		},
 		{
 			name: "first answer",
-			old:  []state.Peer{peer("a", state.PeerUnknown, "")},
-			cur:  []state.Peer{peer("a", state.PeerUp, "")},
-			want: []sigSummary{sig("a", state.PeerUnknown, state.PeerUp, "")},
+			old:  []apitype.Peer{peer("a", apitype.PeerUnknown, "")},
+			cur:  []apitype.Peer{peer("a", apitype.PeerUp, "")},
+			want: []sigSummary{sig("a", apitype.PeerUnknown, apitype.PeerUp, "")},
 		},
-		{name: "added unknown is quiet", cur: []state.Peer{peer("a", state.PeerUnknown, "")}},
+		{name: "added unknown is quiet", cur: []apitype.Peer{peer("a", apitype.PeerUnknown, "")}},
 		{
 			name: "added already down counts from unknown",
-			cur:  []state.Peer{peer("a", state.PeerDown, "control endpoint does not answer")},
-			want: []sigSummary{sig("a", state.PeerUnknown, state.PeerDown, "control endpoint does not answer")},
+			cur:  []apitype.Peer{peer("a", apitype.PeerDown, "control endpoint does not answer")},
+			want: []sigSummary{sig("a", apitype.PeerUnknown, apitype.PeerDown, "control endpoint does not answer")},
 		},
-		{name: "dropped is quiet", old: []state.Peer{peer("a", state.PeerDown, "x")}},
+		{name: "dropped is quiet", old: []apitype.Peer{peer("a", apitype.PeerDown, "x")}},
 		{
 			name: "several, in cur's order",
-			old:  []state.Peer{peer("a", state.PeerUp, ""), peer("b", state.PeerUp, ""), peer("c", state.PeerUp, "")},
-			cur:  []state.Peer{peer("c", state.PeerDegraded, "loss"), peer("b", state.PeerUp, ""), peer("a", state.PeerDown, "lost")},
-			want: []sigSummary{sig("c", state.PeerUp, state.PeerDegraded, "loss"), sig("a", state.PeerUp, state.PeerDown, "lost")},
+			old:  []apitype.Peer{peer("a", apitype.PeerUp, ""), peer("b", apitype.PeerUp, ""), peer("c", apitype.PeerUp, "")},
+			cur:  []apitype.Peer{peer("c", apitype.PeerDegraded, "loss"), peer("b", apitype.PeerUp, ""), peer("a", apitype.PeerDown, "lost")},
+			want: []sigSummary{sig("c", apitype.PeerUp, apitype.PeerDegraded, "loss"), sig("a", apitype.PeerUp, apitype.PeerDown, "lost")},
 		},
 	}
 	for _, tt := range tests {
@@ -468,15 +466,15 @@ func TestQuietProperties(t *testing.T) {
 // (unlike Peers, these change only when a fingerprint or a group does).
 func TestFleetProperties(t *testing.T) {
 	s := snapshot(nil)
-	s.Peers = state.Peers{
-		Peers: []state.Peer{
-			{Name: "node2", State: state.PeerUp, Mismatches: []state.Mismatch{
+	s.Peers = apitype.Peers{
+		Peers: []apitype.Peer{
+			{Name: "node2", State: apitype.PeerUp, Mismatches: []apitype.Mismatch{
 				{Field: "mtu", Local: "1500", Peer: "4200", Severity: "must", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
 				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: "info", LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
 			}},
-			{Name: "node3", State: state.PeerUp},
+			{Name: "node3", State: apitype.PeerUp},
 		},
-		GroupFaults: []state.GroupFault{{Group: "tor-a", Reason: "all 2 peers of tor-a are down"}},
+		GroupFaults: []apitype.GroupFault{{Group: "tor-a", Reason: "all 2 peers of tor-a are down"}},
 	}
 	p := newView(s).objects[Path].props[Interface]
 	fm, gf := p["FleetMismatches"], p["PeerGroupFaults"]
@@ -498,7 +496,7 @@ func TestFleetProperties(t *testing.T) {
 	}
 
 	old := snapshot(nil)
-	old.Peers = state.Peers{Peers: []state.Peer{{Name: "node2", State: state.PeerUp}, {Name: "node3", State: state.PeerUp}}}
+	old.Peers = apitype.Peers{Peers: []apitype.Peer{{Name: "node2", State: apitype.PeerUp}, {Name: "node3", State: apitype.PeerUp}}}
 	var changed []string
 	for _, sg := range summarise(changes(newView(old), newView(s))) {
 		if sg.Name == PropertiesInterface+".PropertiesChanged" {

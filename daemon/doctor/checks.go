@@ -12,9 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/metrics"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
@@ -91,7 +90,7 @@ func checkDaemon(e *Env) Result {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if comp := s.Components[n]; comp.State == state.Error {
+		if comp := s.Components[n]; comp.State == apitype.Error {
 			c.add(Fail, fmt.Sprintf("component %s: %s", n, comp.Error), "see rdmactl status and journalctl -u rdmad")
 		}
 	}
@@ -177,7 +176,7 @@ func readInt(path string) (int, error) {
 
 // devicesOrSkip returns the devices, or the Result to return when there
 // are none.
-func devicesOrSkip(e *Env) ([]inventory.Device, *Result) {
+func devicesOrSkip(e *Env) ([]apitype.Device, *Result) {
 	devs, err := e.Devices()
 	if err != nil || len(devs) == 0 {
 		r := skip("no RDMA devices (see the devices check)")
@@ -253,7 +252,7 @@ func checkPorts(e *Env) Result {
 	return c.result("no ports")
 }
 
-func portFix(p inventory.Port) string {
+func portFix(p apitype.Port) string {
 	switch {
 	case p.PhysState == "Disabled" && p.Netdev != "":
 		return fmt.Sprintf("bring the netdev up: ip link set %s up", p.Netdev)
@@ -271,7 +270,7 @@ func portFix(p inventory.Port) string {
 
 // forRoCEPorts runs check on every RoCE port that has a netdev and gathers
 // its verdicts; a node without such ports gets skip(none).
-func forRoCEPorts(e *Env, none string, check func(c *collector, name string, p inventory.Port)) Result {
+func forRoCEPorts(e *Env, none string, check func(c *collector, name string, p apitype.Port)) Result {
 	devs, r := devicesOrSkip(e)
 	if r != nil {
 		return *r
@@ -289,7 +288,7 @@ func forRoCEPorts(e *Env, none string, check func(c *collector, name string, p i
 }
 
 func checkGIDs(e *Env) Result {
-	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand GIDs come from the subnet manager)", func(c *collector, name string, p inventory.Port) {
+	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand GIDs come from the subnet manager)", func(c *collector, name string, p apitype.Port) {
 		v2 := map[netip.Addr]bool{}
 		routable := 0
 		for _, g := range p.GIDs {
@@ -335,16 +334,16 @@ func checkGIDs(e *Env) Result {
 }
 
 func checkMTU(e *Env) Result {
-	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand MTUs come from the subnet manager)", func(c *collector, name string, p inventory.Port) {
+	return forRoCEPorts(e, "no RoCE ports with a netdev (InfiniBand MTUs come from the subnet manager)", func(c *collector, name string, p apitype.Port) {
 		mtu, err := readInt(e.sys("class", "net", p.Netdev, "mtu"))
 		if err != nil {
 			c.add(Warn, fmt.Sprintf("%s: cannot read the MTU of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip link show "+p.Netdev)
 			return
 		}
 		active := metrics.RoCEActiveMTU(mtu)
-		if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == state.Drifted || t.State == state.TargetError) {
+		if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == apitype.Drifted || t.State == apitype.TargetError) {
 			fix := "rdmactl policy apply"
-			if t.State == state.Drifted {
+			if t.State == apitype.Drifted {
 				fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\" or ip link set %s mtu %s", pol, p.Netdev, t.Desired)
 			}
 			msg := fmt.Sprintf("%s: %s has MTU %d but policy %q wants %s", name, p.Netdev, mtu, pol, t.Desired)
@@ -370,9 +369,9 @@ func checkMTU(e *Env) Result {
 
 // target finds a policy target of kind for object in the snapshot and the
 // name of its policy.
-func (e *Env) target(kind, object string) (state.Target, string, bool) {
+func (e *Env) target(kind, object string) (apitype.Target, string, bool) {
 	if e.Snapshot == nil {
-		return state.Target{}, "", false
+		return apitype.Target{}, "", false
 	}
 	for _, p := range e.Snapshot.Policy.Policies {
 		for _, t := range p.Targets {
@@ -381,7 +380,7 @@ func (e *Env) target(kind, object string) (state.Target, string, bool) {
 			}
 		}
 	}
-	return state.Target{}, "", false
+	return apitype.Target{}, "", false
 }
 
 // qosField returns the value of key ("pfc", "trust") in a FormatQoS string
@@ -411,14 +410,14 @@ func checkQoS(e *Env, key, what, unmanaged string) Result {
 			}
 			got, _ := qosField(t.Actual, key)
 			switch {
-			case t.State == state.Unsupported:
+			case t.State == apitype.Unsupported:
 				c.add(Warn, fmt.Sprintf("%s: %s cannot be set: the netdev has no DCB (%s)", t.Object, what, dash(t.Actual)),
 					"lossless RoCE needs a NIC with DCB (dcbnl); on a NIC without it, rely on ECN/DCQCN or use a different netdev")
-			case t.State == state.TargetError:
+			case t.State == apitype.TargetError:
 				c.add(Fail, fmt.Sprintf("%s: setting %s failed: %s", t.Object, what, t.Error), "see journalctl -u rdmad; then rdmactl policy apply")
 			case got != want:
 				fix := "rdmactl policy apply"
-				if t.State == state.Drifted {
+				if t.State == apitype.Drifted {
 					fix = fmt.Sprintf("policy %q is in observe mode: set mode = \"enforce\", or set it by hand (dcb / mlnx_qos)", p.Name)
 				}
 				c.add(Fail, fmt.Sprintf("%s: %s is %s, policy %q wants %s", t.Object, what, dash(got), p.Name, want), fix)
@@ -559,16 +558,16 @@ var linkCounters = []string{
 }
 
 func checkQPErrors(e *Env) Result {
-	return checkRising(e, qpCounters, func(p inventory.Port) map[string]uint64 { return p.HWCounters },
+	return checkRising(e, qpCounters, func(p apitype.Port) map[string]uint64 { return p.HWCounters },
 		"QP error counters rise: retransmits and sequence errors mean drops: check PFC/ECN on the path (pfc check), the MTU on every hop, and rdma statistic show")
 }
 
 func checkLinkErrors(e *Env) Result {
-	return checkRising(e, linkCounters, func(p inventory.Port) map[string]uint64 { return p.Counters },
+	return checkRising(e, linkCounters, func(p apitype.Port) map[string]uint64 { return p.Counters },
 		"physical errors rise: reseat or replace the cable or transceiver, check the switch port's error counters")
 }
 
-func checkRising(e *Env, names []string, get func(inventory.Port) map[string]uint64, fix string) Result {
+func checkRising(e *Env, names []string, get func(apitype.Port) map[string]uint64, fix string) Result {
 	before, r := devicesOrSkip(e)
 	if r != nil {
 		return *r
@@ -628,33 +627,33 @@ func checkPeers(e *Env) Result {
 	if s == nil {
 		return notReachable(e)
 	}
-	comp, ok := s.Components["peers"]
+	comp, ok := s.Components[apitype.ComponentPeers]
 	switch {
 	case !ok:
 		return skip("rdmad reports no peer probes (not started yet, or an rdmad without them)")
-	case comp.State == state.Disabled:
+	case comp.State == apitype.Disabled:
 		why := "[probe] peers = false"
 		if comp.Error != "" {
 			why = comp.Error
 		}
 		return skip("peer probes are disabled: " + why)
-	case comp.State == state.Unavailable:
+	case comp.State == apitype.Unavailable:
 		return skip("peer probes are unavailable: " + comp.Error)
-	case comp.State == state.Error:
+	case comp.State == apitype.Error:
 		return skip("peer probes are in error (see the daemon check): " + comp.Error)
 	}
 	ps := s.Peers
 	if len(ps.Peers) == 0 {
 		return skip(fmt.Sprintf("no peer is probed yet (%d configured)", ps.Configured))
 	}
-	var down, degraded, unknown []state.Peer
+	var down, degraded, unknown []apitype.Peer
 	for _, p := range ps.Peers {
 		switch p.State {
-		case state.PeerDown:
+		case apitype.PeerDown:
 			down = append(down, p)
-		case state.PeerDegraded:
+		case apitype.PeerDegraded:
 			degraded = append(degraded, p)
-		case state.PeerUp:
+		case apitype.PeerUp:
 		default:
 			unknown = append(unknown, p)
 		}
@@ -668,7 +667,7 @@ func checkPeers(e *Env) Result {
 	}
 	var c collector
 	if len(down) > 0 {
-		msg := fmt.Sprintf("%d of %d peers down: %s", len(down), len(ps.Peers), namePeers(down, func(p state.Peer) string { return p.Reason }))
+		msg := fmt.Sprintf("%d of %d peers down: %s", len(down), len(ps.Peers), namePeers(down, func(p apitype.Peer) string { return p.Reason }))
 		var fix []string
 		for _, lp := range ps.Ports {
 			if lp.LocalFault != "" {
@@ -704,7 +703,7 @@ func checkPeers(e *Env) Result {
 
 // namePeers lists up to maxNamed peers with a detail each, and counts the
 // rest.
-func namePeers(ps []state.Peer, detail func(state.Peer) string) string {
+func namePeers(ps []apitype.Peer, detail func(apitype.Peer) string) string {
 	var out []string
 	for i, p := range ps {
 		if i == maxNamed {
@@ -721,9 +720,9 @@ func namePeers(ps []state.Peer, detail func(state.Peer) string) string {
 }
 
 // worstPath says how a degraded peer's worst path is doing.
-func worstPath(p state.Peer) string {
+func worstPath(p apitype.Peer) string {
 	for _, pa := range p.Paths {
-		if pa.State == state.PeerDegraded {
+		if pa.State == apitype.PeerDegraded {
 			return fmt.Sprintf("from %s: loss %.1f%% of %d, RTT p99 %s", pa.Local, pa.LossPct, pa.Samples, pa.RTTP99)
 		}
 	}
@@ -742,7 +741,7 @@ func checkFleet(e *Env) Result {
 	if s == nil {
 		return notReachable(e)
 	}
-	if comp, ok := s.Components["peers"]; !ok || comp.State == state.Disabled || comp.State == state.Unavailable {
+	if comp, ok := s.Components[apitype.ComponentPeers]; !ok || comp.State == apitype.Disabled || comp.State == apitype.Unavailable {
 		return skip("no peer probes, so no peer to compare with (see the peers check)")
 	}
 	ps := s.Peers
@@ -758,7 +757,7 @@ func checkFleet(e *Env) Result {
 		known++
 		for _, m := range p.Mismatches {
 			line := fmt.Sprintf("%s: %s %s here (%s) but %s on %s (%s)", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, p.Name, m.PeerPort)
-			if m.Severity == state.SeverityInfo {
+			if m.Severity == apitype.SeverityInfo {
 				info = append(info, line)
 				continue
 			}

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Verdicts, from best to worst.
@@ -83,7 +83,7 @@ type Env struct {
 	DevRoot string
 	// Snapshot is rdmad's state; nil when rdmad did not answer, and then
 	// DaemonErr says why.
-	Snapshot  *state.Snapshot
+	Snapshot  *apitype.Snapshot
 	DaemonErr error
 	// Interval separates the two counter reads of the "rising" checks; 0
 	// skips them.
@@ -96,22 +96,22 @@ type Env struct {
 	Adjtimex func(*unix.Timex) (int, error)
 
 	once    sync.Once
-	devs    []inventory.Device
+	devs    []apitype.Device
 	devErr  error
 	later   sync.Once
-	devs2   []inventory.Device
+	devs2   []apitype.Device
 	devErr2 error
 }
 
 // Devices returns the RDMA devices from sysfs (read once per Env).
-func (e *Env) Devices() ([]inventory.Device, error) {
+func (e *Env) Devices() ([]apitype.Device, error) {
 	e.once.Do(func() { e.devs, e.devErr = inventory.Reader{Root: e.SysRoot}.Read() })
 	return e.devs, e.devErr
 }
 
 // Later returns the devices read again Interval after Devices, for
 // counters that must not rise (read once per Env).
-func (e *Env) Later() ([]inventory.Device, error) {
+func (e *Env) Later() ([]apitype.Device, error) {
 	e.Devices()
 	e.later.Do(func() {
 		wait := e.Wait

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/client/apitype"
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 const fixture = "../inventory/testdata/roce-ib"
@@ -102,20 +101,20 @@ func addrs(m map[string][]string) func(string) ([]netip.Addr, error) {
 }
 
 // peersSnap is a snapshot whose peers component is comp, with peers.
-func peersSnap(comp state.Component, peers ...state.Peer) *state.Snapshot {
+func peersSnap(comp apitype.Component, peers ...apitype.Peer) *apitype.Snapshot {
 	s := snapWith()
-	s.Components = map[string]state.Component{"peers": comp}
-	s.Peers = state.Peers{Configured: len(peers), Peers: peers}
+	s.Components = map[string]apitype.Component{"peers": comp}
+	s.Peers = apitype.Peers{Configured: len(peers), Peers: peers}
 	return s
 }
 
-func peerAt(name, st string) state.Peer {
-	return state.Peer{Name: name, State: st, Paths: []state.PeerPath{{Local: "rxe0/1", State: st}}}
+func peerAt(name, st string) apitype.Peer {
+	return apitype.Peer{Name: name, State: st, Paths: []apitype.PeerPath{{Local: "rxe0/1", State: st}}}
 }
 
-func snapWith(targets ...state.Target) *state.Snapshot {
-	return &state.Snapshot{Version: "t", State: state.Running, PID: 4242,
-		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
+func snapWith(targets ...apitype.Target) *apitype.Snapshot {
+	return &apitype.Snapshot{Version: "t", State: apitype.Running, PID: 4242,
+		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
 }
 
 func limits(memlock string) string {
@@ -168,7 +167,7 @@ func TestChecks(t *testing.T) {
 		}, Fail, "configuration rejected, generation 0 stays in force: rdmad.toml:3: daemon.x: unknown key (and more)", "rdmactl reload"},
 		{"daemon component error", "daemon", func(t *testing.T) *Env {
 			s := snapWith()
-			s.Components = map[string]state.Component{"api": {State: state.OK}, "metrics": {State: state.Error, Error: "listen: address in use"}}
+			s.Components = map[string]apitype.Component{"api": {State: apitype.OK}, "metrics": {State: apitype.Error, Error: "listen: address in use"}}
 			return &Env{Snapshot: s}
 		}, Fail, "component metrics: listen: address in use", "journalctl -u rdmad"},
 		{"daemon ok", "daemon", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, OK, "rdmad t is running (pid 4242", ""},
@@ -228,31 +227,31 @@ func TestChecks(t *testing.T) {
 		}, Warn, "rxe0/1: eth0 MTU 1000 gives an RDMA MTU of only 512", "ip link set eth0 mtu 1500"},
 		{"mtu against policy", "mtu", func(t *testing.T) *Env {
 			return &Env{SysRoot: tree(t, map[string]string{"sys/class/net/ens1f0np0/mtu": "1500", "sys/class/net/eth0/mtu": "1500"}),
-				Snapshot: snapWith(state.Target{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "1500", State: state.Drifted})}
+				Snapshot: snapWith(apitype.Target{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "1500", State: apitype.Drifted})}
 		}, Fail, `mlx5_0/1: ens1f0np0 has MTU 1500 but policy "fabric" wants 9000`, `set mode = "enforce" or ip link set ens1f0np0 mtu 9000`},
 
 		{"pfc unmanaged", "pfc", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "no [policy.qos] pfc", ""},
 		{"pfc without daemon", "pfc", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable (see the daemon check)", ""},
 		{"pfc off", "pfc", func(t *testing.T) *Env {
-			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=none", State: state.Drifted})}
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=none", State: apitype.Drifted})}
 		}, Fail, `ens1f0np0: PFC is none, policy "fabric" wants 3`, "observe mode"},
 		{"pfc unsupported", "pfc", func(t *testing.T) *Env {
-			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "veth0", Desired: "pfc=3", Actual: "no DCB", State: state.Unsupported})}
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "veth0", Desired: "pfc=3", Actual: "no DCB", State: apitype.Unsupported})}
 		}, Warn, "veth0: PFC cannot be set: the netdev has no DCB", "ECN/DCQCN"},
 		{"pfc on", "pfc", func(t *testing.T) *Env {
-			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=3", State: state.InSync})}
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=3", State: apitype.InSync})}
 		}, OK, `ens1f0np0: PFC 3 as policy "fabric" declares`, ""},
 		{"trust pcp", "dscp-trust", func(t *testing.T) *Env {
-			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=pcp pfc=3", State: state.TargetError, Error: "dcb: set trust on ens1f0np0: operation not permitted"})}
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=pcp pfc=3", State: apitype.TargetError, Error: "dcb: set trust on ens1f0np0: operation not permitted"})}
 		}, Fail, "ens1f0np0: setting trust failed: dcb: set trust on ens1f0np0: operation not permitted", "rdmactl policy apply"},
 		{"trust drifted", "dscp-trust", func(t *testing.T) *Env {
-			return &Env{Snapshot: snapWith(state.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp", Actual: "trust=pcp", State: state.Drifted})}
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp", Actual: "trust=pcp", State: apitype.Drifted})}
 		}, Fail, `ens1f0np0: trust is pcp, policy "fabric" wants dscp`, ""},
 
 		{"memlock low for rdmad", "memlock", func(t *testing.T) *Env {
 			proc := t.TempDir()
 			write(t, proc, map[string]string{"4242/limits": limits("65536                65536"), "self/limits": limits("unlimited            unlimited")})
-			return &Env{ProcRoot: proc, Snapshot: snapWith(state.Target{Kind: "memlock", Object: "rdmad", Desired: "64MiB", Actual: "64KiB", State: state.TargetError})}
+			return &Env{ProcRoot: proc, Snapshot: snapWith(apitype.Target{Kind: "memlock", Object: "rdmad", Desired: "64MiB", Actual: "64KiB", State: apitype.TargetError})}
 		}, Fail, "rdmad (pid 4242) may lock 64KiB, less than 64MiB ([memlock] daemon)", "LimitMEMLOCK=infinity"},
 		{"memlock low for the user", "memlock", func(t *testing.T) *Env {
 			proc := t.TempDir()
@@ -297,74 +296,74 @@ func TestChecks(t *testing.T) {
 		{"peers without daemon", "peers", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
 		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "rdmad reports no peer probes", ""},
 		{"peers disabled", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled, Error: "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"})}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled, Error: "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"})}
 		}, Skip, "peer probes are disabled: no [[peer]]", ""},
-		{"peers switched off", "peers", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled})} }, Skip,
+		{"peers switched off", "peers", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled})} }, Skip,
 			"peer probes are disabled: [probe] peers = false", ""},
 		{"peers without verbs", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.Unavailable, Error: "verbs unavailable: no RDMA devices found"})}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Unavailable, Error: "verbs unavailable: no RDMA devices found"})}
 		}, Skip, "peer probes are unavailable: verbs unavailable", ""},
 		{"peers not probed yet", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUnknown))}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerUnknown))}
 		}, Skip, "none of the 1 peers has been probed yet", ""},
 		{"peers all up", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUp), peerAt("192.0.2.2", state.PeerUp), peerAt("192.0.2.3", state.PeerUnknown))}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerUp), peerAt("192.0.2.2", apitype.PeerUp), peerAt("192.0.2.3", apitype.PeerUnknown))}
 		}, OK, "all 2 probed peers are up (1 not probed yet)", ""},
 		{"peers degraded", "peers", func(t *testing.T) *Env {
-			p := peerAt("192.0.2.2", state.PeerDegraded)
-			p.Paths = []state.PeerPath{{Local: "rxe0/1", State: state.PeerDegraded, LossPct: 3, Samples: 100, RTTP99: 80 * time.Microsecond}}
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerUp), p)}
+			p := peerAt("192.0.2.2", apitype.PeerDegraded)
+			p.Paths = []apitype.PeerPath{{Local: "rxe0/1", State: apitype.PeerDegraded, LossPct: 3, Samples: 100, RTTP99: 80 * time.Microsecond}}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerUp), p)}
 		}, Warn, "1 of 2 peers degraded (loss or RTT p99 over [probe] loss_threshold or rtt_threshold): 192.0.2.2 (from rxe0/1: loss 3.0% of 100, RTT p99 80µs)", "PFC/ECN"},
 		{"peers down", "peers", func(t *testing.T) *Env {
-			a := peerAt("192.0.2.1", state.PeerDown)
+			a := peerAt("192.0.2.1", apitype.PeerDown)
 			a.Reason = "control endpoint 192.0.2.1:18516 does not answer"
-			s := peersSnap(state.Component{State: state.OK}, a, peerAt("192.0.2.2", state.PeerUp), peerAt("192.0.2.3", state.PeerDegraded))
+			s := peersSnap(apitype.Component{State: apitype.OK}, a, peerAt("192.0.2.2", apitype.PeerUp), peerAt("192.0.2.3", apitype.PeerDegraded))
 			s.Peers.ControlPort = 18516
 			return &Env{Snapshot: s}
 		}, Fail, "1 of 3 peers down: 192.0.2.1 (control endpoint 192.0.2.1:18516 does not answer)", "UDP 4791 (RoCE v2) and UDP 18516 (the control endpoint, [probe] port)"},
 		{"peers down, named up to three", "peers", func(t *testing.T) *Env {
-			var ps []state.Peer
+			var ps []apitype.Peer
 			for i := 1; i <= 5; i++ {
-				ps = append(ps, peerAt(fmt.Sprintf("192.0.2.%d", i), state.PeerDown))
+				ps = append(ps, peerAt(fmt.Sprintf("192.0.2.%d", i), apitype.PeerDown))
 			}
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, ps...)}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, ps...)}
 		}, Fail, "5 of 5 peers down: 192.0.2.1, 192.0.2.2, 192.0.2.3, and 2 more", "MTU"},
 		{"peers down, local fault", "peers", func(t *testing.T) *Env {
-			s := peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerDown), peerAt("192.0.2.2", state.PeerDown))
-			s.Peers.Ports = []state.PeerPort{{Key: "rxe0/1", LocalFault: "all 2 peers are down from rxe0/1: suspect this port"}}
+			s := peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerDown), peerAt("192.0.2.2", apitype.PeerDown))
+			s.Peers.Ports = []apitype.PeerPort{{Key: "rxe0/1", LocalFault: "all 2 peers are down from rxe0/1: suspect this port"}}
 			return &Env{Snapshot: s}
 		}, Fail, "LOCAL FAULT? all 2 peers are down from rxe0/1", "first check this node's rxe0/1"},
 		{"peers down, group fault", "peers", func(t *testing.T) *Env {
-			s := peersSnap(state.Component{State: state.OK}, peerAt("192.0.2.1", state.PeerDown), peerAt("192.0.2.2", state.PeerDown), peerAt("192.0.2.3", state.PeerUp))
-			s.Peers.GroupFaults = []state.GroupFault{{Group: "tor-a", Reason: "all 2 peers of group tor-a are down"}}
+			s := peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerDown), peerAt("192.0.2.2", apitype.PeerDown), peerAt("192.0.2.3", apitype.PeerUp))
+			s.Peers.GroupFaults = []apitype.GroupFault{{Group: "tor-a", Reason: "all 2 peers of group tor-a are down"}}
 			return &Env{Snapshot: s}
 		}, Fail, "GROUP FAULT? all 2 peers of group tor-a are down", "switch and uplink of group tor-a"},
 
 		{"fleet without daemon", "fleet", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
-		{"fleet without peer probes", "fleet", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(state.Component{State: state.Disabled})} }, Skip,
+		{"fleet without peer probes", "fleet", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled})} }, Skip,
 			"no peer probes", ""},
 		{"fleet of old peers", "fleet", func(t *testing.T) *Env {
 			p := fpPeer("192.0.2.1", nil)
 			p.Fingerprint, p.FingerprintUnknown, p.WireVersion = nil, true, 1
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, p)}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, p)}
 		}, Skip, "no peer has sent its fingerprint yet (1 peers run an rdmad without fingerprints", ""},
 		{"fleet agrees", "fleet", func(t *testing.T) *Env {
 			old := fpPeer("192.0.2.2", nil)
 			old.Fingerprint, old.FingerprintUnknown, old.WireVersion = nil, true, 2
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.1", nil), old)}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.1", nil), old)}
 		}, OK, "1 peers agree with this node's MTU, link layer, RoCE and QoS settings (1 peers run an rdmad without fingerprints", ""},
 		{"fleet MTU mismatch", "fleet", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.1", nil), fpPeer("192.0.2.2", []state.Mismatch{
-				{Field: "mtu", Local: "1500", Peer: "4200", Severity: state.SeverityMust, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
-				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: state.SeverityInfo, LocalPort: "rxe0/1", PeerPort: "rxe0/1"}}))}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.1", nil), fpPeer("192.0.2.2", []apitype.Mismatch{
+				{Field: "mtu", Local: "1500", Peer: "4200", Severity: apitype.SeverityMust, LocalPort: "rxe0/1", PeerPort: "rxe0/1"},
+				{Field: "firmware", Local: "1.0", Peer: "1.1", Severity: apitype.SeverityInfo, LocalPort: "rxe0/1", PeerPort: "rxe0/1"}}))}
 		}, Warn, "MISMATCH 192.0.2.2: mtu 1500 here (rxe0/1) but 4200 on 192.0.2.2 (rxe0/1); versions differ (informational): 192.0.2.2: firmware 1.0", "[[policy]] mtu"},
 		{"fleet firmware only", "fleet", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.2", []state.Mismatch{
-				{Field: "driver", Local: "mlx5_core", Peer: "mlx5_core 24.01", Severity: state.SeverityInfo, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.2", []apitype.Mismatch{
+				{Field: "driver", Local: "mlx5_core", Peer: "mlx5_core 24.01", Severity: apitype.SeverityInfo, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
 		}, OK, "versions differ (informational): 192.0.2.2: driver mlx5_core here (mlx5_0/1) but mlx5_core 24.01 on 192.0.2.2", "upgrade firmware and driver"},
 		{"fleet PFC mismatch", "fleet", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(state.Component{State: state.OK}, fpPeer("192.0.2.3", []state.Mismatch{
-				{Field: "pfc", Local: "3", Peer: "none", Severity: state.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.3", []apitype.Mismatch{
+				{Field: "pfc", Local: "3", Peer: "none", Severity: apitype.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}
 		}, Warn, "MISMATCH 192.0.2.3: pfc 3 here (mlx5_0/1) but none on 192.0.2.3 (mlx5_1/1)", "[[policy]] qos trust and pfc"},
 	}
 	byID := map[string]Check{}
@@ -458,10 +457,10 @@ func TestRunOnFixture(t *testing.T) {
 }
 
 // fpPeer is an up peer that sent its fingerprint, with mismatches ms.
-func fpPeer(name string, ms []state.Mismatch) state.Peer {
-	p := peerAt(name, state.PeerUp)
+func fpPeer(name string, ms []apitype.Mismatch) apitype.Peer {
+	p := peerAt(name, apitype.PeerUp)
 	p.WireVersion = 2
-	p.Fingerprint = &state.Fingerprint{Ports: []state.FingerprintPort{{Key: "rxe0/1", MTU: 1500}}}
+	p.Fingerprint = &apitype.Fingerprint{Ports: []apitype.FingerprintPort{{Key: "rxe0/1", MTU: 1500}}}
 	p.Mismatches = ms
 	return p
 }

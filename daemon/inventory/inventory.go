@@ -19,53 +19,8 @@ import (
 	"strings"
 
 	"github.com/Mellanox/rdmamap"
+	"github.com/rdmad/rdmad/client/apitype"
 )
-
-// A Device is one RDMA device (ibv_device) and its ports.
-type Device struct {
-	Name         string `json:"name"`
-	NodeType     string `json:"node_type"`
-	NodeGUID     string `json:"node_guid"`
-	SysImageGUID string `json:"sys_image_guid,omitempty"`
-	FWVer        string `json:"fw_ver,omitempty"`
-	HCAType      string `json:"hca_type,omitempty"`
-	BoardID      string `json:"board_id,omitempty"`
-	// Parent is the bus device (a PCI address) or "" for software devices
-	// such as rxe.
-	Parent string `json:"parent,omitempty"`
-	// Uverbs is the verbs character device ("/dev/infiniband/uverbs0"), or
-	// "" when the kernel exposes none (ib_uverbs not loaded).
-	Uverbs string `json:"uverbs,omitempty"`
-	Ports  []Port `json:"ports"`
-}
-
-// A Port is one port of a Device.
-type Port struct {
-	Port      int    `json:"port"`
-	State     string `json:"state"`      // DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
-	PhysState string `json:"phys_state"` // Polling, LinkUp, Disabled, ...
-	LinkLayer string `json:"link_layer"` // InfiniBand or Ethernet
-	Rate      string `json:"rate,omitempty"`
-	// RateGbps is Rate's number, for metrics.
-	RateGbps float64 `json:"rate_gbps,omitempty"`
-	LID      int     `json:"lid,omitempty"`
-	SMLID    int     `json:"sm_lid,omitempty"`
-	// Netdev is the port's network device: the RoCE netdev from the GID
-	// table, or the IPoIB interface of an InfiniBand port.
-	Netdev     string            `json:"netdev,omitempty"`
-	GIDs       []GID             `json:"gids"`
-	Counters   map[string]uint64 `json:"counters,omitempty"`
-	HWCounters map[string]uint64 `json:"hw_counters,omitempty"`
-}
-
-// A GID is one populated entry of a port's GID table.
-type GID struct {
-	Index int    `json:"index"`
-	GID   string `json:"gid"`
-	// Type is "IB", "RoCE v1" or "RoCE v2".
-	Type   string `json:"type"`
-	Netdev string `json:"netdev,omitempty"`
-}
 
 // A Reader reads the inventory below Root (normally "/").
 type Reader struct {
@@ -74,7 +29,7 @@ type Reader struct {
 
 // Read returns every RDMA device, sorted by name. A missing
 // /sys/class/infiniband yields no devices and no error.
-func (r Reader) Read() ([]Device, error) {
+func (r Reader) Read() ([]apitype.Device, error) {
 	classDir := r.path("sys/class/infiniband")
 	ents, err := os.ReadDir(classDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -84,7 +39,7 @@ func (r Reader) Read() ([]Device, error) {
 		return nil, fmt.Errorf("inventory: list %s: %w", classDir, err)
 	}
 	uverbs := r.uverbs()
-	var devs []Device
+	var devs []apitype.Device
 	for _, e := range ents {
 		d, err := r.device(e.Name())
 		if errors.Is(err, fs.ErrNotExist) {
@@ -108,12 +63,12 @@ func (r Reader) path(p ...string) string {
 	return filepath.Join(append([]string{root}, p...)...)
 }
 
-func (r Reader) device(name string) (Device, error) {
+func (r Reader) device(name string) (apitype.Device, error) {
 	dir := r.path("sys/class/infiniband", name)
 	if _, err := os.Stat(dir); err != nil {
-		return Device{}, err
+		return apitype.Device{}, err
 	}
-	d := Device{
+	d := apitype.Device{
 		Name:         name,
 		NodeType:     afterColon(readString(dir, "node_type")),
 		NodeGUID:     readString(dir, "node_guid"),
@@ -127,7 +82,7 @@ func (r Reader) device(name string) (Device, error) {
 	}
 	pents, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil {
-		return Device{}, fmt.Errorf("inventory: list ports of %s: %w", name, err)
+		return apitype.Device{}, fmt.Errorf("inventory: list ports of %s: %w", name, err)
 	}
 	for _, pe := range pents {
 		n, err := strconv.Atoi(pe.Name())
@@ -140,8 +95,8 @@ func (r Reader) device(name string) (Device, error) {
 	return d, nil
 }
 
-func (r Reader) port(dev, dir string, n int) Port {
-	p := Port{
+func (r Reader) port(dev, dir string, n int) apitype.Port {
+	p := apitype.Port{
 		Port:      n,
 		State:     afterColon(readString(dir, "state")),
 		PhysState: afterColon(readString(dir, "phys_state")),
@@ -173,12 +128,12 @@ func (r Reader) port(dev, dir string, n int) Port {
 // readGIDs reads the populated entries of a port's GID table. Only non-zero
 // GIDs have attributes (the kernel answers EINVAL for the others), so those
 // are the only files read besides the GIDs themselves.
-func readGIDs(dir, linkLayer string) []GID {
+func readGIDs(dir, linkLayer string) []apitype.GID {
 	ents, err := os.ReadDir(filepath.Join(dir, "gids"))
 	if err != nil {
 		return nil
 	}
-	gids := []GID{}
+	gids := []apitype.GID{}
 	for _, e := range ents {
 		idx, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -189,7 +144,7 @@ func readGIDs(dir, linkLayer string) []GID {
 		if !ok || addr.IsUnspecified() {
 			continue
 		}
-		g := GID{Index: idx, GID: addr.String()}
+		g := apitype.GID{Index: idx, GID: addr.String()}
 		switch t := readString(dir, "gid_attrs", "types", e.Name()); {
 		case linkLayer == "InfiniBand":
 			g.Type = "IB"

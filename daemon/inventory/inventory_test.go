@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -43,7 +44,7 @@ func TestReadFixtureFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]Device{}
+	byName := map[string]apitype.Device{}
 	for _, d := range devs {
 		byName[d.Name] = d
 	}
@@ -55,7 +56,7 @@ func TestReadFixtureFacts(t *testing.T) {
 		t.Errorf("mlx5_0 identity = parent %q uverbs %q type %q", mlx5.Parent, mlx5.Uverbs, mlx5.NodeType)
 	}
 	p1 := mlx5.Ports[0]
-	wantGIDs := []GID{
+	wantGIDs := []apitype.GID{
 		{Index: 0, GID: "fe80::ba59:9fff:fed4:e2a0", Type: "RoCE v1", Netdev: "ens1f0np0"},
 		{Index: 1, GID: "fe80::ba59:9fff:fed4:e2a0", Type: "RoCE v2", Netdev: "ens1f0np0"},
 		{Index: 2, GID: "::ffff:192.0.2.17", Type: "RoCE v2", Netdev: "ens1f0np0"},

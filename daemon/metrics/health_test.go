@@ -5,26 +5,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
-func scrapeSnapshot(t *testing.T, snap *state.Snapshot) string {
+func scrapeSnapshot(t *testing.T, snap *apitype.Snapshot) string {
 	t.Helper()
-	return string(scrape(t, NewCollector(Options{Snapshot: func() *state.Snapshot { return snap }, SysfsRoot: t.TempDir(), GoVersion: "go1.x", Config: &ConfigTracker{}})))
+	return string(scrape(t, NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: t.TempDir(), GoVersion: "go1.x", Config: &ConfigTracker{}})))
 }
 
 // TestHealthyNoDevice: a node without RDMA devices reports rdmad_healthy 0
 // (nothing on it is proven to work), one with a device 1.
 func TestHealthyNoDevice(t *testing.T) {
 	now := time.Now()
-	none := &state.Snapshot{State: state.Degraded, Devices: []inventory.Device{},
-		Components: map[string]state.Component{"inventory": {State: state.Unavailable, Error: state.NoDevice, Since: now}}}
+	none := &apitype.Snapshot{State: apitype.Degraded, Devices: []apitype.Device{},
+		Components: map[string]apitype.Component{"inventory": {State: apitype.Unavailable, Error: apitype.NoDevice, Since: now}}}
 	if out := scrapeSnapshot(t, none); !strings.Contains(out, "\nrdmad_healthy 0\n") {
 		t.Errorf("without devices: want rdmad_healthy 0 in\n%s", out)
 	}
-	one := &state.Snapshot{State: state.Running, Devices: []inventory.Device{{Name: "rxe0"}},
-		Components: map[string]state.Component{"inventory": {State: state.OK, Since: now}}}
+	one := &apitype.Snapshot{State: apitype.Running, Devices: []apitype.Device{{Name: "rxe0"}},
+		Components: map[string]apitype.Component{"inventory": {State: apitype.OK, Since: now}}}
 	if out := scrapeSnapshot(t, one); !strings.Contains(out, "\nrdmad_healthy 1\n") {
 		t.Errorf("with a device: want rdmad_healthy 1 in\n%s", out)
 	}
@@ -33,15 +32,15 @@ func TestHealthyNoDevice(t *testing.T) {
 // TestPeerGroupFault: every group of a probed peer has the gauge, 1 for
 // the suspects.
 func TestPeerGroupFault(t *testing.T) {
-	snap := &state.Snapshot{Peers: state.Peers{
-		Ports: []state.PeerPort{{Key: "rxe0/1"}},
-		Peers: []state.Peer{
-			{Name: "192.0.2.17", Group: "tor-a", State: state.PeerDown},
-			{Name: "192.0.2.18", Group: "tor-a", State: state.PeerDown},
-			{Name: "192.0.2.30", Group: "tor-b", State: state.PeerUp},
-			{Name: "192.0.2.40", State: state.PeerUp},
+	snap := &apitype.Snapshot{Peers: apitype.Peers{
+		Ports: []apitype.PeerPort{{Key: "rxe0/1"}},
+		Peers: []apitype.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", State: apitype.PeerDown},
+			{Name: "192.0.2.18", Group: "tor-a", State: apitype.PeerDown},
+			{Name: "192.0.2.30", Group: "tor-b", State: apitype.PeerUp},
+			{Name: "192.0.2.40", State: apitype.PeerUp},
 		},
-		GroupFaults: []state.GroupFault{{Group: "tor-a", Reason: "all 2 probed peers of group tor-a are down"}},
+		GroupFaults: []apitype.GroupFault{{Group: "tor-a", Reason: "all 2 probed peers of group tor-a are down"}},
 	}}
 	out := scrapeSnapshot(t, snap)
 	for _, want := range []string{`rdmad_peer_group_fault{group="tor-a"} 1`, `rdmad_peer_group_fault{group="tor-b"} 0`} {

@@ -1,6 +1,6 @@
 // Package metrics exports rdmad's state to Prometheus.
 //
-// A Collector turns the current state.Snapshot into metrics on every scrape;
+// A Collector turns the current apitype.Snapshot into metrics on every scrape;
 // it does no work between scrapes. Device and port metrics follow
 // node_exporter's infiniband collector, with the rdmad_infiniband_ prefix in
 // place of node_infiniband_, so that dashboards built for one read the other
@@ -17,15 +17,13 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // Options configure a Collector.
 type Options struct {
 	// Snapshot returns the state to export. It must not block.
-	Snapshot func() *state.Snapshot
+	Snapshot func() *apitype.Snapshot
 	// SysfsRoot is the directory holding sys/ ("/" normally): the netdev
 	// MTUs, which the snapshot does not carry, are read below it at scrape
 	// time.
@@ -47,7 +45,7 @@ type Collector struct {
 // results, the MR pool) become new sections; the others do not change.
 type section struct {
 	descs   []*prometheus.Desc
-	collect func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric)
+	collect func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric)
 }
 
 // NewCollector returns a Collector reading snapshots from opts.Snapshot.
@@ -123,12 +121,12 @@ var (
 		"1 for the component's current state: ok, error, unavailable or disabled.", []string{"component", "state"}, nil)
 )
 
-var daemonStates = []string{state.Starting, state.Running, state.Degraded, state.Reloading, state.Stopping}
-var componentStates = []string{state.OK, state.Error, state.Unavailable, state.Disabled}
+var daemonStates = []string{apitype.Starting, apitype.Running, apitype.Degraded, apitype.Reloading, apitype.Stopping}
+var componentStates = []string{apitype.OK, apitype.Error, apitype.Unavailable, apitype.Disabled}
 
 var daemonSection = section{
 	descs: []*prometheus.Desc{buildInfo, startTime, healthy, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		ch <- gauge(buildInfo, 1, s.Version, c.opts.GoVersion)
 		ch <- gauge(startTime, float64(s.StartedAt.UnixNano())/1e9)
 		ch <- gauge(healthy, b2f(s.Healthy()))
@@ -142,7 +140,7 @@ var daemonSection = section{
 			ch <- gauge(configLoaded, float64(s.Config.LoadedAt.UnixNano())/1e9)
 		}
 		for name, comp := range s.Components {
-			ch <- gauge(componentUp, b2f(comp.State == state.OK), name)
+			ch <- gauge(componentUp, b2f(comp.State == apitype.OK), name)
 			for _, st := range componentStates {
 				ch <- gauge(componentState, b2f(comp.State == st), name, st)
 			}
@@ -237,7 +235,7 @@ var physStateIDs = map[string]int{"Sleep": 1, "Polling": 2, "Disabled": 3, "Port
 
 var deviceSection = section{
 	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, netdevMTU, activeMTU, hwCounter, otherCounter},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, d := range s.Devices {
 			ch <- gauge(devInfo, 1, d.Name, d.BoardID, d.FWVer, d.HCAType, d.NodeGUID)
 			for _, p := range d.Ports {
@@ -247,7 +245,7 @@ var deviceSection = section{
 	},
 }
 
-func (c *Collector) collectPort(d inventory.Device, p inventory.Port, ch chan<- prometheus.Metric) {
+func (c *Collector) collectPort(d apitype.Device, p apitype.Port, ch chan<- prometheus.Metric) {
 	port := strconv.Itoa(p.Port)
 	ch <- gauge(portInfo, 1, d.Name, port, p.LinkLayer, p.Netdev)
 	ch <- gauge(portState, float64(portStateIDs[p.State]), d.Name, port)
@@ -329,15 +327,15 @@ var (
 		"When the target's state last changed, in seconds since the Unix epoch.", []string{"policy", "kind", "object"}, nil)
 )
 
-var targetStates = []string{state.InSync, state.Drifted, state.Applied, state.Unsupported, state.TargetError}
+var targetStates = []string{apitype.InSync, apitype.Drifted, apitype.Applied, apitype.Unsupported, apitype.TargetError}
 
 var policySection = section{
 	descs: []*prometheus.Desc{targetInSync, targetState, targetApplies, targetDrifts, targetLastChange},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Policy.Policies {
 			for _, t := range p.Targets {
 				l := []string{p.Name, t.Kind, t.Object}
-				ch <- gauge(targetInSync, b2f(t.State == state.InSync || t.State == state.Applied), l...)
+				ch <- gauge(targetInSync, b2f(t.State == apitype.InSync || t.State == apitype.Applied), l...)
 				for _, st := range targetStates {
 					ch <- gauge(targetState, b2f(t.State == st), append(l, st)...)
 				}

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/inventory"
-	"github.com/rdmad/rdmad/daemon/state"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -28,39 +28,39 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // fixtureSnapshot is the state of a daemon on inventory's fake sysfs tree
 // with one policy and a failed reload.
-func fixtureSnapshot(t *testing.T) *state.Snapshot {
+func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 	t.Helper()
 	devs, err := inventory.Reader{Root: "../inventory/testdata/roce-ib"}.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &state.Snapshot{
-		Seq: 42, Version: "1.2.3", State: state.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
-		Config:  state.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key"},
+	return &apitype.Snapshot{
+		Seq: 42, Version: "1.2.3", State: apitype.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
+		Config:  apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key"},
 		Devices: devs,
-		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []state.Target{
-			{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "9000", State: state.Applied, LastChange: t0.Add(20 * time.Second), Applies: 2, Drifts: 2},
-			{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "no DCB", State: state.Unsupported, LastChange: t0},
-			{Kind: "roce", Object: "mlx5_0/1", Desired: "tos=106", Actual: "tos=0", State: state.TargetError, Error: "permission denied"},
+		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{
+			{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "9000", State: apitype.Applied, LastChange: t0.Add(20 * time.Second), Applies: 2, Drifts: 2},
+			{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "no DCB", State: apitype.Unsupported, LastChange: t0},
+			{Kind: "roce", Object: "mlx5_0/1", Desired: "tos=106", Actual: "tos=0", State: apitype.TargetError, Error: "permission denied"},
 		}}}},
-		Loopback: []state.LoopbackPort{{Device: "rxe0", Port: 1, State: "ok", Rounds: 10, Failures: 1, QPRecreated: 1,
+		Loopback: []apitype.LoopbackPort{{Device: "rxe0", Port: 1, State: "ok", Rounds: 10, Failures: 1, QPRecreated: 1,
 			GID: "::ffff:192.0.2.1", TrafficClass: 106,
-			Write: state.OpStats{LastRTT: 40 * time.Microsecond, P50: 30 * time.Microsecond, P99: 90 * time.Microsecond, Max: 120 * time.Microsecond, Count: 9, Errors: 1},
-			Read:  state.OpStats{P50: 35 * time.Microsecond, P99: 80 * time.Microsecond, Max: 100 * time.Microsecond, LastRTT: 35 * time.Microsecond, Count: 9},
-			Send:  state.OpStats{Errors: 1}}},
-		MRPool: []state.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
-			Classes: []state.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
-			Canary:  state.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
-		Peers: state.Peers{Ports: []state.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []state.Peer{
-			{Name: "192.0.2.17", Group: "tor-a", State: "up", Paths: []state.PeerPath{{Local: "rxe0/1", State: "up",
+			Write: apitype.OpStats{LastRTT: 40 * time.Microsecond, P50: 30 * time.Microsecond, P99: 90 * time.Microsecond, Max: 120 * time.Microsecond, Count: 9, Errors: 1},
+			Read:  apitype.OpStats{P50: 35 * time.Microsecond, P99: 80 * time.Microsecond, Max: 100 * time.Microsecond, LastRTT: 35 * time.Microsecond, Count: 9},
+			Send:  apitype.OpStats{Errors: 1}}},
+		MRPool: []apitype.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
+			Classes: []apitype.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
+			Canary:  apitype.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
+		Peers: apitype.Peers{Ports: []apitype.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []apitype.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", State: "up", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "up",
 				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
 				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1}}},
-			{Name: "192.0.2.18", State: "down", Paths: []state.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
-		}, Counters: state.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
-		Components: map[string]state.Component{
-			"config":    {State: state.Error, Error: "configuration rejected", Since: t0},
-			"inventory": {State: state.OK, Since: t0},
-			"dbus":      {State: state.Unavailable, Error: "no system bus", Since: t0},
+			{Name: "192.0.2.18", State: "down", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
+		}, Counters: apitype.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
+		Components: map[string]apitype.Component{
+			"config":    {State: apitype.Error, Error: "configuration rejected", Since: t0},
+			"inventory": {State: apitype.OK, Since: t0},
+			"dbus":      {State: apitype.Unavailable, Error: "no system bus", Since: t0},
 		},
 	}
 }
@@ -85,9 +85,9 @@ func scrape(t *testing.T, c *Collector) []byte {
 func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
 	tr := &ConfigTracker{}
-	tr.Observe(&state.Snapshot{})
+	tr.Observe(&apitype.Snapshot{})
 	tr.Observe(snap)
-	return NewCollector(Options{Snapshot: func() *state.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x", Config: tr})
+	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x", Config: tr})
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with
@@ -213,7 +213,7 @@ func TestConfigTracker(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var tr ConfigTracker
 			for _, e := range tt.errors {
-				tr.Observe(&state.Snapshot{Config: state.Config{Error: e}})
+				tr.Observe(&apitype.Snapshot{Config: apitype.Config{Error: e}})
 			}
 			if got := tr.Failures(); got != tt.want {
 				t.Errorf("Failures() = %d, want %d", got, tt.want)

@@ -2,8 +2,7 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // --- peer probes ------------------------------------------------------------
@@ -41,7 +40,7 @@ var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
 	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Peers {
 			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
 			for _, st := range peerStates {
@@ -81,8 +80,8 @@ var peerSection = section{
 		if len(s.Peers.Ports) > 0 || len(s.Peers.Peers) > 0 {
 			// Every field, 0 when no peer mismatches on it: a cleared
 			// mismatch reads 0 rather than vanishing.
-			count := make(map[string]int, len(state.MismatchFields))
-			for _, f := range state.MismatchFields {
+			count := make(map[string]int, len(apitype.MismatchFields))
+			for _, f := range apitype.MismatchFields {
 				count[f] = 0
 			}
 			for _, p := range s.Peers.Peers {

@@ -12,8 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // A ConfigTracker counts failed configuration loads by watching snapshots:
@@ -28,7 +27,7 @@ type ConfigTracker struct {
 
 // Observe looks at one published snapshot. Call it for snapshots in
 // publishing order; skipped snapshots only lose repeated failures.
-func (t *ConfigTracker) Observe(s *state.Snapshot) {
+func (t *ConfigTracker) Observe(s *apitype.Snapshot) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.Config.Error != "" && s.Config.Error != t.lastErr {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/size"
 )
 
@@ -37,7 +37,7 @@ var loopbackStates = []string{"ok", "paused", "failed", "unavailable"}
 var loopbackSection = section{
 	descs: []*prometheus.Desc{loopbackUp, loopbackState, loopbackRTT, loopbackOps, loopbackOpErrors, loopbackRounds, loopbackFailures, loopbackRecreated,
 		probeTrafficClass},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Ports {
 			ch <- gauge(probeTrafficClass, float64(p.TrafficClass), "peer", p.Key)
 		}
@@ -52,7 +52,7 @@ var loopbackSection = section{
 			}
 			for _, op := range []struct {
 				name string
-				s    state.OpStats
+				s    apitype.OpStats
 			}{{"write", p.Write}, {"read", p.Read}, {"send", p.Send}, {"warmup", p.Warmup}} {
 				ol := append(l[:2:2], op.name)
 				if op.s.Count > 0 {
@@ -103,7 +103,7 @@ var (
 var poolSection = section{
 	descs: []*prometheus.Desc{poolRegistered, poolBytes, poolInUseBytes, poolHighWater, poolGetFailures,
 		poolClassBuffers, poolClassInUse, poolClassExhausted, canaryRegs, canaryFailures, canaryLatency},
-	collect: func(c *Collector, s *state.Snapshot, ch chan<- prometheus.Metric) {
+	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, d := range s.MRPool {
 			ch <- gauge(poolRegistered, b2f(d.Registered), d.Device)
 			ch <- gauge(poolBytes, float64(d.RegisteredBytes), d.Device)

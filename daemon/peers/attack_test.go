@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -65,7 +65,7 @@ func TestOneshotSentinelName(t *testing.T) {
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
 	defer b.stop(t)
-	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 	// A probe timeout long enough that the held reply below is not lost:
 	// the one-shot must end with its reply, not a loss.
 	s := a.m.cfg
@@ -81,7 +81,7 @@ func TestOneshotSentinelName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	type result struct {
-		p   state.Peer
+		p   apitype.Peer
 		err error
 		at  time.Time
 	}
@@ -111,7 +111,7 @@ func TestOneshotSentinelName(t *testing.T) {
 	f.mu.Unlock()
 	close(release)
 	r := <-legit
-	if r.err != nil || r.p.State != state.PeerUp || r.at.Before(released) {
+	if r.err != nil || r.p.State != apitype.PeerUp || r.at.Before(released) {
 		t.Errorf("legitimate one-shot = %+v, %v at %v (replies released at %v); want up, after the release", r.p, r.err, r.at, released)
 	}
 }
@@ -147,11 +147,11 @@ func TestForgedAnswers(t *testing.T) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
-		if p := a.peer("127.0.0.3"); p.State == state.PeerUp || (len(p.Paths) > 0 && p.Paths[0].RemoteQPN == forger.qpn) {
+		if p := a.peer("127.0.0.3"); p.State == apitype.PeerUp || (len(p.Paths) > 0 && p.Paths[0].RemoteQPN == forger.qpn) {
 			t.Fatalf("after %d forged answers the peer is %+v", sent, p)
 		}
 	}
-	if p := a.peer("127.0.0.3"); p.State != state.PeerDown {
+	if p := a.peer("127.0.0.3"); p.State != apitype.PeerDown {
 		t.Errorf("peer without rdmad is %s (%s); want down (its control endpoint does not answer)", p.State, p.Reason)
 	}
 	f.mu.Lock()
@@ -172,7 +172,7 @@ func TestCountZeroSpoofed(t *testing.T) {
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
 	defer b.stop(t)
-	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 
 	target := netip.MustParseAddrPort("127.0.0.2:" + strconv.Itoa(port))
 	spoof := udpFrom(t, "127.0.0.3", 0)
@@ -183,7 +183,7 @@ func TestCountZeroSpoofed(t *testing.T) {
 			send(t, spoof, target, wire.Message{Version: 1, Type: wire.TypeAnswer, Nonce: nonce << 32}, nil)
 		}
 		time.Sleep(20 * time.Millisecond)
-		if p := a.peer("127.0.0.3"); p.State != state.PeerUp {
+		if p := a.peer("127.0.0.3"); p.State != apitype.PeerUp {
 			t.Fatalf("a healthy peer went %s (%s) under spoofed Count=0 answers", p.State, p.Reason)
 		}
 	}
@@ -255,7 +255,7 @@ func TestCountZeroHysteresis(t *testing.T) {
 		t.Fatalf("the real answer did not resolve the path: %+v", pa.remote)
 	}
 	m.observe(p, pa, sample{rtt: time.Microsecond}, time.Now())
-	if pa.h.state != state.PeerUp {
+	if pa.h.state != apitype.PeerUp {
 		t.Fatalf("path %s after an answered probe", pa.h.state)
 	}
 
@@ -278,7 +278,7 @@ func TestCountZeroHysteresis(t *testing.T) {
 		}
 		// Before down_after the losses may make the path degraded (they
 		// are in its loss rate), never down.
-		if down := pa.h.state == state.PeerDown || p.state == state.PeerDown; down != (i == 3) {
+		if down := pa.h.state == apitype.PeerDown || p.state == apitype.PeerDown; down != (i == 3) {
 			t.Errorf("after %d Count=0 answers: path %s, peer %s; want down only after 3 (down_after)", i, pa.h.state, p.state)
 		}
 	}
@@ -567,12 +567,12 @@ func v1Node(t *testing.T, f *fabric, remote *fakeProber, addr string, port int) 
 // versions against each other: a rollout keeps working, and what status
 // says per peer is its wire version and whether it is authenticated.
 func TestMixedFleet(t *testing.T) {
-	peerOf := func(n *node, name string) state.Peer { return n.peer(name) }
+	peerOf := func(n *node, name string) apitype.Peer { return n.peer(name) }
 	stays := func(t *testing.T, n *node, name string, d time.Duration) {
 		t.Helper()
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			if p := peerOf(n, name); p.State == state.PeerUp {
+			if p := peerOf(n, name); p.State == apitype.PeerUp {
 				t.Fatalf("peer %s came up: %+v", name, p)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -586,7 +586,7 @@ func TestMixedFleet(t *testing.T) {
 		defer a.stop(t)
 		b := startNodeAuth(t, f, "127.0.0.3", "127.0.0.2", port, 2, Auth{Key: fleetKey, Require: true})
 		defer b.stop(t)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		p := peerOf(a, "127.0.0.3")
 		if p.WireVersion != 2 || !p.Authenticated || len(p.Paths) != 1 || !p.Paths[0].Authenticated {
 			t.Errorf("a's view of b = %+v; want wire version 2, authenticated control and path", p)
@@ -606,8 +606,8 @@ func TestMixedFleet(t *testing.T) {
 		defer a.stop(t)
 		b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
 		defer b.stop(t)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
-		waitState(t, b, "127.0.0.2", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
+		waitState(t, b, "127.0.0.2", apitype.PeerUp, 5*time.Second)
 		if p := peerOf(a, "127.0.0.3"); p.WireVersion != 2 || p.Authenticated || p.Paths[0].Authenticated {
 			t.Errorf("a's view of b = %+v; want version 2, flagged as not authenticated", p)
 		}
@@ -659,7 +659,7 @@ func TestMixedFleet(t *testing.T) {
 		defer a.stop(t)
 		old := f.newProber(3)
 		v1Node(t, f, old, "127.0.0.3", port)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		p := peerOf(a, "127.0.0.3")
 		if p.WireVersion != 1 || p.Authenticated || p.Paths[0].RemoteQPN != old.qpn {
 			t.Errorf("a's view of the version-1 node = %+v; want version 1, not authenticated, its QP", p)
@@ -678,7 +678,7 @@ func TestMixedFleet(t *testing.T) {
 		defer a.stop(t)
 		old := f.newProber(3)
 		c := v1Node(t, f, old, "127.0.0.3", port)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		if p := peerOf(a, "127.0.0.3"); p.WireVersion != 1 {
 			t.Fatalf("a's view of the version-1 responder = %+v; want version 1", p)
 		}

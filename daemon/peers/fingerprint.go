@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
@@ -30,7 +30,7 @@ const (
 )
 
 // Fields lists every compared field, in the order mismatches are reported.
-var Fields = state.MismatchFields
+var Fields = apitype.MismatchFields
 
 // fieldValue returns p's value of field as text, "" when unknown.
 func fieldValue(p *wire.FingerprintPort, field string) string {
@@ -67,30 +67,30 @@ func fieldValue(p *wire.FingerprintPort, field string) string {
 // peer's port disagree. A field either side does not know is not
 // compared: an unknown is not a mismatch. Firmware and driver differences
 // are of severity info; the rest must agree along a path.
-func compareFingerprint(local, remote *wire.FingerprintPort) []state.Mismatch {
-	var out []state.Mismatch
+func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch {
+	var out []apitype.Mismatch
 	for _, f := range Fields {
 		l, r := fieldValue(local, f), fieldValue(remote, f)
 		if l == "" || r == "" || l == r {
 			continue
 		}
-		sev := state.SeverityMust
+		sev := apitype.SeverityMust
 		if f == FieldFirmware || f == FieldDriver {
-			sev = state.SeverityInfo
+			sev = apitype.SeverityInfo
 		}
-		out = append(out, state.Mismatch{Field: f, Local: l, Peer: r, Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
+		out = append(out, apitype.Mismatch{Field: f, Local: l, Peer: r, Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
 	}
 	return out
 }
 
 // fingerprintState converts a wire fingerprint for status.
-func fingerprintState(f *wire.Fingerprint) *state.Fingerprint {
+func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 	if f == nil {
 		return nil
 	}
-	out := &state.Fingerprint{Version: f.Version, Kernel: f.Kernel, PortsOmitted: f.Omitted, Ports: make([]state.FingerprintPort, 0, len(f.Ports))}
+	out := &apitype.Fingerprint{Version: f.Version, Kernel: f.Kernel, PortsOmitted: f.Omitted, Ports: make([]apitype.FingerprintPort, 0, len(f.Ports))}
 	for _, p := range f.Ports {
-		sp := state.FingerprintPort{Index: int(p.Index), Key: p.Key, Netdev: p.Netdev, MTU: int(p.NetdevMTU), ActiveMTU: int(p.ActiveMTU),
+		sp := apitype.FingerprintPort{Index: int(p.Index), Key: p.Key, Netdev: p.Netdev, MTU: int(p.NetdevMTU), ActiveMTU: int(p.ActiveMTU),
 			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC}
 		if p.HasToS {
 			tos := int(p.ToS)
@@ -110,7 +110,7 @@ type FingerprintSource func(ports []peer.LocalPort) wire.Fingerprint
 // QoS policy targets' observed values) and sysfs below sysRoot (netdev
 // MTU, the device's driver). activeMTU returns a port's active MTU in
 // bytes (0 when it cannot tell); kernel is the kernel release.
-func LocalFingerprint(snap *state.Snapshot, ports []peer.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
+func LocalFingerprint(snap *apitype.Snapshot, ports []peer.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
 	f := wire.Fingerprint{Kernel: kernel}
 	if snap != nil {
 		f.Version = snap.Version
@@ -138,7 +138,7 @@ func LocalFingerprint(snap *state.Snapshot, ports []peer.LocalPort, sysRoot, ker
 			for _, pol := range snap.Policy.Policies {
 				for _, t := range pol.Targets {
 					switch {
-					case t.Kind == "roce" && t.Object == lp.Key && t.State != state.TargetError:
+					case t.Kind == "roce" && t.Object == lp.Key && t.State != apitype.TargetError:
 						if v, ok := settingField(t.Actual, "tos"); ok {
 							if tos, err := strconv.Atoi(v); err == nil && tos >= 0 && tos <= 255 {
 								fp.HasToS, fp.ToS = true, uint8(tos)
@@ -147,7 +147,7 @@ func LocalFingerprint(snap *state.Snapshot, ports []peer.LocalPort, sysRoot, ker
 						if v, ok := settingField(t.Actual, "mode"); ok {
 							fp.RoCEMode = v
 						}
-					case t.Kind == "qos" && fp.Netdev != "" && t.Object == fp.Netdev && t.State != state.TargetError && t.State != state.Unsupported:
+					case t.Kind == "qos" && fp.Netdev != "" && t.Object == fp.Netdev && t.State != apitype.TargetError && t.State != apitype.Unsupported:
 						if v, ok := settingField(t.Actual, "trust"); ok {
 							fp.Trust = v
 						}
@@ -356,11 +356,11 @@ func (m *Manager) setPeerFingerprint(p *mpeer, f *wire.Fingerprint) {
 
 // mismatches compares each of p's paths: the local port's fingerprint with
 // that of the peer's port it probes.
-func (m *Manager) mismatches(p *mpeer) []state.Mismatch {
+func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
 	if m.fp == nil || p.fp == nil {
 		return nil
 	}
-	var out []state.Mismatch
+	var out []apitype.Mismatch
 	for _, pa := range p.paths {
 		var local, remote *wire.FingerprintPort
 		for i := range m.fp.Ports {

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -45,7 +44,7 @@ func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
 	opts := Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
-		OnState: func(ps state.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}
+		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}
 	if src != nil {
 		opts.Fingerprint = src.build
 	}
@@ -62,7 +61,7 @@ func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte,
 }
 
 // waitPeer polls until ok(peer) holds.
-func waitPeer(t *testing.T, n *node, name, what string, limit time.Duration, ok func(state.Peer) bool) state.Peer {
+func waitPeer(t *testing.T, n *node, name, what string, limit time.Duration, ok func(apitype.Peer) bool) apitype.Peer {
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < limit {
@@ -72,10 +71,10 @@ func waitPeer(t *testing.T, n *node, name, what string, limit time.Duration, ok 
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("peer %s after %v: %+v; want %s", name, limit, n.peer(name), what)
-	return state.Peer{}
+	return apitype.Peer{}
 }
 
-func hasMismatch(p state.Peer, field, local, remote, sev string) bool {
+func hasMismatch(p apitype.Peer, field, local, remote, sev string) bool {
 	for _, x := range p.Mismatches {
 		if x.Field == field && x.Local == local && x.Peer == remote && x.Severity == sev && x.LocalPort == "fake0/1" && x.PeerPort == "fake0/1" {
 			return true
@@ -96,16 +95,16 @@ func TestFingerprintMismatch(t *testing.T) {
 	defer a.stop(t)
 	b := startNodeFP(t, f, "127.0.0.3", "127.0.0.2", port, 2, srcB)
 	defer b.stop(t)
-	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
-	p := waitPeer(t, a, "127.0.0.3", "an MTU mismatch", 5*time.Second, func(p state.Peer) bool { return len(p.Mismatches) > 0 })
-	if !hasMismatch(p, FieldMTU, "1500", "4200", state.SeverityMust) || !hasMismatch(p, FieldFirmware, "22.39.1002", "22.36.1010", state.SeverityInfo) || len(p.Mismatches) != 2 {
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
+	p := waitPeer(t, a, "127.0.0.3", "an MTU mismatch", 5*time.Second, func(p apitype.Peer) bool { return len(p.Mismatches) > 0 })
+	if !hasMismatch(p, FieldMTU, "1500", "4200", apitype.SeverityMust) || !hasMismatch(p, FieldFirmware, "22.39.1002", "22.36.1010", apitype.SeverityInfo) || len(p.Mismatches) != 2 {
 		t.Errorf("a's mismatches with b = %+v; want mtu 1500/4200 (must) and firmware (info) only", p.Mismatches)
 	}
 	if p.FingerprintUnknown || p.Fingerprint == nil || len(p.Fingerprint.Ports) != 1 || p.Fingerprint.Ports[0].MTU != 4200 || p.Fingerprint.Kernel != "6.1.0" {
 		t.Errorf("a's view of b's fingerprint = %+v unknown %v", p.Fingerprint, p.FingerprintUnknown)
 	}
-	q := waitPeer(t, b, "127.0.0.2", "an MTU mismatch", 5*time.Second, func(p state.Peer) bool { return hasMismatch(p, FieldMTU, "4200", "1500", state.SeverityMust) })
-	if q.State != state.PeerUp && q.State != state.PeerUnknown {
+	q := waitPeer(t, b, "127.0.0.2", "an MTU mismatch", 5*time.Second, func(p apitype.Peer) bool { return hasMismatch(p, FieldMTU, "4200", "1500", apitype.SeverityMust) })
+	if q.State != apitype.PeerUp && q.State != apitype.PeerUnknown {
 		t.Errorf("b's view of a: %s; a mismatch must not change the peer's state", q.State)
 	}
 	a.mu.Lock()
@@ -118,11 +117,11 @@ func TestFingerprintMismatch(t *testing.T) {
 	// Align b's MTU: a learns it from b's next query or answer.
 	srcB.mtu.Store(1500)
 	start := time.Now()
-	p = waitPeer(t, a, "127.0.0.3", "no MTU mismatch", 3*fingerprintEvery, func(p state.Peer) bool {
-		return !hasMismatch(p, FieldMTU, "1500", "4200", state.SeverityMust) && len(p.Mismatches) == 1
+	p = waitPeer(t, a, "127.0.0.3", "no MTU mismatch", 3*fingerprintEvery, func(p apitype.Peer) bool {
+		return !hasMismatch(p, FieldMTU, "1500", "4200", apitype.SeverityMust) && len(p.Mismatches) == 1
 	})
 	t.Logf("MTU aligned -> mismatch cleared after %v", time.Since(start))
-	if !hasMismatch(p, FieldFirmware, "22.39.1002", "22.36.1010", state.SeverityInfo) {
+	if !hasMismatch(p, FieldFirmware, "22.39.1002", "22.36.1010", apitype.SeverityInfo) {
 		t.Errorf("after aligning the MTU: %+v; want the firmware mismatch only", p.Mismatches)
 	}
 }
@@ -138,7 +137,7 @@ func TestFingerprintOldPeers(t *testing.T) {
 		defer a.stop(t)
 		old := f.newProber(3)
 		v1Node(t, f, old, "127.0.0.3", port)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		p := a.peer("127.0.0.3")
 		if p.WireVersion != 1 || !p.FingerprintUnknown || p.Fingerprint != nil || len(p.Mismatches) != 0 {
 			t.Errorf("version-1 peer = %+v; want wire v1, fingerprint unknown, no mismatch", p)
@@ -151,15 +150,15 @@ func TestFingerprintOldPeers(t *testing.T) {
 		defer a.stop(t)
 		b := startNodeFP(t, f, "127.0.0.3", "127.0.0.2", port, 2, nil) // an rdmad before fingerprints
 		defer b.stop(t)
-		waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
-		waitState(t, b, "127.0.0.2", state.PeerUp, 5*time.Second)
+		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
+		waitState(t, b, "127.0.0.2", apitype.PeerUp, 5*time.Second)
 		time.Sleep(300 * time.Millisecond)
 		p := a.peer("127.0.0.3")
 		if p.WireVersion != 2 || !p.FingerprintUnknown || len(p.Mismatches) != 0 {
 			t.Errorf("v2 peer without a fingerprint = %+v; want unknown, no mismatch", p)
 		}
 		// The old node skipped a's fingerprint and still answered.
-		if q := b.peer("127.0.0.2"); q.State != state.PeerUp || len(q.Mismatches) != 0 {
+		if q := b.peer("127.0.0.2"); q.State != apitype.PeerUp || len(q.Mismatches) != 0 {
 			t.Errorf("old node's view = %+v", q)
 		}
 	})
@@ -247,11 +246,11 @@ func TestLocalFingerprint(t *testing.T) {
 	must(os.MkdirAll(filepath.Join(root, "sys/class/infiniband/mlx5_0"), 0o755))
 	must(os.Symlink(dev, filepath.Join(root, "sys/class/infiniband/mlx5_0/device")))
 
-	snap := &state.Snapshot{Version: "1.2.3",
-		Devices: []inventory.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []inventory.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}}},
-		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "roce", Targets: []state.Target{
-			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: state.InSync},
-			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: state.Drifted},
+	snap := &apitype.Snapshot{Version: "1.2.3",
+		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}}},
+		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: apitype.InSync},
+			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: apitype.Drifted},
 		}}}}}
 	ports := []peer.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1, LinkLayer: "Ethernet"}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
 	var asked []int

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // Group-level inference (docs/PROBES.md "Local or remote fault"): when every
@@ -31,12 +31,12 @@ func groupKey(group string) string { return groupPrefix + group }
 // no path answers), and answering on at least one path (up or degraded).
 func reach(p *mpeer) (known, downEverywhere, answers bool) {
 	for _, pa := range p.paths {
-		if pa.h.state == state.PeerUp || pa.h.state == state.PeerDegraded {
+		if pa.h.state == apitype.PeerUp || pa.h.state == apitype.PeerDegraded {
 			answers = true
 		}
 	}
-	known = p.state != "" && p.state != state.PeerUnknown
-	return known, p.state == state.PeerDown && !answers, answers
+	known = p.state != "" && p.state != apitype.PeerUnknown
+	return known, p.state == apitype.PeerDown && !answers, answers
 }
 
 // groupFaults returns the groups that are the suspect, with the reason: at
@@ -105,13 +105,13 @@ func (m *Manager) logSuspect(key, why string) {
 
 // groupFaultList is the suspect groups for the state, sorted by group;
 // never nil.
-func (m *Manager) groupFaultList() []state.GroupFault {
-	out := []state.GroupFault{}
+func (m *Manager) groupFaultList() []apitype.GroupFault {
+	out := []apitype.GroupFault{}
 	for k, why := range m.faults {
 		if g, ok := strings.CutPrefix(k, groupPrefix); ok {
-			out = append(out, state.GroupFault{Group: g, Reason: why})
+			out = append(out, apitype.GroupFault{Group: g, Reason: why})
 		}
 	}
-	slices.SortFunc(out, func(a, b state.GroupFault) int { return strings.Compare(a.Group, b.Group) })
+	slices.SortFunc(out, func(a, b apitype.GroupFault) int { return strings.Compare(a.Group, b.Group) })
 	return out
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
@@ -23,8 +23,8 @@ func TestGroupFaults(t *testing.T) {
 		paths []string // state per local port: rxe0/1, rxe1/1
 		state string   // the peer's state (the worst of its paths)
 	}
-	down := pst{"tor-a", []string{state.PeerDown, state.PeerDown}, state.PeerDown}
-	up := func(g string) pst { return pst{g, []string{state.PeerUp, state.PeerUp}, state.PeerUp} }
+	down := pst{"tor-a", []string{apitype.PeerDown, apitype.PeerDown}, apitype.PeerDown}
+	up := func(g string) pst { return pst{g, []string{apitype.PeerUp, apitype.PeerUp}, apitype.PeerUp} }
 	tests := []struct {
 		name  string
 		peers []pst
@@ -32,14 +32,14 @@ func TestGroupFaults(t *testing.T) {
 	}{
 		{"a group down, another answers", []pst{down, down, up("tor-b")}, "tor-a"},
 		{"a group down, an ungrouped peer answers", []pst{down, down, up("")}, "tor-a"},
-		{"a degraded peer answers too", []pst{down, down, {"tor-b", []string{state.PeerDegraded, state.PeerUp}, state.PeerDegraded}}, "tor-a"},
-		{"control endpoint silent counts as down", []pst{down, {"tor-a", nil, state.PeerDown}, up("tor-b")}, "tor-a"},
+		{"a degraded peer answers too", []pst{down, down, {"tor-b", []string{apitype.PeerDegraded, apitype.PeerUp}, apitype.PeerDegraded}}, "tor-a"},
+		{"control endpoint silent counts as down", []pst{down, {"tor-a", nil, apitype.PeerDown}, up("tor-b")}, "tor-a"},
 		{"one peer is that peer", []pst{down, up("tor-b")}, ""},
 		{"one of the group answers", []pst{down, down, up("tor-a"), up("tor-b")}, ""},
-		{"down from one port only", []pst{down, {"tor-a", []string{state.PeerDown, state.PeerUp}, state.PeerDown}, up("tor-b")}, ""},
-		{"nobody else answers: not the group", []pst{down, down, {"tor-b", []string{state.PeerDown, state.PeerDown}, state.PeerDown}}, ""},
-		{"unknown peers do not count", []pst{down, down, {"tor-a", []string{state.PeerUnknown, state.PeerUnknown}, state.PeerUnknown}, up("tor-b")}, "tor-a"},
-		{"peers without a group are no group", []pst{{"", []string{state.PeerDown, state.PeerDown}, state.PeerDown}, {"", []string{state.PeerDown, state.PeerDown}, state.PeerDown}, up("tor-b")}, ""},
+		{"down from one port only", []pst{down, {"tor-a", []string{apitype.PeerDown, apitype.PeerUp}, apitype.PeerDown}, up("tor-b")}, ""},
+		{"nobody else answers: not the group", []pst{down, down, {"tor-b", []string{apitype.PeerDown, apitype.PeerDown}, apitype.PeerDown}}, ""},
+		{"unknown peers do not count", []pst{down, down, {"tor-a", []string{apitype.PeerUnknown, apitype.PeerUnknown}, apitype.PeerUnknown}, up("tor-b")}, "tor-a"},
+		{"peers without a group are no group", []pst{{"", []string{apitype.PeerDown, apitype.PeerDown}, apitype.PeerDown}, {"", []string{apitype.PeerDown, apitype.PeerDown}, apitype.PeerDown}, up("tor-b")}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,9 +91,9 @@ func TestGroupFaults(t *testing.T) {
 			}
 			for _, p := range m.peers {
 				if p.spec.Group == tt.want {
-					p.state = state.PeerUp
+					p.state = apitype.PeerUp
 					for _, pa := range p.paths {
-						pa.h.state = state.PeerUp
+						pa.h.state = apitype.PeerUp
 					}
 					break
 				}
@@ -130,7 +130,7 @@ func TestGroupFaultLive(t *testing.T) {
 	}
 	var logs syncbuf.Buffer
 	m, err := New(Options{Prober: a.pr, NodeID: 1, ListenHost: self, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		OnState: func(ps state.Peers) { a.mu.Lock(); a.last = ps; a.mu.Unlock() }},
+		OnState: func(ps apitype.Peers) { a.mu.Lock(); a.last = ps; a.mu.Unlock() }},
 		Settings{Peers: specs, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 			Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 			Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}})
@@ -154,9 +154,9 @@ func TestGroupFaultLive(t *testing.T) {
 		}
 	}()
 	for name := range groupOf {
-		waitState(t, a, name, state.PeerUp, 5*time.Second)
+		waitState(t, a, name, apitype.PeerUp, 5*time.Second)
 	}
-	faults := func() []state.GroupFault {
+	faults := func() []apitype.GroupFault {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.last.GroupFaults
@@ -174,7 +174,7 @@ func TestGroupFaultLive(t *testing.T) {
 		got := faults()
 		return len(got) == 1 && got[0].Group == "tor-a" && strings.Contains(got[0].Reason, "all 2 probed peers of group tor-a are down from every local port while 1 peers of other groups answer")
 	})
-	if p := a.peer("127.0.0.5"); p.State != state.PeerUp {
+	if p := a.peer("127.0.0.5"); p.State != apitype.PeerUp {
 		t.Errorf("tor-b's peer is %s, want up", p.State)
 	}
 	if !strings.Contains(logs.String(), `msg="peer group suspect" group=tor-a`) {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // Thresholds decide a path's state.
@@ -36,7 +36,7 @@ type health struct {
 	consecOK   int
 }
 
-func newHealth(now time.Time) health { return health{state: state.PeerUnknown, since: now} }
+func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
 
 // windowStats returns what the thresholds look at: the percentiles only
 // when an RTT threshold is set (the loss counts are kept as samples come).
@@ -79,25 +79,25 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 	next, reason := h.state, h.reason
 	switch {
 	case h.consecLost >= t.DownAfter:
-		next, reason = state.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
-	case h.state == state.PeerDown:
+		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
+	case h.state == apitype.PeerDown:
 		if h.consecOK >= t.UpAfter {
 			w.reset()
 			w.add(s)
-			next, reason = state.PeerUp, ""
+			next, reason = apitype.PeerUp, ""
 		}
-	case h.state == state.PeerUnknown:
+	case h.state == apitype.PeerUnknown:
 		if !s.lost {
-			next, reason = state.PeerUp, ""
+			next, reason = apitype.PeerUp, ""
 		}
-	case h.state == state.PeerUp:
+	case h.state == apitype.PeerUp:
 		if r := t.bad(t.windowStats(w)); r != "" {
-			next, reason = state.PeerDegraded, r
+			next, reason = apitype.PeerDegraded, r
 		}
-	case h.state == state.PeerDegraded:
+	case h.state == apitype.PeerDegraded:
 		ws := t.windowStats(w)
 		if t.clear(ws) {
-			next, reason = state.PeerUp, ""
+			next, reason = apitype.PeerUp, ""
 		} else if r := t.bad(ws); r != "" {
 			reason = r
 		}

@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -74,7 +74,7 @@ type Options struct {
 	ListenHost string
 	// OnState receives the peers' state after changes, at most about once a
 	// second unless a state changed; called from the manager's goroutine.
-	OnState func(state.Peers)
+	OnState func(apitype.Peers)
 	// ProberCounters, if set, adds the prober's counters to the state.
 	ProberCounters func() peer.Stats
 	// Lookup resolves a peer's host name; default net.DefaultResolver.
@@ -191,7 +191,7 @@ type resolution struct {
 
 type oneshot struct {
 	name string
-	done chan state.Peer
+	done chan apitype.Peer
 	err  error
 	// Set by the manager's goroutine: the peer it waits on, and whether
 	// it was answered (a oneshot is answered exactly once).
@@ -340,20 +340,20 @@ func (m *Manager) takeReplies() {
 // ProbeOnce probes the configured peer name (name or address) now, from
 // every local port, and returns its state once every path answered or timed
 // out.
-func (m *Manager) ProbeOnce(ctx context.Context, name string) (state.Peer, error) {
-	o := &oneshot{name: name, done: make(chan state.Peer, 1)}
+func (m *Manager) ProbeOnce(ctx context.Context, name string) (apitype.Peer, error) {
+	o := &oneshot{name: name, done: make(chan apitype.Peer, 1)}
 	select {
 	case m.oneshots <- o:
 	case <-ctx.Done():
-		return state.Peer{}, ctx.Err()
+		return apitype.Peer{}, ctx.Err()
 	default:
-		return state.Peer{}, errors.New("peers: too many one-shot probes at once; try again in a moment")
+		return apitype.Peer{}, errors.New("peers: too many one-shot probes at once; try again in a moment")
 	}
 	select {
 	case p := <-o.done:
 		return p, o.err
 	case <-ctx.Done():
-		return state.Peer{}, ctx.Err()
+		return apitype.Peer{}, ctx.Err()
 	}
 }
 
@@ -545,7 +545,7 @@ func (m *Manager) reselect(now time.Time) {
 }
 
 func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
-	p := &mpeer{spec: sp, queried: map[uint64]query{}, state: state.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
+	p := &mpeer{spec: sp, queried: map[uint64]query{}, state: apitype.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
 	if ip, err := netip.ParseAddr(sp.Name); err == nil {
 		p.addr = ip.Unmap()
 	}
@@ -609,7 +609,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	}
 	if m.missedQueries(p, now) {
 		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
-			m.setPeerState(p, state.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
+			m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
 				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
 		}
 	}
@@ -617,7 +617,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	// now rather than at its next resolve, once, on its first path.
 	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.v2Tried) >= p.v2Wait
 	for i, pa := range p.paths {
-		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == state.PeerDown || (v2Due && i == 0) {
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) {
 			m.query(p, i, now)
 		}
 		if pa.resolved && pa.inflight < maxInflightPerPath {
@@ -800,7 +800,7 @@ func (m *Manager) expire(now time.Time) {
 		f.pa.sent++
 		f.pa.lastSeq = seq
 		m.observe(f.p, f.pa, sample{lost: true}, now)
-		if f.pa.h.state != state.PeerDown && m.peers[f.p.spec.Name] == f.p {
+		if f.pa.h.state != apitype.PeerDown && m.peers[f.p.spec.Name] == f.p {
 			// Probe again soon: a lost probe is either noise or the
 			// start of an outage, and the next ones tell which sooner
 			// than a full interval would.
@@ -851,13 +851,13 @@ func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
 
 // aggregate sets the peer's state: the worst of its paths.
 func (m *Manager) aggregate(p *mpeer, now time.Time) {
-	rank := map[string]int{state.PeerUp: 0, state.PeerUnknown: 1, state.PeerDegraded: 2, state.PeerDown: 3}
-	st, reason := state.PeerUnknown, ""
+	rank := map[string]int{apitype.PeerUp: 0, apitype.PeerUnknown: 1, apitype.PeerDegraded: 2, apitype.PeerDown: 3}
+	st, reason := apitype.PeerUnknown, ""
 	for i, pa := range p.paths {
-		if !pa.resolved && pa.h.state == state.PeerUnknown {
+		if !pa.resolved && pa.h.state == apitype.PeerUnknown {
 			continue
 		}
-		if i == 0 || st == state.PeerUnknown || rank[pa.h.state] > rank[st] {
+		if i == 0 || st == apitype.PeerUnknown || rank[pa.h.state] > rank[st] {
 			st, reason = pa.h.state, pa.h.reason
 			if reason != "" {
 				reason = pa.local + ": " + reason
@@ -873,7 +873,7 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 		return
 	}
 	lvl := slog.LevelInfo
-	if st == state.PeerDown || st == state.PeerDegraded {
+	if st == apitype.PeerDown || st == apitype.PeerDegraded {
 		lvl = slog.LevelWarn
 	}
 	m.log.Log(context.Background(), lvl, "peer "+st, "peer", p.spec.Name, "group", p.spec.Group, "from", p.state, "to", st, "reason", reason)
@@ -940,7 +940,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		pa.resolved = false
 		m.checkMismatch(p)
 		m.observe(p, pa, sample{lost: true}, now)
-		if pa.h.state == state.PeerDown {
+		if pa.h.state == apitype.PeerDown {
 			pa.h.reason = "it has no active RDMA port to answer probes on"
 			m.aggregate(p, now)
 		}
@@ -997,7 +997,7 @@ func (m *Manager) onResolved(r resolution) {
 	now := time.Now()
 	if r.err != nil {
 		p.addrErr = r.err.Error()
-		m.setPeerState(p, state.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
+		m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
 		// Ask again after 1, 2, 4 ... intervals, at most every resolve
 		// interval: a name that does not resolve must not cost a lookup
 		// per probe interval, for every such peer.
@@ -1029,15 +1029,15 @@ func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 		}
 	}
 	if p == nil && sp == nil {
-		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", o.name))
+		m.answerOne(o, apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer; add it as a [[peer]] or to [probe] peers_file", o.name))
 		return
 	}
 	if len(m.local) == 0 {
-		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: cannot probe %s: %v", o.name, m.localErrOr()))
+		m.answerOne(o, apitype.Peer{}, fmt.Errorf("peers: cannot probe %s: %v", o.name, m.localErrOr()))
 		return
 	}
 	if m.waiting >= maxWaiting {
-		m.answerOne(o, state.Peer{}, fmt.Errorf("peers: %d one-shot probes are waiting already; try again in a moment", m.waiting))
+		m.answerOne(o, apitype.Peer{}, fmt.Errorf("peers: %d one-shot probes are waiting already; try again in a moment", m.waiting))
 		return
 	}
 	if p == nil {
@@ -1077,7 +1077,7 @@ func (m *Manager) expireOneshot(o *oneshot) {
 }
 
 // answerOne answers o once; done has room for exactly that answer.
-func (m *Manager) answerOne(o *oneshot, sp state.Peer, err error) {
+func (m *Manager) answerOne(o *oneshot, sp apitype.Peer, err error) {
 	if o.answered {
 		return
 	}
@@ -1131,7 +1131,7 @@ func (m *Manager) answerWaiters(p *mpeer, err error) {
 func (m *Manager) failOneshots(err error) {
 	for _, p := range m.peers {
 		for _, o := range p.waiters {
-			m.answerOne(o, state.Peer{}, err)
+			m.answerOne(o, apitype.Peer{}, err)
 		}
 		p.waiters = nil
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/peers/wire"
-	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -100,10 +100,10 @@ type node struct {
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
-	last   state.Peers
+	last   apitype.Peers
 }
 
-func (n *node) peer(name string) state.Peer {
+func (n *node) peer(name string) apitype.Peer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, p := range n.last.Peers {
@@ -111,7 +111,7 @@ func (n *node) peer(name string) state.Peer {
 			return p
 		}
 	}
-	return state.Peer{State: "absent"}
+	return apitype.Peer{State: "absent"}
 }
 
 func startNode(t *testing.T, f *fabric, addr, other string, port int, id byte) *node {
@@ -127,7 +127,7 @@ func startNodeAuth(t *testing.T, f *fabric, addr, other string, port int, id byt
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}, Auth: auth}
 	m, err := New(Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
-		OnState: func(ps state.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
+		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +176,8 @@ func TestManagersLoopback(t *testing.T) {
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
-	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
-	waitState(t, b, "127.0.0.2", state.PeerUp, 5*time.Second)
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
+	waitState(t, b, "127.0.0.2", apitype.PeerUp, 5*time.Second)
 	if p := a.peer("127.0.0.3"); len(p.Paths) != 1 || p.Paths[0].RemoteQPN != b.pr.qpn || p.Paths[0].LastRTT != 20*time.Microsecond || p.NodeID != "2" {
 		t.Errorf("a's view of b = %+v; want one path to b's QP, RTT 30µs-10µs host delay, node id 2", p)
 	}
@@ -185,7 +185,7 @@ func TestManagersLoopback(t *testing.T) {
 	// One-shot probe of a configured peer, and of one that is not.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if p, err := a.m.ProbeOnce(ctx, "127.0.0.3"); err != nil || p.State != state.PeerUp {
+	if p, err := a.m.ProbeOnce(ctx, "127.0.0.3"); err != nil || p.State != apitype.PeerUp {
 		t.Errorf("ProbeOnce = %+v, %v; want up", p, err)
 	}
 	if _, err := a.m.ProbeOnce(ctx, "127.0.0.9"); err == nil {
@@ -195,7 +195,7 @@ func TestManagersLoopback(t *testing.T) {
 	// Stop b: its QP is gone and its control endpoint closed.
 	f.kill(b.pr)
 	b.stop(t)
-	took := waitState(t, a, "127.0.0.3", state.PeerDown, 3*time.Second)
+	took := waitState(t, a, "127.0.0.3", apitype.PeerDown, 3*time.Second)
 	// 3 losses at 100ms interval, 50ms timeout, fast retries: well under
 	// 3 intervals.
 	if took > 600*time.Millisecond {
@@ -205,7 +205,7 @@ func TestManagersLoopback(t *testing.T) {
 	// Restart b: a new QPN, found again through the control endpoint.
 	b = startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
 	defer b.stop(t)
-	waitState(t, a, "127.0.0.3", state.PeerUp, 5*time.Second)
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 	if p := a.peer("127.0.0.3"); p.Paths[0].RemoteQPN != b.pr.qpn {
 		t.Errorf("after restart a probes QP %#x, want the new %#x", p.Paths[0].RemoteQPN, b.pr.qpn)
 	}
@@ -262,7 +262,7 @@ func TestControlRebind(t *testing.T) {
 	f := &fabric{byQPN: map[uint32]*fakeProber{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", 18621, 2)
 	defer a.stop(t)
-	waitControl := func(port int, wantErr bool) state.Peers {
+	waitControl := func(port int, wantErr bool) apitype.Peers {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
@@ -277,7 +277,7 @@ func TestControlRebind(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		t.Fatalf("control port %d error %q; want port %d, error %v", a.last.ControlPort, a.last.ControlError, port, wantErr)
-		return state.Peers{}
+		return apitype.Peers{}
 	}
 	// answers reports whether a query to port gets an answer.
 	answers := func(port int) bool {
@@ -366,7 +366,7 @@ func TestLocalFaults(t *testing.T) {
 			h.state = st
 			// Every peer is up on the second port: only the first is at fault.
 			up := newHealth(time.Now())
-			up.state = state.PeerUp
+			up.state = apitype.PeerUp
 			p.paths = []*path{{local: "rxe0/1", h: h}, {local: "rxe1/1", h: up}}
 			m.peers[p.spec.Name] = p
 		}
@@ -377,11 +377,11 @@ func TestLocalFaults(t *testing.T) {
 		states []string
 		want   bool
 	}{
-		{"one peer down is that peer", []string{state.PeerDown}, false},
-		{"two peers down", []string{state.PeerDown, state.PeerDown}, true},
-		{"one of three answers", []string{state.PeerDown, state.PeerUp, state.PeerDown}, false},
-		{"unknown paths do not count", []string{state.PeerDown, state.PeerDown, state.PeerUnknown}, true},
-		{"degraded is not down", []string{state.PeerDown, state.PeerDegraded}, false},
+		{"one peer down is that peer", []string{apitype.PeerDown}, false},
+		{"two peers down", []string{apitype.PeerDown, apitype.PeerDown}, true},
+		{"one of three answers", []string{apitype.PeerDown, apitype.PeerUp, apitype.PeerDown}, false},
+		{"unknown paths do not count", []string{apitype.PeerDown, apitype.PeerDown, apitype.PeerUnknown}, true},
+		{"degraded is not down", []string{apitype.PeerDown, apitype.PeerDegraded}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,10 +418,10 @@ func TestLookupBackoff(t *testing.T) {
 		mu.Unlock()
 		return nil, fmt.Errorf("lookup %s: no such host", host)
 	}
-	var last state.Peers
+	var last apitype.Peers
 	var lmu sync.Mutex
 	m, err := New(Options{Prober: &fakeProber{}, ListenHost: "127.0.0.2", Lookup: lookup,
-		OnState: func(ps state.Peers) { lmu.Lock(); last = ps; lmu.Unlock() }},
+		OnState: func(ps apitype.Peers) { lmu.Lock(); last = ps; lmu.Unlock() }},
 		Settings{Peers: []Spec{{Name: "nowhere.example"}}, Port: 18631, Interval: 40 * time.Millisecond, Timeout: 20 * time.Millisecond,
 			Window: 10, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute, Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}})
 	if err != nil {
@@ -445,7 +445,7 @@ func TestLookupBackoff(t *testing.T) {
 	}
 	lmu.Lock()
 	defer lmu.Unlock()
-	if len(last.Peers) != 1 || last.Peers[0].State != state.PeerDown || !strings.Contains(last.Peers[0].Reason, "cannot resolve nowhere.example") {
+	if len(last.Peers) != 1 || last.Peers[0].State != apitype.PeerDown || !strings.Contains(last.Peers[0].Reason, "cannot resolve nowhere.example") {
 		t.Errorf("peers %+v; want nowhere.example down, saying it cannot be resolved", last.Peers)
 	}
 }

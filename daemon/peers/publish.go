@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -59,11 +59,11 @@ func (m *Manager) localFaults() {
 			continue
 		}
 		for _, pa := range p.paths {
-			if pa.h.state == state.PeerUnknown {
+			if pa.h.state == apitype.PeerUnknown {
 				continue
 			}
 			known[pa.local]++
-			if pa.h.state == state.PeerDown {
+			if pa.h.state == apitype.PeerDown {
 				down[pa.local]++
 			}
 		}
@@ -103,11 +103,11 @@ func samePorts(a, b []peer.LocalPort) bool {
 }
 
 // State builds the peers' state. Called on the manager's goroutine.
-func (m *Manager) State() state.Peers {
-	out := state.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []state.PeerPort{},
-		Configured: len(m.cfg.Peers), Peers: make([]state.Peer, 0, len(m.peers))}
+func (m *Manager) State() apitype.Peers {
+	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
+		Configured: len(m.cfg.Peers), Peers: make([]apitype.Peer, 0, len(m.peers))}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, state.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[lp.Key]})
+		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[lp.Key]})
 	}
 	for _, p := range m.peers {
 		if p.oneshot {
@@ -115,7 +115,7 @@ func (m *Manager) State() state.Peers {
 		}
 		out.Peers = append(out.Peers, m.peerState(p))
 	}
-	slices.SortFunc(out.Peers, func(a, b state.Peer) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Peers, func(a, b apitype.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if m.ctl != nil {
 		cs := m.ctl.Stats()
 		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
@@ -139,8 +139,8 @@ func (m *Manager) State() state.Peers {
 	return out
 }
 
-func (m *Manager) peerState(p *mpeer) state.Peer {
-	sp := state.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []state.PeerPath{},
+func (m *Manager) peerState(p *mpeer) apitype.Peer {
+	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []apitype.PeerPath{},
 		WireVersion: int(p.ver), Authenticated: p.authenticated,
 		Fingerprint: fingerprintState(p.fp), FingerprintUnknown: p.fp == nil, Mismatches: m.mismatches(p)}
 	if p.addr.IsValid() {
@@ -154,7 +154,7 @@ func (m *Manager) peerState(p *mpeer) state.Peer {
 			pa.stats = pa.win.stats()
 			pa.stale = false
 		}
-		pp := state.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
+		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
 			RTTP50: pa.stats.P50, RTTP99: pa.stats.P99, HostDelayP99: pa.stats.HostP99, LastRTT: pa.lastRTT,
 			LossPct: pa.stats.LossPct, Samples: pa.stats.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
 		if pa.resolved {

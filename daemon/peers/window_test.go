@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 func TestWindowStats(t *testing.T) {
@@ -61,7 +60,7 @@ func TestHealth(t *testing.T) {
 		{"degraded clears when losses age out", 4, "x.x.....", "uUDDUUUU"},
 		{"slow p99: degraded", 12, "..........ss", "UUUUUUUUUUDD"},
 	}
-	codes := map[string]byte{state.PeerUnknown: 'u', state.PeerUp: 'U', state.PeerDegraded: 'D', state.PeerDown: 'X'}
+	codes := map[string]byte{apitype.PeerUnknown: 'u', apitype.PeerUp: 'U', apitype.PeerDegraded: 'D', apitype.PeerDown: 'X'}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWindow(tt.window)

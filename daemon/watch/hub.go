@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
@@ -69,7 +70,7 @@ type Options struct {
 	// Observers are called by the hub's goroutine with every snapshot it
 	// sees, in order (for derived metrics such as failed reloads). They
 	// must not block.
-	Observers []func(*state.Snapshot)
+	Observers []func(*apitype.Snapshot)
 }
 
 // A Hub turns the snapshots of a Store into events for its clients.
@@ -79,7 +80,7 @@ type Hub struct {
 	done  chan struct{} // closed when Run returns
 
 	mu      sync.Mutex
-	prev    *state.Snapshot // the last snapshot diffed; its Seq starts new streams
+	prev    *apitype.Snapshot // the last snapshot diffed; its Seq starts new streams
 	clients map[*Sub]struct{}
 	perUID  map[uint32]int // watches of each non-admin uid
 	admins  int            // watches of admins
@@ -101,12 +102,12 @@ type Watcher struct {
 // A Sub is one client's subscription.
 type Sub struct {
 	// C delivers the client's events in order.
-	C <-chan Event
+	C <-chan apitype.Event
 	// Hello is the stream's first line: the snapshot after which C's
 	// events start.
-	Hello Event
+	Hello apitype.Event
 
-	c       chan Event
+	c       chan apitype.Event
 	dropped chan struct{} // closed when the hub dropped the client
 	bounded bool          // counted in perUID under key
 	key     uint32
@@ -181,7 +182,7 @@ func (h *Hub) Run(ctx context.Context) {
 	}
 }
 
-func (h *Hub) publish(prev, cur *state.Snapshot) {
+func (h *Hub) publish(prev, cur *apitype.Snapshot) {
 	for _, o := range h.opts.Observers {
 		o(cur)
 	}
@@ -247,9 +248,9 @@ func (h *Hub) subscribe(w *Watcher) (*Sub, error) {
 	} else if len(h.clients)-h.admins+max(0, h.admins-h.opts.Reserved) >= h.opts.MaxClients {
 		return nil, ErrTooManyClients
 	}
-	c := make(chan Event, h.opts.Buffer)
+	c := make(chan apitype.Event, h.opts.Buffer)
 	s := &Sub{C: c, c: c, dropped: make(chan struct{}), bounded: bounded, key: key, admin: admin,
-		Hello: Event{Seq: h.prev.Seq, Time: time.Now(), Type: Hello,
+		Hello: apitype.Event{Seq: h.prev.Seq, Time: time.Now(), Type: apitype.EventHello,
 			Message: fmt.Sprintf("rdmad %s is %s; events follow snapshot %d (GET /v1/status for the full state)", h.prev.Version, h.prev.State, h.prev.Seq)}}
 	if bounded {
 		h.perUID[key]++
@@ -325,7 +326,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", "5")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(api.ErrorBody{Error: msg})
+		json.NewEncoder(w).Encode(apitype.ErrorBody{Error: msg})
 		return
 	}
 	defer h.Unsubscribe(s)
@@ -344,7 +345,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	heartbeat := time.NewTimer(h.opts.Heartbeat)
 	defer heartbeat.Stop()
 	sent := s.Hello.Seq // seq of the last event written
-	write := func(ev Event, timeout time.Duration) error {
+	write := func(ev apitype.Event, timeout time.Duration) error {
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
@@ -364,7 +365,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	// send writes an event and says whether the stream goes on.
-	send := func(ev Event) bool {
+	send := func(ev apitype.Event) bool {
 		err := write(ev, h.opts.WriteTimeout)
 		switch {
 		case err == nil:
@@ -379,7 +380,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	final := func(typ, msg string) {
 		// Short: the client may be the reason we stop.
-		_ = write(Event{Seq: sent, Time: time.Now(), Type: typ, Message: msg}, time.Second)
+		_ = write(apitype.Event{Seq: sent, Time: time.Now(), Type: typ, Message: msg}, time.Second)
 	}
 
 	if !send(s.Hello) {
@@ -392,12 +393,12 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-heartbeat.C:
-			if !send(Event{Seq: sent, Time: time.Now(), Type: Heartbeat}) {
+			if !send(apitype.Event{Seq: sent, Time: time.Now(), Type: apitype.EventHeartbeat}) {
 				return
 			}
 		case <-s.dropped:
 			log.Warn("watch: dropped a client that fell behind", "behind", h.opts.Buffer, "seq", sent)
-			final(Dropped, fmt.Sprintf("this client fell more than %d events behind and is dropped; the last event sent was from snapshot %d: reconnect and read GET /v1/status to resync",
+			final(apitype.EventDropped, fmt.Sprintf("this client fell more than %d events behind and is dropped; the last event sent was from snapshot %d: reconnect and read GET /v1/status to resync",
 				h.opts.Buffer, sent))
 			return
 		case <-h.done:
@@ -411,7 +412,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					drained = true
 				}
 			}
-			final(Bye, "rdmad is stopping")
+			final(apitype.EventBye, "rdmad is stopping")
 			return
 		case <-r.Context().Done():
 			return

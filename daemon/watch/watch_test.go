@@ -19,56 +19,56 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/rdmad/rdmad/daemon/client"
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 func TestDiff(t *testing.T) {
-	port := func(st, phys string) inventory.Port { return inventory.Port{Port: 1, State: st, PhysState: phys} }
-	base := state.Snapshot{
-		Seq: 1, State: state.Running, Config: state.Config{Generation: 1},
-		Devices:    []inventory.Device{{Name: "rxe0", Ports: []inventory.Port{port("ACTIVE", "LinkUp")}}},
-		Components: map[string]state.Component{"api": {State: state.OK}},
-		Policy: state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
-			{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: state.InSync}}}}},
+	port := func(st, phys string) apitype.Port { return apitype.Port{Port: 1, State: st, PhysState: phys} }
+	base := apitype.Snapshot{
+		Seq: 1, State: apitype.Running, Config: apitype.Config{Generation: 1},
+		Devices:    []apitype.Device{{Name: "rxe0", Ports: []apitype.Port{port("ACTIVE", "LinkUp")}}},
+		Components: map[string]apitype.Component{"api": {State: apitype.OK}},
+		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+			{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync}}}}},
 	}
 	tests := []struct {
 		name   string
-		change func(s *state.Snapshot)
-		want   []watch.Event
+		change func(s *apitype.Snapshot)
+		want   []apitype.Event
 	}{
-		{"nothing watched changed", func(s *state.Snapshot) { s.Summary = "x" }, nil},
-		{"port goes down", func(s *state.Snapshot) {
-			s.Devices = []inventory.Device{{Name: "rxe0", Ports: []inventory.Port{port("DOWN", "Disabled")}}}
-		}, []watch.Event{{Type: watch.Link, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: "DOWN/Disabled"}}},
-		{"device removed and another added", func(s *state.Snapshot) {
-			s.Devices = []inventory.Device{{Name: "rxe1", Ports: []inventory.Port{port("ACTIVE", "LinkUp")}}}
-		}, []watch.Event{
-			{Type: watch.Link, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: watch.Absent},
-			{Type: watch.Link, Object: "rxe1/1", From: watch.Absent, To: "ACTIVE/LinkUp"},
+		{"nothing watched changed", func(s *apitype.Snapshot) { s.Summary = "x" }, nil},
+		{"port goes down", func(s *apitype.Snapshot) {
+			s.Devices = []apitype.Device{{Name: "rxe0", Ports: []apitype.Port{port("DOWN", "Disabled")}}}
+		}, []apitype.Event{{Type: apitype.EventLink, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: "DOWN/Disabled"}}},
+		{"device removed and another added", func(s *apitype.Snapshot) {
+			s.Devices = []apitype.Device{{Name: "rxe1", Ports: []apitype.Port{port("ACTIVE", "LinkUp")}}}
+		}, []apitype.Event{
+			{Type: apitype.EventLink, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: apitype.Absent},
+			{Type: apitype.EventLink, Object: "rxe1/1", From: apitype.Absent, To: "ACTIVE/LinkUp"},
 		}},
-		{"reload fails, daemon degrades", func(s *state.Snapshot) {
-			s.State, s.Summary = state.Degraded, "degraded; config error"
+		{"reload fails, daemon degrades", func(s *apitype.Snapshot) {
+			s.State, s.Summary = apitype.Degraded, "degraded; config error"
 			s.Config.Error = "rdmad.toml:2: bad"
-			s.Components = map[string]state.Component{"api": {State: state.OK}, "config": {State: state.Error, Error: "rejected"}}
-		}, []watch.Event{
-			{Type: watch.Daemon, Object: "rdmad", From: state.Running, To: state.Degraded, Message: "degraded; config error"},
-			{Type: watch.Config, Object: "error", From: "ok", To: "error", Message: "rdmad.toml:2: bad"},
-			{Type: watch.Component, Object: "config", From: watch.Absent, To: state.Error, Message: "rejected"},
+			s.Components = map[string]apitype.Component{"api": {State: apitype.OK}, "config": {State: apitype.Error, Error: "rejected"}}
+		}, []apitype.Event{
+			{Type: apitype.EventDaemon, Object: "rdmad", From: apitype.Running, To: apitype.Degraded, Message: "degraded; config error"},
+			{Type: apitype.EventConfig, Object: "error", From: "ok", To: "error", Message: "rdmad.toml:2: bad"},
+			{Type: apitype.EventComponent, Object: "config", From: apitype.Absent, To: apitype.Error, Message: "rejected"},
 		}},
-		{"reload succeeds", func(s *state.Snapshot) { s.Config.Generation = 2 }, []watch.Event{
-			{Type: watch.Config, Object: "generation", From: "1", To: "2", Message: "configuration loaded"},
+		{"reload succeeds", func(s *apitype.Snapshot) { s.Config.Generation = 2 }, []apitype.Event{
+			{Type: apitype.EventConfig, Object: "generation", From: "1", To: "2", Message: "configuration loaded"},
 		}},
-		{"policy drifts", func(s *state.Snapshot) {
-			s.Policy = state.Policy{Policies: []state.PolicyStatus{{Name: "fabric", Targets: []state.Target{
-				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: state.Drifted}}}}}
-		}, []watch.Event{{Type: watch.Policy, Object: "fabric/mtu/eth0", From: state.InSync, To: state.Drifted, Message: "desired 9000, actual 1500"}}},
-		{"component recovers", func(s *state.Snapshot) {
-			s.Components = map[string]state.Component{"api": {State: state.Error, Error: "socket gone"}}
-		}, []watch.Event{{Type: watch.Component, Object: "api", From: state.OK, To: state.Error, Message: "socket gone"}}},
+		{"policy drifts", func(s *apitype.Snapshot) {
+			s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
+		}, []apitype.Event{{Type: apitype.EventPolicy, Object: "fabric/mtu/eth0", From: apitype.InSync, To: apitype.Drifted, Message: "desired 9000, actual 1500"}}},
+		{"component recovers", func(s *apitype.Snapshot) {
+			s.Components = map[string]apitype.Component{"api": {State: apitype.Error, Error: "socket gone"}}
+		}, []apitype.Event{{Type: apitype.EventComponent, Object: "api", From: apitype.OK, To: apitype.Error, Message: "socket gone"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,18 +90,18 @@ func TestDiff(t *testing.T) {
 // flip publishes a snapshot that changes component "probe" and returns its
 // seq. Each call yields exactly one event.
 func flip(store *state.Store, i int, pad int) uint64 {
-	st := state.OK
+	st := apitype.OK
 	if i%2 == 1 {
-		st = state.Error
+		st = apitype.Error
 	}
 	msg := fmt.Sprintf("flip %d %s", i, strings.Repeat("x", pad))
-	return store.Update(func(s *state.Snapshot) {
+	return store.Update(func(s *apitype.Snapshot) {
 		state.SetComponent(s, "probe", st, errors.New(msg), time.Now())
 	}).Seq
 }
 
 func newStore() *state.Store {
-	return state.NewStore(state.Snapshot{Version: "test", State: state.Running})
+	return state.NewStore(apitype.Snapshot{Version: "test", State: apitype.Running})
 }
 
 func runHub(t *testing.T, h *watch.Hub) context.CancelFunc {
@@ -145,7 +145,7 @@ func TestSlowSubscriber(t *testing.T) {
 		// fast subscriber's events can be checked one by one.
 		select {
 		case ev := <-fast.C:
-			if ev.Seq != seq || ev.Type != watch.Component || ev.Object != "probe" || !strings.HasPrefix(ev.Message, fmt.Sprintf("flip %d ", i)) {
+			if ev.Seq != seq || ev.Type != apitype.EventComponent || ev.Object != "probe" || !strings.HasPrefix(ev.Message, fmt.Sprintf("flip %d ", i)) {
 				t.Fatalf("fast subscriber: event %d is %+v, want the flip of seq %d", i, ev, seq)
 			}
 		case <-time.After(5 * time.Second):
@@ -270,9 +270,9 @@ func TestHTTPSlowClient(t *testing.T) {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	var evs []watch.Event
+	var evs []apitype.Event
 	for sc.Scan() {
-		var ev watch.Event
+		var ev apitype.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("slow client line %q: %v", sc.Bytes(), err)
 		}
@@ -281,7 +281,7 @@ func TestHTTPSlowClient(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatalf("slow client: reading the stream: %v (want a clean end after the dropped line)", err)
 	}
-	if len(evs) < 2 || evs[0].Type != watch.Hello || evs[len(evs)-1].Type != watch.Dropped {
+	if len(evs) < 2 || evs[0].Type != apitype.EventHello || evs[len(evs)-1].Type != apitype.EventDropped {
 		t.Fatalf("slow client got %d lines; want hello ... dropped; first %+v", len(evs), evs[0])
 	}
 	last := evs[len(evs)-1]
@@ -327,7 +327,7 @@ func TestHTTPLimitAndBye(t *testing.T) {
 	}
 	cancel()
 	ev, err := st.Next()
-	if err != nil || ev.Type != watch.Bye {
+	if err != nil || ev.Type != apitype.EventBye {
 		t.Fatalf("after stop: %+v, %v; want a bye line", ev, err)
 	}
 	if _, err := st.Next(); err != io.EOF {
@@ -344,7 +344,7 @@ func TestObservers(t *testing.T) {
 	store := newStore()
 	var mu sync.Mutex
 	var seen []uint64
-	h := watch.NewHub(store, watch.Options{Observers: []func(*state.Snapshot){func(s *state.Snapshot) {
+	h := watch.NewHub(store, watch.Options{Observers: []func(*apitype.Snapshot){func(s *apitype.Snapshot) {
 		mu.Lock()
 		seen = append(seen, s.Seq)
 		mu.Unlock()
@@ -531,9 +531,9 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	var lines []watch.Event
+	var lines []apitype.Event
 	for len(lines) < 4 && sc.Scan() {
-		var ev watch.Event // what an old client decodes every line into
+		var ev apitype.Event // what an old client decodes every line into
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("line %q is not an event: %v", sc.Bytes(), err)
 		}
@@ -542,11 +542,11 @@ func TestHeartbeat(t *testing.T) {
 	if len(lines) < 4 {
 		t.Fatalf("got %d lines before the stream ended (%v), want hello and 3 heartbeats", len(lines), sc.Err())
 	}
-	if lines[0].Type != watch.Hello {
+	if lines[0].Type != apitype.EventHello {
 		t.Fatalf("first line %+v, want hello", lines[0])
 	}
 	for _, ev := range lines[1:] {
-		if ev.Type != watch.Heartbeat || ev.Seq != lines[0].Seq || ev.Time.IsZero() {
+		if ev.Type != apitype.EventHeartbeat || ev.Seq != lines[0].Seq || ev.Time.IsZero() {
 			t.Errorf("quiet stream sent %+v, want a heartbeat with the hello's seq %d and a time", ev, lines[0].Seq)
 		}
 	}
@@ -559,7 +559,7 @@ func TestHeartbeat(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // several heartbeats queue up unread
 	seq := flip(store, 1, 0)
 	ev, err := st.Next()
-	if err != nil || ev.Type != watch.Component || ev.Seq != seq {
+	if err != nil || ev.Type != apitype.EventComponent || ev.Seq != seq {
 		t.Fatalf("Next after heartbeats: %+v, %v; want the component event of seq %d", ev, err, seq)
 	}
 	time.Sleep(300 * time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
@@ -448,13 +449,13 @@ func TestSocketActivation(t *testing.T) {
 func TestPeersComponent(t *testing.T) {
 	n := start(t, "")
 	s, code := n.status()
-	if c := s.Components["peers"]; code != 0 || c.State != "disabled" {
+	if c := s.Components[apitype.ComponentPeers]; code != 0 || c.State != "disabled" {
 		t.Errorf("without peers: exit %d, peers component %+v, want disabled", code, c)
 	}
 	n = start(t, "[[peer]]\naddress = \"127.0.0.9\"\n[probe]\nport = 28516\n")
 	eventually(t, "the peers component to say verbs are unavailable", func() bool {
 		s, code = n.status()
-		return s.Components["peers"].State == "unavailable"
+		return s.Components[apitype.ComponentPeers].State == "unavailable"
 	})
 	if code != 0 {
 		t.Errorf("status exit %d with unavailable peer probes, want 0 (no RDMA here is not a fault)", code)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestNoDeviceDegraded runs rdmad on a sysfs root without RDMA devices: a
@@ -19,7 +21,7 @@ func TestNoDeviceDegraded(t *testing.T) {
 	var code int
 	eventually(t, "the inventory to be read", func() bool {
 		s, code = n.status()
-		_, ok := s.Components["inventory"]
+		_, ok := s.Components[apitype.ComponentInventory]
 		return ok && s.State != "starting"
 	})
 	if code != 3 || s.State != "degraded" || len(s.Devices) != 0 {

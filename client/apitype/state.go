@@ -1,19 +1,17 @@
-// Package state holds rdmad's published state: an immutable, versioned
-// Snapshot that one goroutine (the daemon's main loop) writes and any number
-// of readers (socket API, D-Bus, metrics) load without locks.
+// Package apitype is the contract of rdmad's local API: the types GET
+// /v1/status, /v1/watch, /v1/doctor and the other routes of the Unix
+// socket speak in JSON, and that D-Bus properties are built from. It
+// imports only the standard library, so that clients (rdmactl, the client
+// package, other programs on the node) link none of the daemon: no verbs,
+// no policy, no netlink (cmd/rdmactl/deps_test.go keeps it so).
 //
-// The JSON form of Snapshot is the contract of GET /v1/status and
-// `rdmactl status --json`; docs/API.md documents it. Add fields; never
-// rename or remove them.
-package state
+// The JSON forms are documented in docs/API.md. Add fields; never rename
+// or remove them.
+package apitype
 
 import (
 	"encoding/json"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/rdmad/rdmad/daemon/inventory"
 )
 
 // Daemon states.
@@ -45,9 +43,9 @@ type Snapshot struct {
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	Config  Config             `json:"config"`
-	Devices []inventory.Device `json:"devices"`
-	Policy  Policy             `json:"policy"`
+	Config  Config   `json:"config"`
+	Devices []Device `json:"devices"`
+	Policy  Policy   `json:"policy"`
 	// Loopback is the loopback probe's latest result per port.
 	Loopback []LoopbackPort `json:"loopback"`
 	// MRPool is the memory registration pool per device.
@@ -374,69 +372,4 @@ func (s *Snapshot) Healthy() bool {
 		}
 	}
 	return true
-}
-
-// A Store publishes snapshots.
-type Store struct {
-	mu      sync.Mutex // serialises writers; readers never take it
-	cur     atomic.Pointer[Snapshot]
-	changed chan struct{}
-	now     func() time.Time
-}
-
-// NewStore returns a Store whose first snapshot is initial.
-func NewStore(initial Snapshot) *Store {
-	s := &Store{changed: make(chan struct{}), now: time.Now}
-	initial.Seq = 1
-	initial.UpdatedAt = s.now()
-	if initial.Components == nil {
-		initial.Components = map[string]Component{}
-	}
-	s.cur.Store(&initial)
-	return s
-}
-
-// Load returns the current snapshot. Callers must not modify it.
-func (s *Store) Load() *Snapshot { return s.cur.Load() }
-
-// Update publishes a copy of the current snapshot changed by f and returns
-// it. f receives a shallow copy: it must replace, not modify, slices and
-// maps it changes (SetComponent does this for Components).
-func (s *Store) Update(f func(*Snapshot)) *Snapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next := *s.cur.Load()
-	f(&next)
-	next.Seq++
-	next.UpdatedAt = s.now()
-	s.cur.Store(&next)
-	close(s.changed)
-	s.changed = make(chan struct{})
-	return &next
-}
-
-// Changed returns a channel that is closed when the next snapshot is
-// published.
-func (s *Store) Changed() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.changed
-}
-
-// SetComponent records a component's health on snap (inside Update),
-// keeping Since when the state and error did not change.
-func SetComponent(snap *Snapshot, name, st string, err error, now time.Time) {
-	c := Component{State: st, Since: now}
-	if err != nil {
-		c.Error = err.Error()
-	}
-	if old, ok := snap.Components[name]; ok && old.State == c.State && old.Error == c.Error {
-		return
-	}
-	m := make(map[string]Component, len(snap.Components)+1)
-	for k, v := range snap.Components {
-		m[k] = v
-	}
-	m[name] = c
-	snap.Components = m
 }

@@ -10,8 +10,7 @@ import (
 	"net/http"
 	"syscall"
 
-	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // maxEventLine bounds one line of the watch stream.
@@ -22,7 +21,7 @@ type Stream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
 	// Hello is the stream's first line.
-	Hello watch.Event
+	Hello apitype.Event
 }
 
 // Watch opens GET /v1/watch and reads its hello line. The stream ends when
@@ -41,9 +40,9 @@ func (c *Client) Watch(ctx context.Context) (*Stream, error) {
 		st.Close()
 		return nil, fmt.Errorf("rdmad at %s: watch: read the hello line: %w", c.Socket, err)
 	}
-	if hello.Type != watch.Hello {
+	if hello.Type != apitype.EventHello {
 		st.Close()
-		return nil, fmt.Errorf("rdmad at %s: watch: first line is %q, want %q", c.Socket, hello.Type, watch.Hello)
+		return nil, fmt.Errorf("rdmad at %s: watch: first line is %q, want %q", c.Socket, hello.Type, apitype.EventHello)
 	}
 	st.Hello = hello
 	return st, nil
@@ -51,17 +50,17 @@ func (c *Client) Watch(ctx context.Context) (*Stream, error) {
 
 // Next returns the next event, or io.EOF after the stream's end. Heartbeat
 // lines are skipped: they say only that the stream is alive.
-func (s *Stream) Next() (watch.Event, error) {
+func (s *Stream) Next() (apitype.Event, error) {
 	for {
 		line, err := s.line()
 		if err != nil {
-			return watch.Event{}, err
+			return apitype.Event{}, err
 		}
-		var ev watch.Event
+		var ev apitype.Event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return watch.Event{}, fmt.Errorf("watch: decode %q: %w", line, err)
+			return apitype.Event{}, fmt.Errorf("watch: decode %q: %w", line, err)
 		}
-		if ev.Type != watch.Heartbeat {
+		if ev.Type != apitype.EventHeartbeat {
 			return ev, nil
 		}
 	}
@@ -78,7 +77,7 @@ func (s *Stream) NextRaw() ([]byte, error) {
 		var head struct {
 			Type string `json:"type"`
 		}
-		if json.Unmarshal(line, &head) == nil && head.Type == watch.Heartbeat {
+		if json.Unmarshal(line, &head) == nil && head.Type == apitype.EventHeartbeat {
 			continue
 		}
 		return append([]byte(nil), line...), nil
@@ -135,7 +134,7 @@ func (c *Client) open(ctx context.Context, path string) (*http.Response, error) 
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var eb api.ErrorBody
+	var eb apitype.ErrorBody
 	if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
 		eb.Error = string(body)
 	}

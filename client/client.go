@@ -14,9 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // A NotRunningError means nothing answers on the socket.
@@ -56,7 +54,7 @@ func DefaultSocket() string {
 	if s := os.Getenv("RDMAD_SOCKET"); s != "" {
 		return s
 	}
-	return config.DefaultSocket
+	return apitype.DefaultSocket
 }
 
 // New returns a Client for the socket at path.
@@ -73,8 +71,8 @@ func New(path string) *Client {
 }
 
 // Status returns GET /v1/status.
-func (c *Client) Status(ctx context.Context) (*state.Snapshot, error) {
-	var s state.Snapshot
+func (c *Client) Status(ctx context.Context) (*apitype.Snapshot, error) {
+	var s apitype.Snapshot
 	if err := c.do(ctx, http.MethodGet, "/v1/status", &s); err != nil {
 		return nil, err
 	}
@@ -90,8 +88,8 @@ func (c *Client) StatusRaw(ctx context.Context) (json.RawMessage, error) {
 
 // Reload asks for POST /v1/reload. A configuration error is returned in the
 // result (OK false), not as an error.
-func (c *Client) Reload(ctx context.Context) (api.ReloadResult, error) {
-	var r api.ReloadResult
+func (c *Client) Reload(ctx context.Context) (apitype.ReloadResult, error) {
+	var r apitype.ReloadResult
 	err := c.do(ctx, http.MethodPost, "/v1/reload", &r)
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity {
@@ -101,15 +99,15 @@ func (c *Client) Reload(ctx context.Context) (api.ReloadResult, error) {
 }
 
 // PolicyDiff returns GET /v1/policy/diff: what a policy pass would change.
-func (c *Client) PolicyDiff(ctx context.Context) ([]state.Change, error) {
-	var r api.DiffResult
+func (c *Client) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
+	var r apitype.DiffResult
 	err := c.do(ctx, http.MethodGet, "/v1/policy/diff", &r)
 	return r.Changes, err
 }
 
 // PolicyApply asks for POST /v1/policy/apply: a full policy pass now.
-func (c *Client) PolicyApply(ctx context.Context) (api.ApplyResult, error) {
-	var r api.ApplyResult
+func (c *Client) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
+	var r apitype.ApplyResult
 	err := c.do(ctx, http.MethodPost, "/v1/policy/apply", &r)
 	return r, err
 }
@@ -140,7 +138,7 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("rdmad at %s: read answer: %w", c.Socket, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var eb api.ErrorBody
+		var eb apitype.ErrorBody
 		if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
 			eb.Error = string(body)
 		}

@@ -1,10 +1,10 @@
-package state
+package apitype
 
 import "time"
 
 // The types in this file are the status of rdmad's verbs parts. They mirror
-// verbs/probe and verbs/mrpool on purpose: this package is the API contract
-// and must not pull cgo into every client (rdmactl, D-Bus, metrics).
+// verbs/loopback and verbs/mrpool on purpose: this package is the API
+// contract and must not pull cgo into every client.
 
 // A LoopbackPort is the loopback probe's latest result on one port: RDMA
 // WRITE, RDMA READ and SEND/RECV round trips between two RC QPs of the port.

@@ -1,0 +1,121 @@
+package apitype
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultSocket is where rdmad serves its local API unless [daemon] socket
+// says otherwise; clients also honour RDMAD_SOCKET.
+const DefaultSocket = "/run/rdmad/rdmad.sock"
+
+// Component names: the keys of Snapshot.Components.
+const (
+	ComponentConfig    = "config"    // the configuration files
+	ComponentInventory = "inventory" // sysfs device inventory
+	ComponentAPI       = "api"       // the Unix socket
+	ComponentDBus      = "dbus"      // the system bus name and objects
+	ComponentMetrics   = "metrics"   // the optional TCP metrics listener
+	ComponentVerbs     = "verbs"     // libibverbs and the loopback probes
+	ComponentMRPool    = "mrpool"    // the memory registration pool
+	ComponentPeers     = "peers"     // peer probes and the control endpoint
+)
+
+// ApplyResult is the answer of POST /v1/policy/apply.
+type ApplyResult struct {
+	// Changes lists the differences the pass found (and, for policies in
+	// enforce mode, applied).
+	Changes []Change `json:"changes"`
+	// Policy is the policy state after the pass.
+	Policy Policy `json:"policy"`
+}
+
+// DiffResult is the answer of GET /v1/policy/diff.
+type DiffResult struct {
+	Changes []Change `json:"changes"`
+}
+
+// ReloadResult is the answer of POST /v1/reload.
+type ReloadResult struct {
+	// OK reports whether the configuration loaded.
+	OK         bool   `json:"ok"`
+	Generation uint64 `json:"generation"`
+	Error      string `json:"error,omitempty"`
+}
+
+// ErrorBody is the JSON body of every 4xx and 5xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// The watch stream (GET /v1/watch): one Event per line.
+
+// Event types.
+const (
+	// EventHello is the first line of every stream; Seq is the snapshot the
+	// stream starts after.
+	EventHello = "hello"
+	// EventLink is a change of a port's state or physical state, or a port that
+	// appeared ("absent" -> ...) or disappeared (... -> "absent").
+	EventLink = "link"
+	// EventPolicy is a change of a policy target's state.
+	EventPolicy = "policy"
+	// EventConfig is a change of the configuration generation or load error.
+	EventConfig = "config"
+	// EventComponent is a change of a component's state or error.
+	EventComponent = "component"
+	// EventDaemon is a change of rdmad's own state (running, degraded, ...).
+	EventDaemon = "daemon"
+	// EventDropped is the last line to a client that could not keep up.
+	EventDropped = "dropped"
+	// EventBye is the last line when rdmad stops.
+	EventBye = "bye"
+	// EventHeartbeat is sent after a quiet spell (Options.Heartbeat): it says
+	// the stream is alive and changes nothing; Seq is the last event's.
+	// Clients skip it (the typed client does); clients that print unknown
+	// types still work.
+	EventHeartbeat = "heartbeat"
+)
+
+// Absent is From or To of a Link event for a port that appeared or vanished.
+const Absent = "absent"
+
+// An Event is one line of the stream.
+type Event struct {
+	// Seq is the snapshot (GET /v1/status seq) that showed the change. A
+	// gap in Seq between events is normal: snapshots that changed nothing
+	// watched produce no events, and changes that reverted between two
+	// snapshots the hub saw are not seen.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Type string    `json:"type"`
+	// Object names what changed: "mlx5_0/1" (link), "fabric/mtu/ens1f0"
+	// (policy: policy/kind/object), a component's name, "config" or
+	// "rdmad".
+	Object string `json:"object,omitempty"`
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+	// Message explains the change, or why the stream ends.
+	Message string `json:"message,omitempty"`
+}
+
+// String formats e for people, as `rdmactl watch` prints it.
+func (e Event) String() string {
+	ts := e.Time.Local().Format("15:04:05.000")
+	switch e.Type {
+	case EventHello, EventDropped, EventBye, EventHeartbeat:
+		return fmt.Sprintf("%s %-9s seq %d: %s", ts, e.Type, e.Seq, e.Message)
+	}
+	s := fmt.Sprintf("%s %-9s %s: %s -> %s", ts, e.Type, e.Object, dash(e.From), dash(e.To))
+	if e.Message != "" {
+		s += " (" + e.Message + ")"
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,47 @@
+package apitype
+
+// A Device is one RDMA device (ibv_device) and its ports.
+type Device struct {
+	Name         string `json:"name"`
+	NodeType     string `json:"node_type"`
+	NodeGUID     string `json:"node_guid"`
+	SysImageGUID string `json:"sys_image_guid,omitempty"`
+	FWVer        string `json:"fw_ver,omitempty"`
+	HCAType      string `json:"hca_type,omitempty"`
+	BoardID      string `json:"board_id,omitempty"`
+	// Parent is the bus device (a PCI address) or "" for software devices
+	// such as rxe.
+	Parent string `json:"parent,omitempty"`
+	// Uverbs is the verbs character device ("/dev/infiniband/uverbs0"), or
+	// "" when the kernel exposes none (ib_uverbs not loaded).
+	Uverbs string `json:"uverbs,omitempty"`
+	Ports  []Port `json:"ports"`
+}
+
+// A Port is one port of a Device.
+type Port struct {
+	Port      int    `json:"port"`
+	State     string `json:"state"`      // DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
+	PhysState string `json:"phys_state"` // Polling, LinkUp, Disabled, ...
+	LinkLayer string `json:"link_layer"` // InfiniBand or Ethernet
+	Rate      string `json:"rate,omitempty"`
+	// RateGbps is Rate's number, for metrics.
+	RateGbps float64 `json:"rate_gbps,omitempty"`
+	LID      int     `json:"lid,omitempty"`
+	SMLID    int     `json:"sm_lid,omitempty"`
+	// Netdev is the port's network device: the RoCE netdev from the GID
+	// table, or the IPoIB interface of an InfiniBand port.
+	Netdev     string            `json:"netdev,omitempty"`
+	GIDs       []GID             `json:"gids"`
+	Counters   map[string]uint64 `json:"counters,omitempty"`
+	HWCounters map[string]uint64 `json:"hw_counters,omitempty"`
+}
+
+// A GID is one populated entry of a port's GID table.
+type GID struct {
+	Index int    `json:"index"`
+	GID   string `json:"gid"`
+	// Type is "IB", "RoCE v1" or "RoCE v2".
+	Type   string `json:"type"`
+	Netdev string `json:"netdev,omitempty"`
+}

@@ -1,0 +1,77 @@
+// Package state publishes rdmad's state: an immutable, versioned
+// apitype.Snapshot that the daemon's main loop writes and any number of
+// readers (socket API, watch stream, D-Bus, metrics) load without locks.
+package state
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+)
+
+// A Store publishes snapshots.
+type Store struct {
+	mu      sync.Mutex // serialises writers; readers never take it
+	cur     atomic.Pointer[apitype.Snapshot]
+	changed chan struct{}
+	now     func() time.Time
+}
+
+// NewStore returns a Store whose first snapshot is initial.
+func NewStore(initial apitype.Snapshot) *Store {
+	s := &Store{changed: make(chan struct{}), now: time.Now}
+	initial.Seq = 1
+	initial.UpdatedAt = s.now()
+	if initial.Components == nil {
+		initial.Components = map[string]apitype.Component{}
+	}
+	s.cur.Store(&initial)
+	return s
+}
+
+// Load returns the current snapshot. Callers must not modify it.
+func (s *Store) Load() *apitype.Snapshot { return s.cur.Load() }
+
+// Update publishes a copy of the current snapshot changed by f and returns
+// it. f receives a shallow copy: it must replace, not modify, slices and
+// maps it changes (SetComponent does this for Components).
+func (s *Store) Update(f func(*apitype.Snapshot)) *apitype.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := *s.cur.Load()
+	f(&next)
+	next.Seq++
+	next.UpdatedAt = s.now()
+	s.cur.Store(&next)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return &next
+}
+
+// Changed returns a channel that is closed when the next snapshot is
+// published.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// SetComponent records a component's health on snap (inside Update),
+// keeping Since when the state and error did not change.
+func SetComponent(snap *apitype.Snapshot, name, st string, err error, now time.Time) {
+	c := apitype.Component{State: st, Since: now}
+	if err != nil {
+		c.Error = err.Error()
+	}
+	if old, ok := snap.Components[name]; ok && old.State == c.State && old.Error == c.Error {
+		return
+	}
+	m := make(map[string]apitype.Component, len(snap.Components)+1)
+	for k, v := range snap.Components {
+		m[k] = v
+	}
+	m[name] = c
+	snap.Components = m
+}
