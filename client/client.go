@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"syscall"
 	"time"
@@ -165,4 +166,13 @@ func unwrapSyscall(err error) error {
 		return se
 	}
 	return err
+}
+
+// Doctor asks for GET /v1/doctor: rdmad runs the troubleshooting table on
+// its node, interval apart between the counter reads (0 skips the
+// rising-counter checks).
+func (c *Client) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
+	var r apitype.DoctorReport
+	err := c.do(ctx, http.MethodGet, "/v1/doctor?interval="+url.QueryEscape(interval.String()), &r)
+	return r, err
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/Mellanox/rdmamap"
 	"github.com/coreos/go-systemd/v22/activation"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -27,8 +28,8 @@ import (
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/config"
 	rdbus "github.com/rdmad/rdmad/daemon/dbus"
-	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/inventory"
 )
 
 // Options are rdmad's command-line settings.
@@ -52,12 +53,14 @@ const ShutdownGrace = 3 * time.Second
 // A Daemon is one running rdmad. Its fields are owned by the main loop
 // unless noted.
 type Daemon struct {
-	opts   Options
-	log    *slog.Logger
-	level  *slog.LevelVar
-	notify notifier
-	store  *state.Store // safe for concurrent use
-	api    *api.Server  // safe for concurrent use
+	opts Options
+	// doctorRuns holds a token per doctor run in progress (backend.Doctor).
+	doctorRuns chan struct{}
+	log        *slog.Logger
+	level      *slog.LevelVar
+	notify     notifier
+	store      *state.Store // safe for concurrent use
+	api        *api.Server  // safe for concurrent use
 	// sock is the socket rdmad created, nil when systemd passed one (then
 	// the .socket unit's SocketMode= and SocketGroup= decide who connects).
 	sock *api.Listener
@@ -91,8 +94,10 @@ func Run(ctx context.Context, opts Options) error {
 	d := &Daemon{
 		opts:  opts,
 		level: new(slog.LevelVar),
-		inv:   inventory.Reader{Root: opts.SysfsRoot},
-		reqs:  make(chan func(), 8),
+		inv:   inventoryReader(opts.SysfsRoot),
+
+		doctorRuns: make(chan struct{}, maxDoctorRuns),
+		reqs:       make(chan func(), 8),
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	now := time.Now()
@@ -509,4 +514,14 @@ func (d *Daemon) do(ctx context.Context, f func()) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// inventoryReader reads sysfs below root; on the real root, IPoIB netdevs
+// are matched to their devices by rdmamap.
+func inventoryReader(root string) inventory.Reader {
+	r := inventory.Reader{Root: root}
+	if root == "" || root == "/" {
+		r.IPoIBDevice = rdmamap.GetRdmaDeviceForNetdevice
+	}
+	return r
 }

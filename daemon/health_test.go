@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/inventory"
 )
 
 // TestSummariseNoDevice: a node without RDMA devices is degraded, and the

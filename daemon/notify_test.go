@@ -75,7 +75,7 @@ func TestNotifyLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{ConfigPath: cfg, Socket: sock, SysfsRoot: "inventory/testdata/roce-ib",
+		done <- Run(ctx, Options{ConfigPath: cfg, Socket: sock, SysfsRoot: "../inventory/testdata/roce-ib",
 			Version: "test", Stderr: testWriter{t}})
 	}()
 

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/inventory"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/syncbuf"
+	"github.com/rdmad/rdmad/inventory"
 	"github.com/rdmad/rdmad/verbs/mrpool"
 	"github.com/rdmad/rdmad/verbs/probe"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // TestSinks runs the daemon on the inventory fixture with [metrics] listen
@@ -33,7 +33,7 @@ func TestSinks(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root, _ := filepath.Abs("inventory/testdata/roce-ib")
+	root, _ := filepath.Abs("../inventory/testdata/roce-ib")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

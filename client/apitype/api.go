@@ -119,3 +119,32 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// Doctor verdicts, from best to worst.
+const (
+	VerdictSkip = "skip" // the check does not apply, or could not run
+	VerdictOK   = "ok"
+	VerdictWarn = "warn"
+	VerdictFail = "fail"
+)
+
+// A DoctorReport is the answer of GET /v1/doctor and what `rdmactl doctor
+// --json` prints: the troubleshooting table (docs/API.md, "Doctor") as rdmad ran
+// it on the node, followed by the checks the client ran in the caller's
+// own session.
+type DoctorReport struct {
+	// Worst is the worst verdict of Checks.
+	Worst  string        `json:"worst"`
+	Checks []DoctorCheck `json:"checks"`
+}
+
+// A DoctorCheck is one row of a DoctorReport.
+type DoctorCheck struct {
+	ID      string `json:"id"`
+	Title   string `json:"title"`
+	Verdict string `json:"verdict"`
+	// Message says what was found, naming the objects.
+	Message string `json:"message"`
+	// Fix says what to do about a warn or fail.
+	Fix string `json:"fix,omitempty"`
+}

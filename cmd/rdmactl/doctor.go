@@ -2,24 +2,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/rdmad/rdmad/client"
-	"github.com/rdmad/rdmad/daemon/doctor"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/doctor"
 )
 
-// doctorResult is `rdmactl doctor --json`.
-type doctorResult struct {
-	Worst  string          `json:"worst"`
-	Checks []doctor.Report `json:"checks"`
-}
-
-// cmdDoctor runs the troubleshooting table. Exit codes: 0 when every check
-// is ok or skipped, 3 when any warns or fails, 1 when it could not run.
+// cmdDoctor prints the troubleshooting table as rdmad ran it on the node
+// (GET /v1/doctor), then the checks of the caller's own session. When
+// rdmad does not answer (or predates /v1/doctor), rdmactl runs the table
+// itself: the checks that need rdmad's state skip. Exit codes: 0 when
+// every check is ok or skipped, 3 when any warns or fails, 1 when it could
+// not run.
 func cmdDoctor(ctx context.Context, g *globals, c *client.Client, args []string) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(g.stderr)
@@ -31,39 +32,50 @@ func cmdDoctor(ctx context.Context, g *globals, c *client.Client, args []string)
 		fmt.Fprintf(g.stderr, "rdmactl doctor: unexpected argument %q; doctor takes only --interval\n", fs.Arg(0))
 		return exitUsage
 	}
-	if *interval < 0 || *interval > 5*time.Minute {
-		fmt.Fprintf(g.stderr, "rdmactl doctor: --interval %s is out of range; use 0 to 5m\n", *interval)
+	if *interval < 0 || *interval > 10*time.Second {
+		fmt.Fprintf(g.stderr, "rdmactl doctor: --interval %s is out of range; use 0 to 10s\n", *interval)
 		return exitUsage
 	}
 
 	env := &doctor.Env{Ctx: ctx, SysRoot: "/", ProcRoot: "/proc", DevRoot: "/dev", Interval: *interval}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	env.Snapshot, env.DaemonErr = c.Status(sctx)
+	dctx, cancel := context.WithTimeout(ctx, *interval+20*time.Second)
+	rep, err := c.Doctor(dctx, *interval)
 	cancel()
-	if env.DaemonErr != nil {
-		env.Snapshot = nil
+	var ae *client.AccessDeniedError
+	var api *client.APIError
+	switch {
+	case err == nil:
+	case errors.As(err, &ae):
+		return fail(g, err)
+	case errors.As(err, &api) && api.Status != http.StatusNotFound:
+		return fail(g, err)
+	default:
+		// rdmad is down, unreachable or too old to run the doctor: run the
+		// table here; its daemon check says why rdmad's view is missing.
+		env.DaemonErr = err
+		rep.Checks = doctor.Run(env, doctor.Checks)
 	}
-	reports := doctor.Run(env, doctor.Checks)
+	rep.Checks = append(rep.Checks, doctor.Run(env, doctor.CallerChecks)...)
 	if ctx.Err() != nil {
 		return fail(g, ctx.Err())
 	}
-	worst := doctor.Worst(reports)
+	rep.Worst = doctor.Worst(rep.Checks)
 	if g.json {
-		printJSON(g.stdout, doctorResult{Worst: worst, Checks: reports})
+		printJSON(g.stdout, rep)
 	} else {
-		printDoctor(g.stdout, reports, worst)
+		printDoctor(g.stdout, rep.Checks, rep.Worst)
 	}
-	if worst == doctor.Warn || worst == doctor.Fail {
+	if rep.Worst == doctor.Warn || rep.Worst == doctor.Fail {
 		return exitDegraded
 	}
 	return exitOK
 }
 
-func printDoctor(w io.Writer, rs []doctor.Report, worst string) {
+func printDoctor(w io.Writer, rs []apitype.DoctorCheck, worst string) {
 	for _, r := range rs {
-		fmt.Fprintf(w, "[%-4s] %-11s %s\n", verdictLabel(r.Verdict), r.ID, r.Message)
+		fmt.Fprintf(w, "[%-4s] %-12s %s\n", verdictLabel(r.Verdict), r.ID, r.Message)
 		if r.Fix != "" && (r.Verdict == doctor.Warn || r.Verdict == doctor.Fail) {
-			fmt.Fprintf(w, "       %-11s fix: %s\n", "", r.Fix)
+			fmt.Fprintf(w, "       %-12s fix: %s\n", "", r.Fix)
 		}
 	}
 	fmt.Fprintf(w, "\nworst verdict: %s\n", worst)

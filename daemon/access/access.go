@@ -64,6 +64,10 @@ const (
 	// Probe probes a peer now (POST /v1/probe, D-Bus Probe). It is admin
 	// level: it makes the node send traffic on the fabric on demand.
 	Probe Op = "probe"
+	// Doctor runs the troubleshooting table on the node (GET /v1/doctor,
+	// D-Bus Doctor). It changes nothing; it reads sysfs, /proc and the
+	// state, and waits for the counter interval (bounded).
+	Doctor Op = "doctor"
 	// Properties reads D-Bus properties, introspects and lists objects.
 	// On the bus, the bus policy lets every local user do it (DESIGN.md:
 	// "any local user: nothing beyond what the D-Bus policy grants to
@@ -79,6 +83,7 @@ var table = map[Op]Level{
 	Watch:       Read,
 	Metrics:     Read,
 	PolicyDiff:  Read,
+	Doctor:      Read,
 	Properties:  Read,
 	Reload:      Admin,
 	PolicyApply: Admin,

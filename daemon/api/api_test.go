@@ -49,6 +49,10 @@ func (f *fakeBackend) Probe(ctx context.Context, peer string) (apitype.Peer, err
 	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
 }
 
+func (f *fakeBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
+	return apitype.DoctorReport{Worst: apitype.VerdictOK, Checks: []apitype.DoctorCheck{{ID: "daemon", Verdict: apitype.VerdictOK, Message: fmt.Sprintf("interval %s", interval)}}}, nil
+}
+
 func (f *fakeBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 	f.reloads.Add(100)
 	return apitype.ApplyResult{}, nil
@@ -92,7 +96,7 @@ func TestServeHTTP(t *testing.T) {
 		{"root", "POST", "/v1/status", 405, "use GET"},
 		{"root", "HEAD", "/v1/status", 200, ""},
 		{"root", "GET", "/v2/status", 404, "no route /v2/status"},
-		{"root", "GET", "/", 404, "routes: GET /v1/policy/diff, GET /v1/status, POST /v1/policy/apply, POST /v1/probe, POST /v1/reload"},
+		{"root", "GET", "/", 404, "routes: GET /v1/doctor, GET /v1/policy/diff, GET /v1/status, POST /v1/policy/apply, POST /v1/probe, POST /v1/reload"},
 		{"member", "GET", "/v1/policy/diff", 200, ""},
 		{"member", "POST", "/v1/policy/apply", 403, "may not change rdmad's state (/v1/policy/apply)"},
 		{"admin", "POST", "/v1/policy/apply", 200, ""},
@@ -102,6 +106,15 @@ func TestServeHTTP(t *testing.T) {
 		{"admin", "POST", "/v1/probe", 400, "say which peer"},
 		{"admin", "POST", "/v1/probe?peer=198.51.100.1", 422, "not a configured peer"},
 		{"stranger", "POST", "/v1/probe?peer=192.0.2.17", 403, "uid 1003 may not make rdmad probe now"},
+		// The doctor reads: the socket group may run it, strangers not;
+		// the interval is bounded before the backend waits for it.
+		{"member", "GET", "/v1/doctor", 200, ""},
+		{"member", "GET", "/v1/doctor?interval=0", 200, ""},
+		{"member", "GET", "/v1/doctor?interval=11s", 400, "is not a duration from 0 to 10s"},
+		{"member", "GET", "/v1/doctor?interval=-1s", 400, "use e.g. ?interval=2s"},
+		{"member", "GET", "/v1/doctor?interval=forever", 400, "use e.g. ?interval=2s"},
+		{"stranger", "GET", "/v1/doctor", 403, "uid 1003 may not"},
+		{"member", "POST", "/v1/doctor", 405, "use GET"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
@@ -104,6 +105,17 @@ func (b *fzBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error
 	return apitype.ApplyResult{}, nil
 }
 
+func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
+	b.record("Doctor")
+	if interval < 0 || interval > MaxDoctorInterval {
+		return apitype.DoctorReport{}, fmt.Errorf("fuzz: interval %s reached the backend", interval)
+	}
+	if b.fail {
+		return apitype.DoctorReport{}, errors.New("fuzz: 2 doctor runs are already in progress")
+	}
+	return apitype.DoctorReport{Worst: apitype.VerdictOK, Checks: []apitype.DoctorCheck{{ID: "daemon", Verdict: apitype.VerdictOK}}}, nil
+}
+
 func (b *fzBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
 	b.record("Probe")
 	b.mu.Lock()
@@ -130,6 +142,7 @@ var fzRoutes = map[string]fzRoute{
 	"/v1/reload":       {http.MethodPost, access.Admin, "Reload"},
 	"/v1/policy/apply": {http.MethodPost, access.Admin, "PolicyApply"},
 	"/v1/probe":        {http.MethodPost, access.Admin, "Probe"},
+	"/v1/doctor":       {http.MethodGet, access.Read, "Doctor"},
 	// Handle's routes, as the daemon adds them (daemon/sinks.go).
 	"/metrics":  {http.MethodGet, access.Read, "metrics"},
 	"/v1/watch": {http.MethodGet, access.Read, "watch"},

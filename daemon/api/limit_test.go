@@ -27,10 +27,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
-	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"
@@ -60,6 +60,9 @@ func (b storeBackend) Reload(context.Context) (apitype.ReloadResult, error) {
 	return apitype.ReloadResult{OK: true, Generation: 1}, nil
 }
 func (b storeBackend) PolicyDiff(context.Context) ([]apitype.Change, error) { return nil, nil }
+func (b storeBackend) Doctor(context.Context, time.Duration) (apitype.DoctorReport, error) {
+	return apitype.DoctorReport{}, errors.New("no doctor in this test")
+}
 func (b storeBackend) PolicyApply(context.Context) (apitype.ApplyResult, error) {
 	return apitype.ApplyResult{}, nil
 }

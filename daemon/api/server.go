@@ -59,7 +59,17 @@ type Backend interface {
 	PolicyApply(ctx context.Context) (apitype.ApplyResult, error)
 	// Probe probes a configured peer now (a one-shot peer probe).
 	Probe(ctx context.Context, peer string) (apitype.Peer, error)
+	// Doctor runs the troubleshooting table on the node; interval
+	// separates the two counter reads of the rising-counter checks (0
+	// skips them). An error means it could not run (busy, stopping).
+	Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error)
 }
+
+// Doctor intervals: the default of GET /v1/doctor and the most it takes.
+const (
+	DefaultDoctorInterval = 2 * time.Second
+	MaxDoctorInterval     = 10 * time.Second
+)
 
 type route struct {
 	method string
@@ -76,6 +86,7 @@ var routes = map[string]route{
 	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, (*Server).servePolicyDiff},
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
 	"/v1/probe":        {http.MethodPost, access.Probe, (*Server).serveProbe},
+	"/v1/doctor":       {http.MethodGet, access.Doctor, (*Server).serveDoctor},
 }
 
 // A Server is the local API.
@@ -210,6 +221,27 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
+}
+
+// serveDoctor runs the troubleshooting table: ?interval= (a Go duration,
+// 0 to MaxDoctorInterval, default DefaultDoctorInterval) is the wait
+// between the counter reads.
+func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
+	interval := DefaultDoctorInterval
+	if v := r.URL.Query().Get("interval"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxDoctorInterval {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("interval %.40q is not a duration from 0 to %s; use e.g. ?interval=2s (0 skips the rising-counter checks)", v, MaxDoctorInterval))
+			return
+		}
+		interval = d
+	}
+	rep, err := s.backend.Doctor(r.Context(), interval)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
 }
 
 // Serve serves the API on ln until ctx is cancelled, then shuts down,

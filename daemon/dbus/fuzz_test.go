@@ -221,6 +221,16 @@ func (b *fzBackend) Probe(ctx context.Context, name string) (apitype.Peer, error
 		Paths: []apitype.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
 }
 
+func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
+	b.record("Doctor")
+	if b.fail {
+		return apitype.DoctorReport{}, errors.New("fuzz: 2 doctor runs are already in progress")
+	}
+	return apitype.DoctorReport{Worst: apitype.VerdictWarn, Checks: []apitype.DoctorCheck{
+		{ID: "daemon", Title: "rdmad answers", Verdict: apitype.VerdictOK, Message: "ok"},
+		{ID: "clock", Title: "clock", Verdict: apitype.VerdictWarn, Message: "not synchronised", Fix: "start chronyd"}}}, nil
+}
+
 // fzView is the view the handler serves: the agent, two devices, a peer.
 var fzView = sync.OnceValue(func() *view {
 	dev := func(name, netdev string) apitype.Device {
@@ -245,21 +255,24 @@ var fzMethods = [][2]string{
 	{IntrospectableInterface, "Introspect"}, {ObjectManagerInterface, "GetManagedObjects"},
 	{Interface, "Reload"}, {Interface, "Apply"}, {Interface, "Probe"},
 	{"", "Probe"}, {"", "Reload"}, {"", "Get"}, {DeviceInterface, "Get"},
+	{Interface, "Doctor"},
 }
 
 // fzSignatures are the in signatures of the methods, for the oracle.
 var fzSignatures = map[string]string{
 	"Get": "ss", "GetAll": "s", "Set": "ssv", "Introspect": "", "GetManagedObjects": "",
-	"Reload": "", "Apply": "", "Probe": "s",
+	"Reload": "", "Apply": "", "Probe": "s", "Doctor": "u",
 }
 
 // fzOut are the out signatures of the methods.
 var fzOut = map[string]string{
 	"Get": "v", "GetAll": "a{sv}", "Set": "", "Introspect": "s", "GetManagedObjects": "a{oa{sa{sv}}}",
-	"Reload": "t", "Apply": "", "Probe": "stds",
+	"Reload": "t", "Apply": "", "Probe": "stds", "Doctor": "sa(sssss)",
 }
 
-var privileged = map[string]bool{"Reload": true, "Apply": true, "Probe": true}
+// privileged are the methods rdmad guards itself, with the level each
+// needs (the access table's).
+var privileged = map[string]access.Level{"Reload": access.Admin, "Apply": access.Admin, "Probe": access.Admin, "Doctor": access.Read}
 
 // fzErrorNames are the errors a call may answer.
 var fzErrorNames = map[string]bool{
@@ -370,14 +383,15 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 	// Privileges.
 	level := fzSenderLevel(sender)
 	for _, c := range out.calls {
-		if level < access.Admin {
+		if level < privileged[c] {
 			t.Fatalf("%s: a sender at level %v reached the backend's %s (outcome %+v)", desc, level, c, out)
 		}
 	}
 	if len(out.calls) > 1 {
 		t.Fatalf("%s: one call reached the backend %d times: %q", desc, len(out.calls), out.calls)
 	}
-	isPriv := privileged[member] && (ifaceName == Interface || ifaceName == "") && path == Path
+	need, guarded := privileged[member]
+	isPriv := guarded && (ifaceName == Interface || ifaceName == "") && path == Path
 	if len(out.calls) == 1 && (!isPriv || out.calls[0] != member) {
 		t.Fatalf("%s: reached the backend's %s", desc, out.calls[0])
 	}
@@ -402,13 +416,17 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 	}
 	if served && isPriv && godbus.SignatureOf(msg.Body...).String() == wantSig {
 		switch {
-		case level < access.Admin && out.errName != ErrAccessDenied:
-			t.Fatalf("%s: privileged call by a sender at level %v answered %+v, want AccessDenied", desc, level, out)
+		case level < need && out.errName != ErrAccessDenied:
+			t.Fatalf("%s: call of %s (level %v) by a sender at level %v answered %+v, want AccessDenied", desc, member, need, level, out)
+		case level >= need && member == "Doctor" && time.Duration(msg.Body[0].(uint32))*time.Millisecond > MaxDoctorInterval:
+			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
+				t.Fatalf("%s: Doctor over the interval bound answered %+v, want InvalidArgs and no run", desc, out)
+			}
 		case level >= access.Admin && member == "Probe" && (strings.TrimSpace(msg.Body[0].(string)) == "" || !validPeerName(msg.Body[0].(string))):
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Probe of a blank or malformed peer name answered %+v, want InvalidArgs and no probe", desc, out)
 			}
-		case level >= access.Admin && len(out.calls) != 1:
+		case level >= need && len(out.calls) != 1:
 			t.Fatalf("%s: an admin's call did not reach the backend: %+v", desc, out)
 		}
 	}

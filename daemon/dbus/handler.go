@@ -129,6 +129,8 @@ func (o serverObject) interfaces() map[string]iface {
 			"Apply":  {fn: o.h.guarded("Apply", access.PolicyApply, o.h.apply)},
 			"Probe": {in: []any{""}, out: []any{"", uint64(0), float64(0), ""},
 				fn: o.h.guarded("Probe", access.Probe, o.h.probe)},
+			"Doctor": {in: []any{uint32(0)}, out: []any{"", []doctorRow{}},
+				fn: o.h.guarded("Doctor", access.Doctor, o.h.doctor)},
 		}
 	}
 	return t
@@ -352,6 +354,39 @@ var peerNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:%_-]{0,252}$`)
 
 // validPeerName reports whether name has the shape of a peer's name.
 func validPeerName(name string) bool { return peerNameRE.MatchString(name) }
+
+// A doctorRow is one check of Doctor's answer: (id, title, verdict,
+// message, fix).
+type doctorRow struct {
+	ID, Title, Verdict, Message, Fix string
+}
+
+// MaxDoctorInterval bounds Doctor's interval_ms, as GET /v1/doctor's.
+const MaxDoctorInterval = 10 * time.Second
+
+// doctor serves Doctor(u interval_ms) -> (s worst, a(sssss) checks): the
+// troubleshooting table as rdmad runs it on the node; interval_ms
+// separates the counter reads of the rising-counter checks (0 skips them).
+func (h *handler) doctor(ctx context.Context, c call) ([]any, error) {
+	ms := c.args[0].(uint32)
+	d, ok := h.backend.(Doctorer)
+	if !ok {
+		return nil, dbusError(ErrNotSupported, "Doctor: this rdmad cannot run the doctor; use rdmactl doctor")
+	}
+	interval := time.Duration(ms) * time.Millisecond
+	if interval > MaxDoctorInterval {
+		return nil, dbusError(ErrInvalidArgs, "Doctor: interval_ms %d is over %d; use e.g. 2000 (0 skips the rising-counter checks)", ms, MaxDoctorInterval.Milliseconds())
+	}
+	rep, err := d.Doctor(ctx, interval)
+	if err != nil {
+		return nil, dbusError(ErrFailed, "Doctor: %v", err)
+	}
+	rows := make([]doctorRow, len(rep.Checks))
+	for i, r := range rep.Checks {
+		rows[i] = doctorRow{r.ID, r.Title, r.Verdict, r.Message, r.Fix}
+	}
+	return []any{rep.Worst, rows}, nil
+}
 
 // probe serves Probe(s peer) -> (s state, t rtt_ns, d loss_percent, s reason).
 // A peer that does not answer is a result (state down), not an error: the

@@ -100,6 +100,7 @@ var agentIntrospection = introspect.Interface{
 		{Name: "Apply"},
 		{Name: "Probe", Args: []introspect.Arg{in("peer", "s"), out("state", "s"), out("rtt_ns", "t"),
 			out("loss_percent", "d"), out("reason", "s")}},
+		{Name: "Doctor", Args: []introspect.Arg{in("interval_ms", "u"), out("worst", "s"), out("checks", "a(sssss)")}},
 	},
 	Signals: []introspect.Signal{
 		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),

@@ -46,6 +46,13 @@ type Applier interface {
 	Apply(ctx context.Context) error
 }
 
+// A Doctorer is a Backend that can run the troubleshooting table (the
+// socket API's GET /v1/doctor). A Backend without it answers Doctor with
+// ErrNotSupported.
+type Doctorer interface {
+	Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error)
+}
+
 // A Prober is a Backend that can probe a configured peer once (the peer
 // probes of docs/PROBES.md). A Backend without it answers Probe with
 // ErrNotSupported.

@@ -257,7 +257,7 @@ func (c *Collector) collectPort(d apitype.Device, p apitype.Port, ch chan<- prom
 		if mtu, ok := readMTU(c.opts.SysfsRoot, p.Netdev); ok {
 			ch <- gauge(netdevMTU, float64(mtu), d.Name, port, p.Netdev)
 			if p.LinkLayer == "Ethernet" {
-				if a := RoCEActiveMTU(mtu); a > 0 {
+				if a := apitype.RoCEActiveMTU(mtu); a > 0 {
 					ch <- gauge(activeMTU, float64(a), d.Name, port)
 				}
 			}
@@ -277,23 +277,6 @@ func (c *Collector) collectPort(d apitype.Device, p apitype.Port, ch chan<- prom
 		}
 		ch <- counter(hwCounter, float64(p.HWCounters[name]), d.Name, port, name)
 	}
-}
-
-// RoCE v2 headers around an RDMA payload: GRH (40), UDP (8), BTH (12),
-// XRC ETH (4), AtomicETH (28) and ICRC (4), as the kernel's iboe_get_mtu
-// subtracts them from the netdev MTU.
-const roceOverhead = 40 + 8 + 12 + 4 + 28 + 4
-
-// RoCEActiveMTU returns the RDMA path MTU (256, 512, 1024, 2048 or 4096) a
-// RoCE port gets from a netdev MTU, or 0 when the netdev MTU is too small
-// for any.
-func RoCEActiveMTU(netdevMTU int) int {
-	for m := 4096; m >= 256; m /= 2 {
-		if netdevMTU-roceOverhead >= m {
-			return m
-		}
-	}
-	return 0
 }
 
 // readMTU reads /sys/class/net/<netdev>/mtu below root.

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/inventory"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -30,7 +30,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // with one policy and a failed reload.
 func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 	t.Helper()
-	devs, err := inventory.Reader{Root: "../inventory/testdata/roce-ib"}.Read()
+	devs, err := inventory.Reader{Root: "../../inventory/testdata/roce-ib"}.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,17 +219,6 @@ func TestConfigTracker(t *testing.T) {
 				t.Errorf("Failures() = %d, want %d", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestRoCEActiveMTU(t *testing.T) {
-	tests := []struct{ netdev, want int }{
-		{9000, 4096}, {4200, 4096}, {4192, 4096}, {4191, 2048}, {1500, 1024}, {1120, 1024}, {1119, 512}, {351, 0}, {352, 256},
-	}
-	for _, tt := range tests {
-		if got := RoCEActiveMTU(tt.netdev); got != tt.want {
-			t.Errorf("RoCEActiveMTU(%d) = %d, want %d", tt.netdev, got, tt.want)
-		}
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"

@@ -53,7 +53,7 @@ type node struct {
 	exited chan error
 }
 
-const fixture = "../../daemon/inventory/testdata/roce-ib"
+const fixture = "../../inventory/testdata/roce-ib"
 
 // start runs rdmad on config with the fixture sysfs and waits until it
 // answers.

@@ -18,13 +18,19 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/Mellanox/rdmamap"
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // A Reader reads the inventory below Root (normally "/").
 type Reader struct {
 	Root string
+	// IPoIBDevice, when set, names the RDMA device of an IPoIB netdev (the
+	// daemon passes rdmamap's, which matches the netdev's hardware address
+	// against the node GUID). Unset, sysfs's device links decide: the
+	// netdev's device/infiniband/<dev> and its dev_port. Both read only
+	// sysfs; the hook keeps this package free of netlink, so that clients
+	// (rdmactl doctor with rdmad down) can read the inventory too.
+	IPoIBDevice func(netdev string) (string, error)
 }
 
 // Read returns every RDMA device, sorted by name. A missing
@@ -180,9 +186,8 @@ func parseGID(s string) (netip.Addr, bool) {
 	return netip.AddrFrom16(b), true
 }
 
-// ipoib finds the IPoIB netdev of an InfiniBand port. On the real root it
-// asks rdmamap (which matches the netdev's hardware address against the node
-// GUID); below a test root it follows sysfs's device links.
+// ipoib finds the IPoIB netdev of an InfiniBand port: through IPoIBDevice
+// when it is set, else by sysfs's device links.
 func (r Reader) ipoib(dev string, port int) string {
 	netDir := r.path("sys/class/net")
 	ents, err := os.ReadDir(netDir)
@@ -194,8 +199,8 @@ func (r Reader) ipoib(dev string, port int) string {
 		if readString(netDir, nd, "type") != "32" { // ARPHRD_INFINIBAND
 			continue
 		}
-		if r.Root == "" || r.Root == "/" {
-			if d, err := rdmamap.GetRdmaDeviceForNetdevice(nd); err == nil && d == dev {
+		if r.IPoIBDevice != nil {
+			if d, err := r.IPoIBDevice(nd); err == nil && d == dev {
 				return nd
 			}
 			continue

@@ -3,9 +3,12 @@
 // the netdev's address, MTU mismatch, PFC or DSCP trust off, memlock too
 // low, clock not synchronised, error counters rising, peers down.
 //
-// Every check reads the node through an Env (sysfs, /proc and /dev roots,
-// the daemon's snapshot when it answers), so that tests drive each one from
-// fixture trees and `rdmactl doctor` runs the same code on the real node.
+// rdmad runs the table on its node (GET /v1/doctor, D-Bus Doctor), as root
+// and with its own state at hand; rdmactl prints that, and runs the table
+// itself only when rdmad does not answer. Every check reads the node
+// through an Env (sysfs, /proc and /dev roots, the daemon's snapshot), so
+// that tests drive each one from fixture trees. The package imports no
+// part of the daemon, so that rdmactl can link it.
 package doctor
 
 import (
@@ -20,15 +23,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/inventory"
+	"github.com/rdmad/rdmad/inventory"
 )
 
 // Verdicts, from best to worst.
 const (
-	Skip = "skip"
-	OK   = "ok"
-	Warn = "warn"
-	Fail = "fail"
+	Skip = apitype.VerdictSkip
+	OK   = apitype.VerdictOK
+	Warn = apitype.VerdictWarn
+	Fail = apitype.VerdictFail
 )
 
 // Rank orders verdicts: a larger rank is worse.
@@ -52,18 +55,11 @@ type Check struct {
 
 // A Result is what a check found.
 type Result struct {
-	Verdict string `json:"verdict"`
+	Verdict string
 	// Message says what was found, naming the objects.
-	Message string `json:"message"`
+	Message string
 	// Fix says what to do about a warn or fail.
-	Fix string `json:"fix,omitempty"`
-}
-
-// A Report is a Result with its check.
-type Report struct {
-	ID    string `json:"id"`
-	Title string `json:"title"`
-	Result
+	Fix string
 }
 
 // DefaultMinMemlock is the RLIMIT_MEMLOCK below which memory registration
@@ -77,6 +73,9 @@ type Env struct {
 	Ctx context.Context
 	// SysRoot holds sys/ ("/" normally), as inventory.Reader.Root.
 	SysRoot string
+	// IPoIBDevice is passed to the inventory reader (inventory.Reader);
+	// nil follows sysfs's device links.
+	IPoIBDevice func(netdev string) (string, error)
 	// ProcRoot is procfs ("/proc").
 	ProcRoot string
 	// DevRoot is devtmpfs ("/dev").
@@ -105,7 +104,7 @@ type Env struct {
 
 // Devices returns the RDMA devices from sysfs (read once per Env).
 func (e *Env) Devices() ([]apitype.Device, error) {
-	e.once.Do(func() { e.devs, e.devErr = inventory.Reader{Root: e.SysRoot}.Read() })
+	e.once.Do(func() { e.devs, e.devErr = e.reader().Read() })
 	return e.devs, e.devErr
 }
 
@@ -126,9 +125,13 @@ func (e *Env) Later() ([]apitype.Device, error) {
 			e.devErr2 = err
 			return
 		}
-		e.devs2, e.devErr2 = inventory.Reader{Root: e.SysRoot}.Read()
+		e.devs2, e.devErr2 = e.reader().Read()
 	})
 	return e.devs2, e.devErr2
+}
+
+func (e *Env) reader() inventory.Reader {
+	return inventory.Reader{Root: e.SysRoot, IPoIBDevice: e.IPoIBDevice}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -197,16 +200,17 @@ func (e *Env) adjtimex(tx *unix.Timex) (int, error) {
 }
 
 // Run runs checks in order and returns their reports.
-func Run(e *Env, checks []Check) []Report {
-	out := make([]Report, 0, len(checks))
+func Run(e *Env, checks []Check) []apitype.DoctorCheck {
+	out := make([]apitype.DoctorCheck, 0, len(checks))
 	for _, c := range checks {
-		out = append(out, Report{ID: c.ID, Title: c.Title, Result: c.Run(e)})
+		r := c.Run(e)
+		out = append(out, apitype.DoctorCheck{ID: c.ID, Title: c.Title, Verdict: r.Verdict, Message: r.Message, Fix: r.Fix})
 	}
 	return out
 }
 
 // Worst returns the worst verdict of rs (Skip when rs is empty).
-func Worst(rs []Report) string {
+func Worst(rs []apitype.DoctorCheck) string {
 	w := Skip
 	for _, r := range rs {
 		if Rank(r.Verdict) > Rank(w) {

@@ -13,12 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/metrics"
 	"github.com/rdmad/rdmad/internal/size"
-	"github.com/rdmad/rdmad/policy/memlock"
 )
 
-// Checks is the table `rdmactl doctor` runs, in order.
+// Checks is the troubleshooting table, in order. rdmad runs it on the node
+// (GET /v1/doctor, the D-Bus method Doctor); rdmactl runs it itself only
+// when rdmad does not answer, and then the checks that need rdmad's state
+// skip.
 var Checks = []Check{
 	{"daemon", "rdmad answers and is healthy", checkDaemon},
 	{"devices", "RDMA devices exist", checkDevices},
@@ -34,6 +35,12 @@ var Checks = []Check{
 	{"link-errors", "no symbol errors, link downs or receive errors rising", checkLinkErrors},
 	{"peers", "peers answer probes", checkPeers},
 	{"fleet", "peers' MTU, link layer, RoCE, QoS, firmware and driver agree with this node's", checkFleet},
+}
+
+// CallerChecks run in the caller's own session, after Checks: rdmactl
+// runs them, never rdmad.
+var CallerChecks = []Check{
+	{"memlock-user", "your RLIMIT_MEMLOCK allows memory registration", checkMemlockUser},
 }
 
 func skip(msg string) Result { return Result{Verdict: Skip, Message: msg} }
@@ -340,7 +347,7 @@ func checkMTU(e *Env) Result {
 			c.add(Warn, fmt.Sprintf("%s: cannot read the MTU of %s: %v", name, p.Netdev, err), "check that the netdev exists: ip link show "+p.Netdev)
 			return
 		}
-		active := metrics.RoCEActiveMTU(mtu)
+		active := apitype.RoCEActiveMTU(mtu)
 		if t, pol, ok := e.target("mtu", p.Netdev); ok && (t.State == apitype.Drifted || t.State == apitype.TargetError) {
 			fix := "rdmactl policy apply"
 			if t.State == apitype.Drifted {
@@ -446,7 +453,7 @@ func checkTrust(e *Env) Result {
 
 // memlockNeed is the RLIMIT_MEMLOCK the checks ask for: what rdmad's policy
 // declares for itself, else DefaultMinMemlock.
-func (e *Env) memlockNeed() (memlock.Size, string) {
+func (e *Env) memlockNeed() (size.Size, string) {
 	if t, _, ok := e.target("memlock", "rdmad"); ok {
 		if s, err := size.Parse(t.Desired); err == nil {
 			return s, "[memlock] daemon"
@@ -456,7 +463,7 @@ func (e *Env) memlockNeed() (memlock.Size, string) {
 }
 
 // readMemlock reads the "Max locked memory" line of a /proc/<pid>/limits.
-func readMemlock(path string) (soft, hard memlock.Size, err error) {
+func readMemlock(path string) (soft, hard size.Size, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, err
@@ -472,12 +479,12 @@ func readMemlock(path string) (soft, hard memlock.Size, err error) {
 		if len(fs) < 2 {
 			break
 		}
-		parse := func(s string) (memlock.Size, error) {
+		parse := func(s string) (size.Size, error) {
 			if s == "unlimited" {
-				return memlock.Unlimited, nil
+				return size.Unlimited, nil
 			}
 			v, err := strconv.ParseUint(s, 10, 64)
-			return memlock.Size(v), err
+			return size.Size(v), err
 		}
 		if soft, err = parse(fs[0]); err == nil {
 			hard, err = parse(fs[1])
@@ -490,35 +497,39 @@ func readMemlock(path string) (soft, hard memlock.Size, err error) {
 	return 0, 0, fmt.Errorf("%s has no Max locked memory line", path)
 }
 
+// checkMemlock checks rdmad's own limit, which its MR pool and probes
+// register memory under.
 func checkMemlock(e *Env) Result {
 	need, why := e.memlockNeed()
-	var c collector
 	if e.Snapshot == nil {
-		c.add(Skip, "rdmad's limit not checked: rdmad not reachable", "")
-	} else {
-		path := e.proc(strconv.Itoa(e.Snapshot.PID), "limits")
-		soft, _, err := readMemlock(path)
-		switch {
-		case err != nil:
-			c.add(Warn, fmt.Sprintf("cannot read rdmad's limit: %v", err), "run rdmactl doctor as root, or on the node where rdmad runs")
-		case soft < need:
-			c.add(Fail, fmt.Sprintf("rdmad (pid %d) may lock %s, less than %s (%s)", e.Snapshot.PID, soft, need, why),
-				"set [memlock] daemon = \"unlimited\" in rdmad.toml, or LimitMEMLOCK=infinity in rdmad.service")
-		default:
-			c.add(OK, fmt.Sprintf("rdmad may lock %s", soft), "")
-		}
+		return skip("rdmad's limit not checked: rdmad not reachable")
 	}
+	path := e.proc(strconv.Itoa(e.Snapshot.PID), "limits")
+	soft, _, err := readMemlock(path)
+	switch {
+	case err != nil:
+		return Result{Verdict: Warn, Message: fmt.Sprintf("cannot read rdmad's limit: %v", err), Fix: "run rdmactl doctor as root, or on the node where rdmad runs"}
+	case soft < need:
+		return Result{Verdict: Fail, Message: fmt.Sprintf("rdmad (pid %d) may lock %s, less than %s (%s)", e.Snapshot.PID, soft, need, why),
+			Fix: "set [memlock] daemon = \"unlimited\" in rdmad.toml, or LimitMEMLOCK=infinity in rdmad.service"}
+	}
+	return Result{Verdict: OK, Message: fmt.Sprintf("rdmad may lock %s", soft)}
+}
+
+// checkMemlockUser checks the limit of the session doctor runs in: what
+// RDMA programs the caller starts get. It is a CallerCheck: rdmad's own
+// session says nothing about the caller's.
+func checkMemlockUser(e *Env) Result {
+	need, why := e.memlockNeed()
 	soft, _, err := readMemlock(e.proc("self", "limits"))
 	switch {
 	case err != nil:
-		c.add(Warn, fmt.Sprintf("cannot read your own limit: %v", err), "")
+		return Result{Verdict: Warn, Message: fmt.Sprintf("cannot read your own limit: %v", err)}
 	case soft < need:
-		c.add(Warn, fmt.Sprintf("you may lock %s, less than %s (%s): RDMA programs you start may fail to register memory (ibv_reg_mr: Cannot allocate memory)", soft, need, why),
-			"raise it for RDMA users: [memlock] users = \"unlimited\" in rdmad.toml (or a limits.d memlock rule), then log in again")
-	default:
-		c.add(OK, fmt.Sprintf("you may lock %s", soft), "")
+		return Result{Verdict: Warn, Message: fmt.Sprintf("you may lock %s, less than %s (%s): RDMA programs you start may fail to register memory (ibv_reg_mr: Cannot allocate memory)", soft, need, why),
+			Fix: "raise it for RDMA users: [memlock] users = \"unlimited\" in rdmad.toml (or a limits.d memlock rule), then log in again"}
 	}
-	return c.result("")
+	return Result{Verdict: OK, Message: fmt.Sprintf("you may lock %s", soft)}
 }
 
 // maxClockError is the kernel's estimated clock error above which the

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rdmactl links the wire types (client/apitype), the client, the doctor's
+// checks and the sysfs inventory they read, and nothing of the daemon:
+// DESIGN.md's layout, as tailscale's deps_test.go keeps its CLI's.
+var (
+	// allowedOwn are the only packages of this module rdmactl may link.
+	allowedOwn = map[string]bool{
+		"github.com/rdmad/rdmad/client":         true,
+		"github.com/rdmad/rdmad/client/apitype": true,
+		"github.com/rdmad/rdmad/doctor":         true,
+		"github.com/rdmad/rdmad/inventory":      true,
+		"github.com/rdmad/rdmad/internal/size":  true,
+	}
+	// forbidden are modules rdmactl must never link: cgo verbs, policy
+	// and netlink libraries, the metrics, config and bus libraries.
+	forbidden = []string{
+		"github.com/prometheus/",
+		"github.com/BurntSushi/toml",
+		"github.com/vishvananda/",
+		"github.com/mdlayher/",
+		"github.com/Mellanox/rdmamap",
+		"github.com/godbus/",
+		"github.com/fsnotify/",
+		"github.com/coreos/",
+		"google.golang.org/protobuf",
+	}
+)
+
+// goList lists the packages pkg depends on (itself included), with
+// CGO_ENABLED=0 as the check below builds.
+func goList(t *testing.T, format, pkg string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", format, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
+		}
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func TestDeps(t *testing.T) {
+	for _, p := range goList(t, "{{if not .Standard}}{{.ImportPath}}{{end}}", ".") {
+		switch {
+		case strings.HasPrefix(p, "github.com/rdmad/rdmad/cmd/rdmactl"):
+		case strings.HasPrefix(p, "github.com/rdmad/rdmad/"):
+			if !allowedOwn[p] {
+				t.Errorf("rdmactl links %s: only the wire types, the client, the doctor and the inventory may be linked (see DESIGN.md's layout)", p)
+			}
+		case p == "golang.org/x/sys/unix":
+			// adjtimex for the doctor's clock check.
+		default:
+			for _, f := range forbidden {
+				if strings.HasPrefix(p, f) {
+					t.Errorf("rdmactl links %s", p)
+				}
+			}
+			if !strings.HasPrefix(p, "golang.org/x/") {
+				t.Errorf("rdmactl links %s, which this test does not know: add it to the allowed list only if a CLI needs it", p)
+			}
+		}
+	}
+}
+
+// TestWireTypesAreALeaf: client/apitype imports only the standard library.
+func TestWireTypesAreALeaf(t *testing.T) {
+	for _, p := range goList(t, "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/rdmad/rdmad/client/apitype") {
+		if p != "github.com/rdmad/rdmad/client/apitype" {
+			t.Errorf("client/apitype depends on %s; it must import only the standard library", p)
+		}
+	}
+}
+
+// TestBuildsWithoutCgo builds rdmactl as the packages ship it (stripped,
+// -s -w) with CGO_ENABLED=0, and bounds its size.
+func TestBuildsWithoutCgo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	const maxSize = 8 << 20
+	bin := filepath.Join(t.TempDir(), "rdmactl")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./cmd/rdmactl: %v\n%s", err, out)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rdmactl, CGO_ENABLED=0, stripped: %d bytes", fi.Size())
+	if fi.Size() > maxSize {
+		t.Errorf("rdmactl is %d bytes, over %d: find what pulls in the weight (go tool nm -size -sort size)", fi.Size(), maxSize)
+	}
+}

@@ -1,0 +1,41 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/doctor"
+)
+
+// maxDoctorRuns bounds the doctor runs in progress, over the socket and
+// D-Bus together: each holds a goroutine for the counter interval and
+// reads sysfs twice, and a reader may ask for them in a loop.
+const maxDoctorRuns = 2
+
+// Doctor runs the troubleshooting table on this node with rdmad's own
+// state: as root, it reads every process's limits and dcbnl state a
+// caller could not.
+func (b backend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
+	d := b.d
+	select {
+	case d.doctorRuns <- struct{}{}:
+		defer func() { <-d.doctorRuns }()
+	default:
+		return apitype.DoctorReport{}, fmt.Errorf("%d doctor runs are already in progress; try again in a few seconds", maxDoctorRuns)
+	}
+	inv := d.inv
+	env := &doctor.Env{
+		Ctx:         ctx,
+		SysRoot:     inv.Root,
+		IPoIBDevice: inv.IPoIBDevice,
+		Snapshot:    d.store.Load(),
+		Interval:    interval,
+	}
+	checks := doctor.Run(env, doctor.Checks)
+	if err := ctx.Err(); err != nil {
+		return apitype.DoctorReport{}, fmt.Errorf("doctor: %w", err)
+	}
+	return apitype.DoctorReport{Worst: doctor.Worst(checks), Checks: checks}, nil
+}
