@@ -15,8 +15,8 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/daemon/peers"
-	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/verbs/pingmesh"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/verbs"
@@ -26,7 +26,7 @@ import (
 // A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)
 // and the manager (peers, schedule, states, control endpoint).
 type peerRunner struct {
-	mgr *peers.Manager
+	mgr *pingmesh.Manager
 	eng *peer.Engine
 	// class gives each port's traffic class to the engine (verbs.go).
 	class *probeClass
@@ -37,7 +37,7 @@ type peerRunner struct {
 	keyErr   error  // of the last read of [probe] key_file
 	// auth is the fleet key and mode in force: the last good read of
 	// key_file. Owned by the main loop.
-	auth peers.Auth
+	auth pingmesh.Auth
 }
 
 // maxKeyFile bounds what [probe] key_file may hold: a key is a few dozen
@@ -70,18 +70,18 @@ func readProbeKey(path string) ([]byte, error) {
 // loadAuth reads the fleet key cfg names and returns the authentication to
 // use. On an error the previous one stays in force (the caller decides
 // whether there is one to keep) and the error names the file and the fix.
-func (r *peerRunner) loadAuth(cfg *config.Config) (peers.Auth, error) {
+func (r *peerRunner) loadAuth(cfg *config.Config) (pingmesh.Auth, error) {
 	pr := cfg.Probe
 	if pr.KeyFile == "" {
 		r.setKeyErr(nil)
-		return peers.Auth{}, nil
+		return pingmesh.Auth{}, nil
 	}
 	key, err := readProbeKey(pr.KeyFile)
 	r.setKeyErr(err)
 	if err != nil {
-		return peers.Auth{}, err
+		return pingmesh.Auth{}, err
 	}
-	return peers.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
+	return pingmesh.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
 }
 
 func (r *peerRunner) setKeyErr(err error) {
@@ -92,7 +92,7 @@ func (r *peerRunner) setKeyErr(err error) {
 
 // useAuth puts a into force in the engine (probe payloads) and for the
 // manager's next settings (control messages).
-func (r *peerRunner) useAuth(a peers.Auth) {
+func (r *peerRunner) useAuth(a pingmesh.Auth) {
 	r.auth = a
 	r.eng.SetAuth(a.Key, a.Require)
 }
@@ -140,7 +140,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	r.useAuth(auth)
 	settings, fileErr := r.settings(d.cfg)
-	r.mgr, err = peers.New(peers.Options{
+	r.mgr, err = pingmesh.New(pingmesh.Options{
 		Prober:         r.eng,
 		NodeID:         nodeID(),
 		Logger:         d.log.With("component", "peers"),
@@ -306,16 +306,16 @@ func (r *peerRunner) fileChanged(path string) bool {
 // settings turns the configuration into the manager's settings, reading
 // peers_file. A bad line of the file is skipped and reported; the rest
 // stays in force.
-func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
+func (r *peerRunner) settings(cfg *config.Config) (pingmesh.Settings, error) {
 	pr := cfg.Probe
-	s := peers.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
+	s := pingmesh.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
 		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
 		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute,
-		Threshold: peers.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
+		Threshold: pingmesh.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
 			MinLosses: 2, RTT: pr.RTTThreshold.Duration}, Auth: r.auth}
 	seen := map[string]bool{}
 	for _, p := range cfg.Peers {
-		s.Peers = append(s.Peers, peers.Spec{Name: p.Address, Group: p.Group})
+		s.Peers = append(s.Peers, pingmesh.Spec{Name: p.Address, Group: p.Group})
 		seen[p.Address] = true
 	}
 	var err error
@@ -323,7 +323,7 @@ func (r *peerRunner) settings(cfg *config.Config) (peers.Settings, error) {
 		r.mu.Lock()
 		r.fileStat = fileStat(pr.PeersFile)
 		r.mu.Unlock()
-		var fromFile []peers.Spec
+		var fromFile []pingmesh.Spec
 		fromFile, err = readPeersFile(pr.PeersFile)
 		for _, p := range fromFile {
 			if !seen[p.Name] {
@@ -348,12 +348,12 @@ const maxPeersFileBytes = 8 << 20
 // readPeersFile reads "address [group]" lines; '#' starts a comment. The
 // file is read with safefile: a FIFO or a device there is an error naming
 // it, not a main loop blocked forever in open(2).
-func readPeersFile(path string) ([]peers.Spec, error) {
+func readPeersFile(path string) ([]pingmesh.Spec, error) {
 	data, err := safefile.ReadRegular(path, maxPeersFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read [probe] peers_file: %w", err)
 	}
-	var out []peers.Spec
+	var out []pingmesh.Spec
 	var bad []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	line := 0
@@ -376,7 +376,7 @@ func readPeersFile(path string) ([]peers.Spec, error) {
 			bad = append(bad, fmt.Sprintf("line %d: %s", line, msg))
 			continue
 		}
-		sp := peers.Spec{Name: fields[0]}
+		sp := pingmesh.Spec{Name: fields[0]}
 		if len(fields) == 2 {
 			sp.Group = fields[1]
 		}
@@ -406,13 +406,13 @@ func nodeID() uint64 {
 // fingerprintSource builds this node's fingerprint for the peers
 // (docs/PROBES.md, "Fingerprints") from the snapshot in force, sysfs and
 // the ports' active MTU.
-func (d *Daemon) fingerprintSource() peers.FingerprintSource {
+func (d *Daemon) fingerprintSource() pingmesh.FingerprintSource {
 	kernel := ""
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		kernel = strings.TrimSpace(string(b))
 	}
-	active := &peers.VerbsActiveMTU{}
+	active := &pingmesh.VerbsActiveMTU{}
 	return func(ports []peer.LocalPort) wire.Fingerprint {
-		return peers.LocalFingerprint(d.store.Load(), ports, d.opts.SysfsRoot, kernel, active.Get)
+		return pingmesh.LocalFingerprint(d.store.Load(), ports, d.opts.SysfsRoot, kernel, active.Get)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/probe"
+	"github.com/rdmad/rdmad/verbs/loopback"
 )
 
 // Device release (issue #14 item 4). Three parts of rdmad hold each RDMA
@@ -117,8 +117,8 @@ func (v *verbsParts) releaseDevice(name, why string) {
 
 // probeResult takes a loopback result: the prober finding a device gone is
 // news for the other parts too.
-func (v *verbsParts) probeResult(res probe.PortResult) {
-	if res.ErrorKind == probe.KindDeviceGone {
+func (v *verbsParts) probeResult(res loopback.PortResult) {
+	if res.ErrorKind == loopback.KindDeviceGone {
 		v.reportGone(goneReport{device: res.Device, why: "loopback prober: " + res.LastError, verify: true})
 	}
 	v.signal()

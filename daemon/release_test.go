@@ -12,7 +12,7 @@ import (
 	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/inventory"
 	"github.com/rdmad/rdmad/verbs/mrpool"
-	"github.com/rdmad/rdmad/verbs/probe"
+	"github.com/rdmad/rdmad/verbs/loopback"
 )
 
 // releaseDaemon is a daemon whose inventory (an empty sysfs) no longer has
@@ -127,7 +127,7 @@ func TestGoneReports(t *testing.T) {
 	}
 }
 
-func probeGone(dev string) probe.PortResult {
-	return probe.PortResult{Device: dev, Port: 1, State: probe.StateUnavailable, ErrorKind: probe.KindDeviceGone,
+func probeGone(dev string) loopback.PortResult {
+	return loopback.PortResult{Device: dev, Port: 1, State: loopback.StateUnavailable, ErrorKind: loopback.KindDeviceGone,
 		LastError: "probe: device " + dev + " was removed"}
 }

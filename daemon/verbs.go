@@ -12,7 +12,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/mrpool"
-	"github.com/rdmad/rdmad/verbs/probe"
+	"github.com/rdmad/rdmad/verbs/loopback"
 )
 
 // verbsParts are the parts of rdmad that move data over verbs: the memory
@@ -37,7 +37,7 @@ type verbsParts struct {
 	pool       *mrpool.Pool
 	poolCfg    config.MRPool
 	stopPool   func()
-	prober     *probe.Runner
+	prober     *loopback.Runner
 	probeCfg   config.Probe
 	stopProber func()
 	// class gives the probe QPs' traffic class per port; the prober asks
@@ -134,7 +134,7 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		v.stopProber = func() {}
 		return
 	}
-	r, err := probe.New(probe.Config{Interval: c.LoopbackInterval.Duration, OnResult: v.probeResult,
+	r, err := loopback.New(loopback.Config{Interval: c.LoopbackInterval.Duration, OnResult: v.probeResult,
 		TrafficClass: v.class.of,
 		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
 	if err != nil {
@@ -217,7 +217,7 @@ func (v *verbsParts) deviceEvent(action, name string) {
 
 // publish copies the latest probe results and pool state into the snapshot.
 func (v *verbsParts) publish() {
-	var ports []probe.PortResult
+	var ports []loopback.PortResult
 	unavailable := ""
 	if v.prober != nil {
 		s := v.prober.Snapshot()
@@ -243,10 +243,10 @@ func (v *verbsParts) publish() {
 	})
 }
 
-func failingPorts(ps []probe.PortResult) string {
+func failingPorts(ps []loopback.PortResult) string {
 	s := ""
 	for _, p := range ps {
-		if p.State == probe.StateFailed {
+		if p.State == loopback.StateFailed {
 			if s != "" {
 				s += ", "
 			}
@@ -265,9 +265,9 @@ func (v *verbsParts) stop() {
 	}
 }
 
-func toLoopback(ps []probe.PortResult) []apitype.LoopbackPort {
+func toLoopback(ps []loopback.PortResult) []apitype.LoopbackPort {
 	out := make([]apitype.LoopbackPort, len(ps))
-	op := func(o probe.OpStats) apitype.OpStats {
+	op := func(o loopback.OpStats) apitype.OpStats {
 		return apitype.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors}
 	}
 	for i, p := range ps {

@@ -16,14 +16,14 @@ import (
 
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/mrpool"
-	"github.com/rdmad/rdmad/verbs/probe"
+	"github.com/rdmad/rdmad/verbs/loopback"
 )
 
 // probeStart runs a Runner on rxe0 until the test ends.
-func probeStart(t *testing.T, cfg probe.Config) *probe.Runner {
+func probeStart(t *testing.T, cfg loopback.Config) *loopback.Runner {
 	t.Helper()
 	cfg.Devices = []string{verbsDev}
-	r, err := probe.New(cfg)
+	r, err := loopback.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,20 +42,20 @@ func probeStart(t *testing.T, cfg probe.Config) *probe.Runner {
 }
 
 // probePort returns rxe0 port 1's latest result.
-func probePort(r *probe.Runner) (probe.PortResult, bool) {
+func probePort(r *loopback.Runner) (loopback.PortResult, bool) {
 	for _, p := range r.Snapshot().Ports {
 		if p.Device == verbsDev && p.Port == 1 {
 			return p, true
 		}
 	}
-	return probe.PortResult{}, false
+	return loopback.PortResult{}, false
 }
 
 // probeWait polls the Runner's results until cond holds or timeout.
-func probeWait(t *testing.T, r *probe.Runner, timeout time.Duration, what string, cond func(probe.PortResult) bool) probe.PortResult {
+func probeWait(t *testing.T, r *loopback.Runner, timeout time.Duration, what string, cond func(loopback.PortResult) bool) loopback.PortResult {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last probe.PortResult
+	var last loopback.PortResult
 	for time.Now().Before(deadline) {
 		if p, ok := probePort(r); ok {
 			last = p
@@ -71,11 +71,11 @@ func probeWait(t *testing.T, r *probe.Runner, timeout time.Duration, what string
 
 func TestProbeLoopback(t *testing.T) {
 	verbsRequireVM(t)
-	r := probeStart(t, probe.Config{Interval: 100 * time.Millisecond})
-	p := probeWait(t, r, 30*time.Second, "10 ok rounds", func(p probe.PortResult) bool {
-		return p.State == probe.StateOK && p.Send.Count >= 10
+	r := probeStart(t, loopback.Config{Interval: 100 * time.Millisecond})
+	p := probeWait(t, r, 30*time.Second, "10 ok rounds", func(p loopback.PortResult) bool {
+		return p.State == loopback.StateOK && p.Send.Count >= 10
 	})
-	for name, op := range map[string]probe.OpStats{"write": p.Write, "read": p.Read, "send": p.Send, "warmup": p.Warmup} {
+	for name, op := range map[string]loopback.OpStats{"write": p.Write, "read": p.Read, "send": p.Send, "warmup": p.Warmup} {
 		if op.Count < 10 || op.Errors != 0 || op.P50 <= 0 || op.P99 < op.P50 || op.Max < op.P99 || op.LastRTT <= 0 {
 			t.Errorf("%s stats %+v: want >= 10 samples, no errors, 0 < p50 <= p99 <= max", name, op)
 		}
@@ -92,16 +92,16 @@ func TestProbeLoopback(t *testing.T) {
 // port is ok again.
 func TestProbeQPErrorRecovery(t *testing.T) {
 	verbsRequireVM(t)
-	r := probeStart(t, probe.Config{Interval: 100 * time.Millisecond})
-	probeWait(t, r, 30*time.Second, "first ok round", func(p probe.PortResult) bool { return p.State == probe.StateOK })
+	r := probeStart(t, loopback.Config{Interval: 100 * time.Millisecond})
+	probeWait(t, r, 30*time.Second, "first ok round", func(p loopback.PortResult) bool { return p.State == loopback.StateOK })
 	r.InjectQPError(verbsDev, 1)
-	failed := probeWait(t, r, 10*time.Second, "failure after QP error", func(p probe.PortResult) bool { return p.Failures >= 1 })
-	if failed.ErrorKind != probe.KindQPError || failed.LastError == "" {
+	failed := probeWait(t, r, 10*time.Second, "failure after QP error", func(p loopback.PortResult) bool { return p.Failures >= 1 })
+	if failed.ErrorKind != loopback.KindQPError || failed.LastError == "" {
 		t.Errorf("after forcing ERR: kind %q error %q; want qp_error with a message", failed.ErrorKind, failed.LastError)
 	}
 	t.Logf("failure: %s: %s", failed.ErrorKind, failed.LastError)
-	p := probeWait(t, r, 10*time.Second, "recovery", func(p probe.PortResult) bool {
-		return p.State == probe.StateOK && p.QPRecreated >= 1
+	p := probeWait(t, r, 10*time.Second, "recovery", func(p loopback.PortResult) bool {
+		return p.State == loopback.StateOK && p.QPRecreated >= 1
 	})
 	if p.Failures != 1 {
 		t.Errorf("failures = %d, want exactly the injected one", p.Failures)
@@ -112,13 +112,13 @@ func TestProbeQPErrorRecovery(t *testing.T) {
 // probe pauses (not fails), then resumes when eth0 is back.
 func TestProbePortDownPauses(t *testing.T) {
 	verbsRequireVM(t)
-	r := probeStart(t, probe.Config{Interval: 100 * time.Millisecond})
-	probeWait(t, r, 30*time.Second, "first ok round", func(p probe.PortResult) bool { return p.State == probe.StateOK })
+	r := probeStart(t, loopback.Config{Interval: 100 * time.Millisecond})
+	probeWait(t, r, 30*time.Second, "first ok round", func(p loopback.PortResult) bool { return p.State == loopback.StateOK })
 	t.Cleanup(func() { verbsRun(30*time.Second, "ip", "link", "set", "eth0", "up") })
 	if _, err := verbsRun(30*time.Second, "ip", "link", "set", "eth0", "down"); err != nil {
 		t.Fatal(err)
 	}
-	p := probeWait(t, r, 20*time.Second, "paused", func(p probe.PortResult) bool { return p.State == probe.StatePaused })
+	p := probeWait(t, r, 20*time.Second, "paused", func(p loopback.PortResult) bool { return p.State == loopback.StatePaused })
 	if p.PortState == "ACTIVE" || !strings.Contains(p.LastError, "resumes when it is ACTIVE") {
 		t.Errorf("paused result %+v", p)
 	}
@@ -126,7 +126,7 @@ func TestProbePortDownPauses(t *testing.T) {
 	if _, err := verbsRun(30*time.Second, "ip", "link", "set", "eth0", "up"); err != nil {
 		t.Fatal(err)
 	}
-	p = probeWait(t, r, 30*time.Second, "resumed", func(p probe.PortResult) bool { return p.State == probe.StateOK && p.Rounds > 0 })
+	p = probeWait(t, r, 30*time.Second, "resumed", func(p loopback.PortResult) bool { return p.State == loopback.StateOK && p.Rounds > 0 })
 	if p.Failures > failures+1 {
 		// The round racing with the link going down may fail once.
 		t.Errorf("failures went from %d to %d across a clean link flap", failures, p.Failures)
@@ -139,7 +139,7 @@ func TestProbePortDownPauses(t *testing.T) {
 // after `rdma link add` both come back.
 func TestProbeDeviceRemoval(t *testing.T) {
 	verbsRequireVM(t)
-	r := probeStart(t, probe.Config{Interval: 100 * time.Millisecond, Rescan: 500 * time.Millisecond})
+	r := probeStart(t, loopback.Config{Interval: 100 * time.Millisecond, Rescan: 500 * time.Millisecond})
 	pool, err := mrpool.New(mrpool.Config{Classes: []mrpool.Class{{Size: 4 << 10, Count: 16}}, CanaryInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestProbeDeviceRemoval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go pool.Run(ctx)
-	probeWait(t, r, 30*time.Second, "first ok round", func(p probe.PortResult) bool { return p.State == probe.StateOK })
+	probeWait(t, r, 30*time.Second, "first ok round", func(p loopback.PortResult) bool { return p.State == loopback.StateOK })
 
 	t.Cleanup(func() {
 		if _, err := os.Stat("/sys/class/infiniband/" + verbsDev); err != nil {
@@ -168,8 +168,8 @@ func TestProbeDeviceRemoval(t *testing.T) {
 		t.Fatalf("rdma link del: %v (%s)", err, out)
 	}
 	t.Logf("rdma link del returned after %v", time.Since(start))
-	p := probeWait(t, r, 10*time.Second, "device gone", func(p probe.PortResult) bool { return p.State == probe.StateUnavailable })
-	if p.ErrorKind != probe.KindDeviceGone {
+	p := probeWait(t, r, 10*time.Second, "device gone", func(p loopback.PortResult) bool { return p.State == loopback.StateUnavailable })
+	if p.ErrorKind != loopback.KindDeviceGone {
 		t.Errorf("after removal: %+v; want device_gone", p)
 	}
 	if pool.Device(verbsDev) != nil {
@@ -181,8 +181,8 @@ func TestProbeDeviceRemoval(t *testing.T) {
 	if out, err := verbsRun(60*time.Second, "rdma", "link", "add", verbsDev, "type", "rxe", "netdev", "eth0"); err != nil {
 		t.Fatalf("rdma link add: %v (%s)", err, out)
 	}
-	p = probeWait(t, r, 30*time.Second, "back after rdma link add", func(p probe.PortResult) bool {
-		return p.State == probe.StateOK && p.UpdatedAt.After(start)
+	p = probeWait(t, r, 30*time.Second, "back after rdma link add", func(p loopback.PortResult) bool {
+		return p.State == loopback.StateOK && p.UpdatedAt.After(start)
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for pool.Device(verbsDev) == nil && time.Now().Before(deadline) {
@@ -215,8 +215,8 @@ func TestProbeCPU(t *testing.T) {
 	u1, s1 := probeCPU(t)
 	idleWall := time.Since(w0)
 
-	r := probeStart(t, probe.Config{Interval: time.Second})
-	probeWait(t, r, 30*time.Second, "first ok round", func(p probe.PortResult) bool { return p.State == probe.StateOK })
+	r := probeStart(t, loopback.Config{Interval: time.Second})
+	probeWait(t, r, 30*time.Second, "first ok round", func(p loopback.PortResult) bool { return p.State == loopback.StateOK })
 	u2, s2 := probeCPU(t)
 	w2, rounds0 := time.Now(), probeRounds(r)
 	time.Sleep(d)
@@ -244,7 +244,7 @@ func TestProbeCPU(t *testing.T) {
 	}
 }
 
-func probeRounds(r *probe.Runner) uint64 {
+func probeRounds(r *loopback.Runner) uint64 {
 	p, _ := probePort(r)
 	return p.Rounds
 }
@@ -307,8 +307,8 @@ func TestProbeRTTVsPerftest(t *testing.T) {
 	// Rounds 10 ms apart: the probe sleeps between rounds as it does in
 	// production (1 s apart), and its warm-up WRITE, not the measured one,
 	// pays for waking the path. perftest never sleeps.
-	r := probeStart(t, probe.Config{Interval: 10 * time.Millisecond, Window: iters, Payload: size})
-	p := probeWait(t, r, 120*time.Second, fmt.Sprintf("%d probe rounds", iters), func(p probe.PortResult) bool { return p.Write.Count >= iters })
+	r := probeStart(t, loopback.Config{Interval: 10 * time.Millisecond, Window: iters, Payload: size})
+	p := probeWait(t, r, 120*time.Second, fmt.Sprintf("%d probe rounds", iters), func(p loopback.PortResult) bool { return p.Write.Count >= iters })
 	ratio := float64(p.Write.P50) / float64(perfRTT)
 	t.Logf("ib_write_lat -n %d -s %d: t_typical %.2f us one-way = RTT %v; probe RDMA WRITE RTT p50 %v p99 %v max %v (%d samples); ratio %.2f",
 		iters, size, typical, perfRTT, p.Write.P50, p.Write.P99, p.Write.Max, p.Write.Count, ratio)

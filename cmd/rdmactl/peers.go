@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) int {

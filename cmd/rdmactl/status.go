@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/size"
 )
 

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // cmdWatch prints rdmad's state changes as they happen, until interrupted

@@ -1,11 +1,11 @@
-// Package probe runs loopback probes: on every ACTIVE port of every RDMA
+// Package loopback runs loopback probes: on every ACTIVE port of every RDMA
 // device, a pair of RC queue pairs connected to each other through the port
 // moves a small, verified payload by RDMA WRITE, RDMA READ and SEND/RECV
 // every interval, and records round-trip latencies per operation.
 //
 // A probe's memory is one page of its own, registered for the probe only:
 // it is separate from the MR pool and exposes nothing else.
-package probe
+package loopback
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package peers
+package pingmesh
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 

@@ -1,10 +1,10 @@
-// Package peers probes other rdmad nodes: it keeps the peer set from the
+// Package pingmesh probes other rdmad nodes: it keeps the peer set from the
 // configuration, selects a bounded share of it ([probe] max_peers), finds
 // each peer's probe QP through the peer's control endpoint, schedules UD
 // probes with jitter, and turns answers and timeouts into per-path states
 // with hysteresis (up, degraded, down). The probes themselves go through a
 // Prober: verbs/peer on RDMA hardware.
-package peers
+package pingmesh
 
 import (
 	"container/heap"
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/peers/wire"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 

@@ -1,4 +1,4 @@
-package peers
+package pingmesh
 
 import (
 	"hash/fnv"
