@@ -22,7 +22,7 @@ type probeClass struct {
 
 type classConf struct {
 	explicit *int
-	policies []config.Policy
+	policies []policy.Rule
 }
 
 func newProbeClass(store *state.Store, cfg *config.Config) *probeClass {
@@ -33,7 +33,7 @@ func newProbeClass(store *state.Store, cfg *config.Config) *probeClass {
 
 // set puts cfg's class settings in force.
 func (c *probeClass) set(cfg *config.Config) {
-	c.conf.Store(&classConf{explicit: cfg.Probe.TrafficClass, policies: cfg.Policies})
+	c.conf.Store(&classConf{explicit: cfg.Probe.TrafficClass, policies: cfg.Rules()})
 }
 
 // of returns the traffic class of dev's port.
@@ -50,7 +50,7 @@ func (c *probeClass) of(dev string, port int) uint8 {
 
 // policyToS is the [policy.roce] tos in force for dev's port, or 0 when no
 // policy manages it.
-func policyToS(policies []config.Policy, devs []apitype.Device, dev string, port int) uint8 {
+func policyToS(policies []policy.Rule, devs []apitype.Device, dev string, port int) uint8 {
 	pt := policy.Port{Device: dev, Port: port}
 	for _, d := range devs {
 		if d.Name != dev {

@@ -98,7 +98,7 @@ func (r *reconciler) forget() { r.unsupported = map[string]int{} }
 func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, apply bool) ([]Change, []apitype.PolicyStatus) {
 	netdevs, index := listNetdevs()
 	ports := portsOf(devs)
-	want := policy.Resolve(cfg.Policies, netdevs, ports)
+	want := policy.Resolve(cfg.Rules(), netdevs, ports)
 
 	var changes []Change
 	seen := map[string]bool{}

@@ -11,8 +11,8 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/mrpool"
 	"github.com/rdmad/rdmad/verbs/loopback"
+	"github.com/rdmad/rdmad/verbs/mrpool"
 )
 
 // verbsParts are the parts of rdmad that move data over verbs: the memory
@@ -103,7 +103,7 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 		v.stopPool = nil
 	}
 	v.poolCfg = c
-	p, err := mrpool.New(mrpool.Config{Classes: c.Classes, CanaryInterval: c.CanaryInterval.Duration,
+	p, err := mrpool.New(mrpool.Config{Classes: poolClasses(c.Classes), CanaryInterval: c.CanaryInterval.Duration,
 		Logger: v.d.log.With("component", "mrpool"), OnAsyncEvent: v.asyncEvent,
 		OnDeviceGone: func(dev, reason string) {
 			v.reportGone(goneReport{device: dev, why: "mrpool: " + reason, verify: true})
@@ -290,6 +290,15 @@ func toMRPool(ds []mrpool.DeviceStats) []apitype.PoolDevice {
 			InUseBytes: d.InUseBytes, HighWaterBytes: d.HighWaterBytes, Failures: d.Failures, LastError: d.LastError, Classes: cs,
 			Canary: apitype.Canary{Registrations: d.Canary.Registrations, Failures: d.Canary.Failures, LastLatency: d.Canary.LastLatency,
 				MaxLatency: d.Canary.MaxLatency, LastError: d.Canary.LastError, LastAt: d.Canary.LastAt}}
+	}
+	return out
+}
+
+// poolClasses converts the configuration's size classes to the pool's.
+func poolClasses(cs []config.PoolClass) []mrpool.Class {
+	out := make([]mrpool.Class, len(cs))
+	for i, c := range cs {
+		out[i] = mrpool.Class{Size: c.Size, Count: c.Count}
 	}
 	return out
 }

@@ -11,9 +11,35 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/policy/qos"
 )
+
+// A Rule is one declared policy, as the daemon converts it from a
+// [[policy]] block of the configuration: what it selects and what it wants
+// of the objects it selects.
+type Rule struct {
+	Name string
+	// Netdevs and Devices are shell globs (path.Match syntax) over netdev
+	// names and RDMA device names.
+	Netdevs, Devices []string
+	// Observe makes the rule report drift only, never apply.
+	Observe bool
+	// MTU of selected netdevs; 0 leaves it unmanaged.
+	MTU int
+	// QoS of selected netdevs; nil leaves it unmanaged.
+	QoS *qos.Desired
+	// RoCE are the RDMA-CM defaults of selected ports; nil leaves them
+	// unmanaged.
+	RoCE *RoCERule
+}
+
+// A RoCERule is what a Rule wants of RDMA-CM on its ports.
+type RoCERule struct {
+	// ToS is the default type of service (0-255); nil leaves it unmanaged.
+	ToS *int
+	// Mode is "v1" or "v2"; empty leaves it unmanaged.
+	Mode string
+}
 
 // A Port is an RDMA port and the netdev it runs over ("" for InfiniBand ports
 // without IPoIB).
@@ -66,11 +92,11 @@ type Desired struct {
 // configuration order wins (drop-ins are merged after the main file, so a
 // drop-in overrides it); MTU, [policy.qos] and [policy.roce] are resolved
 // separately.
-func Resolve(policies []config.Policy, netdevs []string, ports []Port) Desired {
+func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Matches: map[string][]string{}}
 	for _, p := range policies {
 		d.Matches[p.Name] = []string{}
-		src := Source{Policy: p.Name, Observe: p.Mode == "observe"}
+		src := Source{Policy: p.Name, Observe: p.Observe}
 		selected := map[string]bool{}
 		for _, nd := range netdevs {
 			if anyMatch(p.Netdevs, nd) {
@@ -91,7 +117,8 @@ func Resolve(policies []config.Policy, netdevs []string, ports []Port) Desired {
 				w.MTU, w.MTUSrc = p.MTU, src
 			}
 			if p.QoS != nil {
-				w.QoS, w.QoSSrc = desiredQoS(p.QoS), src
+				q := *p.QoS
+				w.QoS, w.QoSSrc = &q, src
 			}
 			d.Netdevs[nd] = w
 			d.Matches[p.Name] = append(d.Matches[p.Name], nd)
@@ -101,7 +128,7 @@ func Resolve(policies []config.Policy, netdevs []string, ports []Port) Desired {
 				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
 					continue
 				}
-				d.Ports[pt] = PortWant{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode, RoCESrc: src}
+				d.Ports[pt] = PortWant{ToS: p.RoCE.ToS, Mode: p.RoCE.Mode, RoCESrc: src}
 				d.Matches[p.Name] = append(d.Matches[p.Name], pt.String())
 			}
 		}
@@ -109,10 +136,6 @@ func Resolve(policies []config.Policy, netdevs []string, ports []Port) Desired {
 		d.Matches[p.Name] = dedup(d.Matches[p.Name])
 	}
 	return d
-}
-
-func desiredQoS(q *config.QoS) *qos.Desired {
-	return &qos.Desired{Trust: q.Trust, PFC: q.PFC, DSCPToPrio: q.DSCPToPrio}
 }
 
 func anyMatch(globs []string, name string) bool {

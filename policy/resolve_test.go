@@ -5,19 +5,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/policy/qos"
 )
 
 func TestResolve(t *testing.T) {
 	tos := 106
-	policies := []config.Policy{
-		{Name: "fabric", Netdevs: []string{"rdt*"}, Mode: "enforce", MTU: 4200},
-		{Name: "by-device", Devices: []string{"mlx5_*"}, Mode: "observe", MTU: 9000,
-			QoS: &config.QoS{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3}}},
-		{Name: "roce", Netdevs: []string{"ens1f1"}, Mode: "enforce", RoCE: &config.RoCE{TOS: &tos, Mode: "v2"}},
-		{Name: "override", Netdevs: []string{"rdt1"}, Mode: "enforce", MTU: 1500},
-		{Name: "nothing", Netdevs: []string{"zz*"}, Mode: "enforce", MTU: 1500},
+	policies := []Rule{
+		{Name: "fabric", Netdevs: []string{"rdt*"}, MTU: 4200},
+		{Name: "by-device", Devices: []string{"mlx5_*"}, Observe: true, MTU: 9000,
+			QoS: &qos.Desired{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3}}},
+		{Name: "roce", Netdevs: []string{"ens1f1"}, RoCE: &RoCERule{ToS: &tos, Mode: "v2"}},
+		{Name: "override", Netdevs: []string{"rdt1"}, MTU: 1500},
+		{Name: "nothing", Netdevs: []string{"zz*"}, MTU: 1500},
 	}
 	netdevs := []string{"lo", "rdt0", "rdt1", "ens1f0", "ens1f1", "eth9"}
 	ports := []Port{{"mlx5_0", 1, "ens1f0"}, {"mlx5_1", 1, "ens1f1"}, {"mlx4_0", 1, ""}}

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/memlock"
-	"github.com/rdmad/rdmad/verbs/mrpool"
 )
 
 // Default paths.
@@ -101,6 +101,12 @@ type RoCE struct {
 	Mode string `toml:"mode" json:"mode,omitempty"`
 }
 
+// A PoolClass is one [[mrpool.classes]] entry: Count buffers of Size bytes.
+type PoolClass struct {
+	Size  size.Size `toml:"size" json:"size"`
+	Count int       `toml:"count" json:"count"`
+}
+
 // source records where a block came from, for error messages.
 type source struct {
 	file  string
@@ -130,7 +136,7 @@ type Memlock struct {
 type MRPool struct {
 	// Classes are the size classes, in the operator's priority order: when
 	// the memlock budget is short, earlier classes are filled first.
-	Classes []mrpool.Class `toml:"classes" json:"classes"`
+	Classes []PoolClass `toml:"classes" json:"classes"`
 	// CanaryInterval is how often a buffer is registered and deregistered
 	// to time registration and catch memlock trouble early.
 	CanaryInterval Duration `toml:"canary_interval" json:"canary_interval"`
@@ -289,7 +295,7 @@ func Default() *Config {
 		},
 		Memlock: Memlock{UsersDomain: "*", LimitsFile: memlock.DefaultLimitsPath},
 		MRPool: MRPool{
-			Classes:        []mrpool.Class{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
+			Classes:        []PoolClass{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
 			CanaryInterval: Duration{30 * time.Second},
 		},
 		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second},

@@ -10,8 +10,8 @@ import (
 
 // A Class is one size class of pre-registered buffers.
 type Class struct {
-	Size  size.Size `toml:"size" json:"size"`
-	Count int       `toml:"count" json:"count"`
+	Size  size.Size
+	Count int
 }
 
 // stride is the distance between two buffers of class size: buffers start

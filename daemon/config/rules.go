@@ -1,0 +1,28 @@
+package config
+
+import (
+	"github.com/rdmad/rdmad/policy"
+	"github.com/rdmad/rdmad/policy/qos"
+)
+
+// Rules converts the [[policy]] blocks to the rules the policy package
+// resolves, in configuration order (later blocks win).
+func (c *Config) Rules() []policy.Rule {
+	out := make([]policy.Rule, len(c.Policies))
+	for i, p := range c.Policies {
+		out[i] = p.Rule()
+	}
+	return out
+}
+
+// Rule converts one [[policy]] block.
+func (p Policy) Rule() policy.Rule {
+	r := policy.Rule{Name: p.Name, Netdevs: p.Netdevs, Devices: p.Devices, Observe: p.Mode == "observe", MTU: p.MTU}
+	if p.QoS != nil {
+		r.QoS = &qos.Desired{Trust: p.QoS.Trust, PFC: p.QoS.PFC, DSCPToPrio: p.QoS.DSCPToPrio}
+	}
+	if p.RoCE != nil {
+		r.RoCE = &policy.RoCERule{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode}
+	}
+	return r
+}

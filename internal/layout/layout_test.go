@@ -1,0 +1,46 @@
+// Package layout holds the test that keeps DESIGN.md's arrows pointing
+// down: policy and verbs know nothing of the daemon or of each other, and
+// the wire types are a leaf.
+package layout
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/rdmad/rdmad/"
+
+// rules: the packages under each prefix must not depend on any package
+// under the forbidden prefixes.
+var rules = []struct {
+	pkgs      string
+	forbidden []string
+}{
+	{"policy/...", []string{"daemon", "verbs", "cmd", "client", "doctor"}},
+	{"verbs/...", []string{"daemon", "policy", "cmd", "doctor"}},
+	{"inventory/...", []string{"daemon", "policy", "verbs", "cmd", "doctor"}},
+	{"doctor/...", []string{"daemon", "policy", "verbs", "cmd"}},
+	{"client/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory"}},
+	{"internal/...", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory"}},
+}
+
+func TestArrowsPointDown(t *testing.T) {
+	for _, r := range rules {
+		out, err := exec.Command("go", "list", "-deps", "-test=false", "-f", "{{.ImportPath}}", mod+r.pkgs).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", r.pkgs, err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			rel, ok := strings.CutPrefix(p, mod)
+			if !ok {
+				continue
+			}
+			for _, f := range r.forbidden {
+				if rel == f || strings.HasPrefix(rel, f+"/") {
+					t.Errorf("%s depends on %s: the arrow points %s", r.pkgs, rel, "up or sideways; see DESIGN.md's layout")
+				}
+			}
+		}
+	}
+}
