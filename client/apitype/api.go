@@ -64,6 +64,10 @@ const (
 	EventConfig = "config"
 	// EventComponent is a change of a component's state or error.
 	EventComponent = "component"
+	// EventPeer is a change of a probed peer's state (unknown, up,
+	// degraded, down); To is "absent" for a peer no longer probed.
+	// Message is the reason it is not up.
+	EventPeer = "peer"
 	// EventDaemon is a change of rdmad's own state (running, degraded, ...).
 	EventDaemon = "daemon"
 	// EventDropped is the last line to a client that could not keep up.

@@ -804,6 +804,11 @@ func TestIntegrationSignals(t *testing.T) {
 	if ifaces[DeviceInterface]["Name"].Value() != "mlx5_0" {
 		t.Errorf("InterfacesAdded properties = %v, want Name mlx5_0", ifaces)
 	}
+	// The new device's port is a link that appeared.
+	appeared := nextSignal(t, sigs, Interface+".LinkChanged")
+	if diff := cmp.Diff([]any{DevicePath("mlx5_0"), "mlx5_0", uint32(1), "", "ACTIVE", "ens1f0"}, appeared.Body); diff != "" {
+		t.Errorf("LinkChanged of the new device's port: -want +got\n%s", diff)
+	}
 
 	store.Update(func(s *apitype.Snapshot) {
 		s.Devices = []apitype.Device{device("mlx5_0", "ens1f0", "DOWN"), s.Devices[1]}

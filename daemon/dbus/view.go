@@ -10,6 +10,7 @@ import (
 
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // A Port is one port of a device as the Ports property shows it
@@ -341,9 +342,10 @@ func changes(old, cur *view) []signal {
 			}
 		}
 	}
-	sigs = append(sigs, linkChanges(old.snap, cur.snap)...)
-	sigs = append(sigs, policyChanges(old.snap, cur.snap)...)
-	sigs = append(sigs, peerChanges(old.snap, cur.snap)...)
+	d := state.Compare(old.snap, cur.snap)
+	sigs = append(sigs, linkChanges(d)...)
+	sigs = append(sigs, policyChanges(d)...)
+	sigs = append(sigs, peerChanges(d)...)
 	for _, p := range sortedPaths(old.objects) {
 		if _, ok := cur.objects[p]; !ok {
 			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesRemoved",
@@ -353,101 +355,63 @@ func changes(old, cur *view) []signal {
 	return sigs
 }
 
-// linkChanges returns a LinkChanged signal for every port whose state
-// differs between old and cur on a device present in both; ports that
-// appear or vanish on such a device have "" as their old or new state.
-// Devices that appear or vanish are InterfacesAdded/Removed instead.
-func linkChanges(old, cur *apitype.Snapshot) []signal {
-	before := map[string]map[int]apitype.Port{}
-	for _, d := range old.Devices {
-		m := map[int]apitype.Port{}
-		for _, p := range d.Ports {
-			m[p.Port] = p
+// linkChanges returns a LinkChanged signal for every port whose state or
+// physical state changed, and for every port that appeared or vanished
+// (with its device or alone: "" is then its old or new state). A device
+// that appears or vanishes is also InterfacesAdded/Removed.
+func linkChanges(d state.Diff) []signal {
+	sigs := make([]signal, 0, len(d.Links))
+	for _, c := range d.Links {
+		var from, to string
+		if c.Old != nil {
+			from = c.Old.State
 		}
-		before[d.Name] = m
-	}
-	var sigs []signal
-	emit := func(dev string, port int, from, to, netdev string) {
+		if c.New != nil {
+			to = c.New.State
+		}
 		sigs = append(sigs, signal{Path, Interface + ".LinkChanged",
-			[]any{DevicePath(dev), dev, uint32(port), from, to, netdev}})
-	}
-	for _, d := range cur.Devices {
-		prev, ok := before[d.Name]
-		if !ok {
-			continue
-		}
-		seen := map[int]bool{}
-		for _, p := range d.Ports {
-			seen[p.Port] = true
-			if q, ok := prev[p.Port]; !ok || q.State != p.State {
-				emit(d.Name, p.Port, q.State, p.State, p.Netdev)
-			}
-		}
-		var gone []int
-		for n := range prev {
-			if !seen[n] {
-				gone = append(gone, n)
-			}
-		}
-		sort.Ints(gone)
-		for _, n := range gone {
-			emit(d.Name, n, prev[n].State, "", prev[n].Netdev)
-		}
+			[]any{DevicePath(c.Device), c.Device, uint32(c.Port), from, to, c.Netdev}})
 	}
 	return sigs
 }
 
 // policyChanges returns a PolicyChanged signal for every target whose state
-// differs between old and cur, including targets that appear ("" old
-// state, e.g. a new [[policy]] block) or vanish ("" new state).
-func policyChanges(old, cur *apitype.Snapshot) []signal {
-	key := func(t Target) [3]string { return [3]string{t.Policy, t.Kind, t.Object} }
-	before := map[[3]string]Target{}
-	for _, t := range allTargets(old) {
-		before[key(t)] = t
-	}
+// changed, including targets that appear ("" old state, e.g. a new
+// [[policy]] block) or vanish ("" new state). A change of the actual value
+// or error alone shows in PolicyTargets, not here.
+func policyChanges(d state.Diff) []signal {
 	var sigs []signal
-	emit := func(t Target, from, to string) {
+	for _, c := range d.Targets {
+		var from, to string
+		t := c.New
+		if c.Old != nil {
+			from = c.Old.State
+		}
+		if c.New != nil {
+			to = c.New.State
+		} else {
+			t = c.Old
+		}
+		if c.Old != nil && c.New != nil && from == to {
+			continue
+		}
 		sigs = append(sigs, signal{Path, Interface + ".PolicyChanged",
-			[]any{t.Policy, t.Kind, t.Object, from, to, t.Desired, t.Actual, t.Error}})
-	}
-	seen := map[[3]string]bool{}
-	for _, t := range allTargets(cur) {
-		seen[key(t)] = true
-		if p, ok := before[key(t)]; !ok || p.State != t.State {
-			emit(t, p.State, t.State)
-		}
-	}
-	for _, t := range allTargets(old) {
-		if !seen[key(t)] {
-			emit(t, t.State, "")
-		}
+			[]any{c.Policy, t.Kind, t.Object, from, to, t.Desired, t.Actual, t.Error}})
 	}
 	return sigs
 }
 
-// peerChanges returns a PeerStateChanged signal for every peer of cur whose
-// state differs from its state in old. A peer that old does not list (newly
-// configured, or selected again by the rotation of [probe] max_peers) counts
-// as unknown there: it appearing in state unknown is no change, it
-// appearing already up or down (the snapshot in between was coalesced away)
-// is one. A peer that cur no longer lists was dropped from the
-// configuration or the selection, not changed: it gets no signal; Peers
-// shows it gone.
-func peerChanges(old, cur *apitype.Snapshot) []signal {
-	before := make(map[string]string, len(old.Peers.Peers))
-	for _, p := range old.Peers.Peers {
-		before[p.Name] = p.State
-	}
+// peerChanges returns a PeerStateChanged signal for every peer whose state
+// changed (state.PeerChange says when that is). A peer no longer listed
+// was dropped from the configuration or the selection, not changed: it
+// gets no signal; Peers shows it gone.
+func peerChanges(d state.Diff) []signal {
 	var sigs []signal
-	for _, p := range cur.Peers.Peers {
-		from, ok := before[p.Name]
-		if !ok {
-			from = apitype.PeerUnknown
+	for _, c := range d.Peers {
+		if c.Removed {
+			continue
 		}
-		if from != p.State {
-			sigs = append(sigs, signal{Path, Interface + ".PeerStateChanged", []any{p.Name, from, p.State, p.Reason}})
-		}
+		sigs = append(sigs, signal{Path, Interface + ".PeerStateChanged", []any{c.Name, c.From, c.To, c.Reason}})
 	}
 	return sigs
 }

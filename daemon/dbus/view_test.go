@@ -12,6 +12,7 @@ import (
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/state"
 )
 
 func TestEscapePathElement(t *testing.T) {
@@ -245,6 +246,8 @@ func TestChanges(t *testing.T) {
 			want: []sigSummary{
 				{Path, ObjectManagerInterface + ".InterfacesAdded", []any{DevicePath("mlx5_0"), []string{DeviceInterface}}},
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Devices", "PortsTotal"}}},
+				// A new device's ports are links that appeared.
+				{Path, Interface + ".LinkChanged", []any{DevicePath("mlx5_0"), "mlx5_0", uint32(1), "", "DOWN", "ens1f0"}},
 			},
 		},
 		{
@@ -253,6 +256,7 @@ func TestChanges(t *testing.T) {
 			cur:  withState(func(s *apitype.Snapshot) { s.Devices = nil }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Devices", "PortsActive", "PortsTotal"}}},
+				{Path, Interface + ".LinkChanged", []any{rxe, "rxe0", uint32(1), "ACTIVE", "", "eth0"}},
 				{Path, ObjectManagerInterface + ".InterfacesRemoved", []any{rxe, []string{DeviceInterface}}},
 			},
 		},
@@ -264,6 +268,22 @@ func TestChanges(t *testing.T) {
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PortsActive"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
 				{Path, Interface + ".LinkChanged", []any{rxe, "rxe0", uint32(1), "ACTIVE", "DOWN", "eth0"}},
+			},
+		},
+		{
+			// The physical state alone changes (the link trains while the
+			// port stays DOWN): a LinkChanged all the same, the state
+			// strings equal; the Ports property carries PhysState.
+			name: "physical state changes",
+			old:  withState(func(s *apitype.Snapshot) { s.Devices = []apitype.Device{device("rxe0", "eth0", "DOWN")} }),
+			cur: withState(func(s *apitype.Snapshot) {
+				d := device("rxe0", "eth0", "DOWN")
+				d.Ports[0].PhysState = "Polling"
+				s.Devices = []apitype.Device{d}
+			}),
+			want: []sigSummary{
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"Ports"}}},
+				{Path, Interface + ".LinkChanged", []any{rxe, "rxe0", uint32(1), "DOWN", "DOWN", "eth0"}},
 			},
 		},
 		{
@@ -441,7 +461,7 @@ func TestPeerChanges(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			old, cur := snapshot(nil), snapshot(nil)
 			old.Peers.Peers, cur.Peers.Peers = tt.old, tt.cur
-			if diff := cmp.Diff(tt.want, summarise(peerChanges(old, cur))); diff != "" {
+			if diff := cmp.Diff(tt.want, summarise(peerChanges(state.Compare(old, cur)))); diff != "" {
 				t.Errorf("peerChanges: -want +got\n%s", diff)
 			}
 		})

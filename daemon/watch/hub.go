@@ -1,3 +1,11 @@
+// Package watch serves GET /v1/watch: a newline-delimited JSON stream of
+// changes of rdmad's state.
+//
+// One goroutine per Hub (not per client) follows the state.Store, turns
+// each snapshot it sees into events with state.Compare (the diff D-Bus
+// signals use too) and fans them out to the clients through bounded
+// per-client queues. A client that falls behind is dropped with a final
+// "dropped" line; nothing a client does can block the daemon.
 package watch
 
 import (
@@ -186,7 +194,7 @@ func (h *Hub) publish(prev, cur *apitype.Snapshot) {
 	for _, o := range h.opts.Observers {
 		o(cur)
 	}
-	evs := Diff(prev, cur)
+	evs := state.Compare(prev, cur).Events(cur.Summary)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.prev = cur

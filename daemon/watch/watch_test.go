@@ -32,6 +32,8 @@ func TestDiff(t *testing.T) {
 		Seq: 1, State: apitype.Running, Config: apitype.Config{Generation: 1},
 		Devices:    []apitype.Device{{Name: "rxe0", Ports: []apitype.Port{port("ACTIVE", "LinkUp")}}},
 		Components: map[string]apitype.Component{"api": {State: apitype.OK}},
+		Peers: apitype.Peers{Peers: []apitype.Peer{
+			{Name: "node2", State: apitype.PeerUp}, {Name: "node3", State: apitype.PeerUp}}},
 		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
 			{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync}}}}},
 	}
@@ -66,6 +68,20 @@ func TestDiff(t *testing.T) {
 			s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
 				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
 		}, []apitype.Event{{Type: apitype.EventPolicy, Object: "fabric/mtu/eth0", From: apitype.InSync, To: apitype.Drifted, Message: "desired 9000, actual 1500"}}},
+		// Peers: the same diff as D-Bus's PeerStateChanged, plus the
+		// peers no longer probed ("absent"); a new peer in state unknown
+		// is no change.
+		{"peer goes down, one dropped, one new", func(s *apitype.Snapshot) {
+			s.Peers = apitype.Peers{Peers: []apitype.Peer{
+				{Name: "node2", State: apitype.PeerDown, Reason: "control endpoint does not answer"},
+				{Name: "node4", State: apitype.PeerUnknown}}}
+		}, []apitype.Event{
+			{Type: apitype.EventPeer, Object: "node2", From: apitype.PeerUp, To: apitype.PeerDown, Message: "control endpoint does not answer"},
+			{Type: apitype.EventPeer, Object: "node3", From: apitype.PeerUp, To: apitype.Absent},
+		}},
+		{"phys state alone changes", func(s *apitype.Snapshot) {
+			s.Devices = []apitype.Device{{Name: "rxe0", Ports: []apitype.Port{port("ACTIVE", "LinkErrorRecovery")}}}
+		}, []apitype.Event{{Type: apitype.EventLink, Object: "rxe0/1", From: "ACTIVE/LinkUp", To: "ACTIVE/LinkErrorRecovery"}}},
 		{"component recovers", func(s *apitype.Snapshot) {
 			s.Components = map[string]apitype.Component{"api": {State: apitype.Error, Error: "socket gone"}}
 		}, []apitype.Event{{Type: apitype.EventComponent, Object: "api", From: apitype.OK, To: apitype.Error, Message: "socket gone"}}},
@@ -76,7 +92,7 @@ func TestDiff(t *testing.T) {
 			next := base
 			next.Seq = 2
 			tt.change(&next)
-			got := watch.Diff(&prev, &next)
+			got := state.Compare(&prev, &next).Events(next.Summary)
 			for i := range tt.want {
 				tt.want[i].Seq = 2
 			}
