@@ -39,31 +39,33 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 
 	w := linkwatch.New(linkwatch.Options{Debounce: linkDebounce,
 		OnError: func(err error) { d.log.Warn("rtnetlink watcher", "err", err) }})
+	// OK is recorded before the source runs, so that an error it reports
+	// at once is never overwritten by this OK.
+	d.setComponent(apitype.ComponentEventsRtnetlink, apitype.OK, nil)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent("events-rtnetlink", apitype.Error, err)
+			d.setComponent(apitype.ComponentEventsRtnetlink, apitype.Error, err)
 		}
 	}()
-	d.setComponent("events-rtnetlink", apitype.OK, nil)
 
 	uev := make(chan uevent.Event, 64)
 	// infiniband_verbs: a device's uverbs node goes first when the device
 	// is removed, before the kernel waits for its users (release.go).
 	conn, err := uevent.Dial(&uevent.Options{Subsystems: []string{"net", "infiniband", "infiniband_verbs"}})
 	if err != nil {
-		d.setComponent("events-uevent", apitype.Error, err)
+		d.setComponent(apitype.ComponentEventsUevent, apitype.Error, err)
 		return events{link: w.Events(), uevent: uev, lost: lost}
 	}
-	d.setComponent("events-uevent", apitype.OK, nil)
+	d.setComponent(apitype.ComponentEventsUevent, apitype.OK, nil)
 	q := coalesce.New[string, uevent.Event](20*time.Millisecond, 1024)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		defer conn.Close()
 		if err := conn.Run(ctx, q); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent("events-uevent", apitype.Error, err)
+			d.setComponent(apitype.ComponentEventsUevent, apitype.Error, err)
 		}
 	}()
 	go func() {

@@ -443,12 +443,12 @@ func TestRunOnFixture(t *testing.T) {
 	e := &Env{SysRoot: fixture, DevRoot: t.TempDir(), ProcRoot: t.TempDir(), DaemonErr: errors.New("not running"), Interval: time.Second,
 		Wait:     func(context.Context, time.Duration) error { waits++; return nil },
 		Adjtimex: timex(0, 1000, unix.TIME_OK), Addrs: addrs(nil)}
-	rs := Run(e, Checks)
+	rs := append(Run(e, Checks), Run(e, CallerChecks)...)
 	var ids []string
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "clock", "qp-errors", "link-errors", "peers", "fleet"}
+	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "qp-errors", "link-errors", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

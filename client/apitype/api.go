@@ -19,6 +19,10 @@ const (
 	ComponentVerbs     = "verbs"     // libibverbs and the loopback probes
 	ComponentMRPool    = "mrpool"    // the memory registration pool
 	ComponentPeers     = "peers"     // peer probes and the control endpoint
+	// The kernel event sources; the periodic resync covers their objects
+	// while one is in error.
+	ComponentEventsRtnetlink = "events-rtnetlink"
+	ComponentEventsUevent    = "events-uevent"
 )
 
 // ApplyResult is the answer of POST /v1/policy/apply.
