@@ -15,12 +15,12 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/verbs/pingmesh"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/verbs/pingmesh"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)

@@ -11,8 +11,8 @@ import (
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/inventory"
-	"github.com/rdmad/rdmad/verbs/mrpool"
 	"github.com/rdmad/rdmad/verbs/loopback"
+	"github.com/rdmad/rdmad/verbs/mrpool"
 )
 
 // releaseDaemon is a daemon whose inventory (an empty sysfs) no longer has

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/mrpool"
 	"github.com/rdmad/rdmad/verbs/loopback"
+	"github.com/rdmad/rdmad/verbs/mrpool"
 )
 
 // probeStart runs a Runner on rxe0 until the test ends.

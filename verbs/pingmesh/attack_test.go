@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // These tests perform the attacks of issue #13 on the control plane with

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // A Control is the control endpoint: one UDP socket that answers other

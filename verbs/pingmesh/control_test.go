@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // TestControlLoopback runs a real control endpoint on loopback and talks

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // fpSource is a node's fingerprint whose MTU and firmware a test changes.
