@@ -26,8 +26,8 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/bus"
 	"github.com/rdmad/rdmad/daemon/config"
-	rdbus "github.com/rdmad/rdmad/daemon/dbus"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/inventory"
 )
@@ -108,7 +108,7 @@ func Run(ctx context.Context, opts Options) error {
 		StartedAt: now,
 		Config:    apitype.Config{Path: opts.ConfigPath},
 		Devices:   []apitype.Device{},
-		Policy:    apitype.Policy{Policies: []apitype.PolicyStatus{}},
+		Policy:    apitype.PolicyState{Policies: []apitype.PolicyStatus{}},
 		Loopback:  []apitype.LoopbackPort{},
 		MRPool:    []apitype.PoolDevice{},
 	})
@@ -137,7 +137,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	d.api = api.NewServer(backend{d}, d.accessPolicy(cfg))
+	d.api = api.NewServer(backend{d}, d.accessRoles(cfg))
 	d.api.SetLogger(d.log.With("component", "api"))
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -173,7 +173,7 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rdbus.Run(ctx, rdbus.Options{Store: d.store, Backend: backend{d}, Policy: d.api.Policy, Logger: d.log.With("component", "dbus"),
+		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"),
 			Report: func(st string, err error) { d.setComponent(apitype.ComponentDBus, st, err) }})
 	}()
 
@@ -283,7 +283,7 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 		// The daemon's own check follows the new groups in any case; the
 		// socket file keeps its last good mode when securing it fails
 		// (e.g. someone replaced it), and status says why.
-		d.api.SetPolicy(d.accessPolicy(cfg))
+		d.api.SetRoles(d.accessRoles(cfg))
 		if d.sock != nil {
 			if err := d.sock.Secure(socketAccess(cfg)); err != nil {
 				d.log.Error("socket permissions not updated; the socket keeps its previous ones", "err", err)
@@ -429,10 +429,10 @@ func socketAccess(cfg *config.Config) api.SocketAccess {
 	return api.SocketAccess{Group: cfg.Daemon.SocketGroup, AdminGroup: cfg.Daemon.AdminGroup}
 }
 
-// accessPolicy is the access table's configuration (daemon/access) for
+// accessRoles is the access table's configuration (daemon/access) for
 // both the socket and D-Bus. A group that does not resolve is no group.
-func (d *Daemon) accessPolicy(cfg *config.Config) access.Policy {
-	p := access.Policy{SelfUID: uint32(os.Geteuid())}
+func (d *Daemon) accessRoles(cfg *config.Config) access.Roles {
+	p := access.Roles{SelfUID: uint32(os.Geteuid())}
 	if g, err := api.LookupGID(cfg.Daemon.SocketGroup); err == nil && g >= 0 {
 		p.ReadGID = access.GID(uint32(g))
 	}
@@ -489,12 +489,6 @@ func (b backend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 		res.Policy = d.store.Load().Policy
 	})
 	return res, err
-}
-
-// Apply serves D-Bus's Apply().
-func (b backend) Apply(ctx context.Context) error {
-	_, err := b.PolicyApply(ctx)
-	return err
 }
 
 // do runs f on the main loop and waits for it. The queue is short on

@@ -177,7 +177,7 @@ func (d *Daemon) reconcile(sc *scope) []apitype.Change {
 		return changes // nothing new to publish
 	}
 	d.store.Update(func(s *apitype.Snapshot) {
-		s.Policy = apitype.Policy{Policies: policies}
+		s.Policy = apitype.PolicyState{Policies: policies}
 		st := s.State
 		if st == apitype.Degraded {
 			st = apitype.Running // summarise decides again

@@ -141,7 +141,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	r.useAuth(auth)
 	settings, fileErr := r.settings(d.cfg)
 	r.mgr, err = pingmesh.New(pingmesh.Options{
-		Prober:         r.eng,
+		Transport:         r.eng,
 		NodeID:         nodeID(),
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,

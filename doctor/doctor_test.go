@@ -114,7 +114,7 @@ func peerAt(name, st string) apitype.Peer {
 
 func snapWith(targets ...apitype.Target) *apitype.Snapshot {
 	return &apitype.Snapshot{Version: "t", State: apitype.Running, PID: 4242,
-		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
+		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
 }
 
 func limits(memlock string) string {

@@ -31,7 +31,7 @@ type ApplyResult struct {
 	// enforce mode, applied).
 	Changes []Change `json:"changes"`
 	// Policy is the policy state after the pass.
-	Policy Policy `json:"policy"`
+	Policy PolicyState `json:"policy"`
 }
 
 // DiffResult is the answer of GET /v1/policy/diff.

@@ -45,7 +45,7 @@ type Snapshot struct {
 
 	Config  Config   `json:"config"`
 	Devices []Device `json:"devices"`
-	Policy  Policy   `json:"policy"`
+	Policy  PolicyState   `json:"policy"`
 	// Loopback is the loopback probe's latest result per port.
 	Loopback []LoopbackPort `json:"loopback"`
 	// MRPool is the memory registration pool per device.
@@ -279,8 +279,8 @@ type Config struct {
 	Error string `json:"error"`
 }
 
-// Policy is the state of every declared policy.
-type Policy struct {
+// PolicyState is the state of every declared policy.
+type PolicyState struct {
 	Policies []PolicyStatus `json:"policies"`
 }
 

@@ -1,5 +1,5 @@
 // Package access is rdmad's one table of who may do what. The Unix socket
-// API (daemon/api) and the D-Bus service (daemon/dbus) name the operation a
+// API (daemon/api) and the D-Bus service (daemon/bus) name the operation a
 // request asks for and let Decide answer, so that the two transports can
 // never disagree (docs/API.md and docs/DBUS.md, "Access").
 //
@@ -169,7 +169,7 @@ func (c Caller) groupList() string {
 }
 
 // A Group is an optional gid. The zero Group is no group, so that the zero
-// Policy admits only root: a zero gid would be root's group.
+// Roles admits only root: a zero gid would be root's group.
 type Group struct {
 	gid uint32
 	set bool
@@ -193,9 +193,9 @@ func (g Group) String() string {
 	return "gid " + strconv.FormatUint(uint64(g.gid), 10)
 }
 
-// A Policy is the configuration Decide applies: the table is fixed, who is
-// in which group is not. The zero Policy admits only root.
-type Policy struct {
+// Roles are what Decide applies besides the table: the table is fixed, who is
+// in which group is not. The zero Roles admits only root.
+type Roles struct {
 	// SelfUID is rdmad's effective uid. Its own user may do everything
 	// (so that `make run` works without root); under systemd it is 0.
 	SelfUID uint32
@@ -206,7 +206,7 @@ type Policy struct {
 }
 
 // LevelFor returns the highest level c has under p, 0 when none.
-func (p Policy) LevelFor(c Caller) Level {
+func (p Roles) LevelFor(c Caller) Level {
 	if !c.Known {
 		return 0
 	}
@@ -223,20 +223,20 @@ func (p Policy) LevelFor(c Caller) Level {
 }
 
 // Allowed reports whether Decide would let c do op.
-func (p Policy) Allowed(c Caller, op Op) bool { return p.Decide(c, op) == nil }
+func (p Roles) Allowed(c Caller, op Op) bool { return p.Decide(c, op) == nil }
 
 // Decide returns nil when c may do op under p, and a *Denied otherwise.
-func (p Policy) Decide(c Caller, op Op) error {
+func (p Roles) Decide(c Caller, op Op) error {
 	need, ok := LevelOf(op)
 	if !ok {
 		// A transport asked for an operation nobody put in the table:
 		// refuse rather than guess, whoever asks.
-		return &Denied{Caller: c, Op: op, Need: 0, Policy: p}
+		return &Denied{Caller: c, Op: op, Need: 0, Roles: p}
 	}
 	if p.LevelFor(c) >= need {
 		return nil
 	}
-	return &Denied{Caller: c, Op: op, Need: need, Policy: p}
+	return &Denied{Caller: c, Op: op, Need: need, Roles: p}
 }
 
 // Denied is Decide's refusal. Its text names the caller, the operation and
@@ -246,7 +246,7 @@ type Denied struct {
 	Op     Op
 	// Need is the level Op requires; 0 for an operation not in the table.
 	Need   Level
-	Policy Policy
+	Roles Roles
 	// Target names the operation in the message instead of Op, as the
 	// transport's user knows it (e.g. "/v1/reload", "Reload"). Optional.
 	Target string
@@ -264,14 +264,14 @@ func (d *Denied) Error() string {
 	switch d.Need {
 	case Read:
 		return fmt.Sprintf("%s may not read rdmad's state (%s): that needs the socket group ([daemon] socket_group, %s) or the admin group ([daemon] admin_group, %s), and the caller has %s; ask an admin to add you to the socket group or use sudo",
-			who, what, d.Policy.ReadGID, d.Policy.AdminGID, d.Caller.groupList())
+			who, what, d.Roles.ReadGID, d.Roles.AdminGID, d.Caller.groupList())
 	case Admin:
 		verb := "change rdmad's state"
 		if d.Op == Probe {
 			verb = "make rdmad probe now"
 		}
 		return fmt.Sprintf("%s may not %s (%s): that needs root or the admin group ([daemon] admin_group, %s), and the caller has %s; run it with sudo or ask an admin to add you to the admin group",
-			who, verb, what, d.Policy.AdminGID, d.Caller.groupList())
+			who, verb, what, d.Roles.AdminGID, d.Caller.groupList())
 	}
 	return fmt.Sprintf("%s may not do %s: it is not in rdmad's access table; this is a bug in rdmad, please report it", who, what)
 }

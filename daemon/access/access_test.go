@@ -10,7 +10,7 @@ import (
 
 func TestDecide(t *testing.T) {
 	const self = 1000
-	pol := Policy{SelfUID: self, ReadGID: GID(500), AdminGID: GID(600)}
+	pol := Roles{SelfUID: self, ReadGID: GID(500), AdminGID: GID(600)}
 	callers := map[string]Caller{
 		"root":          {UID: 0, GID: 0, Known: true},
 		"self":          {UID: self, GID: self, Known: true},
@@ -64,20 +64,20 @@ func TestTable(t *testing.T) {
 		t.Error("an op not in the table has a level")
 	}
 	// An op nobody put in the table is refused, even to root.
-	err := Policy{}.Decide(Caller{UID: 0, Known: true}, "shutdown")
+	err := Roles{}.Decide(Caller{UID: 0, Known: true}, "shutdown")
 	if err == nil || !strings.Contains(err.Error(), "not in rdmad's access table") {
 		t.Errorf("unknown op for root: %v", err)
 	}
 }
 
-func TestZeroPolicyIsRootOnly(t *testing.T) {
-	var p Policy
+func TestZeroRolesIsRootOnly(t *testing.T) {
+	var p Roles
 	if p.LevelFor(Caller{UID: 0, Known: true}) != Admin {
-		t.Error("zero Policy refuses root")
+		t.Error("zero Roles refuses root")
 	}
-	// gid 0 in the zero Policy must not mean "root's group".
+	// gid 0 in the zero Roles must not mean "root's group".
 	if l := p.LevelFor(Caller{UID: 5, GID: 0, Groups: []uint32{0}, Known: true}); l != 0 {
-		t.Errorf("zero Policy gives a member of group 0 level %v", l)
+		t.Errorf("zero Roles gives a member of group 0 level %v", l)
 	}
 	if GID(NoGID) != (Group{}) {
 		t.Error("GID(NoGID) is a group")
@@ -85,7 +85,7 @@ func TestZeroPolicyIsRootOnly(t *testing.T) {
 }
 
 func TestDeniedMessages(t *testing.T) {
-	pol := Policy{ReadGID: GID(500), AdminGID: GID(600)}
+	pol := Roles{ReadGID: GID(500), AdminGID: GID(600)}
 	tests := []struct {
 		c      Caller
 		op     Op
@@ -112,7 +112,7 @@ func TestDeniedMessages(t *testing.T) {
 			t.Errorf("message\n %s\nwant it to contain\n %s", d.Error(), tt.want)
 		}
 	}
-	if got := (Policy{}).Decide(Caller{UID: 9, GID: 9, Known: true}, Reload).Error(); !strings.Contains(got, "admin_group, none") {
+	if got := (Roles{}).Decide(Caller{UID: 9, GID: 9, Known: true}, Reload).Error(); !strings.Contains(got, "admin_group, none") {
 		t.Errorf("message without an admin group: %s", got)
 	}
 }

@@ -60,7 +60,7 @@ func (f *fakeBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, err
 
 func TestServeHTTP(t *testing.T) {
 	const self, member, admin, stranger = 1000, 1001, 1002, 1003
-	pol := Policy{SelfUID: self, ReadGID: access.GID(500), AdminGID: access.GID(600)}
+	pol := access.Roles{SelfUID: self, ReadGID: access.GID(500), AdminGID: access.GID(600)}
 	peers := map[string]Peer{
 		"root":   {UID: 0, GID: 0, Known: true},
 		"self":   {UID: self, GID: self, Known: true},
@@ -151,7 +151,7 @@ func TestServeHTTP(t *testing.T) {
 }
 
 func TestReloadRejected(t *testing.T) {
-	s := NewServer(&fakeBackend{fail: true}, Policy{})
+	s := NewServer(&fakeBackend{fail: true}, access.Roles{})
 	r := httptest.NewRequest("POST", "/v1/reload", nil)
 	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, Peer{UID: 0, Known: true}))
 	w := httptest.NewRecorder()
@@ -166,7 +166,7 @@ func TestReloadRejected(t *testing.T) {
 }
 
 // serve starts a Server on a real socket in a temp dir.
-func serve(t *testing.T, b Backend, pol Policy) (path string, stop func()) {
+func serve(t *testing.T, b Backend, pol access.Roles) (path string, stop func()) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "rdmad.sock")
 	ln, err := Listen(path, SocketAccess{})
@@ -193,7 +193,7 @@ func unixClient(path string) *http.Client {
 func TestSocketPeerCredentials(t *testing.T) {
 	// The test process is the peer: SO_PEERCRED must report our own uid,
 	// which the policy admits as the daemon's own user.
-	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid())})
+	path, stop := serve(t, &fakeBackend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	resp, err := unixClient(path).Get("http://rdmad/v1/status")
 	if err != nil {
@@ -259,7 +259,7 @@ func TestListenStaleAndLive(t *testing.T) {
 
 func TestMalformedRequests(t *testing.T) {
 	b := &fakeBackend{}
-	path, stop := serve(t, b, Policy{SelfUID: uint32(os.Geteuid())})
+	path, stop := serve(t, b, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 
 	raw := func(req string) string {
@@ -298,7 +298,7 @@ func TestMalformedRequests(t *testing.T) {
 // freed slot is used again. The test runs as root (an admin), whose limit
 // includes the reserved connections; limit_test.go has the per-uid bounds.
 func TestConnectionLimit(t *testing.T) {
-	path, stop := serve(t, &fakeBackend{}, Policy{SelfUID: uint32(os.Geteuid())})
+	path, stop := serve(t, &fakeBackend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	// Fill every slot with an idle connection that never sends a request.
 	var conns []net.Conn

@@ -31,10 +31,6 @@ func (p Peer) Caller() access.Caller {
 	return access.Caller{UID: p.UID, GID: p.GID, Groups: p.Groups, Known: p.Known}
 }
 
-// Policy is who is in which group; the table of what each level may do is
-// daemon/access's, shared with D-Bus.
-type Policy = access.Policy
-
 type peerKey struct{}
 
 // ConnContext stores the peer credentials of c in ctx; use it as

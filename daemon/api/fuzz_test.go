@@ -34,10 +34,10 @@ import (
 //     never reaches the backend or a handler at all, and an allowed
 //     request reaches exactly its own backend method, once.
 
-// fzPolicy is the access policy of the fuzz targets.
-var fzPolicy = Policy{SelfUID: 1000, ReadGID: access.GID(500), AdminGID: access.GID(600)}
+// fzRoles is the access roles of the fuzz targets.
+var fzRoles = access.Roles{SelfUID: 1000, ReadGID: access.GID(500), AdminGID: access.GID(600)}
 
-// fzCallers are the callers, one per kind, with the level fzPolicy gives.
+// fzCallers are the callers, one per kind, with the level fzRoles gives.
 var fzCallers = []struct {
 	name  string
 	peer  Peer
@@ -157,7 +157,7 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 	t.Helper()
 	caller := fzCallers[int(who)%len(fzCallers)]
 	b := &fzBackend{fail: mode%3 == 1, reject: mode%3 == 2}
-	s := NewServer(b, fzPolicy)
+	s := NewServer(b, fzRoles)
 	s.Handle("/metrics", http.MethodGet, access.Metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.record("metrics")
 		io.WriteString(w, "# metrics\n")
@@ -318,11 +318,11 @@ func FuzzAPIRaw(f *testing.F) {
 	})
 }
 
-// TestFuzzCallersLevels keeps fzCallers in step with the access policy: the
+// TestFuzzCallersLevels keeps fzCallers in step with the access roles: the
 // fuzz targets' expectations are only as good as the levels written there.
 func TestFuzzCallersLevels(t *testing.T) {
 	for _, c := range fzCallers {
-		if got := fzPolicy.LevelFor(c.peer.Caller()); got != c.level {
+		if got := fzRoles.LevelFor(c.peer.Caller()); got != c.level {
 			t.Errorf("%s: LevelFor = %v, want %v", c.name, got, c.level)
 		}
 	}

@@ -138,7 +138,7 @@ func (e *env) serve(t *testing.T, lim api.Limits, hopts watch.Options) *server {
 	hopts.Logger = log
 	srv.hub = watch.NewHub(srv.store, hopts)
 	s := api.NewServer(storeBackend{srv.store},
-		access.Policy{SelfUID: 0, ReadGID: access.GID(e.sockGID), AdminGID: access.GID(e.adminGID)})
+		access.Roles{SelfUID: 0, ReadGID: access.GID(e.sockGID), AdminGID: access.GID(e.adminGID)})
 	s.SetLogger(log)
 	s.Handle("/v1/watch", http.MethodGet, access.Watch, srv.hub)
 

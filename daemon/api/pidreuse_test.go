@@ -178,7 +178,7 @@ func pidReuseArena() int {
 		}
 
 		b := &fakeBackend{}
-		pol := access.Policy{ReadGID: access.GID(arenaSockGID), AdminGID: access.GID(arenaAdminGID)}
+		pol := access.Roles{ReadGID: access.GID(arenaSockGID), AdminGID: access.GID(arenaAdminGID)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- NewServer(b, pol).Serve(ctx, ln, time.Second) }()

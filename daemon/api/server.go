@@ -92,24 +92,24 @@ var routes = map[string]route{
 // A Server is the local API.
 type Server struct {
 	backend Backend
-	policy  atomic.Pointer[Policy]
+	policy  atomic.Pointer[access.Roles]
 	extra   map[string]route
 	log     *slog.Logger // for the connection limits; see SetLogger
 }
 
-// NewServer returns a Server for b with access policy p.
-func NewServer(b Backend, p Policy) *Server {
+// NewServer returns a Server for b with access roles p.
+func NewServer(b Backend, p access.Roles) *Server {
 	s := &Server{backend: b, extra: map[string]route{}}
 	s.policy.Store(&p)
 	return s
 }
 
-// SetPolicy replaces the access policy (after a reload changed the groups).
-func (s *Server) SetPolicy(p Policy) { s.policy.Store(&p) }
+// SetRoles replaces the access roles (after a reload changed the groups).
+func (s *Server) SetRoles(p access.Roles) { s.policy.Store(&p) }
 
-// Policy returns the access policy in force. D-Bus decides with the same
+// Roles returns the access roles in force. D-Bus decides with the same
 // one, so that a reload changes both transports at once.
-func (s *Server) Policy() Policy { return *s.policy.Load() }
+func (s *Server) Roles() access.Roles { return *s.policy.Load() }
 
 // isAdmin reports whether peer may do admin-level operations (reload,
 // apply, probe) under the current policy. The connection limits use it at

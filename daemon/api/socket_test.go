@@ -41,7 +41,7 @@ func serveShared(t *testing.T, a SocketAccess) (sock, bin string, ln *Listener, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := access.Policy{}
+	pol := access.Roles{}
 	if g, _ := LookupGID(a.Group); g >= 0 {
 		pol.ReadGID = access.GID(uint32(g))
 	}

@@ -38,7 +38,7 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 		Seq: 42, Version: "1.2.3", State: apitype.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
 		Config:  apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key"},
 		Devices: devs,
-		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{
+		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{
 			{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "9000", State: apitype.Applied, LastChange: t0.Add(20 * time.Second), Applies: 2, Drifts: 2},
 			{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "no DCB", State: apitype.Unsupported, LastChange: t0},
 			{Kind: "roce", Object: "mlx5_0/1", Desired: "tos=106", Actual: "tos=0", State: apitype.TargetError, Error: "permission denied"},

@@ -34,7 +34,7 @@ func TestDiff(t *testing.T) {
 		Components: map[string]apitype.Component{"api": {State: apitype.OK}},
 		Peers: apitype.Peers{Peers: []apitype.Peer{
 			{Name: "node2", State: apitype.PeerUp}, {Name: "node3", State: apitype.PeerUp}}},
-		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
 			{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync}}}}},
 	}
 	tests := []struct {
@@ -65,7 +65,7 @@ func TestDiff(t *testing.T) {
 			{Type: apitype.EventConfig, Object: "generation", From: "1", To: "2", Message: "configuration loaded"},
 		}},
 		{"policy drifts", func(s *apitype.Snapshot) {
-			s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+			s.Policy = apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
 				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
 		}, []apitype.Event{{Type: apitype.EventPolicy, Object: "fabric/mtu/eth0", From: apitype.InSync, To: apitype.Drifted, Message: "desired 9000, actual 1500"}}},
 		// Peers: the same diff as D-Bus's PeerStateChanged, plus the

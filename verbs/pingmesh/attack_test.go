@@ -60,7 +60,7 @@ func send(t *testing.T, c *net.UDPConn, to netip.AddrPort, m wire.Message, key [
 // same time is not cut short by it.
 func TestOneshotSentinelName(t *testing.T) {
 	port := freePort(t)
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
@@ -123,11 +123,11 @@ func TestOneshotSentinelName(t *testing.T) {
 // stay not-up and nothing may point at the forger's QP.
 func TestForgedAnswers(t *testing.T) {
 	port := freePort(t)
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	// The forger's QP exists on the fabric and would answer a's probes.
-	forger := f.newProber(66)
+	forger := f.newTransport(66)
 	f.mu.Lock()
 	forger.admitted[a.pr.qpn] = true
 	f.mu.Unlock()
@@ -167,7 +167,7 @@ func TestForgedAnswers(t *testing.T) {
 // nonces: the peer stays up throughout.
 func TestCountZeroSpoofed(t *testing.T) {
 	port := freePort(t)
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
@@ -195,10 +195,10 @@ func TestCountZeroSpoofed(t *testing.T) {
 // same answer from another port, or replayed, counts for nothing.
 func TestCountZeroHysteresis(t *testing.T) {
 	port := freePort(t)
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
-	pr := f.newProber(1)
-	remote := f.newProber(2)
-	m, err := New(Options{Prober: pr, ListenHost: "127.0.0.2"}, Settings{Peers: []Spec{{Name: "127.0.0.3"}}, Port: port,
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	pr := f.newTransport(1)
+	remote := f.newTransport(2)
+	m, err := New(Options{Transport: pr, ListenHost: "127.0.0.2"}, Settings{Peers: []Spec{{Name: "127.0.0.3"}}, Port: port,
 		Interval: time.Hour, Timeout: time.Hour, Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Hour,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}})
 	if err != nil {
@@ -538,7 +538,7 @@ func TestRateLimiterTable(t *testing.T) {
 // v1Node plays an rdmad that speaks only wire version 1 on addr:port: it
 // drops version 2 as malformed (as such an rdmad does) and answers version
 // 1 with remote's QP, admitting the querier on the fabric.
-func v1Node(t *testing.T, f *fabric, remote *fakeProber, addr string, port int) *net.UDPConn {
+func v1Node(t *testing.T, f *fabric, remote *fakeTransport, addr string, port int) *net.UDPConn {
 	t.Helper()
 	c := udpFrom(t, addr, port)
 	go func() {
@@ -581,7 +581,7 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("both require the same key", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey, Require: true})
 		defer a.stop(t)
 		b := startNodeAuth(t, f, "127.0.0.3", "127.0.0.2", port, 2, Auth{Key: fleetKey, Require: true})
@@ -601,7 +601,7 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("prefer meets a node without the key", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey})
 		defer a.stop(t)
 		b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
@@ -615,7 +615,7 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("require refuses a node without the key", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey, Require: true})
 		defer a.stop(t)
 		b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
@@ -638,7 +638,7 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("different keys", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey, Require: true})
 		defer a.stop(t)
 		b := startNodeAuth(t, f, "127.0.0.3", "127.0.0.2", port, 2, Auth{Key: otherKey, Require: true})
@@ -654,10 +654,10 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("falls back to version 1", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey})
 		defer a.stop(t)
-		old := f.newProber(3)
+		old := f.newTransport(3)
 		v1Node(t, f, old, "127.0.0.3", port)
 		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		p := peerOf(a, "127.0.0.3")
@@ -673,10 +673,10 @@ func TestMixedFleet(t *testing.T) {
 		// as after an upgrade). The node must ask in version 2 again
 		// within a few intervals, not after v2Retry.
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 		defer a.stop(t)
-		old := f.newProber(3)
+		old := f.newTransport(3)
 		c := v1Node(t, f, old, "127.0.0.3", port)
 		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		if p := peerOf(a, "127.0.0.3"); p.WireVersion != 1 {
@@ -696,10 +696,10 @@ func TestMixedFleet(t *testing.T) {
 
 	t.Run("require does not fall back", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeAuth(t, f, "127.0.0.2", "127.0.0.3", port, 1, Auth{Key: fleetKey, Require: true})
 		defer a.stop(t)
-		old := f.newProber(3)
+		old := f.newTransport(3)
 		v1Node(t, f, old, "127.0.0.3", port)
 		stays(t, a, "127.0.0.3", time.Second)
 		f.mu.Lock()

@@ -39,11 +39,11 @@ func (s *fpSource) build(ports []peer.LocalPort) wire.Fingerprint {
 // startNodeFP starts a node whose fingerprint comes from src.
 func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte, src *fpSource) *node {
 	t.Helper()
-	n := &node{pr: f.newProber(id), done: make(chan error, 1)}
+	n := &node{pr: f.newTransport(id), done: make(chan error, 1)}
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
-	opts := Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
+	opts := Options{Transport: n.pr, NodeID: uint64(id), ListenHost: addr,
 		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}
 	if src != nil {
 		opts.Fingerprint = src.build
@@ -89,7 +89,7 @@ func hasMismatch(p apitype.Peer, field, local, remote, sev string) bool {
 // fingerprint reaches the peer in a query within a few intervals).
 func TestFingerprintMismatch(t *testing.T) {
 	port := freePort(t)
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	srcA, srcB := newFPSource(1500, "22.39.1002"), newFPSource(4200, "22.36.1010")
 	a := startNodeFP(t, f, "127.0.0.2", "127.0.0.3", port, 1, srcA)
 	defer a.stop(t)
@@ -132,10 +132,10 @@ func TestFingerprintMismatch(t *testing.T) {
 func TestFingerprintOldPeers(t *testing.T) {
 	t.Run("version 1", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeFP(t, f, "127.0.0.2", "127.0.0.3", port, 1, newFPSource(1500, "x"))
 		defer a.stop(t)
-		old := f.newProber(3)
+		old := f.newTransport(3)
 		v1Node(t, f, old, "127.0.0.3", port)
 		waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 		p := a.peer("127.0.0.3")
@@ -145,7 +145,7 @@ func TestFingerprintOldPeers(t *testing.T) {
 	})
 	t.Run("version 2 without a fingerprint", func(t *testing.T) {
 		port := freePort(t)
-		f := &fabric{byQPN: map[uint32]*fakeProber{}}
+		f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 		a := startNodeFP(t, f, "127.0.0.2", "127.0.0.3", port, 1, newFPSource(1500, "x"))
 		defer a.stop(t)
 		b := startNodeFP(t, f, "127.0.0.3", "127.0.0.2", port, 2, nil) // an rdmad before fingerprints
@@ -248,7 +248,7 @@ func TestLocalFingerprint(t *testing.T) {
 
 	snap := &apitype.Snapshot{Version: "1.2.3",
 		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}}},
-		Policy: apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
 			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: apitype.InSync},
 			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: apitype.Drifted},
 		}}}}}

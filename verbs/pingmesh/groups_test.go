@@ -44,7 +44,7 @@ func TestGroupFaults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncbuf.Buffer
-			m, err := New(Options{Prober: &fakeProber{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, Settings{Interval: time.Second})
+			m, err := New(Options{Transport: &fakeTransport{}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, Settings{Interval: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,17 +119,17 @@ func TestGroupFaultLive(t *testing.T) {
 	}
 	port := l.LocalAddr().(*net.UDPAddr).Port
 	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 
 	const self = "127.0.0.2"
 	groupOf := map[string]string{"127.0.0.3": "tor-a", "127.0.0.4": "tor-a", "127.0.0.5": "tor-b"}
-	a := &node{pr: f.newProber(1), done: make(chan error, 1)}
+	a := &node{pr: f.newTransport(1), done: make(chan error, 1)}
 	var specs []Spec
 	for name, g := range groupOf {
 		specs = append(specs, Spec{Name: name, Group: g})
 	}
 	var logs syncbuf.Buffer
-	m, err := New(Options{Prober: a.pr, NodeID: 1, ListenHost: self, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	m, err := New(Options{Transport: a.pr, NodeID: 1, ListenHost: self, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		OnState: func(ps apitype.Peers) { a.mu.Lock(); a.last = ps; a.mu.Unlock() }},
 		Settings{Peers: specs, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 			Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,

@@ -28,8 +28,8 @@ import (
 	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
-// A Prober sends probes and answers them; *peer.Engine is one.
-type Prober interface {
+// A Transport sends probes and answers them; *peer.Engine is one.
+type Transport interface {
 	Ports() ([]peer.LocalPort, error)
 	// ProbeBatch sends the probes of one local port together and
 	// reports, in each target's Err, the ones that did not go.
@@ -66,7 +66,7 @@ type Settings struct {
 
 // Options are a Manager's fixed parts.
 type Options struct {
-	Prober Prober
+	Transport Transport
 	NodeID uint64
 	// ListenHost is the address the control endpoint binds to, with the
 	// port of Settings; default "::" (every address). Tests bind loopback
@@ -271,7 +271,7 @@ type flight struct {
 
 // New returns a Manager with settings s.
 func New(opts Options, s Settings) (*Manager, error) {
-	if opts.Prober == nil {
+	if opts.Transport == nil {
 		return nil, errors.New("peers: a Prober is required")
 	}
 	if opts.Logger == nil {
@@ -443,8 +443,8 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	ctl, err := ListenControl(addr, ControlOptions{
 		NodeID:   m.opts.NodeID,
-		Ports:    func() []peer.LocalPort { p, _ := m.opts.Prober.Ports(); return p },
-		Admit:    m.opts.Prober.Admit,
+		Ports:    func() []peer.LocalPort { p, _ := m.opts.Transport.Ports(); return p },
+		Admit:    m.opts.Transport.Admit,
 		AdmitFor: 3 * m.cfg.Resolve,
 		Auth:     m.cfg.Auth,
 		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
@@ -506,7 +506,7 @@ func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 		}
 		m.changed = true
 	}
-	m.local, m.localErr = m.opts.Prober.Ports()
+	m.local, m.localErr = m.opts.Transport.Ports()
 	m.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
 }
@@ -764,7 +764,7 @@ func (m *Manager) flush() {
 		if len(ts) == 0 {
 			continue
 		}
-		if n := m.opts.Prober.ProbeBatch(local, ts); n < len(ts) {
+		if n := m.opts.Transport.ProbeBatch(local, ts); n < len(ts) {
 			for _, t := range ts {
 				if t.Err == nil {
 					continue

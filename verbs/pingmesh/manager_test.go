@@ -22,11 +22,11 @@ import (
 // admitted the sender, and only while the target is alive.
 type fabric struct {
 	mu     sync.Mutex
-	byQPN  map[uint32]*fakeProber
+	byQPN  map[uint32]*fakeTransport
 	nextQP uint32
 }
 
-type fakeProber struct {
+type fakeTransport struct {
 	f        *fabric
 	qpn      uint32
 	gid      [16]byte
@@ -40,33 +40,33 @@ type fakeProber struct {
 	hold   chan struct{}
 }
 
-func (f *fabric) newProber(gidByte byte) *fakeProber {
+func (f *fabric) newTransport(gidByte byte) *fakeTransport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextQP++
-	p := &fakeProber{f: f, qpn: 0x100 + f.nextQP, gid: [16]byte{15: gidByte}, admitted: map[uint32]bool{}, sentTo: map[uint32]int{}}
+	p := &fakeTransport{f: f, qpn: 0x100 + f.nextQP, gid: [16]byte{15: gidByte}, admitted: map[uint32]bool{}, sentTo: map[uint32]int{}}
 	f.byQPN[p.qpn] = p
 	return p
 }
 
-func (f *fabric) kill(p *fakeProber) {
+func (f *fabric) kill(p *fakeTransport) {
 	f.mu.Lock()
 	delete(f.byQPN, p.qpn)
 	f.mu.Unlock()
 }
 
-func (p *fakeProber) Ports() ([]peer.LocalPort, error) {
+func (p *fakeTransport) Ports() ([]peer.LocalPort, error) {
 	return []peer.LocalPort{{Key: "fake0/1", Endpoint: peer.Endpoint{QPN: p.qpn, QKey: 5, GID: p.gid}}}, nil
 }
 
-func (p *fakeProber) Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error {
+func (p *fakeTransport) Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	p.admitted[src.QPN] = true
 	return nil
 }
 
-func (p *fakeProber) ProbeBatch(local string, ts []peer.Target) int {
+func (p *fakeTransport) ProbeBatch(local string, ts []peer.Target) int {
 	for i := range ts {
 		ts[i].Err = nil
 		p.f.mu.Lock()
@@ -96,7 +96,7 @@ func (p *fakeProber) ProbeBatch(local string, ts []peer.Target) int {
 
 type node struct {
 	m      *Manager
-	pr     *fakeProber
+	pr     *fakeTransport
 	cancel context.CancelFunc
 	done   chan error
 	mu     sync.Mutex
@@ -121,12 +121,12 @@ func startNode(t *testing.T, f *fabric, addr, other string, port int, id byte) *
 // startNodeAuth starts a node with a fleet key and mode.
 func startNodeAuth(t *testing.T, f *fabric, addr, other string, port int, id byte, auth Auth) *node {
 	t.Helper()
-	n := &node{pr: f.newProber(id), done: make(chan error, 1)}
+	n := &node{pr: f.newTransport(id), done: make(chan error, 1)}
 	n.pr.keyed = len(auth.Key) > 0
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}, Auth: auth}
-	m, err := New(Options{Prober: n.pr, NodeID: uint64(id), ListenHost: addr,
+	m, err := New(Options{Transport: n.pr, NodeID: uint64(id), ListenHost: addr,
 		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func TestManagersLoopback(t *testing.T) {
 	}
 	port := l.LocalAddr().(*net.UDPAddr).Port
 	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
@@ -213,7 +213,7 @@ func TestManagersLoopback(t *testing.T) {
 
 // busyProber refuses every second probe of a batch, as verbs/peer does when
 // its send slots are all in flight.
-type busyProber struct{ fakeProber }
+type busyProber struct{ fakeTransport }
 
 func (b *busyProber) ProbeBatch(local string, ts []peer.Target) int {
 	n := 0
@@ -231,7 +231,7 @@ func (b *busyProber) ProbeBatch(local string, ts []peer.Target) int {
 // TestFlushNotSent checks that a probe the prober refused is counted as not
 // sent and leaves nothing in flight, so it cannot later count as lost.
 func TestFlushNotSent(t *testing.T) {
-	m, err := New(Options{Prober: &busyProber{}}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond})
+	m, err := New(Options{Transport: &busyProber{}}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestFlushNotSent(t *testing.T) {
 // bound leaves it where it is, with the reason in the state, and a later
 // good port still works.
 func TestControlRebind(t *testing.T) {
-	f := &fabric{byQPN: map[uint32]*fakeProber{}}
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", 18621, 2)
 	defer a.stop(t)
 	waitControl := func(port int, wantErr bool) apitype.Peers {
@@ -355,7 +355,7 @@ func TestControlRebind(t *testing.T) {
 // only while at least two peers have known paths on it and all are down.
 func TestLocalFaults(t *testing.T) {
 	mk := func(states ...string) *Manager {
-		m, err := New(Options{Prober: &fakeProber{}}, Settings{Interval: time.Second})
+		m, err := New(Options{Transport: &fakeTransport{}}, Settings{Interval: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +420,7 @@ func TestLookupBackoff(t *testing.T) {
 	}
 	var last apitype.Peers
 	var lmu sync.Mutex
-	m, err := New(Options{Prober: &fakeProber{}, ListenHost: "127.0.0.2", Lookup: lookup,
+	m, err := New(Options{Transport: &fakeTransport{}, ListenHost: "127.0.0.2", Lookup: lookup,
 		OnState: func(ps apitype.Peers) { lmu.Lock(); last = ps; lmu.Unlock() }},
 		Settings{Peers: []Spec{{Name: "nowhere.example"}}, Port: 18631, Interval: 40 * time.Millisecond, Timeout: 20 * time.Millisecond,
 			Window: 10, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute, Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}})

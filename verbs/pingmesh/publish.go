@@ -24,7 +24,7 @@ func (m *Manager) publish(now time.Time) {
 	if now.Sub(m.published) < publishEvery && !m.changed {
 		return
 	}
-	ports, err := m.opts.Prober.Ports()
+	ports, err := m.opts.Transport.Ports()
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
 		m.changed = true

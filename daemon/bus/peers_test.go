@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -195,7 +195,7 @@ func TestIntegrationPeers(t *testing.T) {
 	var got [][]any
 	timeout := time.After(5 * time.Second)
 	for len(got) < 2 {
-		var sig *godbus.Signal
+		var sig *dbus.Signal
 		select {
 		case sig = <-sigs:
 		case <-timeout:
@@ -203,7 +203,7 @@ func TestIntegrationPeers(t *testing.T) {
 		}
 		switch sig.Name {
 		case PropertiesInterface + ".PropertiesChanged":
-			if v, ok := sig.Body[1].(map[string]godbus.Variant)["Peers"]; ok {
+			if v, ok := sig.Body[1].(map[string]dbus.Variant)["Peers"]; ok {
 				t.Errorf("PropertiesChanged carries Peers %v; the property is EmitsChangedSignal=false", v)
 			}
 		case Interface + ".PeerStateChanged":

@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"fmt"
@@ -34,9 +34,9 @@ func TestIntegrationAccessTable(t *testing.T) {
 	store := newStore()
 	pb := newProbeBackend(store)
 	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
-	var pol atomic.Pointer[access.Policy]
-	pol.Store(&access.Policy{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
-	startRunOpts(t, Options{Store: store, Backend: fb, Policy: func() access.Policy { return *pol.Load() }}).waitFor(t, 0, apitype.OK, "")
+	var pol atomic.Pointer[access.Roles]
+	pol.Store(&access.Roles{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
+	startRunOpts(t, Options{Store: store, Backend: fb, Roles: func() access.Roles { return *pol.Load() }}).waitFor(t, 0, apitype.OK, "")
 
 	applies := func() int {
 		fb.mu.Lock()
@@ -92,7 +92,7 @@ func TestIntegrationAccessTable(t *testing.T) {
 	}
 
 	// A reload that drops admin_group: the next call is refused.
-	pol.Store(&access.Policy{ReadGID: access.GID(socketGroup)})
+	pol.Store(&access.Roles{ReadGID: access.GID(socketGroup)})
 	if res := admin("call", "Reload"); res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, "admin_group, none") {
 		t.Errorf("Reload by the former admin group after the policy changed: %q %q", res.ErrName, res.ErrMsg)
 	}
@@ -109,8 +109,8 @@ func TestIntegrationNoGroupIsNotRoot(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	fb := &fakeBackend{store: store}
-	startRunOpts(t, Options{Store: store, Backend: fb, Policy: func() access.Policy {
-		return access.Policy{AdminGID: access.GID(0)}
+	startRunOpts(t, Options{Store: store, Backend: fb, Roles: func() access.Roles {
+		return access.Roles{AdminGID: access.GID(0)}
 	}}).waitFor(t, 0, apitype.OK, "")
 	if res := b.asUser(readerUID, readerGID, nil, "call", "Reload"); res.ErrName != ErrAccessDenied {
 		t.Errorf("Reload by uid %d without groups, admin_group root: %q %q, want AccessDenied", readerUID, res.ErrName, res.ErrMsg)

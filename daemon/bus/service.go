@@ -1,4 +1,4 @@
-// Package dbus serves rdmad's state on the D-Bus system bus as
+// Package bus serves rdmad's state on the D-Bus system bus as
 // org.rdmad.Agent1: properties with PropertiesChanged, one child object per
 // RDMA device under an ObjectManager, signals for link, policy and peer
 // state changes, and the methods Reload, Apply and Probe for root and the
@@ -10,7 +10,7 @@
 // difference to the latest snapshot, skipping the ones in between. When the
 // bus is absent or the name is taken, rdmad runs on without D-Bus, reports
 // the error as a component's health and tries again with backoff.
-package dbus
+package bus
 
 import (
 	"context"
@@ -22,60 +22,27 @@ import (
 	"syscall"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
-
-// A Backend is what the methods act on; the daemon implements it.
-type Backend interface {
-	// Reload loads the configuration again, with the semantics of the
-	// socket API's POST /v1/reload: a rejected configuration is a result
-	// (OK false), not an error.
-	Reload(ctx context.Context) (apitype.ReloadResult, error)
-}
-
-// An Applier is a Backend that can also run a policy pass on demand. A
-// Backend without it answers Apply with ErrNotSupported.
-type Applier interface {
-	// Apply runs one reconcile pass and returns when it is done; the
-	// outcome per target is published in the snapshot. An error means the
-	// pass could not run, not that a target failed.
-	Apply(ctx context.Context) error
-}
-
-// A Doctorer is a Backend that can run the troubleshooting table (the
-// socket API's GET /v1/doctor). A Backend without it answers Doctor with
-// ErrNotSupported.
-type Doctorer interface {
-	Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error)
-}
-
-// A Prober is a Backend that can probe a configured peer once (the peer
-// probes of docs/PROBES.md). A Backend without it answers Probe with
-// ErrNotSupported.
-type Prober interface {
-	// Probe probes the configured peer name now and returns its state
-	// once every path has a fresh result, with the semantics of the socket
-	// API's POST /v1/probe: a peer that does not answer is a result (state
-	// down), not an error. An error means the probe could not run (name
-	// not configured, peer probes not running, ctx done); its text says
-	// what to do.
-	Probe(ctx context.Context, name string) (apitype.Peer, error)
-}
 
 // Options configure Run.
 type Options struct {
 	// Store is read for snapshots; Changed drives the signals. Required.
 	Store *state.Store
-	// Backend serves the methods. Required.
-	Backend Backend
-	// Policy returns the access policy in force (daemon/access, the same
+	// Backend serves the methods: the same operations as the Unix socket
+	// API's (api.Backend). An operation it cannot do answers an error
+	// wrapping errors.ErrUnsupported, which the caller gets as
+	// ErrNotSupported. Required.
+	Backend api.Backend
+	// Roles returns the access roles in force (daemon/access, the same
 	// as the socket API's); it is asked on every method call, so a reload
 	// takes effect at once. Nil admits root only.
-	Policy func() access.Policy
+	Roles func() access.Roles
 	// Logger logs connects, losses and refused calls; nil discards.
 	Logger *slog.Logger
 	// Report receives the component's health: apitype.OK once the name is
@@ -129,8 +96,8 @@ func Run(ctx context.Context, o Options) error {
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	s := &service{o: o, h: newHandler(o.Backend, o.Logger)}
-	if o.Policy != nil {
-		s.h.policy = o.Policy
+	if o.Roles != nil {
+		s.h.roles = o.Roles
 	}
 	s.h.probeTimeout = o.ProbeTimeout
 	wait := o.MinBackoff
@@ -183,7 +150,7 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)
-	conn, err := connectSystemBus(godbus.WithHandler(s.h), godbus.WithContext(connCtx))
+	conn, err := connectSystemBus(dbus.WithHandler(s.h), dbus.WithContext(connCtx))
 	if err != nil {
 		timer.Stop()
 		return false, connectError(err)
@@ -191,19 +158,19 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	defer conn.Close()
 	// NameLost and NameAcquired come unicast from the bus; the channel is
 	// bounded and read below.
-	sigs := make(chan *godbus.Signal, 16)
+	sigs := make(chan *dbus.Signal, 16)
 	conn.Signal(sigs)
 
-	reply, err := conn.RequestName(Name, godbus.NameFlagDoNotQueue)
+	reply, err := conn.RequestName(Name, dbus.NameFlagDoNotQueue)
 	timer.Stop()
 	if err != nil {
-		var de godbus.Error
+		var de dbus.Error
 		if errors.As(err, &de) && de.Name == ErrAccessDenied {
 			return false, fmt.Errorf("dbus: request name %s: %w; install org.rdmad.Agent1.conf in /usr/share/dbus-1/system.d/ and run rdmad as root", Name, err)
 		}
 		return false, fmt.Errorf("dbus: request name %s: %w", Name, err)
 	}
-	if reply != godbus.RequestNameReplyPrimaryOwner {
+	if reply != dbus.RequestNameReplyPrimaryOwner {
 		return false, fmt.Errorf("dbus: request name %s: %s: another rdmad (or another program) owns it; find it with: busctl status %s", Name, reply, Name)
 	}
 	s.o.Report(apitype.OK, nil)
@@ -267,7 +234,7 @@ const systemBusSocket = "/run/dbus/system_bus_socket"
 // without a system bus gives an error wrapping fs.ErrNotExist (godbus says
 // only "system bus not found"), so that the component shows "unavailable"
 // rather than "error" where there is no bus at all.
-func connectSystemBus(opts ...godbus.ConnOption) (*godbus.Conn, error) {
+func connectSystemBus(opts ...dbus.ConnOption) (*dbus.Conn, error) {
 	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 	if addr == "" {
 		if _, err := os.Stat(systemBusSocket); err != nil {
@@ -275,5 +242,5 @@ func connectSystemBus(opts ...godbus.ConnOption) (*godbus.Conn, error) {
 		}
 		addr = "unix:path=" + systemBusSocket
 	}
-	return godbus.Connect(addr, opts...)
+	return dbus.Connect(addr, opts...)
 }

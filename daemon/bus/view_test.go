@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"maps"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/state"
@@ -63,7 +63,7 @@ func snapshot(devs []apitype.Device, targets ...apitype.Target) *apitype.Snapsho
 		Version: "1.0", State: apitype.Running, Summary: "running",
 		Config:  apitype.Config{Generation: 3, Path: "/etc/rdmad/rdmad.toml"},
 		Devices: devs,
-		Policy:  apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Mode: "enforce", Targets: targets}}},
+		Policy:  apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Mode: "enforce", Targets: targets}}},
 		Components: map[string]apitype.Component{
 			"config": {State: apitype.OK},
 		},
@@ -87,7 +87,7 @@ func TestNewViewProperties(t *testing.T) {
 	v := newView(s)
 
 	root := v.objects[Path].props[Interface]
-	if got, want := root["Devices"].Value(), []godbus.ObjectPath{"/org/rdmad/Agent1/device/mlx5_5f0", "/org/rdmad/Agent1/device/rxe0"}; !cmp.Equal(got, want) {
+	if got, want := root["Devices"].Value(), []dbus.ObjectPath{"/org/rdmad/Agent1/device/mlx5_5f0", "/org/rdmad/Agent1/device/rxe0"}; !cmp.Equal(got, want) {
 		t.Errorf("Devices: -want +got\n%s", cmp.Diff(want, got))
 	}
 	if got := root["PortsTotal"].Value(); got != uint32(3) {
@@ -152,7 +152,7 @@ func TestNewViewProperties(t *testing.T) {
 		}
 	}
 
-	wantNodes := map[godbus.ObjectPath][]string{
+	wantNodes := map[dbus.ObjectPath][]string{
 		"/":                        {"org"},
 		"/org":                     {"rdmad"},
 		"/org/rdmad":               {"Agent1"},
@@ -192,7 +192,7 @@ func TestWorstState(t *testing.T) {
 
 // sigSummary is a signal in a form cmp can compare.
 type sigSummary struct {
-	Path godbus.ObjectPath
+	Path dbus.ObjectPath
 	Name string
 	Body []any
 }
@@ -207,7 +207,7 @@ func summarise(sigs []signal) []sigSummary {
 			// interfaces the object has.
 			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(props)))}
 		case PropertiesInterface + ".PropertiesChanged":
-			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(map[string]godbus.Variant)))}
+			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(map[string]dbus.Variant)))}
 		}
 		out = append(out, sigSummary{s.path, s.name, body})
 	}
@@ -300,7 +300,7 @@ func TestChanges(t *testing.T) {
 			name: "policy drifts",
 			old:  base,
 			cur: withState(func(s *apitype.Snapshot) {
-				s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+				s.Policy = apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
 					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
 			}),
 			want: []sigSummary{
@@ -313,7 +313,7 @@ func TestChanges(t *testing.T) {
 			name: "actual value changes without a state change",
 			old:  base,
 			cur: withState(func(s *apitype.Snapshot) {
-				s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
+				s.Policy = apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
 					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "9000", State: apitype.InSync, Applies: 7}}}}}
 			}),
 		},
@@ -330,7 +330,7 @@ func TestChanges(t *testing.T) {
 		{
 			name: "policy removed",
 			old:  base,
-			cur:  withState(func(s *apitype.Snapshot) { s.Policy = apitype.Policy{} }),
+			cur:  withState(func(s *apitype.Snapshot) { s.Policy = apitype.PolicyState{} }),
 			want: []sigSummary{
 				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PolicyTargets"}}},
 				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},

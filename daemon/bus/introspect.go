@@ -1,10 +1,10 @@
-package dbus
+package bus
 
 import (
 	"encoding/xml"
 	"strings"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 )
 
@@ -15,7 +15,7 @@ const (
 	// Name is the well-known bus name rdmad owns.
 	Name = "org.rdmad.Agent1"
 	// Path is the agent's object; the ObjectManager of the device objects.
-	Path godbus.ObjectPath = "/org/rdmad/Agent1"
+	Path dbus.ObjectPath = "/org/rdmad/Agent1"
 	// Interface is the agent's interface on Path.
 	Interface = "org.rdmad.Agent1"
 	// DeviceInterface is the interface of every device object.
@@ -172,7 +172,7 @@ var objectManagerIntrospection = introspect.Interface{
 
 // introspectXML returns the introspection document of path in v, or false
 // when v has nothing at path.
-func introspectXML(v *view, path godbus.ObjectPath) (string, bool) {
+func introspectXML(v *view, path dbus.ObjectPath) (string, bool) {
 	node := introspect.Node{}
 	obj, isObj := v.objects[path]
 	children, isNode := v.nodes[path]

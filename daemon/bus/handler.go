@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
 )
 
 // MaxCalls bounds the privileged method calls (Reload, Apply, Probe) in progress
@@ -32,22 +33,22 @@ const credTimeout = 5 * time.Second
 // unexporting anything.
 type handler struct {
 	cur     atomic.Pointer[view]
-	backend Backend
+	backend api.Backend
 	log     *slog.Logger
 	sem     chan struct{}
 	// probeTimeout bounds one Probe (Options.ProbeTimeout).
 	probeTimeout time.Duration
-	// policy is the access policy in force (Options.Policy).
-	policy func() access.Policy
+	// roles is the access roles in force (Options.Policy).
+	roles func() access.Roles
 }
 
-func newHandler(b Backend, log *slog.Logger) *handler {
+func newHandler(b api.Backend, log *slog.Logger) *handler {
 	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout,
-		policy: func() access.Policy { return access.Policy{} }}
+		roles: func() access.Roles { return access.Roles{} }}
 }
 
-// LookupObject implements godbus.Handler.
-func (h *handler) LookupObject(path godbus.ObjectPath) (godbus.ServerObject, bool) {
+// LookupObject implements dbus.Handler.
+func (h *handler) LookupObject(path dbus.ObjectPath) (dbus.ServerObject, bool) {
 	v := h.cur.Load()
 	if v == nil {
 		return nil, false
@@ -63,13 +64,13 @@ func (h *handler) LookupObject(path godbus.ObjectPath) (godbus.ServerObject, boo
 // A noObject answers every call with the specification's UnknownObject
 // (godbus's own answer is a non-standard NoSuchObject, which gdbus and
 // sd-bus clients do not map).
-type noObject godbus.ObjectPath
+type noObject dbus.ObjectPath
 
-// LookupInterface implements godbus.ServerObject.
-func (n noObject) LookupInterface(string) (godbus.Interface, bool) { return n, true }
+// LookupInterface implements dbus.ServerObject.
+func (n noObject) LookupInterface(string) (dbus.Interface, bool) { return n, true }
 
-// LookupMethod implements godbus.Interface.
-func (n noObject) LookupMethod(string) (godbus.Method, bool) {
+// LookupMethod implements dbus.Interface.
+func (n noObject) LookupMethod(string) (dbus.Method, bool) {
 	return method{any: true, fn: func(call) ([]any, error) {
 		return nil, dbusError("org.freedesktop.DBus.Error.UnknownObject",
 			"no object %s; list the objects with GetManagedObjects on %s", string(n), Path)
@@ -80,21 +81,21 @@ func (n noObject) LookupMethod(string) (godbus.Method, bool) {
 type serverObject struct {
 	h    *handler
 	v    *view
-	path godbus.ObjectPath
+	path dbus.ObjectPath
 }
 
 // iface is a method table.
 type iface map[string]method
 
-// LookupMethod implements godbus.Interface.
-func (i iface) LookupMethod(name string) (godbus.Method, bool) {
+// LookupMethod implements dbus.Interface.
+func (i iface) LookupMethod(name string) (dbus.Method, bool) {
 	m, ok := i[name]
 	return m, ok
 }
 
-// LookupInterface implements godbus.ServerObject. An empty name (a call
+// LookupInterface implements dbus.ServerObject. An empty name (a call
 // without an interface header) finds the method on any interface.
-func (o serverObject) LookupInterface(name string) (godbus.Interface, bool) {
+func (o serverObject) LookupInterface(name string) (dbus.Interface, bool) {
 	tables := o.interfaces()
 	if name == "" {
 		all := iface{}
@@ -118,12 +119,12 @@ func (o serverObject) interfaces() map[string]iface {
 		return t
 	}
 	t[PropertiesInterface] = iface{
-		"Get":    {in: []any{"", ""}, out: []any{godbus.Variant{}}, fn: o.get},
-		"GetAll": {in: []any{""}, out: []any{map[string]godbus.Variant{}}, fn: o.getAll},
-		"Set":    {in: []any{"", "", godbus.Variant{}}, fn: o.set},
+		"Get":    {in: []any{"", ""}, out: []any{dbus.Variant{}}, fn: o.get},
+		"GetAll": {in: []any{""}, out: []any{map[string]dbus.Variant{}}, fn: o.getAll},
+		"Set":    {in: []any{"", "", dbus.Variant{}}, fn: o.set},
 	}
 	if _, ok := obj.props[Interface]; ok {
-		t[ObjectManagerInterface] = iface{"GetManagedObjects": {out: []any{map[godbus.ObjectPath]props{}}, fn: o.managedObjects}}
+		t[ObjectManagerInterface] = iface{"GetManagedObjects": {out: []any{map[dbus.ObjectPath]props{}}, fn: o.managedObjects}}
 		t[Interface] = iface{
 			"Reload": {out: []any{uint64(0)}, fn: o.h.guarded("Reload", access.Reload, o.h.reload)},
 			"Apply":  {fn: o.h.guarded("Apply", access.PolicyApply, o.h.apply)},
@@ -138,7 +139,7 @@ func (o serverObject) interfaces() map[string]iface {
 
 // A call is one incoming method call after its arguments were decoded.
 type call struct {
-	conn   *godbus.Conn
+	conn   *dbus.Conn
 	sender string
 	args   []any
 }
@@ -153,26 +154,26 @@ type method struct {
 	any bool
 }
 
-// DecodeArguments implements godbus.ArgumentDecoder: it checks the
+// DecodeArguments implements dbus.ArgumentDecoder: it checks the
 // arguments against in and passes the connection and the sender on to
 // Call, which the privileged methods need to ask the bus for the caller's
 // uid.
-func (m method) DecodeArguments(conn *godbus.Conn, sender string, _ *godbus.Message, body []any) ([]any, error) {
+func (m method) DecodeArguments(conn *dbus.Conn, sender string, _ *dbus.Message, body []any) ([]any, error) {
 	if m.any {
 		return []any{call{conn: conn, sender: sender}}, nil
 	}
-	// godbus.Store converts between Go kinds (a uint32 7 would become the
+	// dbus.Store converts between Go kinds (a uint32 7 would become the
 	// string "\a"), so the wire types are compared first.
-	if len(body) != len(m.in) || godbus.SignatureOf(body...) != godbus.SignatureOf(m.in...) {
-		return nil, godbus.ErrMsgInvalidArg
+	if len(body) != len(m.in) || dbus.SignatureOf(body...) != dbus.SignatureOf(m.in...) {
+		return nil, dbus.ErrMsgInvalidArg
 	}
 	ptrs := make([]any, len(m.in))
 	for i, sample := range m.in {
 		ptrs[i] = reflect.New(reflect.TypeOf(sample)).Interface()
 	}
 	if len(ptrs) > 0 {
-		if err := godbus.Store(body, ptrs...); err != nil {
-			return nil, godbus.ErrMsgInvalidArg
+		if err := dbus.Store(body, ptrs...); err != nil {
+			return nil, dbus.ErrMsgInvalidArg
 		}
 	}
 	c := call{conn: conn, sender: sender}
@@ -182,38 +183,38 @@ func (m method) DecodeArguments(conn *godbus.Conn, sender string, _ *godbus.Mess
 	return []any{c}, nil
 }
 
-// Call implements godbus.Method.
+// Call implements dbus.Method.
 func (m method) Call(args ...any) ([]any, error) {
 	if len(args) != 1 {
-		return nil, godbus.ErrMsgInvalidArg
+		return nil, dbus.ErrMsgInvalidArg
 	}
 	c, ok := args[0].(call)
 	if !ok {
-		return nil, godbus.ErrMsgInvalidArg
+		return nil, dbus.ErrMsgInvalidArg
 	}
 	return m.fn(c)
 }
 
-// NumArguments implements godbus.Method.
+// NumArguments implements dbus.Method.
 func (m method) NumArguments() int { return len(m.in) }
 
-// NumReturns implements godbus.Method.
+// NumReturns implements dbus.Method.
 func (m method) NumReturns() int { return len(m.out) }
 
-// ArgumentValue implements godbus.Method.
+// ArgumentValue implements dbus.Method.
 func (m method) ArgumentValue(i int) any { return m.in[i] }
 
-// ReturnValue implements godbus.Method.
+// ReturnValue implements dbus.Method.
 func (m method) ReturnValue(i int) any { return m.out[i] }
 
-func dbusError(name, format string, a ...any) *godbus.Error {
-	return godbus.NewError(name, []any{fmt.Sprintf(format, a...)})
+func dbusError(name, format string, a ...any) *dbus.Error {
+	return dbus.NewError(name, []any{fmt.Sprintf(format, a...)})
 }
 
 func (o serverObject) introspect(call) ([]any, error) {
 	x, ok := introspectXML(o.v, o.path)
 	if !ok {
-		return nil, godbus.MakeNoObjectError(o.path)
+		return nil, dbus.MakeNoObjectError(o.path)
 	}
 	return []any{x}, nil
 }
@@ -238,7 +239,7 @@ func (o serverObject) getAll(c call) ([]any, error) {
 		if ifc == PropertiesInterface || ifc == IntrospectableInterface || ifc == ObjectManagerInterface || ifc == peerInterface {
 			// Standard interfaces have no properties; an empty answer is
 			// what gdbus and busctl expect.
-			return []any{map[string]godbus.Variant{}}, nil
+			return []any{map[string]dbus.Variant{}}, nil
 		}
 		return nil, dbusError("org.freedesktop.DBus.Error.UnknownInterface", "%s has no interface %s", o.path, ifc)
 	}
@@ -255,7 +256,7 @@ func (o serverObject) set(c call) ([]any, error) {
 }
 
 func (o serverObject) managedObjects(call) ([]any, error) {
-	m := make(map[godbus.ObjectPath]props, len(o.v.objects))
+	m := make(map[dbus.ObjectPath]props, len(o.v.objects))
 	for p, obj := range o.v.objects {
 		if p != Path {
 			m[p] = obj.props
@@ -276,7 +277,7 @@ func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context,
 			h.log.Warn("D-Bus call refused: cannot tell who the caller is", "method", name, "sender", c.sender, "err", err)
 			return nil, dbusError(ErrAccessDenied, "%s: cannot verify the caller %s: %v; try again, and check that the system bus is dbus-daemon or dbus-broker", name, c.sender, err)
 		}
-		if err := h.policy().Decide(caller, op); err != nil {
+		if err := h.roles().Decide(caller, op); err != nil {
 			var d *access.Denied
 			if errors.As(err, &d) {
 				d.Target = name
@@ -309,7 +310,7 @@ func callerOf(c call) (access.Caller, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.conn.Context(), credTimeout)
 	defer cancel()
-	var creds map[string]godbus.Variant
+	var creds map[string]dbus.Variant
 	err := c.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionCredentials", 0, c.sender).Store(&creds)
 	if err != nil {
 		return access.Caller{}, fmt.Errorf("GetConnectionCredentials %s: %w", c.sender, err)
@@ -338,11 +339,11 @@ func (h *handler) reload(ctx context.Context, _ call) ([]any, error) {
 }
 
 func (h *handler) apply(ctx context.Context, _ call) ([]any, error) {
-	a, ok := h.backend.(Applier)
-	if !ok {
+	_, err := h.backend.PolicyApply(ctx)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
 		return nil, dbusError(ErrNotSupported, "Apply: this rdmad has no policy reconciler to run; policy is applied on reload and on kernel events")
-	}
-	if err := a.Apply(ctx); err != nil {
+	case err != nil:
 		return nil, dbusError(ErrFailed, "apply: %v; see PolicyTargets for each target's error", err)
 	}
 	return nil, nil
@@ -369,15 +370,14 @@ const MaxDoctorInterval = 10 * time.Second
 // separates the counter reads of the rising-counter checks (0 skips them).
 func (h *handler) doctor(ctx context.Context, c call) ([]any, error) {
 	ms := c.args[0].(uint32)
-	d, ok := h.backend.(Doctorer)
-	if !ok {
-		return nil, dbusError(ErrNotSupported, "Doctor: this rdmad cannot run the doctor; use rdmactl doctor")
-	}
 	interval := time.Duration(ms) * time.Millisecond
 	if interval > MaxDoctorInterval {
 		return nil, dbusError(ErrInvalidArgs, "Doctor: interval_ms %d is over %d; use e.g. 2000 (0 skips the rising-counter checks)", ms, MaxDoctorInterval.Milliseconds())
 	}
-	rep, err := d.Doctor(ctx, interval)
+	rep, err := h.backend.Doctor(ctx, interval)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, dbusError(ErrNotSupported, "Doctor: this rdmad cannot run the doctor; use rdmactl doctor")
+	}
 	if err != nil {
 		return nil, dbusError(ErrFailed, "Doctor: %v", err)
 	}
@@ -393,10 +393,6 @@ func (h *handler) doctor(ctx context.Context, c call) ([]any, error) {
 // errors are for probes that could not run.
 func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
 	name := c.args[0].(string)
-	p, ok := h.backend.(Prober)
-	if !ok {
-		return nil, dbusError(ErrNotSupported, "Probe %q: this rdmad has no peer probes; read the peers with rdmactl peers", name)
-	}
 	if strings.TrimSpace(name) == "" {
 		return nil, dbusError(ErrInvalidArgs, "Probe: say which peer, e.g. Probe s 192.0.2.17: a configured [[peer]] address (see the Peers property)")
 	}
@@ -408,8 +404,10 @@ func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.probeTimeout)
 	defer cancel()
-	peer, err := p.Probe(ctx, name)
+	peer, err := h.backend.Probe(ctx, name)
 	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return nil, dbusError(ErrNotSupported, "Probe %q: this rdmad has no peer probes; read the peers with rdmactl peers", name)
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return nil, dbusError(ErrTimeout, "Probe %q: no result within %s; check the peers component in rdmactl status and the peer's control endpoint ([probe] port)",
 			name, h.probeTimeout)

@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"maps"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/state"
 )
@@ -135,11 +135,11 @@ func peerEntries(s *apitype.Snapshot) []PeerEntry {
 }
 
 // props holds one object's properties: interface -> property -> value.
-type props map[string]map[string]godbus.Variant
+type props map[string]map[string]dbus.Variant
 
 // An object is one exported object of a view.
 type object struct {
-	path  godbus.ObjectPath
+	path  dbus.ObjectPath
 	props props
 }
 
@@ -147,23 +147,23 @@ type object struct {
 // snapshot and never modified, so method handlers read it without locks.
 type view struct {
 	snap    *apitype.Snapshot
-	objects map[godbus.ObjectPath]*object
+	objects map[dbus.ObjectPath]*object
 	// nodes maps every path that is a proper prefix of an object's path to
 	// its child names, so that introspecting "/", "/org" ... lets busctl
 	// tree and gdbus walk down to the objects.
-	nodes map[godbus.ObjectPath][]string
+	nodes map[dbus.ObjectPath][]string
 }
 
 // DevicePath returns the object path of the device named name.
-func DevicePath(name string) godbus.ObjectPath {
-	return godbus.ObjectPath(DevicePrefix + "/" + EscapePathElement(name))
+func DevicePath(name string) dbus.ObjectPath {
+	return dbus.ObjectPath(DevicePrefix + "/" + EscapePathElement(name))
 }
 
 // newView builds the view of s.
 func newView(s *apitype.Snapshot) *view {
-	v := &view{snap: s, objects: map[godbus.ObjectPath]*object{}, nodes: map[godbus.ObjectPath][]string{}}
+	v := &view{snap: s, objects: map[dbus.ObjectPath]*object{}, nodes: map[dbus.ObjectPath][]string{}}
 	targets := allTargets(s)
-	var paths []godbus.ObjectPath
+	var paths []dbus.ObjectPath
 	total, active := uint32(0), uint32(0)
 	for _, d := range s.Devices {
 		p := DevicePath(d.Name)
@@ -177,28 +177,28 @@ func newView(s *apitype.Snapshot) *view {
 		}
 	}
 	if paths == nil {
-		paths = []godbus.ObjectPath{}
+		paths = []dbus.ObjectPath{}
 	}
 	comps := make(map[string]Component, len(s.Components))
 	for name, c := range s.Components {
 		comps[name] = Component{State: c.State, Error: c.Error}
 	}
 	v.objects[Path] = &object{path: Path, props: props{Interface: {
-		"Version":          godbus.MakeVariant(s.Version),
-		"State":            godbus.MakeVariant(s.State),
-		"Summary":          godbus.MakeVariant(s.Summary),
-		"Healthy":          godbus.MakeVariant(s.Healthy()),
-		"ConfigGeneration": godbus.MakeVariant(s.Config.Generation),
-		"ConfigError":      godbus.MakeVariant(s.Config.Error),
-		"ConfigPath":       godbus.MakeVariant(s.Config.Path),
-		"Devices":          godbus.MakeVariant(paths),
-		"PortsTotal":       godbus.MakeVariant(total),
-		"PortsActive":      godbus.MakeVariant(active),
-		"PolicyTargets":    godbus.MakeVariant(targets),
-		"Components":       godbus.MakeVariant(comps),
-		"Peers":            godbus.MakeVariant(peerEntries(s)),
-		"FleetMismatches":  godbus.MakeVariant(fleetMismatches(s)),
-		"PeerGroupFaults":  godbus.MakeVariant(peerGroupFaults(s)),
+		"Version":          dbus.MakeVariant(s.Version),
+		"State":            dbus.MakeVariant(s.State),
+		"Summary":          dbus.MakeVariant(s.Summary),
+		"Healthy":          dbus.MakeVariant(s.Healthy()),
+		"ConfigGeneration": dbus.MakeVariant(s.Config.Generation),
+		"ConfigError":      dbus.MakeVariant(s.Config.Error),
+		"ConfigPath":       dbus.MakeVariant(s.Config.Path),
+		"Devices":          dbus.MakeVariant(paths),
+		"PortsTotal":       dbus.MakeVariant(total),
+		"PortsActive":      dbus.MakeVariant(active),
+		"PolicyTargets":    dbus.MakeVariant(targets),
+		"Components":       dbus.MakeVariant(comps),
+		"Peers":            dbus.MakeVariant(peerEntries(s)),
+		"FleetMismatches":  dbus.MakeVariant(fleetMismatches(s)),
+		"PeerGroupFaults":  dbus.MakeVariant(peerGroupFaults(s)),
 	}}}
 	for p := range v.objects {
 		v.addNodes(p)
@@ -210,12 +210,12 @@ func newView(s *apitype.Snapshot) *view {
 }
 
 // addNodes records p's ancestors and their children.
-func (v *view) addNodes(p godbus.ObjectPath) {
+func (v *view) addNodes(p dbus.ObjectPath) {
 	elems := strings.Split(strings.TrimPrefix(string(p), "/"), "/")
 	parent := "/"
 	for _, e := range elems {
-		if !contains(v.nodes[godbus.ObjectPath(parent)], e) {
-			v.nodes[godbus.ObjectPath(parent)] = append(v.nodes[godbus.ObjectPath(parent)], e)
+		if !contains(v.nodes[dbus.ObjectPath(parent)], e) {
+			v.nodes[dbus.ObjectPath(parent)] = append(v.nodes[dbus.ObjectPath(parent)], e)
 		}
 		if parent == "/" {
 			parent += e
@@ -236,7 +236,7 @@ func contains(list []string, s string) bool {
 
 // deviceProps returns the org.rdmad.Agent1.Device properties of d; targets
 // are all policy targets, of which d shows those on its netdevs and ports.
-func deviceProps(d apitype.Device, targets []Target) map[string]godbus.Variant {
+func deviceProps(d apitype.Device, targets []Target) map[string]dbus.Variant {
 	ports := make([]Port, 0, len(d.Ports))
 	netdevs := []string{}
 	for _, p := range d.Ports {
@@ -252,17 +252,17 @@ func deviceProps(d apitype.Device, targets []Target) map[string]godbus.Variant {
 			mine = append(mine, t)
 		}
 	}
-	return map[string]godbus.Variant{
-		"Name":            godbus.MakeVariant(d.Name),
-		"NodeType":        godbus.MakeVariant(d.NodeType),
-		"NodeGUID":        godbus.MakeVariant(d.NodeGUID),
-		"FirmwareVersion": godbus.MakeVariant(d.FWVer),
-		"Parent":          godbus.MakeVariant(d.Parent),
-		"Uverbs":          godbus.MakeVariant(d.Uverbs),
-		"Ports":           godbus.MakeVariant(ports),
-		"Netdevs":         godbus.MakeVariant(netdevs),
-		"PolicyState":     godbus.MakeVariant(worstState(mine)),
-		"PolicyTargets":   godbus.MakeVariant(mine),
+	return map[string]dbus.Variant{
+		"Name":            dbus.MakeVariant(d.Name),
+		"NodeType":        dbus.MakeVariant(d.NodeType),
+		"NodeGUID":        dbus.MakeVariant(d.NodeGUID),
+		"FirmwareVersion": dbus.MakeVariant(d.FWVer),
+		"Parent":          dbus.MakeVariant(d.Parent),
+		"Uverbs":          dbus.MakeVariant(d.Uverbs),
+		"Ports":           dbus.MakeVariant(ports),
+		"Netdevs":         dbus.MakeVariant(netdevs),
+		"PolicyState":     dbus.MakeVariant(worstState(mine)),
+		"PolicyTargets":   dbus.MakeVariant(mine),
 	}
 }
 
@@ -299,7 +299,7 @@ func allTargets(s *apitype.Snapshot) []Target {
 
 // A signal is one D-Bus signal to emit.
 type signal struct {
-	path godbus.ObjectPath
+	path dbus.ObjectPath
 	name string // interface.member
 	body []any
 }
@@ -327,7 +327,7 @@ func changes(old, cur *view) []signal {
 		}
 		n := cur.objects[p]
 		for _, iface := range slices.Sorted(maps.Keys(n.props)) {
-			changed := map[string]godbus.Variant{}
+			changed := map[string]dbus.Variant{}
 			for name, val := range n.props[iface] {
 				if unsignalled(iface, name) {
 					continue
@@ -416,8 +416,8 @@ func peerChanges(d state.Diff) []signal {
 	return sigs
 }
 
-func sortedPaths(m map[godbus.ObjectPath]*object) []godbus.ObjectPath {
-	out := make([]godbus.ObjectPath, 0, len(m))
+func sortedPaths(m map[dbus.ObjectPath]*object) []dbus.ObjectPath {
+	out := make([]dbus.ObjectPath, 0, len(m))
 	for p := range m {
 		out = append(out, p)
 	}

@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"bufio"
@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -51,7 +52,7 @@ type helperResult struct {
 func dbusHelper(op, arg string) int {
 	res := helperResult{UID: os.Getuid()}
 	err := func() error {
-		conn, err := godbus.ConnectSystemBus()
+		conn, err := dbus.ConnectSystemBus()
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func dbusHelper(op, arg string) int {
 		case "introspect":
 			return obj.Call(IntrospectableInterface+".Introspect", 0).Store(&res.Value)
 		case "managed":
-			var m map[godbus.ObjectPath]map[string]map[string]godbus.Variant
+			var m map[dbus.ObjectPath]map[string]map[string]dbus.Variant
 			err := obj.Call(ObjectManagerInterface+".GetManagedObjects", 0).Store(&m)
 			res.Value = fmt.Sprint(len(m))
 			return err
@@ -78,16 +79,16 @@ func dbusHelper(op, arg string) int {
 			res.Value = fmt.Sprint(c.Body)
 			return c.Err
 		case "set":
-			return obj.SetProperty(Interface+"."+arg, godbus.MakeVariant("x"))
+			return obj.SetProperty(Interface+"."+arg, dbus.MakeVariant("x"))
 		case "own":
-			r, err := conn.RequestName(Name, godbus.NameFlagDoNotQueue)
+			r, err := conn.RequestName(Name, dbus.NameFlagDoNotQueue)
 			res.Value = r.String()
 			return err
 		}
 		return fmt.Errorf("unknown helper op %q", op)
 	}()
 	if err != nil {
-		var de godbus.Error
+		var de dbus.Error
 		if errors.As(err, &de) {
 			res.ErrName = de.Name
 		}
@@ -314,23 +315,38 @@ func (f *fakeBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) 
 	return apitype.ReloadResult{OK: true, Generation: s.Config.Generation}, nil
 }
 
+// The other operations of api.Backend: this fake cannot do them.
+func (f *fakeBackend) Snapshot() *apitype.Snapshot { return f.store.Load() }
+func (f *fakeBackend) PolicyDiff(context.Context) ([]apitype.Change, error) {
+	return nil, fmt.Errorf("policy diff: %w", errors.ErrUnsupported)
+}
+func (f *fakeBackend) PolicyApply(context.Context) (apitype.ApplyResult, error) {
+	return apitype.ApplyResult{}, fmt.Errorf("policy apply: %w", errors.ErrUnsupported)
+}
+func (f *fakeBackend) Probe(_ context.Context, name string) (apitype.Peer, error) {
+	return apitype.Peer{}, fmt.Errorf("probe %q: %w", name, errors.ErrUnsupported)
+}
+func (f *fakeBackend) Doctor(context.Context, time.Duration) (apitype.DoctorReport, error) {
+	return apitype.DoctorReport{}, fmt.Errorf("doctor: %w", errors.ErrUnsupported)
+}
+
 func (f *fakeBackend) reloads() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.n
 }
 
-// applyBackend is a fakeBackend with Apply.
+// applyBackend is a fakeBackend with PolicyApply.
 type applyBackend struct {
 	*fakeBackend
 	applies int
 }
 
-func (a *applyBackend) Apply(ctx context.Context) error {
+func (a *applyBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.applies++
-	return nil
+	return apitype.ApplyResult{}, nil
 }
 
 // A report is one call of Options.Report.
@@ -391,7 +407,7 @@ func newStore() *state.Store {
 }
 
 // startRun runs Run with b as backend until the test ends.
-func startRun(t *testing.T, store *state.Store, b Backend) *reports {
+func startRun(t *testing.T, store *state.Store, b api.Backend) *reports {
 	t.Helper()
 	return startRunOpts(t, Options{Store: store, Backend: b})
 }
@@ -431,9 +447,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // rootConn connects to the bus as this (root) process.
-func rootConn(t *testing.T) *godbus.Conn {
+func rootConn(t *testing.T) *dbus.Conn {
 	t.Helper()
-	conn, err := godbus.ConnectSystemBus()
+	conn, err := dbus.ConnectSystemBus()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +477,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		t.Fatalf("GetNameOwner %s: %v", Name, err)
 	}
 	obj := conn.Object(Name, Path)
-	var all map[string]godbus.Variant
+	var all map[string]dbus.Variant
 	if err := obj.Call(PropertiesInterface+".GetAll", 0, Interface).Store(&all); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +488,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	want := map[string]any{
 		"Version": "test", "State": "running", "Summary": "running", "Healthy": true,
 		"ConfigGeneration": uint64(1), "ConfigError": "", "ConfigPath": "/etc/rdmad/rdmad.toml",
-		"Devices":    []godbus.ObjectPath{"/org/rdmad/Agent1/device/rxe0"},
+		"Devices":    []dbus.ObjectPath{"/org/rdmad/Agent1/device/rxe0"},
 		"PortsTotal": uint32(1), "PortsActive": uint32(1),
 		"PolicyTargets":   [][]any{},
 		"Components":      map[string][]any{},
@@ -484,7 +500,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)
 	}
 
-	var managed map[godbus.ObjectPath]map[string]map[string]godbus.Variant
+	var managed map[dbus.ObjectPath]map[string]map[string]dbus.Variant
 	if err := obj.Call(ObjectManagerInterface+".GetManagedObjects", 0).Store(&managed); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +532,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	if err := obj.Call(PropertiesInterface+".Get", 0, Interface, "Nope").Err; !isDBusError(err, "org.freedesktop.DBus.Error.UnknownProperty") {
 		t.Errorf("Get of a missing property: err = %v, want UnknownProperty", err)
 	}
-	if err := obj.SetProperty(Interface+".State", godbus.MakeVariant("x")); !isDBusError(err, "org.freedesktop.DBus.Error.PropertyReadOnly") {
+	if err := obj.SetProperty(Interface+".State", dbus.MakeVariant("x")); !isDBusError(err, "org.freedesktop.DBus.Error.PropertyReadOnly") {
 		t.Errorf("Set State as root: err = %v, want PropertyReadOnly", err)
 	}
 	if err := obj.Call(PropertiesInterface+".Get", 0, Interface).Err; !isDBusError(err, "org.freedesktop.DBus.Error.InvalidArgs") {
@@ -581,7 +597,7 @@ func TestIntegrationBusctl(t *testing.T) {
 }
 
 func isDBusError(err error, name string) bool {
-	var de godbus.Error
+	var de dbus.Error
 	return errors.As(err, &de) && de.Name == name
 }
 
@@ -734,7 +750,7 @@ func TestIntegrationApply(t *testing.T) {
 }
 
 // waitProperty waits until obj's property name equals want.
-func waitProperty(t *testing.T, obj godbus.BusObject, name string, want any) {
+func waitProperty(t *testing.T, obj dbus.BusObject, name string, want any) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -750,18 +766,18 @@ func waitProperty(t *testing.T, obj godbus.BusObject, name string, want any) {
 }
 
 // subscribe returns a channel of the signals rdmad sends.
-func subscribe(t *testing.T, conn *godbus.Conn) <-chan *godbus.Signal {
+func subscribe(t *testing.T, conn *dbus.Conn) <-chan *dbus.Signal {
 	t.Helper()
-	if err := conn.AddMatchSignal(godbus.WithMatchSender(Name)); err != nil {
+	if err := conn.AddMatchSignal(dbus.WithMatchSender(Name)); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan *godbus.Signal, 64)
+	ch := make(chan *dbus.Signal, 64)
 	conn.Signal(ch)
 	return ch
 }
 
 // nextSignal returns the next signal named name, skipping others.
-func nextSignal(t *testing.T, ch <-chan *godbus.Signal, name string) *godbus.Signal {
+func nextSignal(t *testing.T, ch <-chan *dbus.Signal, name string) *dbus.Signal {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -789,7 +805,7 @@ func TestIntegrationSignals(t *testing.T) {
 	if pc.Path != Path || pc.Body[0] != Interface {
 		t.Errorf("PropertiesChanged on %s for %v, want %s %s", pc.Path, pc.Body[0], Path, Interface)
 	}
-	if got := pc.Body[1].(map[string]godbus.Variant); len(got) != 1 || got["State"].Value() != apitype.Degraded {
+	if got := pc.Body[1].(map[string]dbus.Variant); len(got) != 1 || got["State"].Value() != apitype.Degraded {
 		t.Errorf("PropertiesChanged changed = %v, want only State=degraded", got)
 	}
 
@@ -800,7 +816,7 @@ func TestIntegrationSignals(t *testing.T) {
 	if added.Body[0] != DevicePath("mlx5_0") {
 		t.Errorf("InterfacesAdded for %v, want %s", added.Body[0], DevicePath("mlx5_0"))
 	}
-	ifaces := added.Body[1].(map[string]map[string]godbus.Variant)
+	ifaces := added.Body[1].(map[string]map[string]dbus.Variant)
 	if ifaces[DeviceInterface]["Name"].Value() != "mlx5_0" {
 		t.Errorf("InterfacesAdded properties = %v, want Name mlx5_0", ifaces)
 	}
@@ -820,7 +836,7 @@ func TestIntegrationSignals(t *testing.T) {
 	}
 
 	store.Update(func(s *apitype.Snapshot) {
-		s.Policy = apitype.Policy{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+		s.Policy = apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
 			{Kind: "mtu", Object: "ens1f0", Desired: "9000", Actual: "9000", State: apitype.Applied}}}}}
 	})
 	pol := nextSignal(t, sigs, Interface+".PolicyChanged")
@@ -860,7 +876,7 @@ func TestIntegrationCoalesces(t *testing.T) {
 		case s := <-sigs:
 			if s.Name == PropertiesInterface+".PropertiesChanged" {
 				got++
-				if v, ok := s.Body[1].(map[string]godbus.Variant)["Summary"]; ok {
+				if v, ok := s.Body[1].(map[string]dbus.Variant)["Summary"]; ok {
 					last = v.Value().(string)
 				}
 			}
@@ -878,8 +894,10 @@ func TestIntegrationCoalesces(t *testing.T) {
 	t.Logf("%d snapshots -> %d PropertiesChanged", n, got)
 }
 
-// blockingBackend holds every Reload until release is closed.
+// blockingBackend holds every Reload until release is closed; it does
+// nothing else (fakeBackend's other operations, with a nil store).
 type blockingBackend struct {
+	*fakeBackend
 	started chan struct{}
 	release chan struct{}
 }
@@ -899,12 +917,12 @@ func (b *blockingBackend) Reload(ctx context.Context) (apitype.ReloadResult, err
 func TestIntegrationCallLimit(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
-	bb := &blockingBackend{started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
+	bb := &blockingBackend{fakeBackend: &fakeBackend{}, started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
 	startRun(t, newStore(), bb).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
-	calls := make([]*godbus.Call, MaxCalls)
+	calls := make([]*dbus.Call, MaxCalls)
 	for i := range calls {
-		calls[i] = obj.Go(Interface+".Reload", 0, make(chan *godbus.Call, 1))
+		calls[i] = obj.Go(Interface+".Reload", 0, make(chan *dbus.Call, 1))
 	}
 	for range MaxCalls {
 		select {
@@ -930,7 +948,7 @@ func TestIntegrationNameTaken(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	squatter := rootConn(t)
-	if r, err := squatter.RequestName(Name, godbus.NameFlagDoNotQueue); err != nil || r != godbus.RequestNameReplyPrimaryOwner {
+	if r, err := squatter.RequestName(Name, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		t.Fatalf("squatter RequestName = %v, %v", r, err)
 	}
 	store := newStore()

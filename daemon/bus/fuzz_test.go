@@ -1,4 +1,4 @@
-package dbus
+package bus
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	godbus "github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
@@ -25,7 +25,7 @@ import (
 // (Conn.handleCall: LookupObject, LookupInterface, LookupMethod,
 // DecodeArguments, Call) against the service's handler, in process: the
 // connection the privileged methods ask for the caller's credentials
-// (GetConnectionCredentials) is a godbus.Conn talking to fzBus, a fake bus
+// (GetConnectionCredentials) is a dbus.Conn talking to fzBus, a fake bus
 // on a net.Pipe that knows the senders of fzSenders. Whatever the call:
 //   - no panic;
 //   - every error is a D-Bus error with a known name and a non-empty message
@@ -38,28 +38,28 @@ import (
 //   - a successful call returns the method's declared out types, in a reply
 //     that encodes and decodes as a valid D-Bus message.
 
-// fzPolicy is the access policy of the fuzz targets.
-var fzPolicy = access.Policy{SelfUID: 0, ReadGID: access.GID(500), AdminGID: access.GID(600)}
+// fzRoles is the access roles of the fuzz targets.
+var fzRoles = access.Roles{SelfUID: 0, ReadGID: access.GID(500), AdminGID: access.GID(600)}
 
 // fzSenders are the bus names the fake bus knows, with the credentials it
-// reports and the level fzPolicy gives them. A sender not in the table gets
+// reports and the level fzRoles gives them. A sender not in the table gets
 // NameHasNoOwner from the bus.
 var fzSenders = []struct {
 	name  string
-	creds map[string]godbus.Variant
+	creds map[string]dbus.Variant
 	level access.Level
 }{
-	{":1.0", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(0)), "UnixGroupIDs": godbus.MakeVariant([]uint32{0})}, access.Admin},
-	{":1.1", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1002)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1002, 600})}, access.Admin},
-	{":1.2", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1001)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1001, 500})}, access.Read},
-	{":1.3", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1003)), "UnixGroupIDs": godbus.MakeVariant([]uint32{1003, 20})}, 0},
+	{":1.0", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(0)), "UnixGroupIDs": dbus.MakeVariant([]uint32{0})}, access.Admin},
+	{":1.1", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(1002)), "UnixGroupIDs": dbus.MakeVariant([]uint32{1002, 600})}, access.Admin},
+	{":1.2", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(1001)), "UnixGroupIDs": dbus.MakeVariant([]uint32{1001, 500})}, access.Read},
+	{":1.3", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(1003)), "UnixGroupIDs": dbus.MakeVariant([]uint32{1003, 20})}, 0},
 	// Root's group is not root.
-	{":1.4", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1004)), "UnixGroupIDs": godbus.MakeVariant([]uint32{0})}, 0},
+	{":1.4", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(1004)), "UnixGroupIDs": dbus.MakeVariant([]uint32{0})}, 0},
 	// A bus without UnixGroupIDs: only the uid counts.
-	{":1.5", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(uint32(1005))}, 0},
+	{":1.5", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(uint32(1005))}, 0},
 	// No uid, or one of the wrong type: unknown, nothing allowed.
-	{":1.6", map[string]godbus.Variant{"UnixGroupIDs": godbus.MakeVariant([]uint32{600})}, 0},
-	{":1.7", map[string]godbus.Variant{"UnixUserID": godbus.MakeVariant(int32(0)), "UnixGroupIDs": godbus.MakeVariant([]uint32{600})}, 0},
+	{":1.6", map[string]dbus.Variant{"UnixGroupIDs": dbus.MakeVariant([]uint32{600})}, 0},
+	{":1.7", map[string]dbus.Variant{"UnixUserID": dbus.MakeVariant(int32(0)), "UnixGroupIDs": dbus.MakeVariant([]uint32{600})}, 0},
 	{"org.rdmad.Agent1", nil, 0}, // not a connection the bus knows
 	{"", nil, 0},                 // no sender (a peer-to-peer connection)
 }
@@ -74,7 +74,7 @@ func fzSenderLevel(sender string) access.Level {
 }
 
 // fzBus answers GetConnectionCredentials on the server end of a pipe whose
-// client end is a godbus.Conn, after a minimal SASL exchange.
+// client end is a dbus.Conn, after a minimal SASL exchange.
 func fzBus(srv net.Conn) {
 	defer srv.Close()
 	br := bufio.NewReader(srv)
@@ -101,20 +101,20 @@ func fzBus(srv net.Conn) {
 messages:
 	var serial uint32 = 1
 	for {
-		msg, err := godbus.DecodeMessage(br)
+		msg, err := dbus.DecodeMessage(br)
 		if err != nil {
 			return
 		}
-		if msg.Type != godbus.TypeMethodCall {
+		if msg.Type != dbus.TypeMethodCall {
 			continue
 		}
 		serial++
-		reply := &godbus.Message{Type: godbus.TypeMethodReply, Headers: map[godbus.HeaderField]godbus.Variant{
-			godbus.FieldReplySerial: godbus.MakeVariant(msg.Serial()),
-			godbus.FieldSender:      godbus.MakeVariant("org.freedesktop.DBus"),
+		reply := &dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldReplySerial: dbus.MakeVariant(msg.Serial()),
+			dbus.FieldSender:      dbus.MakeVariant("org.freedesktop.DBus"),
 		}}
-		member, _ := msg.Headers[godbus.FieldMember].Value().(string)
-		var creds map[string]godbus.Variant
+		member, _ := msg.Headers[dbus.FieldMember].Value().(string)
+		var creds map[string]dbus.Variant
 		var who string
 		if len(msg.Body) == 1 {
 			who, _ = msg.Body[0].(string)
@@ -126,12 +126,12 @@ messages:
 		}
 		switch {
 		case member == "GetConnectionCredentials" && creds != nil:
-			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(creds))
+			reply.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(creds))
 			reply.Body = []any{creds}
 		default:
-			reply.Type = godbus.TypeError
-			reply.Headers[godbus.FieldErrorName] = godbus.MakeVariant("org.freedesktop.DBus.Error.NameHasNoOwner")
-			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(""))
+			reply.Type = dbus.TypeError
+			reply.Headers[dbus.FieldErrorName] = dbus.MakeVariant("org.freedesktop.DBus.Error.NameHasNoOwner")
+			reply.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(""))
 			reply.Body = []any{fmt.Sprintf("Could not get credentials of %q: no such name", who)}
 		}
 		// The serial of a message must not be zero; EncodeTo takes the
@@ -143,7 +143,7 @@ messages:
 }
 
 // fzEncode writes msg with the given serial.
-func fzEncode(w io.Writer, msg *godbus.Message, serial uint32) error {
+func fzEncode(w io.Writer, msg *dbus.Message, serial uint32) error {
 	var buf bytes.Buffer
 	if err := msg.EncodeTo(&buf, binary.LittleEndian); err != nil {
 		return err
@@ -156,21 +156,21 @@ func fzEncode(w io.Writer, msg *godbus.Message, serial uint32) error {
 
 var (
 	fzConnOnce sync.Once
-	fzConn     *godbus.Conn
+	fzConn     *dbus.Conn
 	fzConnErr  error
 )
 
 // fzBusConn returns the process's connection to fzBus.
-func fzBusConn(t *testing.T) *godbus.Conn {
+func fzBusConn(t *testing.T) *dbus.Conn {
 	fzConnOnce.Do(func() {
 		cli, srv := net.Pipe()
 		go fzBus(srv)
-		c, err := godbus.NewConn(cli)
+		c, err := dbus.NewConn(cli)
 		if err != nil {
 			fzConnErr = err
 			return
 		}
-		if err := c.Auth([]godbus.Auth{godbus.AuthAnonymous()}); err != nil {
+		if err := c.Auth([]dbus.Auth{dbus.AuthAnonymous()}); err != nil {
 			fzConnErr = err
 			return
 		}
@@ -203,12 +203,19 @@ func (b *fzBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 	return apitype.ReloadResult{OK: true, Generation: 2}, nil
 }
 
-func (b *fzBackend) Apply(ctx context.Context) error {
+func (b *fzBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
 	b.record("Apply")
 	if b.fail {
-		return errors.New("fuzz: apply failed")
+		return apitype.ApplyResult{}, errors.New("fuzz: apply failed")
 	}
-	return nil
+	return apitype.ApplyResult{}, nil
+}
+
+// Snapshot and PolicyDiff complete api.Backend; no D-Bus method calls them.
+func (b *fzBackend) Snapshot() *apitype.Snapshot { return fzView().snap }
+func (b *fzBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
+	b.record("PolicyDiff")
+	return nil, nil
 }
 
 func (b *fzBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
@@ -248,7 +255,7 @@ var fzView = sync.OnceValue(func() *view {
 
 // fzPaths and fzMethods are what the selectors of FuzzDBusCall pick from
 // when the fuzz input names no path or method.
-var fzPaths = []godbus.ObjectPath{Path, DevicePath("mlx5_0"), DevicePath("rxe0"), "/", "/org", "/org/rdmad", godbus.ObjectPath(DevicePrefix), "/org/rdmad/Agent1/nothing"}
+var fzPaths = []dbus.ObjectPath{Path, DevicePath("mlx5_0"), DevicePath("rxe0"), "/", "/org", "/org/rdmad", dbus.ObjectPath(DevicePrefix), "/org/rdmad/Agent1/nothing"}
 
 var fzMethods = [][2]string{
 	{PropertiesInterface, "Get"}, {PropertiesInterface, "GetAll"}, {PropertiesInterface, "Set"},
@@ -297,33 +304,33 @@ type fzOutcome struct {
 
 // fzDispatch is Conn.handleCall without the connection: it dispatches one
 // method call to a fresh handler and checks the outcome's invariants.
-func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
+func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
 	t.Helper()
 	conn := fzBusConn(t)
 	b := &fzBackend{fail: fail}
 	h := newHandler(b, slog.New(slog.DiscardHandler))
-	h.policy = func() access.Policy { return fzPolicy }
+	h.roles = func() access.Roles { return fzRoles }
 	h.probeTimeout = 5 * time.Second
 	h.cur.Store(fzView())
 
-	path, _ := msg.Headers[godbus.FieldPath].Value().(godbus.ObjectPath)
-	ifaceName, _ := msg.Headers[godbus.FieldInterface].Value().(string)
-	member, _ := msg.Headers[godbus.FieldMember].Value().(string)
-	sender, _ := msg.Headers[godbus.FieldSender].Value().(string)
-	desc := fmt.Sprintf("%s %s.%s(%s %.200v) from %q", path, ifaceName, member, godbus.SignatureOf(msg.Body...), msg.Body, sender)
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	ifaceName, _ := msg.Headers[dbus.FieldInterface].Value().(string)
+	member, _ := msg.Headers[dbus.FieldMember].Value().(string)
+	sender, _ := msg.Headers[dbus.FieldSender].Value().(string)
+	desc := fmt.Sprintf("%s %s.%s(%s %.200v) from %q", path, ifaceName, member, dbus.SignatureOf(msg.Body...), msg.Body, sender)
 
 	var out fzOutcome
 	setErr := func(stage string, err error) {
 		out.stage = stage
-		var e *godbus.Error
+		var e *dbus.Error
 		switch x := err.(type) {
-		case godbus.Error:
+		case dbus.Error:
 			e = &x
-		case *godbus.Error:
+		case *dbus.Error:
 			e = x
-		case godbus.DBusError:
+		case dbus.DBusError:
 			n, body := x.DBusError()
-			e = godbus.NewError(n, body)
+			e = dbus.NewError(n, body)
 		default:
 			t.Fatalf("%s: %s answered a plain Go error %T %v (the caller gets a generic Failed)", desc, stage, err, err)
 		}
@@ -348,7 +355,7 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 			out.stage, out.errName = "method", "org.freedesktop.DBus.Error.UnknownMethod"
 			return
 		}
-		dec, ok := m.(godbus.ArgumentDecoder)
+		dec, ok := m.(dbus.ArgumentDecoder)
 		if !ok {
 			t.Fatalf("%s: method %T does not decode its own arguments; godbus would convert them between kinds", desc, m)
 		}
@@ -363,7 +370,7 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 			return
 		}
 		out.stage, out.ret = "reply", ret
-		if got, want := godbus.SignatureOf(ret...).String(), fzMethodOut(m); got != want {
+		if got, want := dbus.SignatureOf(ret...).String(), fzMethodOut(m); got != want {
 			t.Fatalf("%s: returned %s, but the method declares %s", desc, got, want)
 		}
 	}()
@@ -406,15 +413,15 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 	if !isObj && !isNode && out.errName != "org.freedesktop.DBus.Error.UnknownObject" {
 		t.Fatalf("%s: a path that is no object answered %+v, want UnknownObject", desc, out)
 	}
-	if served && known && godbus.SignatureOf(msg.Body...).String() != wantSig {
+	if served && known && dbus.SignatureOf(msg.Body...).String() != wantSig {
 		if out.errName != ErrInvalidArgs {
-			t.Fatalf("%s: arguments %s for a method taking (%s) answered %+v, want InvalidArgs", desc, godbus.SignatureOf(msg.Body...), wantSig, out)
+			t.Fatalf("%s: arguments %s for a method taking (%s) answered %+v, want InvalidArgs", desc, dbus.SignatureOf(msg.Body...), wantSig, out)
 		}
 		if len(out.calls) != 0 {
 			t.Fatalf("%s: wrong arguments reached the backend", desc)
 		}
 	}
-	if served && isPriv && godbus.SignatureOf(msg.Body...).String() == wantSig {
+	if served && isPriv && dbus.SignatureOf(msg.Body...).String() == wantSig {
 		switch {
 		case level < need && out.errName != ErrAccessDenied:
 			t.Fatalf("%s: call of %s (level %v) by a sender at level %v answered %+v, want AccessDenied", desc, member, need, level, out)
@@ -433,23 +440,23 @@ func fzDispatch(t *testing.T, fail bool, msg *godbus.Message) fzOutcome {
 
 	// A reply must be a valid message, as godbus would send it.
 	if out.stage == "reply" {
-		reply := &godbus.Message{Type: godbus.TypeMethodReply, Headers: map[godbus.HeaderField]godbus.Variant{
-			godbus.FieldReplySerial: godbus.MakeVariant(uint32(7)),
+		reply := &dbus.Message{Type: dbus.TypeMethodReply, Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldReplySerial: dbus.MakeVariant(uint32(7)),
 		}, Body: out.ret}
 		// The bus stamps the sender of every message it delivers with the
 		// caller's unique name, so the reply's destination is always a
 		// valid name; a decoded message may carry any string there.
 		if fzValidBusName(sender) {
-			reply.Headers[godbus.FieldDestination] = godbus.MakeVariant(sender)
+			reply.Headers[dbus.FieldDestination] = dbus.MakeVariant(sender)
 		}
 		if len(out.ret) > 0 {
-			reply.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(out.ret...))
+			reply.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(out.ret...))
 		}
 		var buf bytes.Buffer
 		if err := fzEncode(&buf, reply, 9); err != nil {
 			// godbus would drop such a reply and the caller would time out.
 			t.Fatalf("%s: the reply %.300v does not encode: %v", desc, out.ret, err)
-		} else if _, err := godbus.DecodeMessage(&buf); err != nil {
+		} else if _, err := dbus.DecodeMessage(&buf); err != nil {
 			t.Fatalf("%s: the reply %.300v does not decode: %v", desc, out.ret, err)
 		}
 	}
@@ -491,12 +498,12 @@ func fzValidBusName(s string) bool {
 }
 
 // fzMethodOut is the signature m declares it returns.
-func fzMethodOut(m godbus.Method) string {
+func fzMethodOut(m dbus.Method) string {
 	var out []any
 	for i := 0; i < m.NumReturns(); i++ {
 		out = append(out, m.ReturnValue(i))
 	}
-	return godbus.SignatureOf(out...).String()
+	return dbus.SignatureOf(out...).String()
 }
 
 // fzArgs builds an argument list from spec: each byte picks one value of
@@ -522,19 +529,19 @@ func fzArgs(spec []byte, s1, s2 string) []any {
 		case 5:
 			v = []byte(s1)
 		case 6:
-			v = godbus.MakeVariant(s1)
+			v = dbus.MakeVariant(s1)
 		case 7:
-			v = godbus.MakeVariant(uint32(c))
+			v = dbus.MakeVariant(uint32(c))
 		case 8:
-			v = godbus.ObjectPath(Path)
+			v = dbus.ObjectPath(Path)
 		case 9:
 			v = []string{s1, s2}
 		case 10:
-			v = map[string]godbus.Variant{s1: godbus.MakeVariant(s2)}
+			v = map[string]dbus.Variant{s1: dbus.MakeVariant(s2)}
 		case 11:
-			v = godbus.MakeVariant(godbus.MakeVariant([]any{s1, uint64(c)}))
+			v = dbus.MakeVariant(dbus.MakeVariant([]any{s1, uint64(c)}))
 		case 12:
-			v = []map[string][]godbus.Variant{{s1: {godbus.MakeVariant(int16(c)), godbus.MakeVariant(s2)}}}
+			v = []map[string][]dbus.Variant{{s1: {dbus.MakeVariant(int16(c)), dbus.MakeVariant(s2)}}}
 		case 13:
 			v = float64(c) / 3
 		case 14:
@@ -542,7 +549,7 @@ func fzArgs(spec []byte, s1, s2 string) []any {
 		case 15:
 			v = byte(c)
 		case 16:
-			v = godbus.Signature{}
+			v = dbus.Signature{}
 		case 17:
 			v = struct {
 				A string
@@ -559,19 +566,19 @@ func fzArgs(spec []byte, s1, s2 string) []any {
 }
 
 // fzCall builds a method call message.
-func fzCall(path godbus.ObjectPath, iface, member, sender string, args []any) *godbus.Message {
-	msg := &godbus.Message{Type: godbus.TypeMethodCall, Headers: map[godbus.HeaderField]godbus.Variant{
-		godbus.FieldPath:   godbus.MakeVariant(path),
-		godbus.FieldMember: godbus.MakeVariant(member),
+func fzCall(path dbus.ObjectPath, iface, member, sender string, args []any) *dbus.Message {
+	msg := &dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldPath:   dbus.MakeVariant(path),
+		dbus.FieldMember: dbus.MakeVariant(member),
 	}, Body: args}
 	if iface != "" {
-		msg.Headers[godbus.FieldInterface] = godbus.MakeVariant(iface)
+		msg.Headers[dbus.FieldInterface] = dbus.MakeVariant(iface)
 	}
 	if sender != "" {
-		msg.Headers[godbus.FieldSender] = godbus.MakeVariant(sender)
+		msg.Headers[dbus.FieldSender] = dbus.MakeVariant(sender)
 	}
 	if len(args) > 0 {
-		msg.Headers[godbus.FieldSignature] = godbus.MakeVariant(godbus.SignatureOf(args...))
+		msg.Headers[dbus.FieldSignature] = dbus.MakeVariant(dbus.SignatureOf(args...))
 	}
 	return msg
 }
@@ -595,7 +602,7 @@ func FuzzDBusCall(f *testing.F) {
 	f.Add(uint8(5), uint8(0), uint8(8), "", "", "", []byte{0}, " ", "")
 	f.Fuzz(func(t *testing.T, who, pathSel, methodSel uint8, path, iface, member string, spec []byte, s1, s2 string) {
 		sender := fzSenders[int(who)%len(fzSenders)].name
-		p := godbus.ObjectPath(path)
+		p := dbus.ObjectPath(path)
 		if path == "" || !p.IsValid() {
 			p = fzPaths[int(pathSel)%len(fzPaths)]
 		}
@@ -617,7 +624,7 @@ func FuzzDBusCall(f *testing.F) {
 // FuzzDBusMessage decodes its input with godbus's message decoder, as the
 // connection's reader does, and dispatches what is a valid method call.
 func FuzzDBusMessage(f *testing.F) {
-	seed := func(path godbus.ObjectPath, iface, member, sender string, args ...any) []byte {
+	seed := func(path dbus.ObjectPath, iface, member, sender string, args ...any) []byte {
 		var buf bytes.Buffer
 		if err := fzEncode(&buf, fzCall(path, iface, member, sender, args), 1); err != nil {
 			f.Fatal(err)
@@ -628,34 +635,34 @@ func FuzzDBusMessage(f *testing.F) {
 	f.Add(false, seed(Path, Interface, "Reload", ":1.2"))
 	f.Add(false, seed(Path, Interface, "Probe", ":1.1", "192.0.2.17"))
 	f.Add(false, seed(Path, Interface, "Probe", ":1.1", uint32(7)))
-	f.Add(false, seed(Path, Interface, "Probe", ":1.1", godbus.MakeVariant("192.0.2.17")))
+	f.Add(false, seed(Path, Interface, "Probe", ":1.1", dbus.MakeVariant("192.0.2.17")))
 	f.Add(true, seed(Path, Interface, "Apply", ":1.0"))
 	f.Add(false, seed(Path, PropertiesInterface, "Get", ":1.3", Interface, "Peers"))
-	f.Add(false, seed(Path, PropertiesInterface, "Set", ":1.0", Interface, "State", godbus.MakeVariant("stopped")))
+	f.Add(false, seed(Path, PropertiesInterface, "Set", ":1.0", Interface, "State", dbus.MakeVariant("stopped")))
 	f.Add(false, seed(DevicePath("mlx5_0"), PropertiesInterface, "GetAll", ":1.2", DeviceInterface))
 	f.Add(false, seed("/", IntrospectableInterface, "Introspect", ":1.9"))
 	f.Add(false, seed(Path, ObjectManagerInterface, "GetManagedObjects", ""))
 	f.Fuzz(func(t *testing.T, fail bool, data []byte) {
-		msg, err := godbus.DecodeMessage(bytes.NewReader(data))
-		if err != nil || msg.Type != godbus.TypeMethodCall {
+		msg, err := dbus.DecodeMessage(bytes.NewReader(data))
+		if err != nil || msg.Type != dbus.TypeMethodCall {
 			return
 		}
 		// godbus answers the Peer interface itself.
-		if iface, _ := msg.Headers[godbus.FieldInterface].Value().(string); iface == "org.freedesktop.DBus.Peer" {
+		if iface, _ := msg.Headers[dbus.FieldInterface].Value().(string); iface == "org.freedesktop.DBus.Peer" {
 			return
 		}
 		fzDispatch(t, fail, msg)
 	})
 }
 
-// TestFuzzSendersLevels keeps fzSenders in step with the access policy.
+// TestFuzzSendersLevels keeps fzSenders in step with the access roles.
 func TestFuzzSendersLevels(t *testing.T) {
 	conn := fzBusConn(t)
 	for _, s := range fzSenders {
 		c, err := callerOf(call{conn: conn, sender: s.name})
 		var got access.Level
 		if err == nil {
-			got = fzPolicy.LevelFor(c)
+			got = fzRoles.LevelFor(c)
 		}
 		if got != s.level {
 			t.Errorf("sender %q: level %v (caller %+v, %v), want %v", s.name, got, c, err, s.level)
