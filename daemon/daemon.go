@@ -330,6 +330,7 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 			state.SetComponent(s, apitype.ComponentConfig, apitype.OK, nil, now)
 		} else {
 			s.Config.Error = err.Error()
+			s.Config.Failures++
 			state.SetComponent(s, apitype.ComponentConfig, apitype.Error, errors.New("configuration rejected; the last good one stays in force (see config.error)"), now)
 		}
 	})

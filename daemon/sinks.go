@@ -19,9 +19,8 @@ import (
 // The TCP listener follows the configuration at start only: a reload that
 // changes [metrics] listen is logged, and takes effect at the next restart.
 func (d *Daemon) addSinks(ctx context.Context, wg *sync.WaitGroup) {
-	tracker := &metrics.ConfigTracker{}
-	hub := watch.NewHub(d.store, watch.Options{Observers: []func(*apitype.Snapshot){tracker.Observe}, Logger: d.log.With("component", "watch")})
-	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, Config: tracker})
+	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch")})
+	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot})
 	h := metrics.Handler(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
 	d.api.Handle("/v1/watch", http.MethodGet, access.Watch, hub)

@@ -277,6 +277,9 @@ type Config struct {
 	// Error is the last load's error; empty when the last load succeeded.
 	// A failed load never replaces the running configuration.
 	Error string `json:"error"`
+	// Failures counts the loads rejected since rdmad started (at start,
+	// on reload and on file changes).
+	Failures uint64 `json:"failures"`
 }
 
 // PolicyState is the state of every declared policy.

@@ -10,7 +10,7 @@ import (
 
 func scrapeSnapshot(t *testing.T, snap *apitype.Snapshot) string {
 	t.Helper()
-	return string(scrape(t, NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: t.TempDir(), GoVersion: "go1.x", Config: &ConfigTracker{}})))
+	return string(scrape(t, NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: t.TempDir(), GoVersion: "go1.x"})))
 }
 
 // TestHealthyNoDevice: a node without RDMA devices reports rdmad_healthy 0

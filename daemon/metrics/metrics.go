@@ -31,8 +31,6 @@ type Options struct {
 	// GoVersion is reported in rdmad_build_info; empty means
 	// runtime.Version(). Tests fix it for their golden files.
 	GoVersion string
-	// Config counts configuration load failures; nil exports none.
-	Config *ConfigTracker
 }
 
 // A Collector is a prometheus.Collector over rdmad's snapshots.
@@ -63,9 +61,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 			ch <- d
 		}
 	}
-	if c.opts.Config != nil {
-		ch <- configFailures
-	}
+	ch <- configFailures
 }
 
 // Collect implements prometheus.Collector.
@@ -74,9 +70,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, sec := range c.sections {
 		sec.collect(c, s, ch)
 	}
-	if c.opts.Config != nil {
-		ch <- prometheus.MustNewConstMetric(configFailures, prometheus.CounterValue, float64(c.opts.Config.Failures()))
-	}
+	ch <- prometheus.MustNewConstMetric(configFailures, prometheus.CounterValue, float64(s.Config.Failures))
 }
 
 func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
@@ -114,7 +108,7 @@ var (
 	configLoaded = prometheus.NewDesc("rdmad_config_last_load_success_timestamp_seconds",
 		"When the configuration in force was loaded, in seconds since the Unix epoch.", nil, nil)
 	configFailures = prometheus.NewDesc("rdmad_config_load_failures_total",
-		"Configuration loads that failed since rdmad started (counted as changes of the load error).", nil, nil)
+		"Configuration loads that failed since rdmad started (status: config.failures).", nil, nil)
 	componentUp = prometheus.NewDesc("rdmad_component_up",
 		"1 when the component is ok, 0 when it is in error, unavailable or disabled (see rdmad_component_state).", []string{"component"}, nil)
 	componentState = prometheus.NewDesc("rdmad_component_state",

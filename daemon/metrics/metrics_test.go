@@ -36,7 +36,7 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 	}
 	return &apitype.Snapshot{
 		Seq: 42, Version: "1.2.3", State: apitype.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
-		Config:  apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key"},
+		Config:  apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key", Failures: 1},
 		Devices: devs,
 		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{
 			{Kind: "mtu", Object: "ens1f0np0", Desired: "9000", Actual: "9000", State: apitype.Applied, LastChange: t0.Add(20 * time.Second), Applies: 2, Drifts: 2},
@@ -84,10 +84,7 @@ func scrape(t *testing.T, c *Collector) []byte {
 
 func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
-	tr := &ConfigTracker{}
-	tr.Observe(&apitype.Snapshot{})
-	tr.Observe(snap)
-	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x", Config: tr})
+	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x"})
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with
@@ -193,32 +190,6 @@ func TestPromtool(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
-}
-
-// TestConfigTracker checks that failures are counted as changes of the
-// load error, not per snapshot.
-func TestConfigTracker(t *testing.T) {
-	tests := []struct {
-		name   string
-		errors []string
-		want   uint64
-	}{
-		{"no failures", []string{"", "", ""}, 0},
-		{"one failure seen in several snapshots", []string{"", "bad", "bad", "bad"}, 1},
-		{"fixed and broken again", []string{"bad", "", "bad"}, 2},
-		{"a different error", []string{"bad", "worse"}, 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var tr ConfigTracker
-			for _, e := range tt.errors {
-				tr.Observe(&apitype.Snapshot{Config: apitype.Config{Error: e}})
-			}
-			if got := tr.Failures(); got != tt.want {
-				t.Errorf("Failures() = %d, want %d", got, tt.want)
-			}
-		})
 	}
 }
 

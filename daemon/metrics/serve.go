@@ -6,42 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rdmad/rdmad/client/apitype"
 )
-
-// A ConfigTracker counts failed configuration loads by watching snapshots:
-// the snapshot carries only the last load's error, so a failure is a change
-// of Config.Error to a new non-empty text. Two failures in a row with the
-// same error text count once.
-type ConfigTracker struct {
-	mu       sync.Mutex
-	lastErr  string
-	failures uint64
-}
-
-// Observe looks at one published snapshot. Call it for snapshots in
-// publishing order; skipped snapshots only lose repeated failures.
-func (t *ConfigTracker) Observe(s *apitype.Snapshot) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s.Config.Error != "" && s.Config.Error != t.lastErr {
-		t.failures++
-	}
-	t.lastErr = s.Config.Error
-}
-
-// Failures returns the number of failed loads seen.
-func (t *ConfigTracker) Failures() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failures
-}
 
 // NewRegistry returns a registry with c and, when runtime is true, the Go
 // runtime and process collectors (go_*, process_*).

@@ -75,10 +75,6 @@ type Options struct {
 	Heartbeat time.Duration
 	// Logger gets a line for every client dropped; slog.Default() if nil.
 	Logger *slog.Logger
-	// Observers are called by the hub's goroutine with every snapshot it
-	// sees, in order (for derived metrics such as failed reloads). They
-	// must not block.
-	Observers []func(*apitype.Snapshot)
 }
 
 // A Hub turns the snapshots of a Store into events for its clients.
@@ -171,9 +167,6 @@ func (h *Hub) Run(ctx context.Context) {
 	h.mu.Lock()
 	prev := h.prev
 	h.mu.Unlock()
-	for _, o := range h.opts.Observers {
-		o(prev)
-	}
 	for {
 		// Changed before Load: a snapshot published in between closes
 		// the channel we hold, so nothing is missed.
@@ -191,9 +184,6 @@ func (h *Hub) Run(ctx context.Context) {
 }
 
 func (h *Hub) publish(prev, cur *apitype.Snapshot) {
-	for _, o := range h.opts.Observers {
-		o(cur)
-	}
 	evs := state.Compare(prev, cur).Events(cur.Summary)
 	h.mu.Lock()
 	defer h.mu.Unlock()

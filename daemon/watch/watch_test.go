@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -351,31 +350,6 @@ func TestHTTPLimitAndBye(t *testing.T) {
 	}
 	if _, err := c.Watch(ctx); !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Fatalf("watch after stop: %v, want 503", err)
-	}
-}
-
-// TestObservers: observers see the first snapshot and every later one the
-// hub diffs, in order, from the hub's goroutine.
-func TestObservers(t *testing.T) {
-	store := newStore()
-	var mu sync.Mutex
-	var seen []uint64
-	h := watch.NewHub(store, watch.Options{Observers: []func(*apitype.Snapshot){func(s *apitype.Snapshot) {
-		mu.Lock()
-		seen = append(seen, s.Seq)
-		mu.Unlock()
-	}}})
-	sub, _ := h.Subscribe()
-	runHub(t, h)
-	want := []uint64{store.Load().Seq}
-	for i := 0; i < 3; i++ {
-		want = append(want, flip(store, i, 0))
-		<-sub.C
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if diff := cmp.Diff(want, seen); diff != "" {
-		t.Errorf("observed seqs (-want +got):\n%s", diff)
 	}
 }
 
