@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,8 +15,10 @@ import (
 // changes to the main file or to *.toml drop-ins has been quiet for settle.
 // It watches the directories, not the files, so that editors that save by
 // writing a new file and renaming it over the old one are seen, and so that
-// a drop-in directory created later is picked up.
-func watchConfig(ctx context.Context, log *slog.Logger, path string, settle time.Duration, changed chan<- struct{}) error {
+// a drop-in directory created later is picked up. The watcher runs as one
+// of the daemon's parts (supervise.go) until Run's context ends.
+func (d *Daemon) watchConfig(path string, settle time.Duration, changed chan<- struct{}) error {
+	log := d.log
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -30,7 +31,7 @@ func watchConfig(ctx context.Context, log *slog.Logger, path string, settle time
 	}
 	_ = w.Add(dropDir) // may not exist yet; see the Create case below
 
-	go func() {
+	d.parts.Go(func(ctx context.Context) {
 		defer w.Close()
 		var timer *time.Timer
 		var fire <-chan time.Time
@@ -69,7 +70,7 @@ func watchConfig(ctx context.Context, log *slog.Logger, path string, settle time
 				}
 			}
 		}
-	}()
+	})
 	return nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -71,12 +70,16 @@ type Daemon struct {
 	gen    uint64
 	rec    *reconciler
 	verbs  *verbsParts
-	ctx    context.Context // Run's; for parts restarted on reload
-	wg     *sync.WaitGroup // Run's goroutines, for parts started on reload
+	// parts owns every goroutine the daemon starts, also those a reload
+	// starts or restarts (supervise.go).
+	parts *supervisor
 	// peers is the peer prober while it runs; the API reads it.
 	peers atomic.Pointer[peerRunner]
 
 	reqs chan func() // work for the main loop, from the API and D-Bus
+	// mail carries other goroutines' updates of the store to the main
+	// loop, its one writer (mailbox.go).
+	mail *mailbox
 	// followUp fires a second inventory read after device and address
 	// events (see lookAgain).
 	followUp *time.Timer
@@ -98,6 +101,7 @@ func Run(ctx context.Context, opts Options) error {
 
 		doctorRuns: make(chan struct{}, maxDoctorRuns),
 		reqs:       make(chan func(), 8),
+		mail:       newMailbox(),
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	now := time.Now()
@@ -141,25 +145,20 @@ func Run(ctx context.Context, opts Options) error {
 	d.api.SetLogger(d.log.With("component", "api"))
 
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	// Cancel first, then wait: every goroutine stops on ctx, also when Run
+	d.parts = newSupervisor(ctx)
+	// Cancel first, then wait: every part stops on ctx, also when Run
 	// returns early with an error.
 	defer func() {
 		cancel()
-		wg.Wait()
+		d.parts.Wait()
 	}()
-	d.ctx, d.wg = ctx, &wg
-	d.addSinks(ctx, &wg)
+	d.addSinks()
 
 	apiErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		apiErr <- d.api.Serve(ctx, ln, ShutdownGrace)
-	}()
+	d.parts.Go(func(ctx context.Context) { apiErr <- d.api.Serve(ctx, ln, ShutdownGrace) })
 
 	cfgChanged := make(chan struct{}, 1)
-	if err := watchConfig(ctx, d.log, opts.ConfigPath, 200*time.Millisecond, cfgChanged); err != nil {
+	if err := d.watchConfig(opts.ConfigPath, 200*time.Millisecond, cfgChanged); err != nil {
 		d.setComponent("config-watch", apitype.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
 	} else {
 		d.setComponent("config-watch", apitype.OK, nil)
@@ -167,18 +166,16 @@ func Run(ctx context.Context, opts Options) error {
 
 	d.rec = newReconciler(d.log)
 	defer d.rec.Close()
-	ev := d.startEvents(ctx, &wg)
-	d.startPeers(ctx, &wg)
+	ev := d.startEvents()
+	d.startPeers()
 
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	d.parts.Go(func(ctx context.Context) {
 		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"),
-			Report: func(st string, err error) { d.setComponent(apitype.ComponentDBus, st, err) }})
-	}()
+			Report: func(st string, err error) { d.report(apitype.ComponentDBus, st, err) }})
+	})
 
 	d.refresh("start")
-	d.verbs = d.startVerbs(ctx)
+	d.verbs = d.startVerbs()
 	defer d.verbs.stop()
 	d.reconcile(nil)
 	snap := d.store.Update(func(s *apitype.Snapshot) { d.summarise(s, apitype.Running) })
@@ -226,6 +223,8 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.reload("config file changed")
 		case f := <-d.reqs:
 			f()
+		case <-d.mail.ready:
+			d.applyMail()
 		case e, ok := <-ev.link:
 			if !ok {
 				// The watcher stopped (its error is in status); the
@@ -296,7 +295,7 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 		d.rec.forget()
 		d.reconcile(nil)
 		d.reloadPeers()
-		d.verbs.apply(d.ctx, cfg)
+		d.verbs.apply(cfg)
 	}
 	snap := d.store.Update(func(s *apitype.Snapshot) { d.summarise(s, apitype.Running) })
 	d.notify.ready(snap.Summary)
@@ -397,6 +396,8 @@ func (d *Daemon) summarise(s *apitype.Snapshot, st string) {
 	s.Summary = strings.Join(parts, "; ")
 }
 
+// setComponent records a component's health. Main loop only: other
+// goroutines call report.
 func (d *Daemon) setComponent(name, st string, err error) {
 	now := time.Now()
 	d.store.Update(func(s *apitype.Snapshot) { state.SetComponent(s, name, st, err, now) })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path"
 	"reflect"
-	"sync"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -28,7 +27,7 @@ const linkDebounce = 2 * time.Millisecond
 // startEvents starts the rtnetlink watcher and the uevent reader. A source
 // that cannot start is reported as a component error; the periodic resync
 // still covers its objects.
-func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
+func (d *Daemon) startEvents() events {
 	lost := make(chan struct{}, 1)
 	signalLost := func() {
 		select {
@@ -42,13 +41,11 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 	// OK is recorded before the source runs, so that an error it reports
 	// at once is never overwritten by this OK.
 	d.setComponent(apitype.ComponentEventsRtnetlink, apitype.OK, nil)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	d.parts.Go(func(ctx context.Context) {
 		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent(apitype.ComponentEventsRtnetlink, apitype.Error, err)
+			d.report(apitype.ComponentEventsRtnetlink, apitype.Error, err)
 		}
-	}()
+	})
 
 	uev := make(chan uevent.Event, 64)
 	// infiniband_verbs: a device's uverbs node goes first when the device
@@ -60,16 +57,13 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 	}
 	d.setComponent(apitype.ComponentEventsUevent, apitype.OK, nil)
 	q := coalesce.New[string, uevent.Event](20*time.Millisecond, 1024)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
+	d.parts.Go(func(ctx context.Context) {
 		defer conn.Close()
 		if err := conn.Run(ctx, q); err != nil && !errors.Is(err, context.Canceled) {
-			d.setComponent(apitype.ComponentEventsUevent, apitype.Error, err)
+			d.report(apitype.ComponentEventsUevent, apitype.Error, err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	d.parts.Go(func(ctx context.Context) {
 		for {
 			e, err := q.Next(ctx)
 			switch {
@@ -85,7 +79,7 @@ func (d *Daemon) startEvents(ctx context.Context, wg *sync.WaitGroup) events {
 				return
 			}
 		}
-	}()
+	})
 	return events{link: w.Events(), uevent: uev, lost: lost}
 }
 

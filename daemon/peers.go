@@ -114,7 +114,7 @@ func wantPeers(cfg *config.Config) bool {
 // being unavailable (no RDMA here) is reported as the component "peers"
 // being unavailable; the control endpoint still answers, with no ports.
 // Runs on the main goroutine.
-func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
+func (d *Daemon) startPeers() {
 	if !d.cfg.Probe.Peers {
 		d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
 		return
@@ -141,15 +141,16 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 	r.useAuth(auth)
 	settings, fileErr := r.settings(d.cfg)
 	r.mgr, err = pingmesh.New(pingmesh.Options{
-		Transport:         r.eng,
+		Transport:      r.eng,
 		NodeID:         nodeID(),
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,
 		Fingerprint:    d.fingerprintSource(),
 		OnState: func(ps apitype.Peers) {
-			d.store.Update(func(s *apitype.Snapshot) {
+			now := time.Now()
+			d.mail.post("peers", func(s *apitype.Snapshot) {
 				s.Peers = ps
-				r.setComponent(s, time.Now())
+				r.setComponent(s, now)
 			})
 		},
 	}, settings)
@@ -162,21 +163,20 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 		d.log.Warn("peers file", "err", fileErr)
 	}
 	d.setComponent(apitype.ComponentPeers, apitype.OK, nil)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		r.eng.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
+	d.parts.Go(func(ctx context.Context) {
+		if err := r.eng.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Error("peer probe engine stopped", "err", err)
+			d.report(apitype.ComponentPeers, apitype.Error, err)
+		}
+	})
+	d.parts.Go(func(ctx context.Context) {
 		defer d.peers.Store(nil)
 		if err := r.mgr.Run(ctx); err != nil {
 			d.log.Error("peer probes stopped", "err", err)
-			d.setComponent(apitype.ComponentPeers, apitype.Error, err)
+			d.report(apitype.ComponentPeers, apitype.Error, err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	d.parts.Go(func(ctx context.Context) {
 		t := time.NewTicker(peersFileCheck)
 		defer t.Stop()
 		for {
@@ -192,7 +192,7 @@ func (d *Daemon) startPeers(ctx context.Context, wg *sync.WaitGroup) {
 				})
 			}
 		}
-	}()
+	})
 }
 
 // setComponent derives the peers component from the engine's ports: no
@@ -235,8 +235,8 @@ func (d *Daemon) peersRecheck() {
 func (d *Daemon) reloadPeers() {
 	r := d.peers.Load()
 	if r == nil {
-		if wantPeers(d.cfg) && d.ctx.Err() == nil {
-			d.startPeers(d.ctx, d.wg)
+		if wantPeers(d.cfg) && !d.parts.Stopping() {
+			d.startPeers()
 		} else if !d.cfg.Probe.Peers {
 			d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
 		}

@@ -47,10 +47,10 @@ type verbsParts struct {
 }
 
 // startVerbs starts the pool and the prober for the current configuration.
-func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
+func (d *Daemon) startVerbs() *verbsParts {
 	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16), class: newProbeClass(d.store, d.cfg),
 		gone: make(chan goneReport, 16), released: map[string]bool{}}
-	go v.forwardGone(ctx)
+	d.parts.Go(v.forwardGone)
 	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
 		d.setComponent(apitype.ComponentVerbs, apitype.Unavailable, err)
 	} else if err != nil {
@@ -58,7 +58,7 @@ func (d *Daemon) startVerbs(ctx context.Context) *verbsParts {
 	} else {
 		d.setComponent(apitype.ComponentVerbs, apitype.OK, nil)
 	}
-	v.apply(ctx, d.cfg)
+	v.apply(d.cfg)
 	return v
 }
 
@@ -84,20 +84,20 @@ func (v *verbsParts) signal() {
 }
 
 // apply (re)starts what the configuration changed.
-func (v *verbsParts) apply(ctx context.Context, cfg *config.Config) {
+func (v *verbsParts) apply(cfg *config.Config) {
 	// The prober picks a new class up at its next round.
 	v.class.set(cfg)
 	if v.stopPool == nil || !reflect.DeepEqual(v.poolCfg, cfg.MRPool) {
-		v.restartPool(ctx, cfg.MRPool)
+		v.restartPool(cfg.MRPool)
 	}
 	// Only the loopback keys matter here: [probe] also holds the peer
 	// probes' settings, which must not restart the loopback prober.
 	if v.stopProber == nil || v.probeCfg.Loopback != cfg.Probe.Loopback || v.probeCfg.LoopbackInterval != cfg.Probe.LoopbackInterval {
-		v.restartProber(ctx, cfg.Probe)
+		v.restartProber(cfg.Probe)
 	}
 }
 
-func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
+func (v *verbsParts) restartPool(c config.MRPool) {
 	if v.stopPool != nil {
 		v.stopPool()
 		v.stopPool = nil
@@ -114,7 +114,12 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 		return
 	}
 	v.pool = p
-	stop := goRun(ctx, func(ctx context.Context) { p.Run(ctx) })
+	stop := v.d.parts.Start(func(ctx context.Context) {
+		if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			v.d.log.Error("MR pool stopped", "err", err)
+			v.d.report(apitype.ComponentMRPool, apitype.Error, err)
+		}
+	})
 	v.stopPool = func() {
 		stop()
 		p.Close()
@@ -122,7 +127,7 @@ func (v *verbsParts) restartPool(ctx context.Context, c config.MRPool) {
 	v.addDevices()
 }
 
-func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
+func (v *verbsParts) restartProber(c config.Probe) {
 	if v.stopProber != nil {
 		v.stopProber()
 		v.stopProber = nil
@@ -143,22 +148,12 @@ func (v *verbsParts) restartProber(ctx context.Context, c config.Probe) {
 		return
 	}
 	v.prober = r
-	v.stopProber = goRun(ctx, func(ctx context.Context) { r.Run(ctx) })
-}
-
-// goRun runs run in a goroutine on a child of ctx; stop cancels it and waits
-// for run to return.
-func goRun(ctx context.Context, run func(context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	v.stopProber = v.d.parts.Start(func(ctx context.Context) {
+		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			v.d.log.Error("loopback probe stopped", "err", err)
+			v.d.report("loopback-probe", apitype.Error, err)
+		}
+	})
 }
 
 // addDevices registers the pool on every device of the inventory (AddDevice

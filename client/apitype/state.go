@@ -43,9 +43,9 @@ type Snapshot struct {
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	Config  Config   `json:"config"`
-	Devices []Device `json:"devices"`
-	Policy  PolicyState   `json:"policy"`
+	Config  Config      `json:"config"`
+	Devices []Device    `json:"devices"`
+	Policy  PolicyState `json:"policy"`
 	// Loopback is the loopback probe's latest result per port.
 	Loopback []LoopbackPort `json:"loopback"`
 	// MRPool is the memory registration pool per device.

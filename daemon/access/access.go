@@ -245,7 +245,7 @@ type Denied struct {
 	Caller Caller
 	Op     Op
 	// Need is the level Op requires; 0 for an operation not in the table.
-	Need   Level
+	Need  Level
 	Roles Roles
 	// Target names the operation in the message instead of Op, as the
 	// transport's user knows it (e.g. "/v1/reload", "Reload"). Optional.

@@ -67,7 +67,7 @@ type Settings struct {
 // Options are a Manager's fixed parts.
 type Options struct {
 	Transport Transport
-	NodeID uint64
+	NodeID    uint64
 	// ListenHost is the address the control endpoint binds to, with the
 	// port of Settings; default "::" (every address). Tests bind loopback
 	// addresses.
@@ -151,10 +151,12 @@ type Manager struct {
 	published time.Time
 	notSent   uint64
 	resolving int
-	outbox    map[string][]peer.Target // probes of this tick by local port
-	repSpare  []peer.Reply             // the other reply buffer
-	waiting   int                      // one-shot probes waiting
-	faults    map[string]string        // local port -> why it is the suspect
+	// lookups counts the resolve goroutines; Run waits for them.
+	lookups  sync.WaitGroup
+	outbox   map[string][]peer.Target // probes of this tick by local port
+	repSpare []peer.Reply             // the other reply buffer
+	waiting  int                      // one-shot probes waiting
+	faults   map[string]string        // local port -> why it is the suspect
 	// The control endpoint in force (m.ctl), its Serve goroutine's end,
 	// the port it is bound to, and why that is not the configured one.
 	// Endpoints that replace each other share the counters.
@@ -359,6 +361,13 @@ func (m *Manager) ProbeOnce(ctx context.Context, name string) (apitype.Peer, err
 
 // Run opens the control endpoint and probes until ctx is done.
 func (m *Manager) Run(ctx context.Context) error {
+	// The host name lookups run on ctx's child: Run cancels them and
+	// waits for them before it returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		m.lookups.Wait()
+	}()
 	m.serveErr = make(chan ctlErr, 1)
 	if err := m.listen(ctx, m.cfg.Port); err != nil {
 		return err
@@ -971,7 +980,9 @@ func (m *Manager) resolve(ctx context.Context, p *mpeer) {
 	}
 	m.resolving++
 	name := p.spec.Name
+	m.lookups.Add(1)
 	go func() {
+		defer m.lookups.Done()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		ips, err := m.opts.Lookup(rctx, name)

@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/state"
+)
+
+// The main loop is the one writer of the store (DESIGN.md, "One writer"):
+// code that runs on it calls d.store.Update and d.setComponent. Every other
+// goroutine (event sources, the peer prober, the D-Bus service, the metrics
+// listener) hands its update to the main loop through the mailbox, so that
+// no two writers interleave read-modify-write passes over the snapshot and
+// an update never lands in the middle of a reload or a policy pass.
+//
+// Updates are keyed: a later update under the same key replaces one the
+// loop has not applied yet (the latest component state, the latest peer
+// view), so a goroutine never waits for the loop and the mailbox stays as
+// small as the number of keys. Updates under different keys are applied in
+// the order they were first posted.
+type mailbox struct {
+	mu      sync.Mutex
+	pending map[string]func(*apitype.Snapshot)
+	order   []string
+	ready   chan struct{} // one token while updates are pending
+}
+
+func newMailbox() *mailbox {
+	return &mailbox{pending: map[string]func(*apitype.Snapshot){}, ready: make(chan struct{}, 1)}
+}
+
+// post leaves f for the main loop under key.
+func (m *mailbox) post(key string, f func(*apitype.Snapshot)) {
+	m.mu.Lock()
+	if _, ok := m.pending[key]; !ok {
+		m.order = append(m.order, key)
+	}
+	m.pending[key] = f
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pending updates in order and empties the mailbox.
+func (m *mailbox) take() []func(*apitype.Snapshot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fs := make([]func(*apitype.Snapshot), 0, len(m.order))
+	for _, k := range m.order {
+		fs = append(fs, m.pending[k])
+	}
+	clear(m.pending)
+	m.order = m.order[:0]
+	return fs
+}
+
+// report records a component's health from any goroutine: the main loop
+// applies it (see mailbox).
+func (d *Daemon) report(name, st string, err error) {
+	now := time.Now()
+	d.mail.post("component/"+name, func(s *apitype.Snapshot) { state.SetComponent(s, name, st, err, now) })
+}
+
+// applyMail applies what other goroutines posted, in one snapshot, and
+// says again whether the node is healthy. Runs on the main loop.
+func (d *Daemon) applyMail() {
+	fs := d.mail.take()
+	if len(fs) == 0 {
+		return
+	}
+	d.store.Update(func(s *apitype.Snapshot) {
+		for _, f := range fs {
+			f(s)
+		}
+		if s.State == apitype.Running || s.State == apitype.Degraded {
+			d.summarise(s, apitype.Running)
+		}
+	})
+}
