@@ -29,6 +29,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/inventory"
+	"github.com/rdmad/rdmad/policy"
 )
 
 // Options are rdmad's command-line settings.
@@ -68,7 +69,7 @@ type Daemon struct {
 	cfg    *config.Config
 	socket string
 	gen    uint64
-	rec    *reconciler
+	rec    *policy.Reconciler
 	verbs  *verbsParts
 	// parts owns every goroutine the daemon starts, also those a reload
 	// starts or restarts (supervise.go).
@@ -164,7 +165,7 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent("config-watch", apitype.OK, nil)
 	}
 
-	d.rec = newReconciler(d.log)
+	d.rec = policy.NewReconciler(d.log)
 	defer d.rec.Close()
 	ev := d.startEvents()
 	d.startPeers()
@@ -239,7 +240,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.verbs.publish()
 		case dev := <-d.verbs.devices:
 			d.refresh("verbs async event on " + dev)
-			d.reconcile(&scope{devices: map[string]bool{dev: true}})
+			d.reconcile(&policy.Scope{Devices: map[string]bool{dev: true}})
 		case <-d.followUp.C:
 			// The kernel fills a new device's GID table after the
 			// uevent, without an event of its own: look once more.
@@ -292,7 +293,7 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 			}
 		}
 		d.refresh("reload")
-		d.rec.forget()
+		d.rec.Forget()
 		d.reconcile(nil)
 		d.reloadPeers()
 		d.verbs.apply(cfg)
@@ -478,7 +479,7 @@ func (b backend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 
 func (b backend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
 	var cs []apitype.Change
-	err := b.d.do(ctx, func() { cs, _ = b.d.rec.pass(b.d.cfg, b.d.store.Load().Devices, nil, false) })
+	err := b.d.do(ctx, func() { cs, _ = b.d.rec.Pass(b.d.declared(), portsOf(b.d.store.Load().Devices), nil, false) })
 	return cs, err
 }
 

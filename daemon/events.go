@@ -11,6 +11,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/linkwatch"
 	"github.com/rdmad/rdmad/daemon/linkwatch/coalesce"
 	"github.com/rdmad/rdmad/daemon/uevent"
+	"github.com/rdmad/rdmad/policy"
 )
 
 // events are the kernel's notifications, each saying "look again at X".
@@ -97,7 +98,7 @@ func (d *Daemon) onLink(e linkwatch.Event) {
 		// RoCE GIDs follow the netdev's addresses, a moment later.
 		d.lookAgain()
 	}
-	d.reconcile(&scope{netdevs: map[string]bool{e.Name: true}})
+	d.reconcile(&policy.Scope{Netdevs: map[string]bool{e.Name: true}})
 }
 
 // lookAgain schedules one more inventory read shortly: the kernel fills a
@@ -120,7 +121,7 @@ func (d *Daemon) lookAgain() {
 func (d *Daemon) onUevent(e uevent.Event) {
 	name := path.Base(e.DevPath)
 	d.log.Debug("uevent", "action", e.Action, "subsystem", e.Subsystem, "device", name)
-	sc := &scope{netdevs: map[string]bool{}, devices: map[string]bool{}}
+	sc := &policy.Scope{Netdevs: map[string]bool{}, Devices: map[string]bool{}}
 	switch e.Subsystem {
 	case "infiniband":
 		if e.Action == "remove" {
@@ -128,7 +129,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 			d.verbs.deviceEvent(e.Action, name)
 		}
 		d.refresh("uevent " + e.Action + " " + name)
-		sc.devices[name] = true
+		sc.Devices[name] = true
 		if e.Action != "remove" {
 			d.verbs.deviceEvent(e.Action, name)
 		}
@@ -136,7 +137,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 		d.lookAgain()
 	case "infiniband_verbs":
 		if dev := d.uverbsEvent(e.Action, name); dev != "" {
-			sc.devices[dev] = true
+			sc.Devices[dev] = true
 		}
 	case "net":
 		if ifname := e.Env["INTERFACE"]; ifname != "" {
@@ -145,7 +146,7 @@ func (d *Daemon) onUevent(e uevent.Event) {
 		if e.Action == "move" || d.isPortNetdev(name) {
 			d.refresh("uevent " + e.Action + " " + name)
 		}
-		sc.netdevs[name] = true
+		sc.Netdevs[name] = true
 	}
 	d.reconcile(sc)
 }
@@ -165,8 +166,8 @@ func (d *Daemon) isPortNetdev(name string) bool {
 
 // reconcile runs a policy pass over sc (nil: everything) and publishes the
 // result.
-func (d *Daemon) reconcile(sc *scope) []apitype.Change {
-	changes, policies := d.rec.pass(d.cfg, d.store.Load().Devices, sc, true)
+func (d *Daemon) reconcile(sc *policy.Scope) []apitype.Change {
+	changes, policies := d.rec.Pass(d.declared(), portsOf(d.store.Load().Devices), sc, true)
 	if reflect.DeepEqual(d.store.Load().Policy.Policies, policies) {
 		return changes // nothing new to publish
 	}
@@ -179,4 +180,22 @@ func (d *Daemon) reconcile(sc *scope) []apitype.Change {
 		d.summarise(s, st)
 	})
 	return changes
+}
+
+// declared is what the configuration in force asks the reconciler for.
+func (d *Daemon) declared() policy.Declared {
+	m := d.cfg.Memlock
+	return policy.Declared{Rules: d.cfg.Rules(), Memlock: policy.Memlock{Daemon: m.Daemon, Users: m.Users,
+		UsersDomain: m.UsersDomain, LimitsFile: m.LimitsFile}}
+}
+
+// portsOf lists the RDMA ports of devs, for the reconciler.
+func portsOf(devs []apitype.Device) []policy.Port {
+	var ps []policy.Port
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			ps = append(ps, policy.Port{Device: d.Name, Port: p.Port, Netdev: p.Netdev})
+		}
+	}
+	return ps
 }

@@ -33,6 +33,14 @@ type Rule struct {
 	RoCE *RoCERule
 }
 
+// Mode is how status names the rule's mode: "observe" or "enforce".
+func (r Rule) Mode() string {
+	if r.Observe {
+		return "observe"
+	}
+	return "enforce"
+}
+
 // A RoCERule is what a Rule wants of RDMA-CM on its ports.
 type RoCERule struct {
 	// ToS is the default type of service (0-255); nil leaves it unmanaged.

@@ -1,4 +1,4 @@
-package daemon
+package policy
 
 import (
 	"io"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -28,15 +27,15 @@ func memlockTargets(ps []apitype.PolicyStatus) []apitype.Target {
 // limits_file moves), is reported as a target, and a file rdmad did not
 // write is never removed.
 func TestUserMemlockRemoved(t *testing.T) {
-	r := &reconciler{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
+	r := &Reconciler{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
 		targets: map[string]entry{}, unsupported: map[string]int{}}
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "90-rdmad.conf"), filepath.Join(dir, "91-rdmad.conf")
 	size := memlock.Size(64 << 20)
-	cfg := config.Default()
-	cfg.Memlock.Users, cfg.Memlock.LimitsFile = &size, a
+	decl := Declared{Memlock: Memlock{UsersDomain: "*", LimitsFile: memlock.DefaultLimitsPath}}
+	decl.Memlock.Users, decl.Memlock.LimitsFile = &size, a
 
-	_, ps := r.pass(cfg, nil, nil, true)
+	_, ps := r.Pass(decl, nil, nil, true)
 	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != apitype.Applied || ts[0].Object != a {
 		t.Fatalf("write: targets %+v", ts)
 	}
@@ -45,8 +44,8 @@ func TestUserMemlockRemoved(t *testing.T) {
 	}
 
 	// limits_file moves: written at b, removed at a.
-	cfg.Memlock.LimitsFile = b
-	_, ps = r.pass(cfg, nil, nil, true)
+	decl.Memlock.LimitsFile = b
+	_, ps = r.Pass(decl, nil, nil, true)
 	if _, err := os.Lstat(a); !os.IsNotExist(err) {
 		t.Errorf("old limits file %s still there: %v", a, err)
 	}
@@ -64,15 +63,15 @@ func TestUserMemlockRemoved(t *testing.T) {
 	}
 
 	// The key goes: a diff says the file would go, then a pass removes it.
-	cfg.Memlock.Users = nil
-	cs, _ := r.pass(cfg, nil, nil, false)
+	decl.Memlock.Users = nil
+	cs, _ := r.Pass(decl, nil, nil, false)
 	if len(cs) != 1 || cs[0].Object != b || cs[0].To != "(removed)" {
 		t.Errorf("diff without users: %+v, want the removal of %s", cs, b)
 	}
 	if !memlock.IsOurs(b) {
 		t.Fatalf("a diff removed %s", b)
 	}
-	_, ps = r.pass(cfg, nil, nil, true)
+	_, ps = r.Pass(decl, nil, nil, true)
 	if _, err := os.Lstat(b); !os.IsNotExist(err) {
 		t.Errorf("limits file %s still there after users went: %v", b, err)
 	}
@@ -80,7 +79,7 @@ func TestUserMemlockRemoved(t *testing.T) {
 		t.Errorf("removal target: %+v", ts)
 	}
 	// Next pass: nothing to do, nothing reported.
-	if _, ps = r.pass(cfg, nil, nil, true); len(memlockTargets(ps)) != 0 {
+	if _, ps = r.Pass(decl, nil, nil, true); len(memlockTargets(ps)) != 0 {
 		t.Errorf("after the removal: %+v", memlockTargets(ps))
 	}
 
@@ -91,11 +90,11 @@ func TestUserMemlockRemoved(t *testing.T) {
 	if _, err := memlock.WriteLimits(other, nil); err != nil {
 		t.Fatal(err)
 	}
-	cfg2 := *cfg
-	cfg2.Memlock.LimitsFile = filepath.Join(dir, "92-rdmad.conf")
-	os.Symlink(other, cfg2.Memlock.LimitsFile)
-	for _, c := range []*config.Config{cfg, &cfg2} {
-		_, ps = r.pass(c, nil, nil, true)
+	decl2 := decl
+	decl2.Memlock.LimitsFile = filepath.Join(dir, "92-rdmad.conf")
+	os.Symlink(other, decl2.Memlock.LimitsFile)
+	for _, c := range []Declared{decl, decl2} {
+		_, ps = r.Pass(c, nil, nil, true)
 		if ts := memlockTargets(ps); len(ts) != 0 {
 			t.Errorf("foreign file at %s: targets %+v", c.Memlock.LimitsFile, ts)
 		}
@@ -103,14 +102,14 @@ func TestUserMemlockRemoved(t *testing.T) {
 	if got, _ := os.ReadFile(b); string(got) != "@hpc hard memlock unlimited\n" {
 		t.Errorf("admin's file changed: %q", got)
 	}
-	if _, err := os.Lstat(cfg2.Memlock.LimitsFile); err != nil || !memlock.IsOurs(other) {
+	if _, err := os.Lstat(decl2.Memlock.LimitsFile); err != nil || !memlock.IsOurs(other) {
 		t.Errorf("symlink or its target removed: %v", err)
 	}
 
 	// With the key set, an admin's file is not overwritten: an error that
 	// says what to do.
-	cfg.Memlock.Users = &size
-	_, ps = r.pass(cfg, nil, nil, true)
+	decl.Memlock.Users = &size
+	_, ps = r.Pass(decl, nil, nil, true)
 	ts := memlockTargets(ps)
 	if len(ts) != 1 || ts[0].State != apitype.TargetError || !strings.Contains(ts[0].Error, "not written by rdmad") || !strings.Contains(ts[0].Error, "limits_file") {
 		t.Errorf("users over an admin's file: %+v", ts)

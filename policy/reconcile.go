@@ -1,4 +1,4 @@
-package daemon
+package policy
 
 import (
 	"errors"
@@ -14,8 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/config"
-	"github.com/rdmad/rdmad/policy"
+	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/dcb"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
@@ -23,24 +22,42 @@ import (
 	"github.com/rdmad/rdmad/policy/roce"
 )
 
-// Change is one difference between desired and actual state.
-type Change = apitype.Change
+// Declared is everything the administrator declared that a Reconciler
+// enforces: the rules in configuration order, and the memlock settings.
+type Declared struct {
+	Rules   []Rule
+	Memlock Memlock
+}
 
-// A scope limits a pass to the objects an event touched. A nil scope is a
+// Memlock holds what [memlock] declares.
+type Memlock struct {
+	// Daemon is the RLIMIT_MEMLOCK rdmad raises for itself; nil leaves it.
+	Daemon *size.Size
+	// Users, when set, makes the reconciler keep LimitsFile with memlock
+	// rules for UsersDomain; unset, a LimitsFile rdmad wrote is removed.
+	Users       *size.Size
+	UsersDomain string
+	LimitsFile  string
+}
+
+// A Scope limits a pass to the objects an event touched. A nil Scope is a
 // full pass.
-type scope struct {
-	netdevs map[string]bool
-	devices map[string]bool
+type Scope struct {
+	Netdevs map[string]bool
+	Devices map[string]bool
 }
 
-func (s *scope) netdev(n string) bool { return s == nil || s.netdevs[n] }
-func (s *scope) port(p policy.Port) bool {
-	return s == nil || s.devices[p.Device] || (p.Netdev != "" && s.netdevs[p.Netdev])
+func (s *Scope) netdev(n string) bool { return s == nil || s.Netdevs[n] }
+func (s *Scope) port(p Port) bool {
+	return s == nil || s.Devices[p.Device] || (p.Netdev != "" && s.Netdevs[p.Netdev])
 }
 
-// A reconciler makes actual state match the policies. It is owned by the
-// daemon's main loop.
-type reconciler struct {
+// A Reconciler is the plan and its execution: it resolves the rules
+// against the netdevs and ports that exist, asks each applier for the
+// actual value, applies the difference where a rule enforces, and keeps
+// the targets' history (counters, last change). It is not safe for
+// concurrent use: the daemon's main loop owns it.
+type Reconciler struct {
 	log  *slog.Logger
 	mtu  *mtu.Client
 	dcb  *dcb.Conn
@@ -65,10 +82,10 @@ type entry struct {
 
 func targetKey(kind, object string) string { return kind + " " + object }
 
-// newReconciler opens the appliers' kernel interfaces. One that cannot be
+// NewReconciler opens the appliers' kernel interfaces. One that cannot be
 // opened is reported by its targets, not fatal.
-func newReconciler(log *slog.Logger) *reconciler {
-	r := &reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
+func NewReconciler(log *slog.Logger) *Reconciler {
+	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
 	var err error
 	if r.mtu, err = mtu.Open(mtu.Options{}); err != nil {
 		log.Error("rtnetlink unavailable; MTU policies cannot be applied", "err", err)
@@ -80,7 +97,8 @@ func newReconciler(log *slog.Logger) *reconciler {
 	return r
 }
 
-func (r *reconciler) Close() {
+// Close closes the appliers' kernel interfaces.
+func (r *Reconciler) Close() {
 	if r.mtu != nil {
 		r.mtu.Close()
 	}
@@ -89,20 +107,21 @@ func (r *reconciler) Close() {
 	}
 }
 
-// forget drops what is remembered of netdevs (after a reload, so every
+// Forget drops what is remembered of netdevs (after a reload, so every
 // setting is looked at afresh).
-func (r *reconciler) forget() { r.unsupported = map[string]int{} }
+func (r *Reconciler) Forget() { r.unsupported = map[string]int{} }
 
-// pass reconciles the objects in sc. With apply false it only computes the
-// changes enforcement would make and records nothing.
-func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, apply bool) ([]Change, []apitype.PolicyStatus) {
+// Pass reconciles the objects in sc among the RDMA ports given and the
+// host's netdevs. With apply false it only computes the changes
+// enforcement would make and records nothing: the plan, as `rdmactl policy
+// diff` shows it.
+func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]apitype.Change, []apitype.PolicyStatus) {
 	netdevs, index := listNetdevs()
-	ports := portsOf(devs)
-	want := policy.Resolve(cfg.Rules(), netdevs, ports)
+	want := Resolve(d.Rules, netdevs, ports)
 
-	var changes []Change
+	var changes []apitype.Change
 	seen := map[string]bool{}
-	record := func(src policy.Source, kind, object string, t apitype.Target, cs []Change) {
+	record := func(src Source, kind, object string, t apitype.Target, cs []apitype.Change) {
 		if t.State == "" {
 			return // gone; see failed
 		}
@@ -160,13 +179,13 @@ func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, 
 		t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
 		record(w.RoCESrc, "roce", p.String(), t, cs)
 	}
-	if sc == nil && cfg.Memlock.Daemon != nil {
-		t, cs := r.checkDaemonMemlock(*cfg.Memlock.Daemon, apply)
-		record(policy.Source{Policy: "memlock"}, "memlock", "rdmad", t, cs)
+	if sc == nil && d.Memlock.Daemon != nil {
+		t, cs := r.checkDaemonMemlock(*d.Memlock.Daemon, apply)
+		record(Source{Policy: "memlock"}, "memlock", "rdmad", t, cs)
 	}
-	if sc == nil && cfg.Memlock.Users != nil {
-		t, cs := r.checkUserMemlock(cfg.Memlock, apply)
-		record(policy.Source{Policy: "memlock"}, "memlock", cfg.Memlock.LimitsFile, t, cs)
+	if sc == nil && d.Memlock.Users != nil {
+		t, cs := r.checkUserMemlock(d.Memlock, apply)
+		record(Source{Policy: "memlock"}, "memlock", d.Memlock.LimitsFile, t, cs)
 	}
 	if sc == nil {
 		// A limits file rdmad wrote keeps applying at every login after
@@ -174,13 +193,13 @@ func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, 
 		// its old path when limits_file moves. Looking at the path in
 		// force (not only at what this process wrote) also catches a key
 		// removed while rdmad was stopped.
-		for _, path := range r.staleLimits(cfg.Memlock) {
+		for _, path := range r.staleLimits(d.Memlock) {
 			if t, cs := r.removeUserMemlock(path, apply); t.State != "" {
-				record(policy.Source{Policy: "memlock"}, "memlock", path, t, cs)
+				record(Source{Policy: "memlock"}, "memlock", path, t, cs)
 			}
 		}
-		if apply && cfg.Memlock.Users != nil {
-			r.limitsPath = cfg.Memlock.LimitsFile
+		if apply && d.Memlock.Users != nil {
+			r.limitsPath = d.Memlock.LimitsFile
 		}
 	}
 
@@ -194,7 +213,7 @@ func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, 
 		if seen[key] {
 			continue
 		}
-		inScope := sc == nil || sc.netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.devices[deviceOf(e.t.Object)])
+		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)])
 		_, ok := want.Matches[e.policy]
 		if e.t.Kind == "memlock" {
 			ok = true // not a [[policy]]; only full passes drop it
@@ -203,7 +222,7 @@ func (r *reconciler) pass(cfg *config.Config, devs []apitype.Device, sc *scope, 
 			delete(r.targets, key)
 		}
 	}
-	return changes, r.status(cfg, want)
+	return changes, r.status(d, want)
 }
 
 func deviceOf(object string) string {
@@ -216,8 +235,8 @@ func deviceOf(object string) string {
 }
 
 // status builds the per-policy view of the targets, in configuration order.
-func (r *reconciler) status(cfg *config.Config, want policy.Desired) []apitype.PolicyStatus {
-	out := make([]apitype.PolicyStatus, 0, len(cfg.Policies)+1)
+func (r *Reconciler) status(d Declared, want Desired) []apitype.PolicyStatus {
+	out := make([]apitype.PolicyStatus, 0, len(d.Rules)+1)
 	byPolicy := map[string][]apitype.Target{}
 	for _, e := range r.targets {
 		byPolicy[e.policy] = append(byPolicy[e.policy], e.t)
@@ -235,18 +254,18 @@ func (r *reconciler) status(cfg *config.Config, want policy.Desired) []apitype.P
 		}
 		out = append(out, apitype.PolicyStatus{Name: name, Mode: mode, Targets: ts})
 	}
-	for _, p := range cfg.Policies {
-		add(p.Name, p.Mode)
+	for _, p := range d.Rules {
+		add(p.Name, p.Mode())
 	}
 	// A removed limits file is a memlock target too, also once the
 	// [memlock] keys are gone.
-	if cfg.Memlock.Daemon != nil || cfg.Memlock.Users != nil || len(byPolicy["memlock"]) > 0 {
+	if d.Memlock.Daemon != nil || d.Memlock.Users != nil || len(byPolicy["memlock"]) > 0 {
 		add("memlock", "enforce")
 	}
 	return out
 }
 
-func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Target, []Change) {
+func (r *Reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: strconv.Itoa(desired)}
 	if r.mtu == nil {
 		return failed(t, errors.New("rtnetlink is unavailable (see the log)")), nil
@@ -260,11 +279,11 @@ func (r *reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Tar
 		t.State = apitype.InSync
 		return t, nil
 	}
-	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.mtu.Set(nd, desired) })
+	return settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.mtu.Set(nd, desired) })
 }
 
-func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (apitype.Target, []Change) {
-	t := apitype.Target{Desired: policy.FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
+func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (apitype.Target, []apitype.Change) {
+	t := apitype.Target{Desired: FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
 	if idx, ok := r.unsupported[nd]; ok && idx == ifindex {
 		if prev, ok := r.targets[targetKey("qos", nd)]; ok {
 			return prev.t, nil
@@ -283,7 +302,7 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	if err != nil {
 		return failed(t, err), nil
 	}
-	t.Actual = policy.FormatQoS(actual.Trust, actual.PFC, actual.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)
+	t.Actual = FormatQoS(actual.Trust, actual.PFC, actual.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)
 	plan, err := qos.Plan(want, actual)
 	if err != nil {
 		return failed(t, err), nil
@@ -292,9 +311,9 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		t.State = apitype.InSync
 		return t, nil
 	}
-	var cs []Change
+	var cs []apitype.Change
 	for _, c := range plan {
-		cs = append(cs, Change{From: c.From, To: c.String()})
+		cs = append(cs, apitype.Change{From: c.From, To: c.String()})
 	}
 	var applyErr error
 	t, cs = settle(t, cs, enforce, func() error {
@@ -308,7 +327,7 @@ func (r *reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	return t, cs
 }
 
-func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (apitype.Target, []Change) {
+func (r *Reconciler) checkRoCE(p Port, w PortWant, enforce bool) (apitype.Target, []apitype.Change) {
 	var want roce.Settings
 	desc := ""
 	t := apitype.Target{}
@@ -336,7 +355,7 @@ func (r *reconciler) checkRoCE(p policy.Port, w policy.PortWant, enforce bool) (
 		t.State = apitype.InSync
 		return t, nil
 	}
-	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.roce.Apply(p.Device, p.Port, want) })
+	return settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.roce.Apply(p.Device, p.Port, want) })
 }
 
 func roceString(tos *int, mode string) string {
@@ -368,7 +387,7 @@ func modeShort(m roce.Mode, managed string) string {
 	return string(m)
 }
 
-func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (apitype.Target, []Change) {
+func (r *Reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: want.String()}
 	cur, err := memlock.Observe()
 	if err != nil {
@@ -379,13 +398,13 @@ func (r *reconciler) checkDaemonMemlock(want memlock.Size, enforce bool) (apityp
 		t.State = apitype.InSync
 		return t, nil
 	}
-	return settle(t, []Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
+	return settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
 		_, err := memlock.Raise(want)
 		return err
 	})
 }
 
-func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (apitype.Target, []Change) {
+func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, []apitype.Change) {
 	rule := memlock.Rule{Domain: m.UsersDomain, Soft: *m.Users, Hard: *m.Users}
 	t := apitype.Target{Desired: fmt.Sprintf("%s memlock %s", rule.Domain, m.Users.String())}
 	if !enforce {
@@ -399,7 +418,7 @@ func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (apitype.T
 	t.Actual = t.Desired
 	if changed {
 		t.State = apitype.Applied
-		return t, []Change{{From: "(different or missing)", To: t.Desired}}
+		return t, []apitype.Change{{From: "(different or missing)", To: t.Desired}}
 	}
 	t.State = apitype.InSync
 	return t, nil
@@ -408,7 +427,7 @@ func (r *reconciler) checkUserMemlock(m config.Memlock, enforce bool) (apitype.T
 // staleLimits lists the limits files rdmad should no longer have: the
 // configured one when [memlock] users is unset, and the one of an earlier
 // pass when limits_file moved.
-func (r *reconciler) staleLimits(m config.Memlock) []string {
+func (r *Reconciler) staleLimits(m Memlock) []string {
 	var paths []string
 	if m.Users == nil {
 		paths = append(paths, m.LimitsFile)
@@ -422,9 +441,9 @@ func (r *reconciler) staleLimits(m config.Memlock) []string {
 // removeUserMemlock removes the limits file at path if rdmad wrote it (its
 // header says so; a symlink is never followed). A file that is not
 // rdmad's, or no file, is not rdmad's business: no target (State "").
-func (r *reconciler) removeUserMemlock(path string, enforce bool) (apitype.Target, []Change) {
+func (r *Reconciler) removeUserMemlock(path string, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: "(no file: [memlock] users is not set for this path)"}
-	cs := []Change{{From: "rdmad's memlock rules", To: "(removed)"}}
+	cs := []apitype.Change{{From: "rdmad's memlock rules", To: "(removed)"}}
 	if !enforce {
 		// A diff only says what would go.
 		if !memlock.IsOurs(path) {
@@ -459,7 +478,7 @@ func (r *reconciler) removeUserMemlock(path string, enforce bool) (apitype.Targe
 // settle finishes t for a setting that differs from its desired value: a
 // policy in observe mode (or a dry run) reports it drifted; otherwise apply
 // runs and t is applied or failed.
-func settle(t apitype.Target, cs []Change, enforce bool, apply func() error) (apitype.Target, []Change) {
+func settle(t apitype.Target, cs []apitype.Change, enforce bool, apply func() error) (apitype.Target, []apitype.Change) {
 	if !enforce {
 		t.State = apitype.Drifted
 		return t, cs
@@ -495,14 +514,4 @@ func listNetdevs() ([]string, map[string]int) {
 		index[i.Name] = i.Index
 	}
 	return names, index
-}
-
-func portsOf(devs []apitype.Device) []policy.Port {
-	var ps []policy.Port
-	for _, d := range devs {
-		for _, p := range d.Ports {
-			ps = append(ps, policy.Port{Device: d.Name, Port: p.Port, Netdev: p.Netdev})
-		}
-	}
-	return ps
 }
