@@ -14,7 +14,7 @@
 // carry an HMAC tag over their bytes and both GIDs (payload.go).
 //
 // The package knows nothing of peers, schedules or health: the daemon
-// (daemon/peers) decides whom to probe and when, admits the sources the
+// (verbs/pingmesh) decides whom to probe and when, admits the sources the
 // responder answers (learned through its control endpoint), and turns
 // replies and timeouts into peer states.
 //
