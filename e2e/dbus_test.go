@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -125,5 +126,53 @@ func TestDBusReload(t *testing.T) {
 	}
 	if got := dbusGeneration(t); got != before+1 {
 		t.Errorf("ConfigGeneration = %d after nobody's Reload, want %d", got, before+1)
+	}
+}
+
+// TestDBusDoctor: Doctor on the system bus runs the troubleshooting table
+// in rdmad, in its sandbox, as GET /v1/doctor does: on rxe0 the device,
+// verbs and port checks pass; the caller's own checks (clock, memlock-user)
+// are not rdmad's. nobody, not in the socket group, is refused by rdmad
+// although the installed bus policy lets the call through.
+func TestDBusDoctor(t *testing.T) {
+	dbusReady(t)
+	out := mustRun(t, "busctl", "--system", "--json=short", "call", dbusName, dbusPath, dbusIface, "Doctor", "u", "0")
+	var reply struct {
+		Type string `json:"type"`
+		Data []json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(out), &reply); err != nil || len(reply.Data) != 2 || reply.Type != "sa(sssss)" {
+		t.Fatalf("busctl call Doctor = %s (%v), want (s, a(sssss))", out, err)
+	}
+	var worst string
+	var checks [][]string
+	if err := json.Unmarshal(reply.Data[0], &worst); err != nil {
+		t.Fatalf("worst: %v", err)
+	}
+	if err := json.Unmarshal(reply.Data[1], &checks); err != nil {
+		t.Fatalf("checks: %v", err)
+	}
+	byID := map[string][]string{}
+	for _, c := range checks {
+		if len(c) != 5 {
+			t.Fatalf("check %q has %d fields, want 5", c, len(c))
+		}
+		byID[c[0]] = c
+	}
+	for _, id := range []string{"daemon", "devices", "uverbs", "ports"} {
+		if c := byID[id]; c == nil || c[2] != "ok" {
+			t.Errorf("Doctor check %s = %q, want ok", id, c)
+		}
+	}
+	for _, id := range []string{"clock", "memlock-user"} {
+		if c := byID[id]; c != nil {
+			t.Errorf("Doctor ran %s, a check of the caller's session: %q", id, c)
+		}
+	}
+	t.Logf("Doctor: worst %s, %d checks", worst, len(checks))
+
+	out, err := dbusAsNobody("call", dbusName, dbusPath, dbusIface, "Doctor", "u", "0")
+	if err == nil || !strings.Contains(err.Error(), "Access denied") {
+		t.Errorf("busctl call Doctor as nobody: %q, %v; want access denied", out, err)
 	}
 }
