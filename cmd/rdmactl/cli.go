@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // Exit codes; rdmactl(8) documents them.
@@ -21,121 +23,71 @@ const (
 
 type globals struct {
 	socket string
-	json   bool
+	// socketFrom says where socket came from: "--socket", "RDMAD_SOCKET"
+	// or "" (the default), for the errors that name it.
+	socketFrom string
+	// socketErr is set when the socket's path exists and is not a socket.
+	socketErr error
+	json      bool
+	// full: print long texts whole. Set by --full, and whenever stdout is
+	// not a terminal (a pipe, a file, a test).
+	full   bool
 	stdout io.Writer
 	stderr io.Writer
 }
 
-type command struct {
-	name, args, help string
-	run              func(ctx context.Context, g *globals, c *client.Client, args []string) int
-}
-
-var commands []command
-
-func init() {
-	commands = []command{
-		{"status", "", "show the daemon, its configuration, devices, ports and components", cmdStatus},
-		{"reload", "", "reload the configuration (root or admin_group)", cmdReload},
-		{"policy", "diff|apply", "show what the policies would change / apply them now (apply: root or admin_group)", cmdPolicy},
-		{"watch", "", "print state changes as they happen (links, policy, config, components) until interrupted", cmdWatch},
-		{"doctor", "[-- --interval D]", "run the RDMA troubleshooting checks (exit 0 ok, 3 warn/fail, 1 could not run)", cmdDoctor},
-		{"version", "", "print rdmactl's and rdmad's versions", cmdVersion},
-		{"peers", "", "show peer probes: state, RTT and loss per peer and port", cmdPeers},
-		{"probe", "PEER", "probe a configured peer now (root or admin_group)", cmdProbe},
-		{"help", "", "show this help", nil},
-	}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: rdmactl [--socket PATH] [--json] COMMAND\n\nCommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name+" "+c.args, c.help)
-	}
-	fmt.Fprintf(w, `
-Flags:
-  --socket PATH  rdmad's socket (default $RDMAD_SOCKET or /run/rdmad/rdmad.sock)
-  --json         print the API's JSON instead of tables
-
-Exit codes: 0 ok, 1 error or daemon unreachable, 2 usage, 3 degraded.
-`)
-}
-
 // run is rdmactl without the process around it, for tests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{socket: client.DefaultSocket(), stdout: stdout, stderr: stderr}
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--json" || a == "-j":
-			g.json = true
-		case a == "--socket" || a == "-s":
-			if i+1 >= len(args) {
-				fmt.Fprintln(stderr, "rdmactl: --socket needs a path, e.g. --socket /run/rdmad/rdmad.sock")
-				return exitUsage
-			}
-			i++
-			g.socket = args[i]
-		case strings.HasPrefix(a, "--socket="):
-			g.socket = strings.TrimPrefix(a, "--socket=")
-		case a == "-h" || a == "--help":
+	p, err := parse(args)
+	if p.help && !errors.Is(err, errUnknownCommand) {
+		if p.cmd != nil {
+			commandUsage(stdout, p.cmd)
+		} else {
 			usage(stdout)
-			return exitOK
-		case a == "--":
-			rest = append(rest, args[i+1:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "-") && a != "-" && len(rest) > 0:
-			// After the command name, other flags are the command's
-			// (rdmactl doctor --interval 5s).
-			rest = append(rest, a)
-		case strings.HasPrefix(a, "-") && a != "-":
-			fmt.Fprintf(stderr, "rdmactl: unknown flag %s\n\n", a)
-			usage(stderr)
-			return exitUsage
-		default:
-			rest = append(rest, a)
 		}
+		return exitOK
 	}
-	if len(rest) == 0 {
+	if err != nil {
+		usageError(stderr, p.cmd, err)
+		return exitUsage
+	}
+	if p.version {
+		fmt.Fprintf(stdout, "rdmactl %s\n", version)
+		return exitOK
+	}
+	if p.cmd == nil {
 		fmt.Fprintln(stderr, "rdmactl: no command given")
+		fmt.Fprintln(stderr)
 		usage(stderr)
 		return exitUsage
 	}
-	name := rest[0]
-	for _, c := range commands {
-		if c.name != name {
-			continue
-		}
-		if c.run == nil {
-			usage(stdout)
-			return exitOK
-		}
-		return c.run(ctx, g, client.New(g.socket), rest[1:])
+	if err := checkArgs(p.cmd, p.args); err != nil {
+		usageError(stderr, p.cmd, err)
+		return exitUsage
 	}
-	fmt.Fprintf(stderr, "rdmactl: unknown command %q\n\n", name)
-	usage(stderr)
-	return exitUsage
-}
 
-func noArgs(g *globals, name string, args []string) bool {
-	if len(args) > 0 {
-		fmt.Fprintf(g.stderr, "rdmactl %s: unexpected argument %q; %s takes none\n", name, args[0], name)
-		return false
+	g := &globals{socket: client.DefaultSocket(), json: p.json, full: p.full || !isTerminal(stdout), stdout: stdout, stderr: stderr}
+	if p.socket != nil {
+		g.socket, g.socketFrom = *p.socket, "--socket"
+	} else if os.Getenv("RDMAD_SOCKET") != "" {
+		g.socketFrom = "RDMAD_SOCKET"
 	}
-	return true
+	if p.cmd.daemon {
+		// A path that is not a socket fails here with what it is, not
+		// with the dial's "connection refused".
+		g.socketErr = checkSocket(g.socket, g.socketFrom)
+		if g.socketErr != nil && !p.cmd.withoutDaemon {
+			return fail(g, g.socketErr)
+		}
+	}
+	return p.cmd.run(ctx, g, client.New(g.socket), call{args: p.args, flags: p.flags})
 }
 
 // fail prints err the way a person should read it and returns the exit code.
 func fail(g *globals, err error) int {
-	var nr *client.NotRunningError
-	var ad *client.AccessDeniedError
-	switch {
-	case errors.As(err, &nr), errors.As(err, &ad):
-		fmt.Fprintln(g.stderr, "rdmactl:", err)
-	case errors.Is(err, context.Canceled):
+	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(g.stderr, "rdmactl: interrupted")
-	default:
+	} else {
 		fmt.Fprintln(g.stderr, "rdmactl:", err)
 	}
 	return exitError
@@ -147,21 +99,21 @@ func printJSON(w io.Writer, v any) {
 	enc.Encode(v)
 }
 
-func cmdVersion(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if !noArgs(g, "version", args) {
-		return exitUsage
-	}
+func cmdVersion(ctx context.Context, g *globals, c *client.Client, x call) int {
 	out := map[string]string{"rdmactl": version}
-	s, err := c.Status(ctx)
+	err := g.socketErr
 	if err == nil {
-		out["rdmad"] = s.Version
+		var s *apitype.Snapshot
+		if s, err = c.Status(ctx); err == nil {
+			out["rdmad"] = s.Version
+		}
 	}
 	if g.json {
 		printJSON(g.stdout, out)
 	} else {
 		fmt.Fprintf(g.stdout, "rdmactl %s\n", version)
-		if err == nil {
-			fmt.Fprintf(g.stdout, "rdmad   %s\n", s.Version)
+		if v, ok := out["rdmad"]; ok {
+			fmt.Fprintf(g.stdout, "rdmad   %s\n", v)
 		}
 	}
 	if err != nil {
@@ -171,10 +123,7 @@ func cmdVersion(ctx context.Context, g *globals, c *client.Client, args []string
 	return exitOK
 }
 
-func cmdReload(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if !noArgs(g, "reload", args) {
-		return exitUsage
-	}
+func cmdReload(ctx context.Context, g *globals, c *client.Client, x call) int {
 	res, err := c.Reload(ctx)
 	if err != nil {
 		return fail(g, err)
@@ -189,6 +138,20 @@ func cmdReload(ctx context.Context, g *globals, c *client.Client, args []string)
 	if !res.OK {
 		return exitDegraded
 	}
+	return exitOK
+}
+
+func cmdHelp(ctx context.Context, g *globals, c *client.Client, x call) int {
+	if len(x.args) == 0 {
+		usage(g.stdout)
+		return exitOK
+	}
+	cmd := lookupCommand(x.args[0])
+	if cmd == nil {
+		usageError(g.stderr, lookupCommand("help"), unknownCommand(x.args[0]))
+		return exitUsage
+	}
+	commandUsage(g.stdout, cmd)
 	return exitOK
 }
 

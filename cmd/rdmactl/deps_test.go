@@ -60,7 +60,7 @@ func TestDeps(t *testing.T) {
 				t.Errorf("rdmactl links %s: only the wire types, the client, the doctor and the inventory may be linked (see DESIGN.md's layout)", p)
 			}
 		case p == "golang.org/x/sys/unix":
-			// adjtimex for the doctor's clock check.
+			// adjtimex for the doctor's clock check, TCGETS for the terminal check.
 		default:
 			for _, f := range forbidden {
 				if strings.HasPrefix(p, f) {

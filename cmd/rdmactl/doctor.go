@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,26 +20,29 @@ import (
 // itself: the checks that need rdmad's state skip. Exit codes: 0 when
 // every check is ok or skipped, 3 when any warns or fails, 1 when it could
 // not run.
-func cmdDoctor(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(g.stderr)
-	interval := fs.Duration("interval", 2*time.Second, "time between the two counter reads of the rising-counter checks (0 skips them)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+func cmdDoctor(ctx context.Context, g *globals, c *client.Client, x call) int {
+	interval := 2 * time.Second
+	if v, ok := x.flags["interval"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			usageError(g.stderr, lookupCommand("doctor"), fmt.Errorf("--interval %q is not a duration; give one such as 5s or 500ms", v))
+			return exitUsage
+		}
+		interval = d
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(g.stderr, "rdmactl doctor: unexpected argument %q; doctor takes only --interval\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *interval < 0 || *interval > 10*time.Second {
-		fmt.Fprintf(g.stderr, "rdmactl doctor: --interval %s is out of range; use 0 to 10s\n", *interval)
+	if interval < 0 || interval > 10*time.Second {
+		usageError(g.stderr, lookupCommand("doctor"), fmt.Errorf("--interval %s is out of range; use 0 to 10s", interval))
 		return exitUsage
 	}
 
-	env := &doctor.Env{Ctx: ctx, SysRoot: "/", ProcRoot: "/proc", DevRoot: "/dev", Interval: *interval}
-	dctx, cancel := context.WithTimeout(ctx, *interval+20*time.Second)
-	rep, err := c.Doctor(dctx, *interval)
-	cancel()
+	env := &doctor.Env{Ctx: ctx, SysRoot: "/", ProcRoot: "/proc", DevRoot: "/dev", Interval: interval}
+	var rep apitype.DoctorReport
+	err := g.socketErr // the path is not a socket: run the table here
+	if err == nil {
+		dctx, cancel := context.WithTimeout(ctx, interval+20*time.Second)
+		rep, err = c.Doctor(dctx, interval)
+		cancel()
+	}
 	var ae *client.AccessDeniedError
 	var api *client.APIError
 	switch {

@@ -11,10 +11,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if !noArgs(g, "peers", args) {
-		return exitUsage
-	}
+func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 	s, err := c.Status(ctx)
 	if err != nil {
 		return fail(g, err)
@@ -34,12 +31,8 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, args []string) 
 	return peersExit(s.Peers.Peers...)
 }
 
-func cmdProbe(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(g.stderr, "rdmactl probe: say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer)")
-		return exitUsage
-	}
-	p, err := c.Probe(ctx, args[0])
+func cmdProbe(ctx context.Context, g *globals, c *client.Client, x call) int {
+	p, err := c.Probe(ctx, x.args[0])
 	if err != nil {
 		return fail(g, err)
 	}

@@ -10,25 +10,9 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if len(args) != 1 || (args[0] != "diff" && args[0] != "apply") {
-		fmt.Fprintln(g.stderr, "rdmactl policy: say `policy diff` (what would change) or `policy apply` (apply now)")
-		return exitUsage
-	}
-	if args[0] == "diff" {
-		cs, err := c.PolicyDiff(ctx)
-		if err != nil {
-			return fail(g, err)
-		}
-		if g.json {
-			printJSON(g.stdout, map[string]any{"changes": cs})
-		} else {
-			printChanges(g.stdout, cs)
-		}
-		if len(cs) > 0 {
-			return exitDegraded
-		}
-		return exitOK
+func cmdPolicy(ctx context.Context, g *globals, c *client.Client, x call) int {
+	if x.args[0] == "diff" {
+		return policyDiff(ctx, g, c)
 	}
 	res, err := c.PolicyApply(ctx)
 	if err != nil {
@@ -37,9 +21,7 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string)
 	if g.json {
 		printJSON(g.stdout, res)
 	} else {
-		printChanges(g.stdout, res.Changes)
-		fmt.Fprintln(g.stdout)
-		printPolicies(g.stdout, res.Policy.Policies)
+		printApply(g.stdout, res, &shortener{full: g.full})
 	}
 	for _, p := range res.Policy.Policies {
 		for _, t := range p.Targets {
@@ -49,6 +31,79 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, args []string)
 		}
 	}
 	return exitOK
+}
+
+// policyDiff is `policy diff`: the changes a pass would make, and the
+// policies that would make none because they match nothing here. Those
+// come from the status (a policy without targets): "in sync" would hide a
+// policy whose globs name no netdev or device of this node.
+func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
+	cs, err := c.PolicyDiff(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json {
+		printJSON(g.stdout, apitype.DiffResult{Changes: cs})
+	} else {
+		s, err := c.Status(ctx)
+		if err != nil {
+			printChanges(g.stdout, cs)
+			fmt.Fprintf(g.stderr, "rdmactl: cannot tell which policies match nothing: %v\n", err)
+			return exitError
+		}
+		printDiff(g.stdout, cs, s.Policy.Policies)
+	}
+	if len(cs) > 0 {
+		return exitDegraded
+	}
+	return exitOK
+}
+
+func printDiff(w io.Writer, cs []apitype.Change, ps []apitype.PolicyStatus) {
+	var rules, idle []string
+	for _, p := range ps {
+		if p.Name == "memlock" && len(p.Targets) > 0 {
+			continue // [memlock], not a [[policy]]
+		}
+		rules = append(rules, p.Name)
+		if len(p.Targets) == 0 {
+			idle = append(idle, p.Name)
+		}
+	}
+	switch {
+	case len(ps) == 0 && len(cs) == 0:
+		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		return
+	case len(cs) > 0:
+		printChanges(w, cs)
+	case len(idle) == 0:
+		fmt.Fprintln(w, "Everything is in sync with the policies.")
+	case len(idle) < len(rules):
+		fmt.Fprintln(w, "Nothing to change: every policy that matches something is in sync.")
+	default:
+		fmt.Fprintln(w, "Nothing to change, because no policy matches anything on this node.")
+	}
+	for _, n := range idle {
+		fmt.Fprintf(w, "Policy %q matches nothing on this node: no netdev or RDMA device fits its netdevs or devices globs, so it changes nothing here. Compare them with `ip link` and `rdma link`.\n", n)
+	}
+}
+
+// printApply prints what a policy pass found and did, then the targets;
+// without policies, no empty table.
+func printApply(w io.Writer, res apitype.ApplyResult, sh *shortener) {
+	ps := res.Policy.Policies
+	if len(ps) == 0 {
+		fmt.Fprintln(w, "No policy is declared: there is nothing to apply. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		return
+	}
+	if len(res.Changes) == 0 {
+		fmt.Fprintln(w, "Nothing to apply: the pass found no difference.")
+	} else {
+		printChanges(w, res.Changes)
+	}
+	fmt.Fprintln(w)
+	printPolicies(w, ps, sh)
+	sh.hint(w)
 }
 
 func printChanges(w io.Writer, cs []apitype.Change) {

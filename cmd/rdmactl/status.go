@@ -9,16 +9,14 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/size"
 )
 
-func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if !noArgs(g, "status", args) {
-		return exitUsage
-	}
+func cmdStatus(ctx context.Context, g *globals, c *client.Client, x call) int {
 	raw, err := c.StatusRaw(ctx)
 	if err != nil {
 		return fail(g, err)
@@ -33,7 +31,9 @@ func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string)
 			fmt.Fprintln(g.stdout)
 		}
 	} else {
-		printStatus(g.stdout, s)
+		sh := &shortener{full: g.full}
+		printStatus(g.stdout, s, sh)
+		sh.hint(g.stdout)
 	}
 	if !s.Healthy() {
 		return exitDegraded
@@ -41,7 +41,8 @@ func cmdStatus(ctx context.Context, g *globals, c *client.Client, args []string)
 	return exitOK
 }
 
-func printStatus(w io.Writer, s *apitype.Snapshot) {
+// printStatus prints the status tables; sh shortens their long texts.
+func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintf(w, "rdmad %s: %s (pid %d, up %s)\n", s.Version, s.State, s.PID, since(s.StartedAt))
 	cfg := "ok"
 	if s.Config.Error != "" {
@@ -77,14 +78,14 @@ func printStatus(w io.Writer, s *apitype.Snapshot) {
 			if p.ErrorKind != "" {
 				lastErr = p.ErrorKind + ": " + lastErr
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Device, p.Port, p.State,
-				rtts(p.Write), rtts(p.Read), rtts(p.Send), rtts(p.Warmup), p.Rounds, p.Failures, lastErr)
+			row(tw, p.Device, fmt.Sprint(p.Port), p.State, rtts(p.Write), rtts(p.Read), rtts(p.Send), rtts(p.Warmup),
+				fmt.Sprint(p.Rounds), fmt.Sprint(p.Failures), lastErr)
 		}
 		tw.Flush()
 	}
 	if len(s.MRPool) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "MRPOOL\tREGISTERED\tIN USE\tCLASSES\tCANARY")
+		fmt.Fprintln(tw, "MRPOOL\tREGISTERED\tIN USE\tCLASSES\tCANARY\tLAST ERROR")
 		for _, p := range s.MRPool {
 			reg := "no"
 			if p.Registered {
@@ -98,18 +99,15 @@ func printStatus(w io.Writer, s *apitype.Snapshot) {
 			if p.Canary.Registrations > 0 || p.Canary.Failures > 0 {
 				canary = fmt.Sprintf("%d ok, %d failed, last %s", p.Canary.Registrations, p.Canary.Failures, p.Canary.LastLatency.Round(time.Microsecond))
 			}
-			detail := strings.Join(cls, " ")
-			if p.LastError != "" {
-				detail += " (" + clip(p.LastError, 80) + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d (%s)\t%s\t%s\n", p.Device, reg, p.InUse, sizeOf(p.InUseBytes), detail, canary)
+			row(tw, p.Device, reg, fmt.Sprintf("%d (%s)", p.InUse, sizeOf(p.InUseBytes)), strings.Join(cls, " "), canary,
+				dash(sh.cell(p.LastError, 80)))
 		}
 		tw.Flush()
 	}
 
 	if len(s.Policy.Policies) > 0 {
 		fmt.Fprintln(w)
-		printPolicies(w, s.Policy.Policies)
+		printPolicies(w, s.Policy.Policies, sh)
 	}
 
 	fmt.Fprintln(w)
@@ -121,7 +119,13 @@ func printStatus(w io.Writer, s *apitype.Snapshot) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, c.State, ago(c.Since), clip(c.Error, 160))
+		// An error says what failed; a reason why a component is
+		// disabled or unavailable, and what to do.
+		detail := c.Error
+		if c.Reason != "" {
+			detail = strings.TrimPrefix(detail+"; "+c.Reason, "; ")
+		}
+		row(tw, n, c.State, ago(c.Since), sh.cell(detail, 160))
 	}
 	tw.Flush()
 }
@@ -186,7 +190,7 @@ func decodeSnapshot(raw []byte) (*apitype.Snapshot, error) {
 	return &s, nil
 }
 
-func printPolicies(w io.Writer, ps []apitype.PolicyStatus) {
+func printPolicies(w io.Writer, ps []apitype.PolicyStatus, sh *shortener) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
 	for _, p := range ps {
@@ -196,9 +200,9 @@ func printPolicies(w io.Writer, ps []apitype.PolicyStatus) {
 		for _, t := range p.Targets {
 			st := t.State
 			if t.Error != "" {
-				st += ": " + clip(t.Error, 120)
+				st += ": " + sh.cell(t.Error, 120)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Mode, t.Kind, t.Object, dash(t.Desired), dash(t.Actual), st)
+			row(tw, p.Name, p.Mode, t.Kind, t.Object, dash(t.Desired), dash(t.Actual), st)
 		}
 	}
 	tw.Flush()
@@ -213,14 +217,63 @@ func rtts(o apitype.OpStats) string {
 
 func sizeOf(n int64) string { return size.Size(n).String() }
 
-// clip shortens s to its first line and at most n bytes, for a table cell;
-// --json has the whole text.
+// A shortener decides how long texts go into table cells: on a terminal it
+// shortens them to their first line and a bound (and remembers that it
+// did); with full set (--full, or stdout not a terminal) it keeps them
+// whole. --json always has the whole text.
+type shortener struct {
+	full bool
+	cut  bool // a text was shortened
+}
+
+// cell returns s for a table cell of at most n bytes.
+func (sh *shortener) cell(s string, n int) string {
+	if sh.full {
+		return s
+	}
+	c := clip(s, n)
+	if c != s {
+		sh.cut = true
+	}
+	return c
+}
+
+// hint tells the reader of a terminal that texts were shortened and how to
+// see them whole.
+func (sh *shortener) hint(w io.Writer) {
+	if sh.cut {
+		fmt.Fprintln(w, "\nSome texts are shortened to fit the terminal (...): rdmactl status --full (-l) prints them whole.")
+	}
+}
+
+// clip shortens s to its first line and at most n bytes (not splitting a
+// UTF-8 sequence).
 func clip(s string, n int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " ..."
 	}
 	if len(s) > n {
-		s = s[:n-3] + "..."
+		i := n - 3
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i] + "..."
 	}
 	return s
+}
+
+// row writes one tab-separated table row. A last cell of several lines
+// continues on rows of its own, under its column; a line break in another
+// cell becomes a space.
+func row(w io.Writer, cells ...string) {
+	last := len(cells) - 1
+	for i := range last {
+		cells[i] = strings.ReplaceAll(cells[i], "\n", " ")
+	}
+	lines := strings.Split(strings.TrimRight(cells[last], "\n"), "\n")
+	cells[last] = lines[0]
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+	for _, l := range lines[1:] {
+		fmt.Fprintln(w, strings.Repeat("\t", last)+l)
+	}
 }

@@ -15,7 +15,7 @@ func TestPrintStatusNoDevice(t *testing.T) {
 	s := &apitype.Snapshot{Version: "t", State: apitype.Degraded, Devices: []apitype.Device{},
 		Components: map[string]apitype.Component{"inventory": {State: apitype.Unavailable, Error: apitype.NoDevice, Since: time.Now()}}}
 	var b bytes.Buffer
-	printStatus(&b, s)
+	printStatus(&b, s, &shortener{full: true})
 	for _, want := range []string{"DEGRADED: no RDMA device: rdmad can prove nothing on this node", "rdma link add rxe0 type rxe netdev eth0", "ls /sys/class/infiniband"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())

@@ -11,14 +11,17 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-// cmdWatch prints rdmad's state changes as they happen, until interrupted
-// (exit 0) or until rdmad ends the stream (dropped: exit 1, bye: exit 0).
-func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) int {
-	if !noArgs(g, "watch", args) {
-		return exitUsage
-	}
+// cmdWatch prints rdmad's state changes as they happen. Exit codes
+// (rdmactl(8)): 0 when interrupted, the normal end of a watch; 1 when the
+// stream ends any other way (rdmad stops and says bye, drops this watcher,
+// or the connection breaks), so that a script or unit running it sees
+// that the watch did not last.
+func cmdWatch(ctx context.Context, g *globals, c *client.Client, x call) int {
 	st, err := c.Watch(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return exitOK // interrupted before the stream opened
+		}
 		return fail(g, err)
 	}
 	defer st.Close()
@@ -40,7 +43,7 @@ func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) 
 				return exitOK // interrupted: the normal end of a watch
 			}
 			if errors.Is(err, io.EOF) {
-				fmt.Fprintln(g.stderr, "rdmactl watch: rdmad closed the stream")
+				fmt.Fprintln(g.stderr, "rdmactl watch: rdmad closed the stream without saying why; is it still running? (systemctl status rdmad)")
 				return exitError
 			}
 			return fail(g, err)
@@ -55,7 +58,8 @@ func cmdWatch(ctx context.Context, g *globals, c *client.Client, args []string) 
 			fmt.Fprintln(g.stderr, "rdmactl watch: rdmad dropped this watcher for reading too slowly; run it again")
 			return exitError
 		case apitype.EventBye:
-			return exitOK
+			fmt.Fprintln(g.stderr, "rdmactl watch: rdmad is stopping and ended the stream; run it again once rdmad is back (systemctl status rdmad)")
+			return exitError
 		}
 	}
 }

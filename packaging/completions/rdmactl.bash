@@ -1,36 +1,56 @@
-# bash completion for rdmactl(8). Keep the command list in step with
-# `rdmactl help`.
+# bash completion for rdmactl(8).
+# Generated from rdmactl's command table (cmd/rdmactl/commands.go) by
+# `rdmactl completion bash`; do not edit. After changing the table, run
+# go test ./cmd/rdmactl -run TestCompletionFiles -update
 _rdmactl() {
-	local cur prev words cword
-	local commands='status reload policy watch doctor peers probe version help'
-	_init_completion || return
+	local cur prev words cword split
+	local commands='status reload policy peers probe doctor watch version help'
+	_init_completion -s || return
 
+	# The value of a flag.
 	case $prev in
 	--socket | -s)
 		_filedir
 		return
 		;;
-	esac
-	if [[ $cur == -* ]]; then
-		COMPREPLY=($(compgen -W '--socket --json --help' -- "$cur"))
+	--interval)
 		return
-	fi
-	# The command (first non-flag word) and its subcommand.
+		;;
+	esac
+	$split && return
+
+	# The command (the first word that is neither a flag nor a flag's value)
+	# and how many words follow it.
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s) ((i++)) ;;
+		--socket | -s | --interval) ((i++)) ;;
 		-*) ;;
 		*)
-			[ -z "$cmd" ] && cmd=${words[i]}
-			((nargs++))
+			if [ -z "$cmd" ]; then
+				cmd=${words[i]}
+			else
+				((nargs++))
+			fi
 			;;
 		esac
 	done
-	if [ -z "$cmd" ]; then
-		COMPREPLY=($(compgen -W "$commands" -- "$cur"))
-	elif [ "$cmd" = policy ] && [ $nargs -eq 1 ]; then
-		COMPREPLY=($(compgen -W 'diff apply' -- "$cur"))
+
+	if [[ $cur == -* ]]; then
+		local flags
+		case $cmd in
+		'') flags='--socket --json --full --help --version' ;;
+		doctor) flags='--interval --socket --json --full --help' ;;
+		*) flags='--socket --json --full --help' ;;
+		esac
+		COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+		return
 	fi
+
+	case $cmd in
+	'') COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
+	policy) ((nargs == 0)) && COMPREPLY=($(compgen -W 'diff apply' -- "$cur")) ;;
+	help) ((nargs == 0)) && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
+	esac
 } &&
 	complete -F _rdmactl rdmactl

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+
+	"github.com/rdmad/rdmad/client"
+)
+
+// The command table: `rdmactl help`, each command's -h, the parser, and the
+// bash and zsh completions (`rdmactl completion bash|zsh`, checked in as
+// packaging/completions/) all come from it. A change here changes them all;
+// TestCompletionFiles fails until the files are regenerated.
+
+// A command is one rdmactl command.
+type command struct {
+	name string
+	// args is the synopsis of the positional arguments ("PEER", "[COMMAND]").
+	args string
+	// summary is the command's line in `rdmactl help` and the completions.
+	summary string
+	// help is the text of `rdmactl COMMAND -h`, wrapped when printed.
+	help string
+	// exits says what the exit codes mean for this command.
+	exits string
+	// flags are the command's own flags (global flags go anywhere).
+	flags []flagDef
+	// subs are the actions of a command that needs one (policy diff|apply).
+	subs []subcommand
+	// minArgs and maxArgs bound the positional arguments (without subs);
+	// missing says what to give when there are fewer than minArgs.
+	minArgs, maxArgs int
+	missing          string
+	// complete names what completes the first argument: "commands" or "".
+	complete string
+	// daemon: the command talks to rdmad (the socket is checked first).
+	daemon bool
+	// withoutDaemon: the command still does its part when rdmad cannot
+	// be reached (doctor runs the table itself, version prints
+	// rdmactl's); it reads globals.socketErr itself.
+	withoutDaemon bool
+	// hidden commands are not listed by help nor completed.
+	hidden bool
+	run    func(ctx context.Context, g *globals, c *client.Client, x call) int
+}
+
+// A subcommand is one action of a command.
+type subcommand struct{ name, summary string }
+
+// A flagDef is one flag: --long, -short, or both.
+type flagDef struct {
+	long, short string
+	// arg names the value ("PATH"); empty for a switch. eg is a value
+	// the errors show as an example.
+	arg, eg string
+	help    string
+	// files: complete the value with file names.
+	files bool
+	// topOnly: completion offers it only before the command (it is still
+	// accepted anywhere).
+	topOnly bool
+}
+
+// A call is one command's arguments and the values of its own flags, by
+// long name.
+type call struct {
+	args  []string
+	flags map[string]string
+}
+
+func (f *flagDef) example() string {
+	if f.eg != "" {
+		return f.eg
+	}
+	return f.arg
+}
+
+// The global flags, in the order help lists them; the constants index them.
+const (
+	flagSocket = iota
+	flagJSON
+	flagFull
+	flagHelp
+	flagVersion
+)
+
+var globalFlags = []flagDef{
+	{long: "socket", short: "s", arg: "PATH", eg: "/run/rdmad/rdmad.sock", files: true, help: "rdmad's socket ($RDMAD_SOCKET, else /run/rdmad/rdmad.sock)"},
+	{long: "json", short: "j", help: "print the API's JSON instead of tables"},
+	{long: "full", short: "l", help: "print long texts whole (shortened only on a terminal)"},
+	{long: "help", short: "h", help: "show this help, or a command's (rdmactl COMMAND -h)"},
+	{long: "version", topOnly: true, help: "print rdmactl's version and exit"},
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{
+			name:    "status",
+			summary: "rdmad, its configuration, devices, ports, policies, health",
+			help: "Show rdmad (version, state, configuration generation and load error), the RDMA devices with their " +
+				"ports and GIDs, the loopback probes, the memory registration pool, every policy target and the " +
+				"health of rdmad's components. On a terminal, long texts in the tables are shortened (--full shows " +
+				"them whole); when stdout is not a terminal, nothing is shortened.",
+			exits:  "0 healthy; 1 error or rdmad unreachable; 2 usage; 3 degraded (a configuration error, a component in error, a drifted or failed policy target, no RDMA device)",
+			daemon: true,
+			run:    cmdStatus,
+		},
+		{
+			name:    "reload",
+			summary: "reload the configuration (root or admin_group)",
+			help: "Ask rdmad to load its configuration files again. Prints the new generation, or why the files " +
+				"were rejected: the running configuration then stays in force.",
+			exits:  "0 loaded; 1 error, rdmad unreachable or access denied; 2 usage; 3 rejected (the running configuration stays)",
+			daemon: true,
+			run:    cmdReload,
+		},
+		{
+			name:    "policy",
+			args:    "diff|apply",
+			summary: "what the policies would change now, or apply them now",
+			help: "policy diff shows what applying the policies would change now, and names a policy that matches " +
+				"nothing on this node; it changes nothing. policy apply runs a full policy pass now (root or " +
+				"admin_group) and shows what changed and the state of every policy target.",
+			exits: "0 diff: in sync (a policy that matches nothing changes nothing), apply: every target in sync or applied; " +
+				"1 error, rdmad unreachable or access denied; 2 usage; 3 diff: something differs, apply: a target in error or drifted",
+			subs: []subcommand{
+				{"diff", "what the policies would change now; changes nothing"},
+				{"apply", "run a full policy pass now; root or admin_group"},
+			},
+			daemon: true,
+			run:    cmdPolicy,
+		},
+		{
+			name:    "peers",
+			summary: "peer probes: state, RTT and loss per peer and port",
+			help: "Show the peer probes: state, round-trip time and loss per peer and local port, the fleet key " +
+				"and fingerprint mismatches. A local port from which every peer is down is flagged LOCAL FAULT?, " +
+				"a group whose every peer is down while others answer GROUP FAULT?.",
+			exits:  "0 every probed peer up; 1 error or rdmad unreachable; 2 usage; 3 a peer not up",
+			daemon: true,
+			run:    cmdPeers,
+		},
+		{
+			name:    "probe",
+			args:    "PEER",
+			summary: "probe a configured peer now (root or admin_group)",
+			help:    "Probe a configured peer now (one round from every local probe port) and show the result.",
+			exits:   "0 the peer is up; 1 error, rdmad unreachable, access denied or not a configured peer; 2 usage; 3 the peer is not up",
+			minArgs: 1, maxArgs: 1,
+			missing: "say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer; `rdmactl peers` lists them)",
+			daemon:  true,
+			run:     cmdProbe,
+		},
+		{
+			name:    "doctor",
+			summary: "the RDMA troubleshooting checks, each with its fix",
+			help: "Print the RDMA troubleshooting table as rdmad ran it on this node, then the checks of your own " +
+				"session (memlock-user, clock); each warning or failure comes with its fix. When rdmad does not " +
+				"answer, rdmactl runs the table itself and the checks that need rdmad's state are skipped.",
+			exits: "0 every check ok or skipped; 1 the checks could not run; 2 usage; 3 a check warns or fails",
+			flags: []flagDef{
+				{long: "interval", arg: "DURATION", eg: "5s", help: "time between the two counter reads of the rising-counter checks (default 2s, 0 to 10s; 0 skips them)"},
+			},
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdDoctor,
+		},
+		{
+			name:    "watch",
+			summary: "print state changes as they happen, until interrupted",
+			help: "Print rdmad's state changes as they happen, one line each (--json: the stream's JSON lines), " +
+				"until interrupted.",
+			exits: "0 interrupted (Ctrl-C, SIGTERM); 1 the stream ended otherwise: rdmad stopped, dropped this " +
+				"watcher for reading too slowly, or could not be reached; 2 usage (never 3)",
+			daemon: true,
+			run:    cmdWatch,
+		},
+		{
+			name:          "version",
+			summary:       "rdmactl's and rdmad's versions",
+			help:          "Print the versions of rdmactl and of the running rdmad (rdmactl --version: rdmactl's only, without asking rdmad).",
+			exits:         "0 both printed; 1 rdmad did not answer (rdmactl's version is still printed); 2 usage",
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdVersion,
+		},
+		{
+			name:     "help",
+			args:     "[COMMAND]",
+			summary:  "this help, or a command's",
+			help:     "Show the commands and flags, or with COMMAND that command's usage, flags and exit codes (as rdmactl COMMAND -h).",
+			exits:    "0 shown; 2 no such command",
+			maxArgs:  1,
+			complete: "commands",
+			run:      cmdHelp,
+		},
+		{
+			name:    "completion",
+			args:    "bash|zsh",
+			summary: "print the shell completion script generated from this command table",
+			help: "Print the bash or zsh completion script of rdmactl. The packages install them " +
+				"(packaging/completions/ holds the same text).",
+			exits: "0 printed; 2 usage",
+			subs: []subcommand{
+				{"bash", "the bash completion script"},
+				{"zsh", "the zsh completion script"},
+			},
+			hidden: true,
+			run:    cmdCompletion,
+		},
+	}
+}
+
+// visible returns the commands help lists and the completions offer.
+func visible() []*command {
+	var out []*command
+	for _, c := range commands {
+		if !c.hidden {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func lookupCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rdmad/rdmad/client"
+)
+
+// The shell completions are generated from the command table, so that they
+// offer exactly the commands, actions and flags rdmactl has.
+// packaging/completions/ holds the generated files (the packages install
+// them); TestCompletionFiles fails when they differ from what this
+// generates, and `go test ./cmd/rdmactl -run TestCompletionFiles -update`
+// writes them again.
+
+const completionHeader = "Generated from rdmactl's command table (cmd/rdmactl/commands.go) by\n" +
+	"`rdmactl completion %s`; do not edit. After changing the table, run\n" +
+	"go test ./cmd/rdmactl -run TestCompletionFiles -update\n"
+
+func cmdCompletion(ctx context.Context, g *globals, c *client.Client, x call) int {
+	if x.args[0] == "bash" {
+		bashCompletion(g.stdout)
+	} else {
+		zshCompletion(g.stdout)
+	}
+	return exitOK
+}
+
+// longAndShort lists the ways to write the flags: --long and -short.
+func longAndShort(fs []flagDef, topLevel bool) []string {
+	var out []string
+	for _, f := range fs {
+		if f.topOnly && !topLevel {
+			continue
+		}
+		if f.long != "" {
+			out = append(out, "--"+f.long)
+		}
+	}
+	return out
+}
+
+// valueFlags returns the flags that take a value, of every command and
+// the global ones, each as the bash case pattern "--socket | -s".
+func valueFlags() (files, other []string) {
+	seen := map[string]bool{}
+	add := func(f flagDef) {
+		var names []string
+		if f.long != "" {
+			names = append(names, "--"+f.long)
+		}
+		if f.short != "" {
+			names = append(names, "-"+f.short)
+		}
+		pat := strings.Join(names, " | ")
+		if f.arg == "" || seen[pat] {
+			return
+		}
+		seen[pat] = true
+		if f.files {
+			files = append(files, pat)
+		} else {
+			other = append(other, pat)
+		}
+	}
+	for _, f := range globalFlags {
+		add(f)
+	}
+	for _, c := range commands {
+		for _, f := range c.flags {
+			add(f)
+		}
+	}
+	return files, other
+}
+
+func commentLines(prefix, s string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix) + "\n"
+}
+
+func bashCompletion(w io.Writer) {
+	var names []string
+	for _, c := range visible() {
+		names = append(names, c.name)
+	}
+	files, other := valueFlags()
+	fmt.Fprint(w, "# bash completion for rdmactl(8).\n")
+	fmt.Fprint(w, commentLines("# ", fmt.Sprintf(completionHeader, "bash")))
+	fmt.Fprint(w, "_rdmactl() {\n")
+	fmt.Fprint(w, "\tlocal cur prev words cword split\n")
+	fmt.Fprintf(w, "\tlocal commands='%s'\n", strings.Join(names, " "))
+	fmt.Fprint(w, "\t_init_completion -s || return\n\n")
+
+	fmt.Fprint(w, "\t# The value of a flag.\n\tcase $prev in\n")
+	if len(files) > 0 {
+		fmt.Fprintf(w, "\t%s)\n\t\t_filedir\n\t\treturn\n\t\t;;\n", strings.Join(files, " | "))
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(w, "\t%s)\n\t\treturn\n\t\t;;\n", strings.Join(other, " | "))
+	}
+	fmt.Fprint(w, "\tesac\n\t$split && return\n\n")
+
+	fmt.Fprint(w, "\t# The command (the first word that is neither a flag nor a flag's value)\n")
+	fmt.Fprint(w, "\t# and how many words follow it.\n")
+	fmt.Fprint(w, "\tlocal i cmd= nargs=0\n\tfor ((i = 1; i < cword; i++)); do\n\t\tcase ${words[i]} in\n")
+	fmt.Fprintf(w, "\t\t%s) ((i++)) ;;\n", strings.Join(append(files, other...), " | "))
+	fmt.Fprint(w, "\t\t-*) ;;\n\t\t*)\n\t\t\tif [ -z \"$cmd\" ]; then\n\t\t\t\tcmd=${words[i]}\n\t\t\telse\n\t\t\t\t((nargs++))\n\t\t\tfi\n\t\t\t;;\n\t\tesac\n\tdone\n\n")
+
+	fmt.Fprint(w, "\tif [[ $cur == -* ]]; then\n\t\tlocal flags\n\t\tcase $cmd in\n")
+	fmt.Fprintf(w, "\t\t'') flags='%s' ;;\n", strings.Join(longAndShort(globalFlags, true), " "))
+	for _, c := range visible() {
+		if len(c.flags) > 0 {
+			fmt.Fprintf(w, "\t\t%s) flags='%s' ;;\n", c.name, strings.Join(append(longAndShort(c.flags, false), longAndShort(globalFlags, false)...), " "))
+		}
+	}
+	fmt.Fprintf(w, "\t\t*) flags='%s' ;;\n", strings.Join(longAndShort(globalFlags, false), " "))
+	fmt.Fprint(w, "\t\tesac\n\t\tCOMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n\t\treturn\n\tfi\n\n")
+
+	fmt.Fprint(w, "\tcase $cmd in\n\t'') COMPREPLY=($(compgen -W \"$commands\" -- \"$cur\")) ;;\n")
+	for _, c := range visible() {
+		switch {
+		case len(c.subs) > 0:
+			var subs []string
+			for _, s := range c.subs {
+				subs = append(subs, s.name)
+			}
+			fmt.Fprintf(w, "\t%s) ((nargs == 0)) && COMPREPLY=($(compgen -W '%s' -- \"$cur\")) ;;\n", c.name, strings.Join(subs, " "))
+		case c.complete == "commands":
+			fmt.Fprintf(w, "\t%s) ((nargs == 0)) && COMPREPLY=($(compgen -W \"$commands\" -- \"$cur\")) ;;\n", c.name)
+		}
+	}
+	fmt.Fprint(w, "\tesac\n} &&\n\tcomplete -F _rdmactl rdmactl\n")
+}
+
+// zq quotes s for zsh in single quotes.
+func zq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// zdesc makes s fit an _arguments [description]: no brackets.
+func zdesc(s string) string {
+	return strings.NewReplacer("[", "(", "]", ")").Replace(s)
+}
+
+// zshSpec is the _arguments spec of flag f, e.g.
+// '(-s --socket)'{-s+,--socket=}'[rdmad'\”s socket]:PATH:_files'.
+func zshSpec(f flagDef) string {
+	var forms, excl []string
+	suffixShort, suffixLong := "", ""
+	if f.arg != "" {
+		suffixShort, suffixLong = "+", "="
+	}
+	if f.short != "" {
+		forms = append(forms, "-"+f.short+suffixShort)
+		excl = append(excl, "-"+f.short)
+	}
+	if f.long != "" {
+		forms = append(forms, "--"+f.long+suffixLong)
+		excl = append(excl, "--"+f.long)
+	}
+	ex := "(" + strings.Join(excl, " ") + ")"
+	if f.long == "help" || f.long == "version" {
+		ex = "(- *)" // nothing else matters
+	}
+	action := ""
+	if f.arg != "" {
+		action = ":" + strings.ToLower(f.arg) + ":"
+		if f.files {
+			action += "_files"
+		}
+	}
+	desc := "[" + zdesc(f.help) + "]" + action
+	if len(forms) == 1 {
+		return zq(ex + forms[0] + desc)
+	}
+	return zq(ex) + "{" + strings.Join(forms, ",") + "}" + zq(desc)
+}
+
+func zshCompletion(w io.Writer) {
+	fmt.Fprint(w, "#compdef rdmactl\n# zsh completion for rdmactl(8).\n")
+	fmt.Fprint(w, commentLines("# ", fmt.Sprintf(completionHeader, "zsh")))
+	fmt.Fprint(w, "\nlocal curcontext=$curcontext state state_descr line ret=1\ntypeset -A opt_args\n")
+	fmt.Fprint(w, "local -a commands globals\n\ncommands=(\n")
+	for _, c := range visible() {
+		fmt.Fprintf(w, "\t%s\n", zq(c.name+":"+c.summary))
+	}
+	fmt.Fprint(w, ")\n\n# rdmactl's own flags, also after the command.\nglobals=(\n")
+	for _, f := range globalFlags {
+		if !f.topOnly {
+			fmt.Fprintf(w, "\t%s\n", zshSpec(f))
+		}
+	}
+	fmt.Fprint(w, ")\n\n_arguments -s -C : $globals \\\n")
+	for _, f := range globalFlags {
+		if f.topOnly {
+			fmt.Fprintf(w, "\t%s \\\n", zshSpec(f))
+		}
+	}
+	fmt.Fprint(w, "\t'1:command:->command' \\\n\t'*::argument:->argument' && ret=0\n\n")
+	fmt.Fprint(w, "case $state in\ncommand)\n\t_describe -t commands 'rdmactl command' commands && ret=0\n\t;;\nargument)\n")
+	fmt.Fprint(w, "\tcurcontext=${curcontext%:*:*}:rdmactl-$words[1]:\n\tcase $words[1] in\n")
+	for _, c := range visible() {
+		var specs []string
+		for _, f := range c.flags {
+			specs = append(specs, zshSpec(f))
+		}
+		switch {
+		case len(c.subs) > 0:
+			var alts []string
+			for _, s := range c.subs {
+				alts = append(alts, s.name+`\:"`+strings.ReplaceAll(s.summary, `"`, `\"`)+`"`)
+			}
+			specs = append(specs, zq("1:"+c.name+" action:(("+strings.Join(alts, " ")+"))"))
+		case c.complete == "commands":
+			specs = append(specs, zq("1:command:->command"))
+		case c.args != "":
+			specs = append(specs, zq("1:"+strings.ToLower(c.args)+":"))
+		}
+		if len(specs) == 0 {
+			continue
+		}
+		// No more arguments: offer nothing rather than let zsh fall
+		// back to file names.
+		specs = append(specs, zq("*: :"))
+		fmt.Fprintf(w, "\t%s)\n\t\t_arguments -s -C : $globals \\\n", c.name)
+		for i, s := range specs {
+			end := " \\\n"
+			if i == len(specs)-1 {
+				end = " && ret=0\n"
+			}
+			fmt.Fprintf(w, "\t\t\t%s%s", s, end)
+		}
+		if c.complete == "commands" {
+			fmt.Fprint(w, "\t\t[[ $state == command ]] && _describe -t commands 'rdmactl command' commands && ret=0\n")
+		}
+		fmt.Fprint(w, "\t\t;;\n")
+	}
+	fmt.Fprint(w, "\t*)\n\t\t_arguments -s : $globals '*: :' && ret=0\n\t\t;;\n\tesac\n\t;;\nesac\n\nreturn ret\n")
+}

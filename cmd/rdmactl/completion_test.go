@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "write packaging/completions/ from the command table")
+
+// completionFiles are the checked-in completions, by shell.
+var completionFiles = map[string]string{
+	"bash": "../../packaging/completions/rdmactl.bash",
+	"zsh":  "../../packaging/completions/_rdmactl",
+}
+
+func completion(t *testing.T, shell string) string {
+	t.Helper()
+	code, out, errs := rdmactl(t, "completion", shell)
+	if code != exitOK || errs != "" {
+		t.Fatalf("rdmactl completion %s: exit %d, stderr %q", shell, code, errs)
+	}
+	return out
+}
+
+// TestCompletionFiles: packaging/completions/ holds what the command table
+// generates; -update writes it.
+func TestCompletionFiles(t *testing.T) {
+	for shell, path := range completionFiles {
+		want := completion(t, shell)
+		if *update {
+			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s differs from `rdmactl completion %s` (the command table changed): run go test ./cmd/rdmactl -run TestCompletionFiles -update\n%s",
+				path, shell, lineDiff(want, string(got)))
+		}
+	}
+}
+
+// lineDiff shows the first line where got differs from want.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n-%s\n+%s", i+1, wl, gl)
+		}
+	}
+	return ""
+}
+
+// TestCompletionsOfferTheCommands reads the commands as packaging/check
+// does: from rdmactl help, the bash list and the zsh list. They are the
+// visible commands of the table, and the hidden completion command is
+// offered by neither.
+func TestCompletionsOfferTheCommands(t *testing.T) {
+	_, help, _ := rdmactl(t, "help")
+	var fromHelp []string
+	for _, l := range strings.Split(help[strings.Index(help, "Commands:\n")+len("Commands:\n"):], "\n") {
+		if l == "" {
+			break
+		}
+		if regexp.MustCompile(`^  [a-z]`).MatchString(l) {
+			fromHelp = append(fromHelp, strings.Fields(l)[0])
+		}
+	}
+	m := regexp.MustCompile(`(?m)^\tlocal commands='([a-z ]*)'$`).FindStringSubmatch(completion(t, "bash"))
+	if m == nil {
+		t.Fatal("the bash completion has no line \\tlocal commands='...' (packaging/check reads it)")
+	}
+	var fromZsh []string
+	for _, m := range regexp.MustCompile(`(?m)^\t'([a-z]*):`).FindAllStringSubmatch(completion(t, "zsh"), -1) {
+		fromZsh = append(fromZsh, m[1])
+	}
+	want := "status reload policy peers probe doctor watch version help"
+	for name, got := range map[string]string{"rdmactl help": strings.Join(fromHelp, " "), "bash": m[1], "zsh": strings.Join(fromZsh, " ")} {
+		if got != want {
+			t.Errorf("%s offers %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestBashCompletion completes command lines with the generated script in
+// bash, with bash-completion as the packages depend on it.
+func TestBashCompletion(t *testing.T) {
+	const lib = "/usr/share/bash-completion/bash_completion"
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Skipf("no bash-completion (%s)", lib)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "rdmactl.bash")
+	if err := os.WriteFile(script, []byte(completion(t, "bash")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rdmad.sock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ words, want string }{
+		// packaging/check's cases.
+		{"rdmactl st", "status"},
+		{"rdmactl --json ''", "status reload policy peers probe doctor watch version help"},
+		{"rdmactl status ''", ""},
+		{"rdmactl --j", "--json"},
+		{"rdmactl policy ''", "diff apply"},
+		{"rdmactl policy diff ''", ""},
+		// Flags of a command, after it; --version only before it.
+		{"rdmactl doctor --i", "--interval"},
+		{"rdmactl doctor --interval ''", ""},
+		{"rdmactl --v", "--version"},
+		{"rdmactl status --v", ""},
+		{"rdmactl status --f", "--full"},
+		{"rdmactl -", "--socket --json --full --help --version"},
+		// A flag's value is no command.
+		{"rdmactl --socket " + dir + "/rdmad.", dir + "/rdmad.sock"},
+		{"rdmactl -s " + dir + "/rdmad.", dir + "/rdmad.sock"},
+		{"rdmactl --socket " + dir + "/rdmad.sock pol", "policy"},
+		{"rdmactl --socket=" + dir + "/rdmad.", dir + "/rdmad.sock"},
+		{"rdmactl help d", "doctor"},
+		{"rdmactl help doctor ''", ""},
+		{"rdmactl comp", ""},
+	}
+	var prog strings.Builder
+	prog.WriteString("source " + lib + "\nsource " + script + "\n")
+	prog.WriteString(`t() { COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<<"$COMP_LINE"; [[ $COMP_LINE == *\  ]] && COMP_WORDS+=(""); ` +
+		`COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _rdmactl; echo "${COMPREPLY[*]}"; }` + "\n")
+	for _, c := range cases {
+		line := strings.ReplaceAll(c.words, "''", "")
+		if strings.HasSuffix(c.words, "''") {
+			line = strings.TrimSuffix(line, " ") + " "
+		}
+		prog.WriteString("t '" + line + "'\n")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-c", prog.String())
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bash: %v\n%s", err, errb.String())
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != len(cases) {
+		t.Fatalf("bash printed %d lines for %d cases:\n%s\n%s", len(got), len(cases), out.String(), errb.String())
+	}
+	for i, c := range cases {
+		if got[i] != c.want {
+			t.Errorf("bash completes %q to %q, want %q", c.words, got[i], c.want)
+		}
+	}
+}
+
+// zshCapture completes the command line $2 with the completion functions
+// in directory $1 in an interactive zsh on a pseudo-terminal (zsh/zpty),
+// and prints each match on its own line.
+const zshCapture = `
+zmodload zsh/zpty || exit 3
+fdir=$1
+zpty z zsh -f -i
+setup=$fdir/setup.$$.zsh
+cat > $setup <<SETUP
+PROMPT=
+# The completion system's own directories only: compinit reads every
+# file of fpath, and these suffice for rdmactl's.
+comp=(\${(M)fpath:#*/Completion(|/Base|/Unix|/Zsh)})
+(( \$#comp )) || comp=(\$fpath)
+fpath=($fdir \$comp)
+autoload -U compinit
+compinit -u -D
+bindkey '^I' complete-word
+null-line () { echo -E - \$'\0' }
+compprefuncs=( null-line )
+comppostfuncs=( null-line exit )
+zstyle ':completion:*' list-grouped false
+zstyle ':completion:*' insert-tab false
+compadd () {
+	if [[ \${@[1,(i)(-|--)]} == *-(O|A|D)\ * ]]; then
+		builtin compadd "\$@"
+		return \$?
+	fi
+	typeset -a __hits
+	builtin compadd -A __hits "\$@"
+	[[ -n \$__hits ]] || return
+	for i in {1..\$#__hits}; do
+		echo -E - "\$__hits[\$i]"
+	done
+}
+echo ok
+SETUP
+zpty -w z "source $setup"
+repeat 10; do
+	zpty -r z line
+	[[ $line == ok* ]] && break
+done
+zpty -w z "$2"$'\t'
+integer tog=0
+while zpty -r z; do :; done | while IFS= read -r line; do
+	if [[ $line == *$'\0\r' ]]; then
+		(( tog++ )) && break || continue
+	fi
+	(( tog )) && echo -E - ${line%$'\r'}
+done
+rm -f $setup
+`
+
+// TestZshCompletion: the generated script parses, and completes command
+// lines in zsh's completion system.
+func TestZshCompletion(t *testing.T) {
+	if _, err := exec.LookPath("zsh"); err != nil {
+		t.Skip("no zsh")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "_rdmactl"), []byte(completion(t, "zsh")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("zsh", "-n", filepath.Join(dir, "_rdmactl")).CombinedOutput(); err != nil {
+		t.Fatalf("zsh -n _rdmactl: %v\n%s", err, out)
+	}
+	capture := filepath.Join(dir, "capture.zsh")
+	if err := os.WriteFile(capture, []byte(zshCapture), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Each case starts a zsh that mostly waits: run them side by side.
+	t.Run("cases", func(t *testing.T) {
+		for _, c := range []struct{ line, want string }{
+			{"rdmactl st", "status"},
+			{"rdmactl ", "status reload policy peers probe doctor watch version help"},
+			{"rdmactl policy ", "diff apply"},
+			{"rdmactl policy diff ", ""},
+			{"rdmactl doctor --i", "--interval"},
+			{"rdmactl status --v", ""},
+			{"rdmactl --socket " + dir + "/_rdm", "_rdmactl"},
+			{"rdmactl help d", "doctor"},
+			{"rdmactl comp", ""},
+		} {
+			t.Run(c.line, func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out, err := exec.CommandContext(ctx, "zsh", "-f", capture, dir, c.line).Output()
+				if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
+					t.Skip("zsh has no zsh/zpty module")
+				}
+				if err != nil {
+					t.Fatalf("zsh completing %q: %v", c.line, err)
+				}
+				if got := strings.Join(strings.Fields(string(out)), " "); got != c.want {
+					t.Errorf("zsh completes %q to %q, want %q", c.line, got, c.want)
+				}
+			})
+		}
+	})
+}
