@@ -10,6 +10,7 @@ package metrics
 import (
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -164,7 +165,11 @@ var (
 		"RDMA path MTU of a RoCE port: the largest of 256..4096 that fits the netdev MTU with RoCE v2 headers, as the kernel derives it.",
 		[]string{"device", "port"}, nil)
 	hwCounter = prometheus.NewDesc("rdmad_infiniband_hw_stat_total",
-		"A driver-specific counter of the port (sysfs hw_counters/), named by the counter label.", []string{"device", "port", "counter"}, nil)
+		"A driver-specific counter of the port (sysfs hw_counters/) without a metric of its own, named by the counter label.", []string{"device", "port", "counter"}, nil)
+	hwResources = prometheus.NewDesc("rdmad_infiniband_hw_resources",
+		"A driver-specific gauge of the port (sysfs hw_counters/): resources in use such as bnxt_re's active_qps, their high-water marks (watermark_qps) or a FIFO's fill, named by the resource label.", []string{"device", "port", "resource"}, nil)
+	hwLifespan = prometheus.NewDesc("rdmad_infiniband_lifespan_seconds",
+		"How long the kernel caches the port's hw_counters/ values: two reads within it may return the same values.", []string{"device", "port"}, nil)
 	otherCounter = prometheus.NewDesc("rdmad_infiniband_port_stat_total",
 		"A port counter (sysfs counters/) without a dedicated metric, named by the counter label.", []string{"device", "port", "counter"}, nil)
 )
@@ -211,16 +216,74 @@ func init() {
 			scale float64
 		}{prometheus.NewDesc("rdmad_infiniband_"+pc.name, pc.help, []string{"device", "port"}, nil), scale}
 	}
+	for _, hc := range []struct{ file, name, help string }{
+		{"duplicate_request", "duplicate_requests_packets_total", "Number of received packets that repeat a request already executed (hw_counters/duplicate_request)."},
+		{"implied_nak_seq_err", "implied_nak_seq_errors_total", "Number of times the requester decided an ACK with a PSN larger than expected for an RDMA READ or response (hw_counters/implied_nak_seq_err)."},
+		{"local_ack_timeout_err", "local_ack_timeout_errors_total", "Number of times a QP's ACK timer expired at the sender side, within the retry limit (hw_counters/local_ack_timeout_err)."},
+		{"np_cnp_sent", "np_cnp_packets_sent_total", "Number of CNPs the notification point sent on congestion marked in the RoCEv2 IP header (hw_counters/np_cnp_sent)."},
+		{"np_ecn_marked_roce_packets", "np_ecn_marked_roce_packets_received_total", "Number of RoCEv2 packets the notification point received marked for congestion (ECN 11) (hw_counters/np_ecn_marked_roce_packets)."},
+		{"out_of_buffer", "out_of_buffer_drops_total", "Number of drops for lack of a receive WQE on the QP (hw_counters/out_of_buffer)."},
+		{"out_of_sequence", "out_of_sequence_packets_received_total", "Number of out of sequence packets received (hw_counters/out_of_sequence)."},
+		{"packet_seq_err", "packet_sequence_errors_total", "Number of NAK sequence error packets received, within the retry limit (hw_counters/packet_seq_err)."},
+		{"req_cqe_error", "req_cqes_errors_total", "Number of requester CQEs completed with an error (hw_counters/req_cqe_error)."},
+		{"req_cqe_flush_error", "req_cqes_flush_errors_total", "Number of requester CQEs completed with a flush error (hw_counters/req_cqe_flush_error)."},
+		{"req_remote_access_errors", "req_remote_access_errors_total", "Number of remote access errors the requester detected (hw_counters/req_remote_access_errors)."},
+		{"req_remote_invalid_request", "req_remote_invalid_request_errors_total", "Number of remote invalid request errors the requester detected (hw_counters/req_remote_invalid_request)."},
+		{"resp_cqe_error", "resp_cqes_errors_total", "Number of responder CQEs completed with an error (hw_counters/resp_cqe_error)."},
+		{"resp_cqe_flush_error", "resp_cqes_flush_errors_total", "Number of responder CQEs completed with a flush error (hw_counters/resp_cqe_flush_error)."},
+		{"resp_local_length_error", "resp_local_length_errors_total", "Number of local length errors the responder detected (hw_counters/resp_local_length_error)."},
+		{"resp_remote_access_errors", "resp_remote_access_errors_total", "Number of remote access errors the responder detected (hw_counters/resp_remote_access_errors)."},
+		{"rnr_nak_retry_err", "rnr_nak_retry_packets_received_total", "Number of RNR NAK packets received, within the retry limit (hw_counters/rnr_nak_retry_err)."},
+		{"roce_adp_retrans", "roce_adp_retransmits_total", "Number of adaptive retransmissions of RoCE traffic (hw_counters/roce_adp_retrans)."},
+		{"roce_adp_retrans_to", "roce_adp_retransmits_timeout_total", "Number of times RoCE traffic reached a timeout of adaptive retransmission (hw_counters/roce_adp_retrans_to)."},
+		{"roce_slow_restart", "roce_slow_restart_used_total", "Number of times RoCE slow restart was used (hw_counters/roce_slow_restart)."},
+		{"roce_slow_restart_cnps", "roce_slow_restart_cnps_total", "Number of CNPs RoCE slow restart generated (hw_counters/roce_slow_restart_cnps)."},
+		{"roce_slow_restart_trans", "roce_slow_restart_total", "Number of times RoCE slow restart changed state to slow restart (hw_counters/roce_slow_restart_trans)."},
+		{"rp_cnp_handled", "rp_cnp_packets_handled_total", "Number of CNPs the reaction point handled to throttle its transmission rate (hw_counters/rp_cnp_handled)."},
+		{"rp_cnp_ignored", "rp_cnp_ignored_packets_received_total", "Number of CNPs the reaction point received and ignored (hw_counters/rp_cnp_ignored)."},
+		{"rx_atomic_requests", "rx_atomic_requests_total", "Number of ATOMIC requests received for the port's QPs (hw_counters/rx_atomic_requests)."},
+		{"rx_dct_connect", "rx_dct_connect_requests_total", "Number of connection requests received for the port's DCTs (hw_counters/rx_dct_connect)."},
+		{"rx_icrc_encapsulated", "rx_icrc_encapsulated_errors_total", "Number of RoCE packets received with an ICRC error (hw_counters/rx_icrc_encapsulated)."},
+		{"rx_read_requests", "rx_read_requests_total", "Number of RDMA READ requests received for the port's QPs (hw_counters/rx_read_requests)."},
+		{"rx_write_requests", "rx_write_requests_total", "Number of RDMA WRITE requests received for the port's QPs (hw_counters/rx_write_requests)."},
+	} {
+		hwCounters[hc.file] = prometheus.NewDesc("rdmad_infiniband_"+hc.name, hc.help, []string{"device", "port"}, nil)
+	}
 	var descs []*prometheus.Desc
 	for _, f := range slices.Sorted(maps.Keys(portCounters)) {
 		descs = append(descs, portCounters[f].desc)
 	}
+	for _, f := range slices.Sorted(maps.Keys(hwCounters)) {
+		descs = append(descs, hwCounters[f])
+	}
 	deviceSection.descs = append(deviceSection.descs, descs...)
 }
 
-// hwGauges are hw_counters files that are not counters.
-var hwGauges = map[string]bool{
-	"lifespan": true, // mlx5: how long (ms) the kernel caches the values
+// hwCounters maps hw_counters/ files to metrics, as node_exporter's
+// infiniband collector names them (its names come from the mlx5 counters;
+// other drivers that use the same file name, such as rxe's
+// duplicate_request, mean the same). Files not listed here are exported as
+// rdmad_infiniband_hw_stat_total{counter}, or as gauges (hwGaugePatterns).
+// docs/METRICS.md has the table.
+var hwCounters = map[string]*prometheus.Desc{}
+
+// hwGaugePatterns match the hw_counters/ files that are not counters but
+// gauges: the resources a driver has in use and their high-water marks
+// (bnxt_re: active_qps, active_pds, active_srqs, active_cqs, active_mrs,
+// active_mws, active_ahs, active_rc_qps, active_ud_qps, watermark_qps, ...)
+// and bnxt_re's doorbell FIFO register read. They are exported as
+// rdmad_infiniband_hw_resources{resource}. lifespan, which every driver's
+// hw_counters/ has, is rdmad_infiniband_lifespan_seconds.
+var hwGaugePatterns = []string{"active_*", "watermark_*", "db_fifo_register"}
+
+// isHWGauge reports whether the hw_counters/ file name is a gauge.
+func isHWGauge(name string) bool {
+	for _, p := range hwGaugePatterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 var portStateIDs = map[string]int{"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
@@ -228,7 +291,7 @@ var physStateIDs = map[string]int{"Sleep": 1, "Polling": 2, "Disabled": 3, "Port
 	"LinkUp": 5, "LinkErrorRecovery": 6, "Phy Test": 7}
 
 var deviceSection = section{
-	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, netdevMTU, activeMTU, hwCounter, otherCounter},
+	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, netdevMTU, activeMTU, hwCounter, hwResources, hwLifespan, otherCounter},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, d := range s.Devices {
 			ch <- gauge(devInfo, 1, d.Name, d.BoardID, d.FWVer, d.HCAType, d.NodeGUID)
@@ -266,10 +329,17 @@ func (c *Collector) collectPort(d apitype.Device, p apitype.Port, ch chan<- prom
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.HWCounters)) {
-		if hwGauges[name] {
-			continue
+		v := float64(p.HWCounters[name])
+		switch desc, ok := hwCounters[name]; {
+		case ok:
+			ch <- counter(desc, v, d.Name, port)
+		case name == "lifespan": // milliseconds
+			ch <- gauge(hwLifespan, v/1000, d.Name, port)
+		case isHWGauge(name):
+			ch <- gauge(hwResources, v, d.Name, port, name)
+		default:
+			ch <- counter(hwCounter, v, d.Name, port, name)
 		}
-		ch <- counter(hwCounter, float64(p.HWCounters[name]), d.Name, port, name)
 	}
 }
 

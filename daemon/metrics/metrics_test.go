@@ -34,6 +34,41 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// More of what real drivers expose than the sysfs fixture has, so that
+	// every documented metric is in the golden file (TestDocumented): the
+	// mlx5 hw_counters with node_exporter names, one without (generic),
+	// lifespan (milliseconds), every counters/ file and one rdmad has no
+	// metric for; a bnxt_re port with its gauges.
+	for i := range devs {
+		if devs[i].Name != "mlx5_0" {
+			continue
+		}
+		p := &devs[i].Ports[0]
+		if p.Port != 1 || p.HWCounters == nil || p.Counters == nil {
+			t.Fatalf("fixture: mlx5_0's first port is %d with hw_counters %v, counters %v", p.Port, p.HWCounters, p.Counters)
+		}
+		for k, v := range map[string]uint64{"rp_cnp_handled": 40, "np_ecn_marked_roce_packets": 41, "local_ack_timeout_err": 3,
+			"rnr_nak_retry_err": 4, "out_of_buffer": 5, "duplicate_request": 6, "req_cqe_error": 8, "resp_cqe_error": 9,
+			"req_rnr_retries_exceeded": 11, "lifespan": 10, "implied_nak_seq_err": 15, "req_cqe_flush_error": 16,
+			"req_remote_access_errors": 17, "req_remote_invalid_request": 18, "resp_cqe_flush_error": 19, "resp_local_length_error": 20,
+			"resp_remote_access_errors": 21, "roce_adp_retrans": 22, "roce_adp_retrans_to": 23, "roce_slow_restart": 24,
+			"roce_slow_restart_cnps": 25, "roce_slow_restart_trans": 26, "rp_cnp_ignored": 27, "rx_atomic_requests": 28,
+			"rx_dct_connect": 29, "rx_icrc_encapsulated": 30, "rx_read_requests": 31, "rx_write_requests": 32} {
+			p.HWCounters[k] = v
+		}
+		for k, v := range map[string]uint64{"port_rcv_errors": 12, "port_xmit_discards": 13, "port_rcv_packets": 1000, "port_xmit_packets": 2000,
+			"link_error_recovery": 1, "port_xmit_wait": 77, "excessive_buffer_overrun_errors": 33, "local_link_integrity_errors": 34,
+			"multicast_rcv_packets": 35, "multicast_xmit_packets": 36, "unicast_rcv_packets": 37, "unicast_xmit_packets": 38,
+			"port_rcv_constraint_errors": 39, "port_xmit_constraint_errors": 40, "port_rcv_discards": 41,
+			"port_rcv_remote_physical_errors": 42, "port_rcv_switch_relay_errors": 43, "VL15_dropped": 44,
+			"unknown_counter": 45} {
+			p.Counters[k] = v
+		}
+	}
+	devs = append(devs, apitype.Device{Name: "bnxt_re0", NodeType: "1: CA", NodeGUID: "0a1b:2c3d:4e5f:6071", FWVer: "227.0.131.0",
+		Ports: []apitype.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", RateGbps: 100,
+			HWCounters: map[string]uint64{"active_qps": 5, "active_pds": 2, "watermark_qps": 12, "db_fifo_register": 3,
+				"to_retransmits": 14, "lifespan": 1000}}}})
 	return &apitype.Snapshot{
 		Seq: 42, Version: "1.2.3", State: apitype.Degraded, PID: 100, StartedAt: t0, UpdatedAt: t0.Add(time.Minute),
 		Config:  apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 3, LoadedAt: t0.Add(10 * time.Second), Error: "rdmad.toml:3: daemon.x: unknown key", Failures: 1},
@@ -51,8 +86,8 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 		MRPool: []apitype.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
 			Classes: []apitype.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
 			Canary:  apitype.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
-		Peers: apitype.Peers{Ports: []apitype.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []apitype.Peer{
-			{Name: "192.0.2.17", Group: "tor-a", State: "up", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "up",
+		Peers: apitype.Peers{NodeID: "5eed0001", Ports: []apitype.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []apitype.Peer{
+			{Name: "192.0.2.17", Group: "tor-a", NodeID: "5eed0017", State: "up", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "up",
 				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
 				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1}}},
 			{Name: "192.0.2.18", State: "down", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
@@ -115,7 +150,33 @@ func TestValues(t *testing.T) {
 		`rdmad_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1"} 493824`,
 		`rdmad_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"} 2.617284e+06`,
 		`rdmad_infiniband_link_downed_total{device="mlx5_0",port="1"} 2`,
-		`rdmad_infiniband_hw_stat_total{counter="out_of_sequence",device="mlx5_0",port="1"} 7`,
+		// hw_counters/ files with node_exporter's names; the rest generic.
+		`rdmad_infiniband_out_of_sequence_packets_received_total{device="mlx5_0",port="1"} 7`,
+		`rdmad_infiniband_np_cnp_packets_sent_total{device="mlx5_0",port="1"} 42`,
+		`rdmad_infiniband_packet_sequence_errors_total{device="mlx5_0",port="1"} 1`,
+		`rdmad_infiniband_rp_cnp_packets_handled_total{device="mlx5_0",port="1"} 40`,
+		`rdmad_infiniband_np_ecn_marked_roce_packets_received_total{device="mlx5_0",port="1"} 41`,
+		`rdmad_infiniband_local_ack_timeout_errors_total{device="mlx5_0",port="1"} 3`,
+		`rdmad_infiniband_rnr_nak_retry_packets_received_total{device="mlx5_0",port="1"} 4`,
+		`rdmad_infiniband_out_of_buffer_drops_total{device="mlx5_0",port="1"} 5`,
+		`rdmad_infiniband_duplicate_requests_packets_total{device="mlx5_0",port="1"} 6`,
+		`rdmad_infiniband_req_cqes_errors_total{device="mlx5_0",port="1"} 8`,
+		`rdmad_infiniband_resp_cqes_errors_total{device="mlx5_0",port="1"} 9`,
+		`rdmad_infiniband_hw_stat_total{counter="req_rnr_retries_exceeded",device="mlx5_0",port="1"} 11`,
+		`rdmad_infiniband_roce_slow_restart_used_total{device="mlx5_0",port="1"} 24`,
+		`rdmad_infiniband_roce_slow_restart_total{device="mlx5_0",port="1"} 26`,
+		`rdmad_infiniband_rx_icrc_encapsulated_errors_total{device="mlx5_0",port="1"} 30`,
+		`rdmad_infiniband_vl15_dropped_total{device="mlx5_0",port="1"} 44`,
+		`rdmad_infiniband_port_stat_total{counter="unknown_counter",device="mlx5_0",port="1"} 45`,
+		`rdmad_infiniband_hw_stat_total{counter="sent_pkts",device="rxe0",port="1"} 100`,
+		`rdmad_infiniband_hw_stat_total{counter="to_retransmits",device="bnxt_re0",port="1"} 14`,
+		// lifespan is in milliseconds; gauges are gauges.
+		`rdmad_infiniband_lifespan_seconds{device="mlx5_0",port="1"} 0.01`,
+		`rdmad_infiniband_lifespan_seconds{device="bnxt_re0",port="1"} 1`,
+		`rdmad_infiniband_hw_resources{device="bnxt_re0",port="1",resource="active_qps"} 5`,
+		`rdmad_infiniband_hw_resources{device="bnxt_re0",port="1",resource="active_pds"} 2`,
+		`rdmad_infiniband_hw_resources{device="bnxt_re0",port="1",resource="watermark_qps"} 12`,
+		`rdmad_infiniband_hw_resources{device="bnxt_re0",port="1",resource="db_fifo_register"} 3`,
 		`rdmad_infiniband_state_id{device="mlx5_0",port="2"} 1`,
 		`rdmad_infiniband_physical_state_id{device="mlx5_0",port="2"} 3`,
 		`rdmad_infiniband_rate_bytes_per_second{device="mlx5_0",port="1"} 1.25e+10`,
@@ -144,9 +205,15 @@ func TestValues(t *testing.T) {
 		`rdmad_mrpool_canary_latency_seconds{device="rxe0",stat="max"} 0.003`,
 		`rdmad_peer_up{group="tor-a",peer="192.0.2.17"} 1`,
 		`rdmad_peer_state{group="",peer="192.0.2.18",state="down"} 1`,
-		`rdmad_peer_rtt_seconds{local="rxe0/1",peer="192.0.2.17",stat="p99"} 5e-05`,
-		`rdmad_peer_loss_ratio{local="rxe0/1",peer="192.0.2.17"} 0.025`,
-		`rdmad_peer_probes_lost_total{local="rxe0/1",peer="192.0.2.18"} 5`,
+		// Path metrics carry the peer's group ("" for a peer without one).
+		`rdmad_peer_rtt_seconds{group="tor-a",local="rxe0/1",peer="192.0.2.17",stat="p99"} 5e-05`,
+		`rdmad_peer_loss_ratio{group="tor-a",local="rxe0/1",peer="192.0.2.17"} 0.025`,
+		`rdmad_peer_host_delay_p99_seconds{group="tor-a",local="rxe0/1",peer="192.0.2.17"} 5e-06`,
+		`rdmad_peer_probes_sent_total{group="tor-a",local="rxe0/1",peer="192.0.2.17"} 41`,
+		`rdmad_peer_probes_lost_total{group="",local="rxe0/1",peer="192.0.2.18"} 5`,
+		`rdmad_peer_info{group="tor-a",node_id="5eed0017",peer="192.0.2.17"} 1`,
+		`rdmad_peer_info{group="",node_id="",peer="192.0.2.18"} 1`,
+		`rdmad_peer_node_info{node_id="5eed0001"} 1`,
 		`rdmad_peer_control_messages_total{outcome="refused"} 2`,
 	} {
 		if !strings.Contains(out, line+"\n") {
@@ -159,6 +226,42 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Contains(out, `rdmad_infiniband_active_mtu_bytes{device="mlx4_0"`) {
 		t.Error("scrape has a RoCE active MTU for the InfiniBand port mlx4_0/1")
+	}
+	// A counter with a metric of its own is not also in the generic
+	// family, and gauges and lifespan are in no counter family.
+	for _, name := range []string{"np_cnp_sent", "out_of_sequence", "rp_cnp_handled", "lifespan", "active_qps", "watermark_qps", "db_fifo_register"} {
+		if strings.Contains(out, `rdmad_infiniband_hw_stat_total{counter="`+name+`"`) {
+			t.Errorf("scrape has hw_counters/%s in rdmad_infiniband_hw_stat_total", name)
+		}
+	}
+	if strings.Contains(out, `resource="lifespan"`) {
+		t.Error("scrape has lifespan in rdmad_infiniband_hw_resources; it is rdmad_infiniband_lifespan_seconds")
+	}
+	for _, typ := range []string{
+		"# TYPE rdmad_infiniband_hw_resources gauge\n",
+		"# TYPE rdmad_infiniband_lifespan_seconds gauge\n",
+		"# TYPE rdmad_infiniband_np_cnp_packets_sent_total counter\n",
+		"# TYPE rdmad_infiniband_hw_stat_total counter\n",
+	} {
+		if !strings.Contains(out, typ) {
+			t.Errorf("scrape lacks %q", typ)
+		}
+	}
+}
+
+// TestHWGaugePatterns: the documented gauges of hw_counters/ match, and
+// counters that merely look alike do not.
+func TestHWGaugePatterns(t *testing.T) {
+	for _, name := range []string{"active_qps", "active_pds", "active_srqs", "active_cqs", "active_mrs", "active_mws", "active_ahs",
+		"active_rc_qps", "active_ud_qps", "watermark_qps", "watermark_pds", "watermark_mrs", "db_fifo_register"} {
+		if !isHWGauge(name) {
+			t.Errorf("%s is not typed a gauge", name)
+		}
+	}
+	for _, name := range []string{"rx_pkts", "to_retransmits", "resize_cq_cnt", "np_cnp_sent", "inactive_qps", "qp_active", "lifespan"} {
+		if isHWGauge(name) {
+			t.Errorf("%s is typed a gauge", name)
+		}
 	}
 }
 
@@ -234,6 +337,72 @@ func TestServeTCP(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
 		t.Error("the metrics port still accepts connections after Serve returned")
+	}
+}
+
+// TestServeTCPOpenMetrics: the TCP listener answers OpenMetrics to a
+// scraper that asks for it (as Prometheus does), and the text format to one
+// that does not.
+func TestServeTCPOpenMetrics(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, Handler(NewRegistry(fixtureCollector(t), false))) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	get := func(accept string) (string, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics (Accept %q): %s %v", accept, resp.Status, err)
+		}
+		return resp.Header.Get("Content-Type"), string(body)
+	}
+
+	// What Prometheus sends when it prefers OpenMetrics.
+	ct, body := get("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+	if !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Errorf("Accept: application/openmetrics-text got Content-Type %q", ct)
+	}
+	for _, want := range []string{
+		// OpenMetrics names a counter's family without _total and ends
+		// the exposition with # EOF.
+		"# TYPE rdmad_config_load_failures counter\n",
+		"rdmad_config_load_failures_total 1.0\n",
+		"# TYPE rdmad_infiniband_hw_resources gauge\n",
+		`rdmad_peer_loss_ratio{group="tor-a",local="rxe0/1",peer="192.0.2.17"} 0.025` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("OpenMetrics scrape lacks %q", want)
+		}
+	}
+	if !strings.HasSuffix(body, "# EOF\n") {
+		t.Errorf("OpenMetrics scrape does not end with # EOF:\n...%s", body[max(0, len(body)-200):])
+	}
+
+	ct, body = get("")
+	if !strings.HasPrefix(ct, "text/plain") || strings.Contains(body, "# EOF") {
+		t.Errorf("without Accept: Content-Type %q, want the text format", ct)
+	}
+	if !strings.Contains(body, "# TYPE rdmad_config_load_failures_total counter\n") {
+		t.Error("text format scrape lacks # TYPE rdmad_config_load_failures_total counter")
 	}
 }
 

@@ -12,16 +12,20 @@ var (
 		"1 when the peer is up (answers probes within the thresholds), else 0.", []string{"peer", "group"}, nil)
 	peerState = prometheus.NewDesc("rdmad_peer_state",
 		"1 for the peer's current state: unknown, up, degraded or down.", []string{"peer", "group", "state"}, nil)
+	peerInfo = prometheus.NewDesc("rdmad_peer_info",
+		"A probed peer and the node id it answered with (empty until it answered); always 1.", []string{"peer", "group", "node_id"}, nil)
+	peerNodeInfo = prometheus.NewDesc("rdmad_peer_node_info",
+		"The node id this node answers its peers with (the node_id of rdmad_peer_info on the other nodes); always 1.", []string{"node_id"}, nil)
 	peerRTT = prometheus.NewDesc("rdmad_peer_rtt_seconds",
-		"Probe round-trip time on the path, the responder's host delay taken out: stat p50, p99 or last.", []string{"peer", "local", "stat"}, nil)
+		"Probe round-trip time on the path, the responder's host delay taken out: stat p50, p99 or last.", []string{"peer", "group", "local", "stat"}, nil)
 	peerHostDelay = prometheus.NewDesc("rdmad_peer_host_delay_p99_seconds",
-		"p99 of the time the peer's host held the probe between receiving and answering it.", []string{"peer", "local"}, nil)
+		"p99 of the time the peer's host held the probe between receiving and answering it.", []string{"peer", "group", "local"}, nil)
 	peerLoss = prometheus.NewDesc("rdmad_peer_loss_ratio",
-		"Share of the last window's probes on the path that went unanswered (0 to 1).", []string{"peer", "local"}, nil)
+		"Share of the last window's probes on the path that went unanswered (0 to 1).", []string{"peer", "group", "local"}, nil)
 	peerSent = prometheus.NewDesc("rdmad_peer_probes_sent_total",
-		"Probes sent on the path.", []string{"peer", "local"}, nil)
+		"Probes sent on the path.", []string{"peer", "group", "local"}, nil)
 	peerLost = prometheus.NewDesc("rdmad_peer_probes_lost_total",
-		"Probes on the path that went unanswered.", []string{"peer", "local"}, nil)
+		"Probes on the path that went unanswered.", []string{"peer", "group", "local"}, nil)
 	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
 		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag or rate_limited.", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
@@ -39,19 +43,25 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches},
+	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
+		if s.Peers.NodeID != "" {
+			ch <- gauge(peerNodeInfo, 1, s.Peers.NodeID)
+		}
 		for _, p := range s.Peers.Peers {
+			ch <- gauge(peerInfo, 1, p.Name, p.Group, p.NodeID)
 			ch <- gauge(peerUp, b2f(p.State == "up"), p.Name, p.Group)
 			for _, st := range peerStates {
 				ch <- gauge(peerState, b2f(p.State == st), p.Name, p.Group, st)
 			}
 			for _, path := range p.Paths {
-				l := []string{p.Name, path.Local}
+				// Path metrics carry the peer's group, so that a query
+				// over paths can group them by ToR without a join.
+				l := []string{p.Name, p.Group, path.Local}
 				if path.Samples > 0 {
-					ch <- gauge(peerRTT, path.RTTP50.Seconds(), append(l[:2:2], "p50")...)
-					ch <- gauge(peerRTT, path.RTTP99.Seconds(), append(l[:2:2], "p99")...)
-					ch <- gauge(peerRTT, path.LastRTT.Seconds(), append(l[:2:2], "last")...)
+					ch <- gauge(peerRTT, path.RTTP50.Seconds(), append(l[:3:3], "p50")...)
+					ch <- gauge(peerRTT, path.RTTP99.Seconds(), append(l[:3:3], "p99")...)
+					ch <- gauge(peerRTT, path.LastRTT.Seconds(), append(l[:3:3], "last")...)
 					ch <- gauge(peerHostDelay, path.HostDelayP99.Seconds(), l...)
 					ch <- gauge(peerLoss, path.LossPct/100, l...)
 				}

@@ -27,12 +27,16 @@ func NewRegistry(c *Collector, runtime bool) *prometheus.Registry {
 // MaxScrapes bounds concurrent scrapes; more get 503.
 const MaxScrapes = 4
 
-// Handler returns the GET /metrics handler for reg.
+// Handler returns the GET /metrics handler for reg, on the socket and the
+// TCP listener alike. It answers the Prometheus text format, and
+// OpenMetrics to a scraper that asks for it (Accept:
+// application/openmetrics-text).
 func Handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A metric that fails (a duplicate label set from a broken
 		// snapshot) must not hide the others.
 		ErrorHandling:       promhttp.ContinueOnError,
+		EnableOpenMetrics:   true,
 		MaxRequestsInFlight: MaxScrapes,
 		Timeout:             10 * time.Second,
 	})
