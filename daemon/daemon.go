@@ -10,10 +10,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -84,6 +86,8 @@ type Daemon struct {
 	// followUp fires a second inventory read after device and address
 	// events (see lookAgain).
 	followUp *time.Timer
+	// metrics is the TCP listener of [metrics] listen (sinks.go).
+	metrics metricsTCP
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -111,7 +115,7 @@ func Run(ctx context.Context, opts Options) error {
 		State:     apitype.Starting,
 		PID:       os.Getpid(),
 		StartedAt: now,
-		Config:    apitype.Config{Path: opts.ConfigPath},
+		Config:    apitype.Config{Path: opts.ConfigPath, Files: []string{}, PendingRestart: []string{}},
 		Devices:   []apitype.Device{},
 		Policy:    apitype.PolicyState{Policies: []apitype.PolicyStatus{}},
 		Loopback:  []apitype.LoopbackPort{},
@@ -130,6 +134,9 @@ func Run(ctx context.Context, opts Options) error {
 		if errors.Is(loadErr, fs.ErrNotExist) {
 			d.log.Warn("no configuration file; running on defaults", "path", opts.ConfigPath)
 			loadErr = nil
+		} else {
+			d.log.Error("configuration rejected; running on defaults until it is fixed",
+				apitype.MessageIDKey, apitype.MsgConfigRejected, "why", "start", "err", oneLine(loadErr), "path", opts.ConfigPath)
 		}
 	}
 	d.socket = cfg.Daemon.Socket
@@ -276,9 +283,11 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 	d.store.Update(func(s *apitype.Snapshot) { s.State = apitype.Reloading })
 	cfg, err := config.Load(d.opts.ConfigPath)
 	d.accept(cfg, err)
+	var pending []pendingKey
 	if err == nil {
-		if cfg.Daemon.Socket != d.socket && d.opts.Socket == "" {
-			d.log.Warn("the socket path changes only on restart", "running", d.socket, "configured", cfg.Daemon.Socket)
+		if d.sock == nil && d.opts.Socket == "" && cfg.Daemon.Socket != d.socket {
+			d.log.Warn("[daemon] socket is not used: systemd passes the socket (its .socket unit sets the path)",
+				"running", d.socket, "configured", cfg.Daemon.Socket)
 		}
 		// The daemon's own check follows the new groups in any case; the
 		// socket file keeps its last good mode when securing it fails
@@ -292,22 +301,64 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 				d.setComponent(apitype.ComponentAPI, apitype.OK, nil)
 			}
 		}
+		d.setMetricsListen(cfg.Metrics.Listen)
 		d.refresh("reload")
 		d.rec.Forget()
 		d.reconcile(nil)
 		d.reloadPeers()
 		d.verbs.apply(cfg)
+		pending = d.restartNeeded(cfg)
 	}
-	snap := d.store.Update(func(s *apitype.Snapshot) { d.summarise(s, apitype.Running) })
+	snap := d.store.Update(func(s *apitype.Snapshot) {
+		if err == nil {
+			s.Config.PendingRestart = keysOf(pending)
+		}
+		d.summarise(s, apitype.Running)
+	})
 	d.notify.ready(snap.Summary)
-	res := apitype.ReloadResult{OK: err == nil, Generation: d.gen}
+	res := apitype.ReloadResult{OK: err == nil, Generation: d.gen, RestartNeeded: keysOf(pending)}
 	if err != nil {
 		res.Error = err.Error()
-		d.log.Error("configuration rejected; keeping the running one", "why", why, "err", oneLine(err), "generation", d.gen)
+		d.log.Error("configuration rejected; keeping the running one", apitype.MessageIDKey, apitype.MsgConfigRejected,
+			"why", why, "err", oneLine(err), "generation", d.gen)
 	} else {
 		d.log.Info("configuration loaded", "why", why, "generation", d.gen, "files", strings.Join(cfg.Files, ","))
+		for _, p := range pending {
+			d.log.Warn("configuration key takes effect only when rdmad restarts; rdmad runs on with its old value: restart it (systemctl restart rdmad) to apply",
+				"key", p.key, "running", p.running, "configured", p.configured)
+		}
 	}
 	return res
+}
+
+// A pendingKey is a key of the configuration in force whose value rdmad
+// does not run with, because it takes effect only at a restart.
+type pendingKey struct{ key, running, configured string }
+
+// restartNeeded lists the keys of cfg, just put in force, that differ from
+// what rdmad runs with and that a reload cannot apply. Every other key
+// takes effect on reload. Runs on the main loop.
+func (d *Daemon) restartNeeded(cfg *config.Config) []pendingKey {
+	var out []pendingKey
+	// The socket rdmad created stays where it is (clients are connected
+	// to it); --socket and socket activation make the key moot.
+	if d.sock != nil && d.opts.Socket == "" && cfg.Daemon.Socket != d.socket {
+		out = append(out, pendingKey{"daemon.socket", d.socket, cfg.Daemon.Socket})
+	}
+	// Peer probes that run go on (with the new peers and settings) until
+	// rdmad restarts; turning them on takes effect at once (reloadPeers).
+	if !cfg.Probe.Peers && d.peers.Load() != nil {
+		out = append(out, pendingKey{"probe.peers", "true", "false"})
+	}
+	return out
+}
+
+func keysOf(ps []pendingKey) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.key
+	}
+	return out
 }
 
 // accept installs cfg when err is nil and records the outcome.
@@ -325,6 +376,9 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 		s.Config.Generation = d.gen
 		if err == nil {
 			s.Config.Files = cfg.Files
+			if s.Config.Files == nil {
+				s.Config.Files = []string{}
+			}
 			s.Config.LoadedAt = now
 			s.Config.Error = ""
 			state.SetComponent(s, apitype.ComponentConfig, apitype.OK, nil, now)
@@ -336,10 +390,13 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 	})
 }
 
-// refresh re-reads the inventory.
+// refresh re-reads the inventory, and logs the devices that came or went
+// and the ports whose state changed since the last read.
 func (d *Daemon) refresh(why string) {
 	devs, err := d.inv.Read()
 	now := time.Now()
+	var prev []apitype.Device
+	first := false
 	d.store.Update(func(s *apitype.Snapshot) {
 		if err != nil {
 			state.SetComponent(s, apitype.ComponentInventory, apitype.Error, err, now)
@@ -347,6 +404,8 @@ func (d *Daemon) refresh(why string) {
 			if devs == nil {
 				devs = []apitype.Device{}
 			}
+			_, read := s.Components[apitype.ComponentInventory]
+			prev, first = s.Devices, !read
 			s.Devices = devs
 			st, e := apitype.OK, error(nil)
 			if len(devs) == 0 {
@@ -362,7 +421,60 @@ func (d *Daemon) refresh(why string) {
 			d.summarise(s, apitype.Running)
 		}
 	})
-	d.log.Debug("inventory read", "why", why, "devices", len(devs), "err", err)
+	if err != nil {
+		d.log.Debug("inventory read failed", "why", why, "err", err)
+		return
+	}
+	d.log.Debug("inventory read", "why", why, "devices", len(devs))
+	if !first {
+		// The first read at start finds what is there: "rdmad started"
+		// counts the devices.
+		d.logInventoryChanges(prev, devs)
+	}
+}
+
+// logInventoryChanges logs, in name order, the devices in next that were
+// not in prev (added), those gone (removed), and the ports of the devices
+// in both whose state or physical state changed.
+func (d *Daemon) logInventoryChanges(prev, next []apitype.Device) {
+	before := make(map[string]apitype.Device, len(prev))
+	for _, dev := range prev {
+		before[dev.Name] = dev
+	}
+	after := make(map[string]apitype.Device, len(next))
+	for _, dev := range next {
+		after[dev.Name] = dev
+	}
+	for _, name := range slices.Sorted(maps.Keys(before)) {
+		if _, ok := after[name]; !ok {
+			d.log.Warn("RDMA device removed", apitype.MessageIDKey, apitype.MsgDeviceRemoved, "device", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(after)) {
+		dev := after[name]
+		old, ok := before[name]
+		if !ok {
+			d.log.Info("RDMA device added", apitype.MessageIDKey, apitype.MsgDeviceAdded, "device", name, "ports", len(dev.Ports))
+			continue
+		}
+		for _, p := range dev.Ports {
+			for _, o := range old.Ports {
+				if o.Port != p.Port || (o.State == p.State && o.PhysState == p.PhysState) {
+					continue
+				}
+				lvl := slog.LevelWarn
+				if p.State == "ACTIVE" {
+					lvl = slog.LevelInfo
+				}
+				attrs := []any{apitype.MessageIDKey, apitype.MsgPortState, "device", name, "port", p.Port}
+				if p.Netdev != "" {
+					attrs = append(attrs, "netdev", p.Netdev)
+				}
+				attrs = append(attrs, "from", o.State+"/"+o.PhysState, "to", p.State+"/"+p.PhysState)
+				d.log.Log(context.Background(), lvl, "RDMA port state changed", attrs...)
+			}
+		}
+	}
 }
 
 // summarise sets State and the one-line Summary (also sent as STATUS=).

@@ -46,7 +46,7 @@ func TestRefreshDeviceGone(t *testing.T) {
 	if s.State != apitype.Degraded || !strings.Contains(s.Summary, "no RDMA device") || s.Healthy() {
 		t.Errorf("after the device went: state %q, summary %q, healthy %v; want degraded, no RDMA device, unhealthy", s.State, s.Summary, s.Healthy())
 	}
-	if c := s.Components[apitype.ComponentInventory]; c.State != apitype.Unavailable || !strings.Contains(c.Error, "rdma link add") {
-		t.Errorf("inventory component %+v, want unavailable with the fix", c)
+	if c := s.Components[apitype.ComponentInventory]; c.State != apitype.Unavailable || !strings.Contains(c.Reason, "rdma link add") || c.Error != "" {
+		t.Errorf("inventory component %+v, want unavailable with the fix as its reason and no error", c)
 	}
 }

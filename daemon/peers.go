@@ -109,6 +109,9 @@ func wantPeers(cfg *config.Config) bool {
 	return p.Peers && (len(cfg.Peers) > 0 || p.PeersFile != "" || len(p.Allow.Prefixes()) > 0)
 }
 
+// errPeersOff is the peers component's reason when [probe] peers is false.
+var errPeersOff = errors.New("[probe] peers = false: peer probes are switched off")
+
 // startPeers starts the peer probes when the configuration asks for them
 // (see wantPeers); reloadPeers starts them later if a reload does. Verbs
 // being unavailable (no RDMA here) is reported as the component "peers"
@@ -116,7 +119,7 @@ func wantPeers(cfg *config.Config) bool {
 // Runs on the main goroutine.
 func (d *Daemon) startPeers() {
 	if !d.cfg.Probe.Peers {
-		d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
+		d.setComponent(apitype.ComponentPeers, apitype.Disabled, errPeersOff)
 		return
 	}
 	if !wantPeers(d.cfg) {
@@ -238,7 +241,7 @@ func (d *Daemon) reloadPeers() {
 		if wantPeers(d.cfg) && !d.parts.Stopping() {
 			d.startPeers()
 		} else if !d.cfg.Probe.Peers {
-			d.setComponent(apitype.ComponentPeers, apitype.Disabled, nil)
+			d.setComponent(apitype.ComponentPeers, apitype.Disabled, errPeersOff)
 		}
 		return
 	}

@@ -135,7 +135,7 @@ func (v *verbsParts) restartProber(c config.Probe) {
 	v.probeCfg = c
 	v.prober = nil
 	if !c.Loopback {
-		v.d.setComponent("loopback-probe", apitype.Disabled, nil)
+		v.d.setComponent("loopback-probe", apitype.Disabled, errors.New("[probe] loopback = false: the loopback probe is switched off"))
 		v.stopProber = func() {}
 		return
 	}

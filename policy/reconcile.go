@@ -151,9 +151,23 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			t.LastChange = r.now()
 		}
 		r.targets[key] = entry{policy: src.Policy, t: t}
-		if ok && prev.t.State != t.State {
-			r.log.Info("policy target changed", "policy", src.Policy, "kind", kind, "object", object,
-				"state", t.State, "desired", t.Desired, "actual", t.Actual, "err", t.Error)
+		switch {
+		case t.State == apitype.Applied && len(cs) > 0:
+			// Every apply, also one that follows another (the kernel
+			// reverted the setting again).
+			r.log.Info("policy drift applied", apitype.MessageIDKey, apitype.MsgDriftApplied, "policy", src.Policy,
+				"kind", kind, "object", object, "from", cs[0].From, "desired", t.Desired)
+		case t.State == apitype.Drifted && (!ok || prev.t.State != t.State || prev.t.Actual != t.Actual):
+			// Observe mode: once per drift, and again when the value
+			// moves.
+			r.log.Warn("policy drift detected; the policy observes and changes nothing", apitype.MessageIDKey, apitype.MsgDriftDetected,
+				"policy", src.Policy, "kind", kind, "object", object, "desired", t.Desired, "actual", t.Actual)
+		case ok && prev.t.State != t.State:
+			attrs := []any{"policy", src.Policy, "kind", kind, "object", object, "state", t.State, "desired", t.Desired, "actual", t.Actual}
+			if t.Error != "" {
+				attrs = append(attrs, "err", t.Error)
+			}
+			r.log.Info("policy target changed", attrs...)
 		}
 	}
 

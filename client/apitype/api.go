@@ -1,6 +1,7 @@
 package apitype
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -45,6 +46,23 @@ type ReloadResult struct {
 	OK         bool   `json:"ok"`
 	Generation uint64 `json:"generation"`
 	Error      string `json:"error,omitempty"`
+	// RestartNeeded lists the keys of the configuration just loaded
+	// ("daemon.socket", ...) whose new value takes effect only when rdmad
+	// restarts; rdmad runs on with the old value until then (see
+	// Config.PendingRestart). Empty when the load was rejected. Never null
+	// in JSON.
+	RestartNeeded []string `json:"restart_needed"`
+}
+
+// MarshalJSON writes ReloadResult with restart_needed as [] rather than
+// null.
+func (r ReloadResult) MarshalJSON() ([]byte, error) {
+	type plain ReloadResult
+	q := plain(r)
+	if q.RestartNeeded == nil {
+		q.RestartNeeded = []string{}
+	}
+	return json.Marshal(q)
 }
 
 // ErrorBody is the JSON body of every 4xx and 5xx answer.

@@ -108,6 +108,16 @@ type Fingerprint struct {
 	PortsOmitted int `json:"ports_omitted,omitempty"`
 }
 
+// MarshalJSON writes Fingerprint with ports as [] rather than null.
+func (f Fingerprint) MarshalJSON() ([]byte, error) {
+	type plain Fingerprint
+	q := plain(f)
+	if q.Ports == nil {
+		q.Ports = []FingerprintPort{}
+	}
+	return json.Marshal(q)
+}
+
 // A FingerprintPort is one probe port of a Fingerprint.
 type FingerprintPort struct {
 	// Index is the port's index among the node's probe ports.
@@ -156,11 +166,18 @@ type GroupFault struct {
 	Reason string `json:"reason"`
 }
 
-// MarshalJSON writes Peers with group_faults as [] rather than null, so
-// that clients can iterate it without a nil check whoever built the value.
+// MarshalJSON writes Peers with ports, peers and group_faults as [] rather
+// than null (also when the peer probes do not run), so that clients can
+// iterate them without a nil check whoever built the value.
 func (p Peers) MarshalJSON() ([]byte, error) {
 	type plain Peers // no methods: no recursion
 	q := plain(p)
+	if q.Ports == nil {
+		q.Ports = []PeerPort{}
+	}
+	if q.Peers == nil {
+		q.Peers = []Peer{}
+	}
 	if q.GroupFaults == nil {
 		q.GroupFaults = []GroupFault{}
 	}
@@ -209,10 +226,13 @@ type Peer struct {
 	Mismatches []Mismatch `json:"mismatches"`
 }
 
-// MarshalJSON writes Peer with mismatches as [] rather than null.
+// MarshalJSON writes Peer with paths and mismatches as [] rather than null.
 func (p Peer) MarshalJSON() ([]byte, error) {
 	type plain Peer
 	q := plain(p)
+	if q.Paths == nil {
+		q.Paths = []PeerPath{}
+	}
 	if q.Mismatches == nil {
 		q.Mismatches = []Mismatch{}
 	}
@@ -280,6 +300,25 @@ type Config struct {
 	// Failures counts the loads rejected since rdmad started (at start,
 	// on reload and on file changes).
 	Failures uint64 `json:"failures"`
+	// PendingRestart lists the keys ("daemon.socket", "probe.peers") whose
+	// value in the configuration in force differs from the one rdmad runs
+	// with, because they take effect only when rdmad restarts. Empty when
+	// nothing waits for a restart. Never null in JSON.
+	PendingRestart []string `json:"pending_restart"`
+}
+
+// MarshalJSON writes Config with files and pending_restart as [] rather
+// than null.
+func (c Config) MarshalJSON() ([]byte, error) {
+	type plain Config
+	q := plain(c)
+	if q.Files == nil {
+		q.Files = []string{}
+	}
+	if q.PendingRestart == nil {
+		q.PendingRestart = []string{}
+	}
+	return json.Marshal(q)
 }
 
 // PolicyState is the state of every declared policy.
@@ -332,9 +371,15 @@ type Change struct {
 
 // A Component is the health of one part of the daemon.
 type Component struct {
-	State string    `json:"state"`
-	Error string    `json:"error,omitempty"`
-	Since time.Time `json:"since"`
+	State string `json:"state"`
+	// Error says what failed (state "error"; with state "ok", a partial
+	// failure such as bad lines of [probe] peers_file).
+	Error string `json:"error,omitempty"`
+	// Reason explains a component that is "disabled" or "unavailable"
+	// (what switched it off, what it lacks on this node, and what to do):
+	// no failure, so never in Error.
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // NoDevice says why a node without RDMA devices is not healthy, and what to

@@ -55,3 +55,53 @@ func TestGroupFaultsNeverNull(t *testing.T) {
 		})
 	}
 }
+
+// TestListsNeverNull: every list of the status, the reload answer and the
+// peer types is [] in JSON when the Go value holds nil, so that clients
+// iterate them without a nil check whoever built the value.
+func TestListsNeverNull(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		v    any
+		want []string
+	}{
+		{"zero Snapshot", Snapshot{}, []string{`"ports":[]`, `"peers":[]`, `"group_faults":[]`, `"files":[]`, `"pending_restart":[]`}},
+		{"zero Peer", Peer{}, []string{`"paths":[]`, `"mismatches":[]`}},
+		{"zero Fingerprint", Fingerprint{}, []string{`"ports":[]`}},
+		{"rejected reload", ReloadResult{Error: "x"}, []string{`"restart_needed":[]`}},
+		{"reload with a restart needed", ReloadResult{OK: true, RestartNeeded: []string{"daemon.socket"}}, []string{`"restart_needed":["daemon.socket"]`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(string(b), w) {
+					t.Errorf("JSON %s lacks %s", b, w)
+				}
+			}
+			// fingerprint is null when unknown, by design; no list is.
+			if s := strings.ReplaceAll(string(b), `"fingerprint":null`, ""); tt.name != "zero Snapshot" && strings.Contains(s, "null") {
+				t.Errorf("JSON %s has a null", b)
+			}
+		})
+	}
+	var back Snapshot
+	if err := json.Unmarshal([]byte(`{"config":{"files":["a"],"pending_restart":["daemon.socket"]}}`), &back); err != nil ||
+		len(back.Config.Files) != 1 || len(back.Config.PendingRestart) != 1 {
+		t.Errorf("config does not round-trip: %+v, %v", back.Config, err)
+	}
+}
+
+// TestComponentReason: a reason is its own field, absent when empty.
+func TestComponentReason(t *testing.T) {
+	b, _ := json.Marshal(Component{State: Disabled, Reason: "[probe] peers = false"})
+	if s := string(b); !strings.Contains(s, `"reason":"[probe] peers = false"`) || strings.Contains(s, `"error"`) {
+		t.Errorf("disabled component JSON %s: want reason and no error", s)
+	}
+	b, _ = json.Marshal(Component{State: Error, Error: "boom"})
+	if s := string(b); strings.Contains(s, `"reason"`) {
+		t.Errorf("component in error JSON %s: want no reason", s)
+	}
+}

@@ -87,7 +87,7 @@ func TestSocketAccessRealUsers(t *testing.T) {
 		{"socket group among other groups may not reload", both, "POST", "/v1/reload", "403 "},
 		{"admin outside the socket group reads", admin, "GET", "/v1/status", "200 "},
 		{"admin outside the socket group probes", admin, "POST", "/v1/probe?peer=192.0.2.17", "200 "},
-		{"admin outside the socket group reloads", admin, "POST", "/v1/reload", `200 { "ok": true, "generation": 2 }`},
+		{"admin outside the socket group reloads", admin, "POST", "/v1/reload", `200 { "ok": true, "generation": 2, "restart_needed": [] }`},
 		{"stranger cannot connect", stranger, "GET", "/v1/status", "error dial unix " + sock + ": connect: permission denied"},
 	}
 	for _, tt := range tests {

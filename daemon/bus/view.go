@@ -181,7 +181,13 @@ func newView(s *apitype.Snapshot) *view {
 	}
 	comps := make(map[string]Component, len(s.Components))
 	for name, c := range s.Components {
-		comps[name] = Component{State: c.State, Error: c.Error}
+		// (state, error): the second field carries a disabled or
+		// unavailable component's reason, as it did before Reason.
+		text := c.Error
+		if text == "" {
+			text = c.Reason
+		}
+		comps[name] = Component{State: c.State, Error: text}
 	}
 	v.objects[Path] = &object{path: Path, props: props{Interface: {
 		"Version":          dbus.MakeVariant(s.Version),

@@ -527,3 +527,24 @@ func TestFleetProperties(t *testing.T) {
 		t.Errorf("properties signalled when a mismatch and a group fault appear: %v; want FleetMismatches and PeerGroupFaults", changed)
 	}
 }
+
+// TestViewComponents: Components is (state, text): a component in error
+// gives its error, a disabled or unavailable one its reason (the D-Bus
+// signature a{s(ss)} has no third field; it carried the reason before
+// apitype.Component had Reason).
+func TestViewComponents(t *testing.T) {
+	s := snapshot(nil)
+	s.Components = map[string]apitype.Component{
+		"api":   {State: apitype.Error, Error: "socket permissions not updated"},
+		"peers": {State: apitype.Disabled, Reason: "[probe] peers = false"},
+		"dbus":  {State: apitype.OK},
+	}
+	want := map[string]Component{
+		"api":   {State: apitype.Error, Error: "socket permissions not updated"},
+		"peers": {State: apitype.Disabled, Error: "[probe] peers = false"},
+		"dbus":  {State: apitype.OK},
+	}
+	if diff := cmp.Diff(want, newView(s).objects[Path].props[Interface]["Components"].Value()); diff != "" {
+		t.Errorf("Components: -want +got\n%s", diff)
+	}
+}

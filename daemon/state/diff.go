@@ -33,12 +33,12 @@ type Diff struct {
 // A Transition is a value before and after.
 type Transition struct{ From, To string }
 
-// A ComponentChange is a component whose state or error changed; From or
-// To is apitype.Absent for a component that appeared or vanished.
+// A ComponentChange is a component whose state, error or reason changed;
+// From or To is apitype.Absent for a component that appeared or vanished.
 type ComponentChange struct {
 	Name     string
 	From, To string
-	Error    string // the newer error
+	Error    string // the newer error, or else the newer reason
 }
 
 // A LinkChange is a port whose state or physical state changed, or that
@@ -89,7 +89,7 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 	for _, name := range unionKeys(prev.Components, next.Components) {
 		p, pok := prev.Components[name]
 		n, nok := next.Components[name]
-		if pok && nok && p.State == n.State && p.Error == n.Error {
+		if pok && nok && p.State == n.State && p.Error == n.Error && p.Reason == n.Reason {
 			continue
 		}
 		from, to := p.State, n.State
@@ -99,7 +99,11 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 		if !nok {
 			to = apitype.Absent
 		}
-		d.Components = append(d.Components, ComponentChange{Name: name, From: from, To: to, Error: n.Error})
+		text := n.Error
+		if text == "" {
+			text = n.Reason
+		}
+		d.Components = append(d.Components, ComponentChange{Name: name, From: from, To: to, Error: text})
 	}
 
 	pp, np := ports(prev), ports(next)

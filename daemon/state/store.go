@@ -59,13 +59,19 @@ func (s *Store) Changed() <-chan struct{} {
 }
 
 // SetComponent records a component's health on snap (inside Update),
-// keeping Since when the state and error did not change.
+// keeping Since when the state and its text did not change. err's text is
+// the component's Error, except for the states disabled and unavailable:
+// there it explains why (no failure) and is the component's Reason.
 func SetComponent(snap *apitype.Snapshot, name, st string, err error, now time.Time) {
 	c := apitype.Component{State: st, Since: now}
 	if err != nil {
-		c.Error = err.Error()
+		if st == apitype.Disabled || st == apitype.Unavailable {
+			c.Reason = err.Error()
+		} else {
+			c.Error = err.Error()
+		}
 	}
-	if old, ok := snap.Components[name]; ok && old.State == c.State && old.Error == c.Error {
+	if old, ok := snap.Components[name]; ok && old.State == c.State && old.Error == c.Error && old.Reason == c.Reason {
 		return
 	}
 	m := make(map[string]apitype.Component, len(snap.Components)+1)

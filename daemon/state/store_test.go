@@ -69,5 +69,36 @@ func TestStoreConcurrentReaders(t *testing.T) {
 	}
 }
 
-// TestGroupFaultsNeverNull: group_faults is [] in JSON however apitype.Peers was
-// built, and the faults themselves come through.
+// TestSetComponentReason: the text of a disabled or unavailable component
+// is its reason, not an error; a changed reason is a change (new Since, a
+// component event whose message is the reason).
+func TestSetComponentReason(t *testing.T) {
+	s := NewStore(apitype.Snapshot{})
+	a := s.Update(func(n *apitype.Snapshot) {
+		SetComponent(n, apitype.ComponentPeers, apitype.Disabled, errors.New("[probe] peers = false"), time.Unix(1, 0))
+		SetComponent(n, apitype.ComponentVerbs, apitype.Unavailable, errors.New("libibverbs not found"), time.Unix(1, 0))
+		SetComponent(n, apitype.ComponentAPI, apitype.Error, errors.New("boom"), time.Unix(1, 0))
+	})
+	for name, want := range map[string]apitype.Component{
+		apitype.ComponentPeers: {State: apitype.Disabled, Reason: "[probe] peers = false", Since: time.Unix(1, 0)},
+		apitype.ComponentVerbs: {State: apitype.Unavailable, Reason: "libibverbs not found", Since: time.Unix(1, 0)},
+		apitype.ComponentAPI:   {State: apitype.Error, Error: "boom", Since: time.Unix(1, 0)},
+	} {
+		if got := a.Components[name]; got != want {
+			t.Errorf("%s = %+v, want %+v", name, got, want)
+		}
+	}
+	b := s.Update(func(n *apitype.Snapshot) {
+		SetComponent(n, apitype.ComponentPeers, apitype.Disabled, errors.New("no [[peer]] configured"), time.Unix(2, 0))
+	})
+	if c := b.Components[apitype.ComponentPeers]; c.Reason != "no [[peer]] configured" || !c.Since.Equal(time.Unix(2, 0)) {
+		t.Errorf("peers after a new reason = %+v, want the new reason since 2", c)
+	}
+	d := Compare(a, b)
+	if len(d.Components) != 1 || d.Components[0].Name != apitype.ComponentPeers || d.Components[0].Error != "no [[peer]] configured" {
+		t.Errorf("diff of a changed reason: %+v, want one peers change carrying the reason", d.Components)
+	}
+	if evs := d.Events(""); len(evs) != 1 || evs[0].Message != "no [[peer]] configured" {
+		t.Errorf("events of a changed reason: %+v", evs)
+	}
+}

@@ -97,7 +97,7 @@ func (m *Manager) logSuspect(key, why string) {
 		return
 	}
 	if why != "" {
-		m.log.Warn("local probe port suspect", "port", key, "reason", why)
+		m.log.Warn("local probe port suspect", apitype.MessageIDKey, apitype.MsgLocalFault, "port", key, "reason", why)
 	} else {
 		m.log.Info("local probe port no longer suspect", "port", key)
 	}

@@ -876,6 +876,14 @@ func (m *Manager) aggregate(p *mpeer, now time.Time) {
 	m.setPeerState(p, st, reason, now)
 }
 
+// peerMessageID is the journal MESSAGE_ID of the log line of a peer that
+// enters a state (the message catalog explains each).
+var peerMessageID = map[string]string{
+	apitype.PeerUp:       apitype.MsgPeerUp,
+	apitype.PeerDown:     apitype.MsgPeerDown,
+	apitype.PeerDegraded: apitype.MsgPeerDegraded,
+}
+
 func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	if p.state == st {
 		p.reason = reason
@@ -885,7 +893,19 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	if st == apitype.PeerDown || st == apitype.PeerDegraded {
 		lvl = slog.LevelWarn
 	}
-	m.log.Log(context.Background(), lvl, "peer "+st, "peer", p.spec.Name, "group", p.spec.Group, "from", p.state, "to", st, "reason", reason)
+	var attrs []any
+	if id := peerMessageID[st]; id != "" {
+		attrs = append(attrs, apitype.MessageIDKey, id)
+	}
+	attrs = append(attrs, "peer", p.spec.Name)
+	if p.spec.Group != "" {
+		attrs = append(attrs, "group", p.spec.Group)
+	}
+	attrs = append(attrs, "from", p.state, "to", st)
+	if reason != "" || lvl == slog.LevelWarn {
+		attrs = append(attrs, "reason", reason) // down and degraded always say why
+	}
+	m.log.Log(context.Background(), lvl, "peer "+st, attrs...)
 	p.state, p.reason, p.since = st, reason, now
 	m.changed = true
 }
