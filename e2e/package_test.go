@@ -192,6 +192,9 @@ func TestPackageInstalled(t *testing.T) {
 		"/usr/share/man/man8/rdmad.8.gz", "/usr/share/man/man8/rdmactl.8.gz", "/usr/share/man/man5/rdmad.toml.5.gz",
 		"/usr/share/bash-completion/completions/rdmactl", "/usr/share/zsh/vendor-completions/_rdmactl",
 		"/usr/share/doc/rdmad/copyright", "/usr/share/doc/rdmad/changelog.Debian.gz",
+		"/usr/lib/systemd/catalog/rdmad.catalog",
+		"/usr/share/rdmad/prometheus/rdmad-alerts.yml", "/usr/share/rdmad/prometheus/rdmad-recording.yml",
+		"/usr/share/rdmad/prometheus/rdmad-dashboard.json",
 	} {
 		if !slices.Contains(files, want) {
 			t.Errorf("dpkg -L rdmad lacks %s", want)
