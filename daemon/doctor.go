@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/doctor"
+	"github.com/rdmad/rdmad/inventory/ethtool"
 )
 
 // maxDoctorRuns bounds the doctor runs in progress, over the socket and
@@ -32,6 +33,17 @@ func (b backend) Doctor(ctx context.Context, interval time.Duration) (apitype.Do
 		IPoIBDevice: inv.IPoIBDevice,
 		Snapshot:    d.store.Load(),
 		Interval:    interval,
+	}
+	if inv.Root == "" || inv.Root == "/" {
+		// The pause and discard counters of the RoCE netdevs (ethtool
+		// netlink and ioctls, which the doctor package cannot link); not
+		// for a fixture tree, whose netdevs are not this host's.
+		if r, err := ethtool.Open(nil); err == nil {
+			defer r.Close()
+			env.NetCounters = r.FlatCounters
+		} else {
+			env.NetCounters = func(string) (map[string]uint64, error) { return nil, err }
+		}
 	}
 	checks := doctor.Run(env, doctor.Checks)
 	if err := ctx.Err(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/metrics"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
+	"github.com/rdmad/rdmad/inventory/ethtool"
 )
 
 // addSinks registers GET /metrics and GET /v1/watch on the API, starts the
@@ -25,7 +26,15 @@ import (
 // (setMetricsListen).
 func (d *Daemon) addSinks() {
 	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch")})
-	col := metrics.NewCollector(metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot})
+	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot}
+	if root := d.opts.SysfsRoot; root == "" || root == "/" {
+		// The pause and discard counters of the RoCE netdevs, read at
+		// scrape time (a netdev without them is logged once); not for a
+		// fixture tree, whose netdevs are not this host's.
+		netStats := &ethtool.Source{Log: d.log.With("component", apitype.ComponentMetrics)}
+		opts.NetStats = netStats.Read
+	}
+	col := metrics.NewCollector(opts)
 	h := metrics.Handler(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
 	d.api.Handle("/v1/watch", http.MethodGet, access.Watch, hub)

@@ -32,6 +32,7 @@ var Checks = []Check{
 	{"memlock", "RLIMIT_MEMLOCK allows memory registration", checkMemlock},
 	{"qp-errors", "no QP errors, retransmits or out-of-sequence packets rising", checkQPErrors},
 	{"link-errors", "no symbol errors, link downs or receive errors rising", checkLinkErrors},
+	{"packet-loss", "no pause storms, heavy pausing or discards on the RoCE netdevs", checkPacketLoss},
 	{"peers", "peers answer probes", checkPeers},
 	{"fleet", "peers' MTU, link layer, RoCE, QoS, firmware and driver agree with this node's", checkFleet},
 }

@@ -1,7 +1,8 @@
 // Package doctor is the classic RDMA troubleshooting table as checks a
 // program runs: no devices, missing uverbs, ports down, no RoCE v2 GID for
 // the netdev's address, MTU mismatch, PFC or DSCP trust off, memlock too
-// low, clock not synchronised, error counters rising, peers down.
+// low, clock not synchronised, error counters rising, pause storms and
+// discards on the RoCE netdevs, peers down.
 //
 // rdmad runs the table on its node (GET /v1/doctor, D-Bus Doctor), as root
 // and with its own state at hand; rdmactl prints that, and runs the table
@@ -93,6 +94,17 @@ type Env struct {
 	Addrs func(netdev string) ([]netip.Addr, error)
 	// Adjtimex reads the kernel clock's state; nil calls adjtimex(2).
 	Adjtimex func(*unix.Timex) (int, error)
+	// NetCounters returns the pause and discard counters of a RoCE netdev
+	// by name: the ethtool -S statistics rdmad keeps (rx_prio3_pause,
+	// rx_prio3_pause_duration, tx_pause_storm_error_events,
+	// rx_discards_phy, ...) and the standard pause frames as
+	// tx_pause_frames and rx_pause_frames (ethtool -I -a's names). An
+	// error matching errors.ErrUnsupported means the netdev has none of
+	// them. rdmad sets it (inventory/ethtool, over netlink and ioctls,
+	// which rdmactl does not link); nil skips the packet-loss check. It
+	// is called with the devices' reads (Devices, Later) when Interval is
+	// set, so that its counters span the same interval.
+	NetCounters func(netdev string) (map[string]uint64, error)
 
 	once    sync.Once
 	devs    []apitype.Device
@@ -100,11 +112,25 @@ type Env struct {
 	later   sync.Once
 	devs2   []apitype.Device
 	devErr2 error
+	// net1 and net2 are the NetCounters reads of the RoCE netdevs of devs,
+	// with Devices and with Later.
+	net1, net2 map[string]netRead
+}
+
+// netRead is one NetCounters read of a netdev.
+type netRead struct {
+	counters map[string]uint64
+	err      error
 }
 
 // Devices returns the RDMA devices from sysfs (read once per Env).
 func (e *Env) Devices() ([]apitype.Device, error) {
-	e.once.Do(func() { e.devs, e.devErr = e.reader().Read() })
+	e.once.Do(func() {
+		e.devs, e.devErr = e.reader().Read()
+		if e.devErr == nil && e.NetCounters != nil && e.Interval > 0 {
+			e.net1 = e.readNet()
+		}
+	})
 	return e.devs, e.devErr
 }
 
@@ -126,8 +152,22 @@ func (e *Env) Later() ([]apitype.Device, error) {
 			return
 		}
 		e.devs2, e.devErr2 = e.reader().Read()
+		if e.net1 != nil {
+			e.net2 = e.readNet()
+		}
 	})
 	return e.devs2, e.devErr2
+}
+
+// readNet reads the counters of the RoCE netdevs of the first devices
+// read.
+func (e *Env) readNet() map[string]netRead {
+	m := map[string]netRead{}
+	for _, nd := range roceNetdevs(e.devs) {
+		c, err := e.NetCounters(nd)
+		m[nd] = netRead{counters: c, err: err}
+	}
+	return m
 }
 
 func (e *Env) reader() inventory.Reader {

@@ -296,6 +296,26 @@ func TestChecks(t *testing.T) {
 			return &Env{Ctx: ctx, SysRoot: fixture, Interval: time.Hour}
 		}, Skip, "second counter read: context canceled", ""},
 
+		{"pause storm", "packet-loss", func(t *testing.T) *Env {
+			return netEnv(t, mlx5Net(nil), mlx5Net(map[string]uint64{"tx_pause_storm_error_events": 2}))
+		}, Fail, "ens1f0np0: PAUSE STORM: tx_pause_storm_error_events +1 in 2s: the NIC sent pause frames until its timeout and stopped sending them", "a pause storm comes from a receiver that stopped draining"},
+		{"pause storm building", "packet-loss", func(t *testing.T) *Env {
+			return netEnv(t, mlx5Net(nil), mlx5Net(map[string]uint64{"tx_pause_storm_warning_events": 7}))
+		}, Warn, "ens1f0np0: pause storm building: tx_pause_storm_warning_events +4 in 2s", "the switch's PFC watchdog"},
+		{"priority paused heavily", "packet-loss", func(t *testing.T) *Env {
+			return netEnv(t, mlx5Net(nil), mlx5Net(map[string]uint64{"rx_prio3_pause": 9100, "rx_prio3_pause_duration": 1_500_000}))
+		}, Warn, "ens1f0np0: heavy pausing in 2s: priority 3 paused 60% of the time by the link partner, the network is congested (rx_prio3_pause +9000, rx_prio3_pause_duration +1.2s)",
+			"check PFC on the RoCE priority"},
+		{"discards rising", "packet-loss", func(t *testing.T) *Env {
+			return netEnv(t, mlx5Net(nil), mlx5Net(map[string]uint64{"rx_discards_phy": 12, "rx_prio3_discards": 12}))
+		}, Warn, "ens1f0np0: discards rising: rx_discards_phy +12, rx_prio3_discards +12 in 2s", "the switch's buffer and ECN settings"},
+		{"pausing and discards steady", "packet-loss", func(t *testing.T) *Env {
+			return netEnv(t, mlx5Net(nil), mlx5Net(map[string]uint64{"rx_prio3_pause": 110, "rx_prio3_pause_duration": 320_000, "tx_pause_frames": 50}))
+		}, OK, "no pause storm, heavy pausing or discards over 2s (13 counters); eth0 has no pause or discard counters (its driver offers neither", ""},
+		{"packet-loss without rdmad", "packet-loss", func(t *testing.T) *Env {
+			return &Env{SysRoot: fixture, Interval: time.Second, Wait: bump(fixture, nil)}
+		}, Skip, "rdmad reads the pause and discard counters", ""},
+
 		{"peers without daemon", "peers", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
 		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "rdmad reports no peer probes", ""},
 		{"peers disabled", "peers", func(t *testing.T) *Env {
@@ -448,7 +468,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "qp-errors", "link-errors", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

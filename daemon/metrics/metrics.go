@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/inventory/ethtool"
 )
 
 // Options configure a Collector.
@@ -32,6 +33,11 @@ type Options struct {
 	// GoVersion is reported in rdmad_build_info; empty means
 	// runtime.Version(). Tests fix it for their golden files.
 	GoVersion string
+	// NetStats, when set, reads the pause and discard counters of the
+	// RoCE netdevs it is given (the netdevs of the snapshot's Ethernet
+	// ports) at scrape time; the daemon passes an ethtool.Source's Read.
+	// nil exports none of the rdmad_net_ metrics.
+	NetStats func(netdevs []string) []ethtool.Counters
 }
 
 // A Collector is a prometheus.Collector over rdmad's snapshots.
@@ -52,7 +58,7 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, policySection, loopbackSection, poolSection, peerSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, loopbackSection, poolSection, peerSection}}
 }
 
 // Describe implements prometheus.Collector.

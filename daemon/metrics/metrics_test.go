@@ -119,7 +119,8 @@ func scrape(t *testing.T, c *Collector) []byte {
 
 func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
-	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x"})
+	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x",
+		NetStats: fixtureNetStats(t)})
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with
@@ -215,6 +216,23 @@ func TestValues(t *testing.T) {
 		`rdmad_peer_info{group="",node_id="",peer="192.0.2.18"} 1`,
 		`rdmad_peer_node_info{node_id="5eed0001"} 1`,
 		`rdmad_peer_control_messages_total{outcome="refused"} 2`,
+		// The RoCE netdevs' pause and discard counters (ethtool).
+		`rdmad_net_pause_frames_total{direction="rx",netdev="ens1f0np0"} 34`,
+		`rdmad_net_pause_frames_total{direction="tx",netdev="ens1f0np0"} 12`,
+		`rdmad_net_priority_pause_frames_total{direction="rx",netdev="ens1f0np0",priority="3"} 1200`,
+		`rdmad_net_priority_pause_frames_total{direction="tx",netdev="ens1f0np0",priority="3"} 800`,
+		`rdmad_net_priority_pause_frames_total{direction="rx",netdev="ens1f0np0",priority="0"} 0`,
+		// pause_duration counts microseconds.
+		`rdmad_net_priority_pause_duration_seconds_total{direction="rx",netdev="ens1f0np0",priority="3"} 2.5`,
+		`rdmad_net_priority_pause_duration_seconds_total{direction="tx",netdev="ens1f0np0",priority="3"} 0.0015`,
+		`rdmad_net_pause_storm_events_total{level="warning",netdev="ens1f0np0"} 2`,
+		`rdmad_net_pause_storm_events_total{level="error",netdev="ens1f0np0"} 1`,
+		`rdmad_net_discards_total{counter="rx_discards_phy",netdev="ens1f0np0"} 5`,
+		`rdmad_net_discards_total{counter="tx_discards_phy",netdev="ens1f0np0"} 6`,
+		`rdmad_net_discards_total{counter="rx_out_of_buffer",netdev="ens1f0np0"} 7`,
+		`rdmad_net_discards_total{counter="rx_prio3_discards",netdev="ens1f0np0"} 8`,
+		`rdmad_net_discards_total{counter="rx_prio3_buf_discard",netdev="ens1f0np0"} 9`,
+		`rdmad_net_rx_buffer_passed_threshold_events_total{netdev="ens1f0np0"} 10`,
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("scrape lacks %s", line)
