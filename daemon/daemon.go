@@ -120,6 +120,7 @@ func Run(ctx context.Context, opts Options) error {
 		Policy:    apitype.PolicyState{Policies: []apitype.PolicyStatus{}},
 		Loopback:  []apitype.LoopbackPort{},
 		MRPool:    []apitype.PoolDevice{},
+		ECN:       []apitype.NetdevECN{},
 	})
 
 	// The first load decides the socket. A broken file at start does not
@@ -394,6 +395,16 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 // and the ports whose state changed since the last read.
 func (d *Daemon) refresh(why string) {
 	devs, err := d.inv.Read()
+	// DCQCN's state of the RoCE netdevs, observed whether or not a policy
+	// manages it (mlx5's ecn sysfs files; others have none).
+	var ecnState []apitype.NetdevECN
+	if err == nil {
+		var ecnErrs map[string]error
+		ecnState, ecnErrs = readECN(d.inv.Root, devs)
+		for _, nd := range slices.Sorted(maps.Keys(ecnErrs)) {
+			d.log.Debug("ECN state unreadable", "netdev", nd, "err", ecnErrs[nd])
+		}
+	}
 	now := time.Now()
 	var prev []apitype.Device
 	first := false
@@ -407,6 +418,7 @@ func (d *Daemon) refresh(why string) {
 			_, read := s.Components[apitype.ComponentInventory]
 			prev, first = s.Devices, !read
 			s.Devices = devs
+			s.ECN = ecnState
 			st, e := apitype.OK, error(nil)
 			if len(devs) == 0 {
 				st, e = apitype.Unavailable, errors.New(apitype.NoDevice)

@@ -29,6 +29,7 @@ var Checks = []Check{
 	{"mtu", "netdev MTU, RDMA MTU and policy agree", checkMTU},
 	{"pfc", "PFC is on for the RoCE priority", checkPFC},
 	{"dscp-trust", "the NIC trusts DSCP", checkTrust},
+	{"ecn", "ECN (DCQCN) is on for the RoCE priority and answers marked packets with CNPs", checkECN},
 	{"memlock", "RLIMIT_MEMLOCK allows memory registration", checkMemlock},
 	{"qp-errors", "no QP errors, retransmits or out-of-sequence packets rising", checkQPErrors},
 	{"link-errors", "no symbol errors, link downs or receive errors rising", checkLinkErrors},

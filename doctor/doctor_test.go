@@ -117,6 +117,14 @@ func snapWith(targets ...apitype.Target) *apitype.Snapshot {
 		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: targets}}}}
 }
 
+// ecnSnap is a snapshot whose policy enables PFC on priority 3 of
+// ens1f0np0, whose ECN state is np and rp.
+func ecnSnap(np, rp []int) *apitype.Snapshot {
+	s := snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp pfc=3", Actual: "trust=dscp pfc=3", State: apitype.InSync})
+	s.ECN = []apitype.NetdevECN{{Netdev: "ens1f0np0", NP: np, RP: rp}}
+	return s
+}
+
 func limits(memlock string) string {
 	return "Limit                     Soft Limit           Hard Limit           Units     \n" +
 		"Max open files            1024                 524288               files     \n" +
@@ -247,6 +255,38 @@ func TestChecks(t *testing.T) {
 		{"trust drifted", "dscp-trust", func(t *testing.T) *Env {
 			return &Env{Snapshot: snapWith(apitype.Target{Kind: "qos", Object: "ens1f0np0", Desired: "trust=dscp", Actual: "trust=pcp", State: apitype.Drifted})}
 		}, Fail, `ens1f0np0: trust is pcp, policy "fabric" wants dscp`, ""},
+
+		{"ecn off on the RoCE priority", "ecn", func(t *testing.T) *Env {
+			return &Env{SysRoot: fixture, Snapshot: ecnSnap([]int{3}, []int{4})}
+		}, Warn, `ens1f0np0: ECN off on the RoCE priority 3 (PFC on it, policy "fabric"): rp (reaction point`, "[policy.ecn] np = [3] and rp = [3]"},
+		{"ecn off in observe mode", "ecn", func(t *testing.T) *Env {
+			s := ecnSnap(nil, nil)
+			s.Policy.Policies[0].Targets = append(s.Policy.Policies[0].Targets,
+				apitype.Target{Kind: "ecn", Object: "ens1f0np0", Desired: "np=3 rp=3", Actual: "np=none rp=none", State: apitype.Drifted})
+			return &Env{SysRoot: fixture, Snapshot: s}
+		}, Warn, "np (notification point: no CNPs are sent for ECN-marked packets), rp (reaction point", "observe mode"},
+		{"ecn marks without CNPs", "ecn", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{mlx5p1 + "/hw_counters/" + ecnMarked: "10", mlx5p1 + "/hw_counters/" + cnpHandled: "5"})
+			return &Env{SysRoot: root, Interval: time.Second, Snapshot: ecnSnap([]int{3}, []int{3}),
+				Wait: bump(root, map[string]string{mlx5p1 + "/hw_counters/" + ecnMarked: "50"})}
+		}, Warn, "mlx5_0/1 (ens1f0np0): np_ecn_marked_roce_packets +40 but np_cnp_sent +0, rp_cnp_handled +0 in 1s: ECN-marked packets arrive and no CNP goes back",
+			"[policy.ecn] np = [<the RoCE priority>]"},
+		{"ecn fine", "ecn", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{mlx5p1 + "/hw_counters/" + ecnMarked: "10"})
+			return &Env{SysRoot: root, Interval: time.Second, Snapshot: ecnSnap([]int{3}, []int{3, 5}),
+				Wait: bump(root, map[string]string{mlx5p1 + "/hw_counters/" + ecnMarked: "50", mlx5p1 + "/hw_counters/" + cnpSent: "52"})}
+		}, OK, "ens1f0np0: ECN (np and rp) on the RoCE priority 3; mlx5_0/1 (ens1f0np0): congestion control answers: np_ecn_marked_roce_packets +40, np_cnp_sent +10 in 1s", ""},
+		{"ecn quiet", "ecn", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{mlx5p1 + "/hw_counters/" + ecnMarked: "10"})
+			return &Env{SysRoot: root, Interval: time.Second, DaemonErr: errors.New("gone"), Wait: bump(root, nil)}
+		}, OK, "mlx5_0/1 (ens1f0np0): no ECN-marked packets in 1s (np_cnp_sent +0)", ""},
+		{"ecn nothing to judge", "ecn", func(t *testing.T) *Env { return &Env{SysRoot: fixture, DaemonErr: errors.New("gone")} }, Skip,
+			"rdmad not reachable, so the ECN state is unknown; no interval to compare the CNP counters over", ""},
+		{"ecn not mlx5", "ecn", func(t *testing.T) *Env {
+			s := ecnSnap(nil, nil)
+			s.ECN = nil
+			return &Env{SysRoot: fixture, Snapshot: s}
+		}, Skip, "ens1f0np0 has no ECN state in rdmad (no /sys/class/net/ens1f0np0/ecn", ""},
 
 		{"memlock low for rdmad", "memlock", func(t *testing.T) *Env {
 			proc := t.TempDir()
@@ -468,7 +508,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/policy/dcb"
+	"github.com/rdmad/rdmad/policy/ecn"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
 	"github.com/rdmad/rdmad/policy/qos"
@@ -62,6 +63,7 @@ type Reconciler struct {
 	mtu  *mtu.Client
 	dcb  *dcb.Conn
 	roce *roce.Client
+	ecn  *ecn.Client
 	now  func() time.Time
 
 	// targets persists counters and last-change times across passes.
@@ -94,6 +96,7 @@ func NewReconciler(log *slog.Logger) *Reconciler {
 		log.Error("dcbnl unavailable; QoS policies cannot be applied", "err", err)
 	}
 	r.roce = roce.New(roce.Options{})
+	r.ecn = ecn.New(ecn.Options{})
 	return r
 }
 
@@ -183,6 +186,10 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		if w.QoS != nil {
 			t, cs := r.checkQoS(nd, index[nd], *w.QoS, apply && !w.QoSSrc.Observe)
 			record(w.QoSSrc, "qos", nd, t, cs)
+		}
+		if w.ECN != nil {
+			t, cs := r.checkECN(nd, *w.ECN, apply && !w.ECNSrc.Observe)
+			record(w.ECNSrc, "ecn", nd, t, cs)
 		}
 	}
 	for _, p := range ports {
@@ -337,6 +344,40 @@ func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 	if qos.IsUnsupported(applyErr) {
 		r.unsupported[nd] = ifindex
 		t.State = apitype.Unsupported
+	}
+	return t, cs
+}
+
+// checkECN compares the DCQCN priorities of nd with what the policy wants
+// and writes the files that differ. A netdev without the ecn sysfs files
+// (not mlx5) is unsupported: reported as such at every pass, never retried
+// as an error.
+func (r *Reconciler) checkECN(nd string, want ECNRule, enforce bool) (apitype.Target, []apitype.Change) {
+	np, rp := want.NP != nil, want.RP != nil
+	t := apitype.Target{Desired: ecn.State{NP: want.NP, RP: want.RP}.String(np, rp)}
+	if r.ecn == nil {
+		r.ecn = ecn.New(ecn.Options{})
+	}
+	actual, err := r.ecn.Observe(nd)
+	if ecn.IsUnsupported(err) {
+		t.State, t.Actual, t.Error = apitype.Unsupported, "no ecn sysfs", err.Error()
+		return t, nil
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = actual.String(np, rp)
+	if t.Actual == t.Desired {
+		t.State = apitype.InSync
+		return t, nil
+	}
+	var applyErr error
+	t, cs := settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
+		_, applyErr = r.ecn.Apply(nd, ecn.Want{NP: want.NP, RP: want.RP})
+		return applyErr
+	})
+	if ecn.IsUnsupported(applyErr) {
+		t.State, t.Actual = apitype.Unsupported, "no ecn sysfs"
 	}
 	return t, cs
 }

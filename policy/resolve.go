@@ -1,7 +1,7 @@
 // Package policy decides what the node's RDMA settings should be: it matches
 // the declared [[policy]] blocks against the netdevs and RDMA ports that exist
 // and resolves, per object and setting, which policy is in charge. The
-// appliers in its sub-packages (mtu, qos, roce, memlock) act; the daemon's
+// appliers in its sub-packages (mtu, qos, ecn, roce, memlock) act; the daemon's
 // reconciler orchestrates.
 package policy
 
@@ -31,6 +31,16 @@ type Rule struct {
 	// RoCE are the RDMA-CM defaults of selected ports; nil leaves them
 	// unmanaged.
 	RoCE *RoCERule
+	// ECN is DCQCN on selected netdevs; nil leaves it unmanaged.
+	ECN *ECNRule
+}
+
+// An ECNRule is what a Rule wants of DCQCN on its netdevs: the priorities
+// (0-7, ascending) on which the notification point (NP) and the reaction
+// point (RP) are enabled. nil leaves a point unmanaged; an empty list
+// disables it on every priority.
+type ECNRule struct {
+	NP, RP []int
 }
 
 // Mode is how status names the rule's mode: "observe" or "enforce".
@@ -72,6 +82,8 @@ type NetdevWant struct {
 	MTUSrc Source
 	QoS    *qos.Desired // nil: unmanaged
 	QoSSrc Source
+	ECN    *ECNRule // nil: unmanaged
+	ECNSrc Source
 }
 
 // PortWant is what the policies want of one RDMA port.
@@ -98,8 +110,8 @@ type Desired struct {
 // the device, or one of its netdevs globs matches the port's netdev. When
 // several policies set the same thing on the same object, the later one in
 // configuration order wins (drop-ins are merged after the main file, so a
-// drop-in overrides it); MTU, [policy.qos] and [policy.roce] are resolved
-// separately.
+// drop-in overrides it); MTU, [policy.qos], [policy.ecn] and [policy.roce]
+// are resolved separately.
 func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Matches: map[string][]string{}}
 	for _, p := range policies {
@@ -117,7 +129,7 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 			}
 		}
 		for nd := range selected {
-			if p.MTU == 0 && p.QoS == nil {
+			if p.MTU == 0 && p.QoS == nil && p.ECN == nil {
 				break
 			}
 			w := d.Netdevs[nd]
@@ -127,6 +139,10 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 			if p.QoS != nil {
 				q := *p.QoS
 				w.QoS, w.QoSSrc = &q, src
+			}
+			if p.ECN != nil {
+				e := *p.ECN
+				w.ECN, w.ECNSrc = &e, src
 			}
 			d.Netdevs[nd] = w
 			d.Matches[p.Name] = append(d.Matches[p.Name], nd)

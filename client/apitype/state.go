@@ -55,6 +55,32 @@ type Snapshot struct {
 	Components map[string]Component `json:"components"`
 	// Peers is what the peer probes see of other nodes (docs/PROBES.md).
 	Peers Peers `json:"peers"`
+	// ECN is DCQCN's state per RoCE netdev that exposes it (mlx5's
+	// /sys/class/net/<netdev>/ecn), whether or not a policy manages it;
+	// in netdev order, [] when none does.
+	ECN []NetdevECN `json:"ecn"`
+}
+
+// NetdevECN is what DCQCN has enabled on one netdev: the priorities (0-7,
+// ascending) of its notification point (NP: the receiver answers
+// ECN-marked packets with CNPs) and reaction point (RP: the sender slows
+// down on CNPs).
+type NetdevECN struct {
+	Netdev string `json:"netdev"`
+	NP     []int  `json:"np"`
+	RP     []int  `json:"rp"`
+}
+
+// MarshalJSON writes NetdevECN with np and rp as [] rather than null.
+func (n NetdevECN) MarshalJSON() ([]byte, error) {
+	type plain NetdevECN
+	if n.NP == nil {
+		n.NP = []int{}
+	}
+	if n.RP == nil {
+		n.RP = []int{}
+	}
+	return json.Marshal(plain(n))
 }
 
 // Peer states (docs/PROBES.md has the transitions).

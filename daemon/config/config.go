@@ -74,8 +74,22 @@ type Policy struct {
 	MTU  int   `toml:"mtu" json:"mtu,omitempty"`
 	QoS  *QoS  `toml:"qos" json:"qos,omitempty"`
 	RoCE *RoCE `toml:"roce" json:"roce,omitempty"`
+	ECN  *ECN  `toml:"ecn" json:"ecn,omitempty"`
 
 	src source
+}
+
+// ECN holds [policy.ecn]: DCQCN (RoCE congestion control) on the matched
+// netdevs, through mlx5's sysfs files
+// /sys/class/net/<netdev>/ecn/roce_{np,rp}/enable/<prio>.
+type ECN struct {
+	// NP lists the priorities (0-7) on which the notification point is
+	// enabled (the receiver answers ECN-marked packets with CNPs); the
+	// others are disabled. Absent leaves it unmanaged; [] disables all.
+	NP []int `toml:"np" json:"np"`
+	// RP lists the priorities on which the reaction point is enabled (the
+	// sender slows down on CNPs), likewise.
+	RP []int `toml:"rp" json:"rp"`
 }
 
 // QoS holds [policy.qos]: data-centre bridging for the matched netdevs.

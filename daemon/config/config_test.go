@@ -216,7 +216,7 @@ mode = "v3"
 			want: []string{
 				`D/rdmad.toml:2: policy[0]: every [[policy]] needs a name (name = "fabric"); it identifies the policy in status and logs`,
 				`D/rdmad.toml:2: policy[0]: policy "" selects nothing; set netdevs = ["ens1f*"] and/or devices = ["mlx5_*"]`,
-				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos] or [policy.roce]`,
+				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos], [policy.ecn] or [policy.roce]`,
 			},
 		},
 		{

@@ -533,8 +533,8 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 		if p.MTU != 0 && (p.MTU < 68 || p.MTU > 65535) {
 			bad(f, key("mtu"), "%d is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)", p.MTU)
 		}
-		if p.MTU == 0 && p.QoS == nil && p.RoCE == nil {
-			bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos] or [policy.roce]", p.Name)
+		if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil {
+			bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos], [policy.ecn] or [policy.roce]", p.Name)
 		}
 		if q := p.QoS; q != nil {
 			switch q.Trust {
@@ -565,6 +565,25 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 					continue
 				}
 				q.DSCPToPrio[dscp] = prio
+			}
+		}
+		if e := p.ECN; e != nil {
+			if e.NP == nil && e.RP == nil {
+				bad(f, key("ecn"), "[policy.ecn] sets neither np nor rp; list the priorities DCQCN is enabled on, e.g. np = [3] and rp = [3], or remove the table")
+			}
+			for _, pt := range []struct {
+				name, what string
+				prio       []int
+			}{{"np", "notification point", e.NP}, {"rp", "reaction point", e.RP}} {
+				seen := map[int]bool{}
+				for _, prio := range pt.prio {
+					if prio < 0 || prio > 7 {
+						bad(f, key("ecn", pt.name), "priority %d is out of range; list the priorities 0-7 on which the %s is enabled, e.g. %s = [3] (the RoCE priority)", prio, pt.what, pt.name)
+					} else if seen[prio] {
+						bad(f, key("ecn", pt.name), "priority %d is listed twice; list each priority once, e.g. %s = [3]", prio, pt.name)
+					}
+					seen[prio] = true
+				}
 			}
 		}
 		if r := p.RoCE; r != nil {

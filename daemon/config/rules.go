@@ -1,6 +1,8 @@
 package config
 
 import (
+	"slices"
+
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/qos"
 )
@@ -24,5 +26,22 @@ func (p Policy) Rule() policy.Rule {
 	if p.RoCE != nil {
 		r.RoCE = &policy.RoCERule{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode}
 	}
+	if p.ECN != nil {
+		r.ECN = &policy.ECNRule{NP: sortedPrios(p.ECN.NP), RP: sortedPrios(p.ECN.RP)}
+	}
 	return r
+}
+
+// sortedPrios returns a sorted copy of a priority list, keeping nil
+// (unmanaged) apart from empty (all disabled).
+func sortedPrios(p []int) []int {
+	if p == nil {
+		return nil
+	}
+	out := slices.Clone(p)
+	if out == nil {
+		out = []int{}
+	}
+	slices.Sort(out)
+	return out
 }

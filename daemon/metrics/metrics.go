@@ -58,7 +58,7 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, loopbackSection, poolSection, peerSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, loopbackSection, poolSection, peerSection}}
 }
 
 // Describe implements prometheus.Collector.
