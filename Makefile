@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 RUN_DIR  ?= $(CURDIR)/.run
 RUN_SOCK ?= $(RUN_DIR)/rdmad.sock
 
-.PHONY: all build run test fuzz deps e2e package clean
+.PHONY: all build run test fuzz bench deps e2e package clean
 
 all: build
 
@@ -39,6 +39,12 @@ test: deps
 FUZZTIME ?= 20s
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz
+
+# bench: the host benchmarks (docs/BENCHMARKS.md): the peer engine at 100,
+# 1,000 and 10,000 peers at 1 Hz, publishing, scraping and status at scale,
+# the MR pool; output in .bench/results.txt (scripts/bench). Not in CI.
+bench: deps
+	./scripts/bench
 
 deps-build:
 	@./scripts/deps build

@@ -333,25 +333,82 @@ func (m *Manager) onQuery(a answer) {
 	if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
 		return
 	}
-	fp, ok, _ := a.m.Fingerprint()
-	if !ok {
+	ps := m.peersAt(a.from.Addr())
+	if len(ps) == 0 {
 		return
 	}
-	for _, p := range m.peers {
-		if p.addr == a.from.Addr() && p.ver != wire.Version1 {
-			m.setPeerFingerprint(p, &fp)
+	fp, err := m.peerFingerprint(a.m)
+	if fp == nil || err != nil {
+		return
+	}
+	for _, e := range ps {
+		if e.p.ver != wire.Version1 {
+			m.setPeerFingerprint(e.p, fp)
 		}
 	}
 }
 
-// setPeerFingerprint records what p said about itself.
-func (m *Manager) setPeerFingerprint(p *mpeer, f *wire.Fingerprint) {
-	if (p.fp == nil) == (f == nil) && (f == nil || string(p.fp.Marshal()) == string(f.Marshal())) {
+// A sharedFP is a fingerprint a peer sent, decoded once, with its form in
+// the state, and shared by every peer that sent the same bytes: the nodes
+// of a fleet mostly run the same firmware, driver and kernel, so ten
+// thousand peers hold a handful of fingerprints, not ten thousand copies,
+// and a peer that says again what it said before costs no decoding.
+// Manager.fps holds those some peer holds, by their encoding.
+type sharedFP struct {
+	raw   string // the encoding as received
+	canon string // re-encoded: what the peer says, whatever the encoding
+	fp    wire.Fingerprint
+	state *apitype.Fingerprint // never changed: states share it
+	refs  int
+}
+
+// peerFingerprint returns the fingerprint msg carries: nil when it carries
+// none, and an error when it is malformed.
+func (m *Manager) peerFingerprint(msg wire.Message) (*sharedFP, error) {
+	for _, e := range msg.Ext {
+		if e.Type != wire.ExtFingerprint {
+			continue
+		}
+		if s := m.fps[string(e.Value)]; s != nil {
+			return s, nil
+		}
+		f, err := wire.DecodeFingerprint(e.Value)
+		if err != nil {
+			return nil, err
+		}
+		return &sharedFP{raw: string(e.Value), canon: string(f.Marshal()), fp: f, state: fingerprintState(&f)}, nil
+	}
+	return nil, nil
+}
+
+// setPeerFingerprint records what p said about itself (nil: nothing).
+func (m *Manager) setPeerFingerprint(p *mpeer, f *sharedFP) {
+	if p.fp == f || (p.fp != nil && f != nil && p.fp.canon == f.canon) {
 		return
+	}
+	m.releaseFingerprint(p)
+	if f != nil {
+		if held := m.fps[f.raw]; held != nil {
+			f = held
+		} else {
+			m.fps[f.raw] = f
+		}
+		f.refs++
 	}
 	p.fp = f
 	m.changed = true
 	m.checkMismatch(p)
+}
+
+// releaseFingerprint lets go of p's fingerprint.
+func (m *Manager) releaseFingerprint(p *mpeer) {
+	if p.fp == nil {
+		return
+	}
+	if p.fp.refs--; p.fp.refs <= 0 && m.fps[p.fp.raw] == p.fp {
+		delete(m.fps, p.fp.raw)
+	}
+	p.fp = nil
 }
 
 // mismatches compares each of p's paths: the local port's fingerprint with
@@ -368,9 +425,9 @@ func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
 				local = &m.fp.Ports[i]
 			}
 		}
-		for i := range p.fp.Ports {
-			if p.fp.Ports[i].Index == pa.remoteIdx {
-				remote = &p.fp.Ports[i]
+		for i := range p.fp.fp.Ports {
+			if p.fp.fp.Ports[i].Index == pa.remoteIdx {
+				remote = &p.fp.fp.Ports[i]
 			}
 		}
 		if local == nil || remote == nil || !pa.resolved {
@@ -381,10 +438,13 @@ func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
 	return out
 }
 
-// checkMismatch logs when p's mismatches change: a warning naming each
-// field and both values, and a line when they are gone.
+// checkMismatch keeps p's mismatches (the state shows them) and logs when
+// they change: a warning naming each field and both values, and a line
+// when they are gone. It is called whenever what they depend on changes:
+// either fingerprint, a path's peer port, the paths themselves.
 func (m *Manager) checkMismatch(p *mpeer) {
 	ms := m.mismatches(p)
+	p.mm = ms
 	var parts []string
 	for _, x := range ms {
 		parts = append(parts, fmt.Sprintf("%s %s here (%s) vs %s on the peer (%s)", x.Field, x.Local, x.LocalPort, x.Peer, x.PeerPort))

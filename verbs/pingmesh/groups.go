@@ -44,10 +44,15 @@ func reach(p *mpeer) (known, downEverywhere, answers bool) {
 // all of them are down from every local port, while at least one peer
 // outside the group (of another group, or of none) answers.
 func (m *Manager) groupFaults() map[string]string {
-	type tally struct{ known, down, answering int }
-	groups := map[string]*tally{}
+	// The tallies are kept from one publish to the next: their map is
+	// cleared, not made again.
+	if m.tallies == nil {
+		m.tallies = map[string]groupTally{}
+	}
+	groups := m.tallies
+	clear(groups)
 	answering := 0
-	for _, p := range m.peers {
+	for _, p := range m.sortedPeers() {
 		if p.oneshot {
 			continue
 		}
@@ -60,10 +65,6 @@ func (m *Manager) groupFaults() map[string]string {
 			continue // a peer without a group is nobody's suspect but its own
 		}
 		t := groups[g]
-		if t == nil {
-			t = &tally{}
-			groups[g] = t
-		}
 		if known {
 			t.known++
 		}
@@ -73,6 +74,7 @@ func (m *Manager) groupFaults() map[string]string {
 		if answers {
 			t.answering++
 		}
+		groups[g] = t
 	}
 	out := map[string]string{}
 	for g, t := range groups {
@@ -84,6 +86,10 @@ func (m *Manager) groupFaults() map[string]string {
 	}
 	return out
 }
+
+// A groupTally counts a group's peers: with a known state, down from every
+// local port, answering.
+type groupTally struct{ known, down, answering int }
 
 // logSuspect logs that the suspect under key was raised (why != "") or
 // cleared.

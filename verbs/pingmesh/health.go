@@ -34,6 +34,34 @@ type health struct {
 	reason     string
 	consecLost int
 	consecOK   int
+	// badFor is what the reason of a degraded path was written for: it is
+	// written again only when the figures it gives change, not after
+	// every probe.
+	badFor badKey
+}
+
+// A badKey is the figures a degraded reason gives.
+type badKey struct {
+	lost, samples int32
+	p99, rtt      time.Duration
+	lossPct       float64
+}
+
+func keyOf(ws winStats, t Thresholds) badKey {
+	return badKey{lost: int32(ws.Lost), samples: int32(ws.Samples), p99: ws.P99, rtt: t.RTT, lossPct: t.LossPct}
+}
+
+// badReason returns why ws is bad under t ("" when it is not), reusing the
+// health's reason when it was written for the same figures.
+func (h *health) badReason(ws winStats, t Thresholds) string {
+	if h.state == apitype.PeerDegraded && h.reason != "" && keyOf(ws, t) == h.badFor {
+		return h.reason
+	}
+	r := t.bad(ws)
+	if r != "" {
+		h.badFor = keyOf(ws, t)
+	}
+	return r
 }
 
 func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
@@ -91,14 +119,14 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 			next, reason = apitype.PeerUp, ""
 		}
 	case h.state == apitype.PeerUp:
-		if r := t.bad(t.windowStats(w)); r != "" {
+		if r := h.badReason(t.windowStats(w), t); r != "" {
 			next, reason = apitype.PeerDegraded, r
 		}
 	case h.state == apitype.PeerDegraded:
 		ws := t.windowStats(w)
 		if t.clear(ws) {
 			next, reason = apitype.PeerUp, ""
-		} else if r := t.bad(ws); r != "" {
+		} else if r := h.badReason(ws, t); r != "" {
 			reason = r
 		}
 	}

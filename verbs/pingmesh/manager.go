@@ -7,7 +7,6 @@
 package pingmesh
 
 import (
-	"container/heap"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -106,9 +105,20 @@ const v2Retry = 10 * time.Minute
 const maxInflightPerPath = 2
 
 // maxBatchWindow bounds how early a probe may go to share a wakeup and a
-// post with others: at a thousand peers a second, one wakeup per 20 ms
-// sends about twenty probes with one doorbell instead of twenty wakeups.
-const maxBatchWindow = 20 * time.Millisecond
+// post with others (a tenth of peer_interval when that is shorter, within
+// the ±10% jitter): at a thousand peers a second, one wakeup per 100 ms
+// sends about a hundred probes with one doorbell instead of a hundred
+// wakeups. A wakeup costs far more than a probe (a goroutine and a
+// thread woken, on both sides of the transport), and a peer's next turn
+// is counted from its due time, not from the early send, so probes do not
+// come more often than peer_interval.
+const maxBatchWindow = 100 * time.Millisecond
+
+// maxBatch bounds the probes and queries one wakeup sends: a port has 256
+// send slots (verbs/peer), shared with the answers to other nodes' probes,
+// and the peers' control sockets take a burst of queries. When more are
+// due within the batch window, the next wakeup follows at once.
+const maxBatch = 128
 
 // A Manager runs the peer probes until its Run's context is done.
 type Manager struct {
@@ -121,11 +131,15 @@ type Manager struct {
 	// goroutine wakeups saved. The pass that expires probes takes them
 	// first, so a queued answer is never counted as lost. repKick wakes
 	// the manager at once only while a one-shot probe waits (urgent).
-	repMu    sync.Mutex
-	repBuf   []peer.Reply
-	repKick  chan struct{}
-	urgent   atomic.Bool
-	answers  chan answer
+	repMu   sync.Mutex
+	repBuf  []peer.Reply
+	repKick chan struct{}
+	urgent  atomic.Bool
+	// Control answers (and the queries this node answered, for their
+	// fingerprints) wait in ansBuf for the next pass in the same way: at
+	// ten thousand peers they come a few hundred a second.
+	ansMu    sync.Mutex
+	ansBuf   []answer
 	resolved chan resolution
 	oneshots chan *oneshot
 	// expired receives a one-shot whose wait is over. It is a channel of
@@ -134,27 +148,50 @@ type Manager struct {
 	expired chan *oneshot
 
 	// Owned by Run's goroutine.
-	cfg       Settings
-	ctl       *Control
-	peers     map[string]*mpeer
-	due       dueHeap
-	flights   map[uint64]*flight
-	order     []uint64 // flights in send order: they time out in it
-	seq       uint64
-	nonces    map[uint64]*mpeer // outstanding control queries by nonce
-	epoch     uint64
-	local     []peer.LocalPort
-	localErr  error
-	localIPs  map[netip.Addr]bool
+	cfg      Settings
+	ctl      *Control
+	peers    map[string]*mpeer
+	due      dueHeap
+	flights  flights // probes in flight, by sequence number
+	seq      uint64
+	nonces   map[uint64]*mpeer // outstanding control queries by nonce
+	epoch    uint64
+	local    []peer.LocalPort
+	localGen uint32 // counts the changes of local
+	localErr error
+	localIPs map[netip.Addr]bool
+	// byAddr finds the selected peers of an address (a query carries
+	// only its source's): sorted by address, made again when addrStale.
+	byAddr    []addrPeer
+	addrStale bool
+	// sorted is the peers in name order, for the state; sortStale when
+	// the selection changed since it was sorted.
+	sorted    []*mpeer
+	sortStale bool
+	tallies   map[string]groupTally // groupFaults' scratch
+	// allowStale: the control endpoint's allow list is rebuilt at the end
+	// of the pass (once, however many peers were resolved in it).
+	allowStale bool
+	// scratch is the space every path's window computes its percentiles
+	// in (window.stats).
+	scratch []uint16
+	// fps holds the peers' fingerprints by their encoding, shared by the
+	// peers that sent the same (fingerprint.go).
+	fps       map[string]*sharedFP
 	dirty     bool
 	changed   bool
 	published time.Time
+	// changedAt is when a state change was last published: changes are
+	// published at once, but at most every minPublishGap.
+	changedAt time.Time
 	notSent   uint64
 	resolving int
 	// lookups counts the resolve goroutines; Run waits for them.
 	lookups  sync.WaitGroup
 	outbox   map[string][]peer.Target // probes of this tick by local port
 	repSpare []peer.Reply             // the other reply buffer
+	ansSpare []answer                 // the other answer buffer
+	batched  int                      // probes and queries of this pass
 	waiting  int                      // one-shot probes waiting
 	faults   map[string]string        // local port -> why it is the suspect
 	// The control endpoint in force (m.ctl), its Serve goroutine's end,
@@ -215,13 +252,15 @@ type query struct {
 type mpeer struct {
 	spec        Spec
 	addr        netip.Addr
+	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
 	addrErr     string
 	lookupFails int // failed lookups in a row
 	nodeID      uint64
+	nodeIDStr   string // nodeID as text, for the state ("" until made)
 	paths       []*path
 	due         time.Time
-	hidx        int
-	queried     map[uint64]query // outstanding queries by nonce
+	dueVer      uint32         // the version of its entry in the due heap
+	queried     []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
 	qMisses     int
 	// ver is the wire version the peer last answered in (0: none yet),
 	// qver the one to ask in next; authenticated whether its last answer
@@ -229,46 +268,70 @@ type mpeer struct {
 	// asked in version 2.
 	ver, qver     uint8
 	authenticated bool
-	v2Tried       time.Time
-	v2Wait        time.Duration // before the next version-2 retry
-	lastAns       time.Time
-	state         string
-	reason        string
-	since         time.Time
-	waiters       []*oneshot
-	waitFrom      uint64 // waiters want results of probes with seq > waitFrom
-	oneshot       bool   // added only for a one-shot probe
+	inDue         bool // it has a turn in the due heap
+	// pathsGen is the Manager.localGen the paths were last made for.
+	pathsGen uint32
+	v2Tried  time.Time
+	v2Wait   time.Duration // before the next version-2 retry
+	lastAns  time.Time
+	state    string
+	reason   string
+	since    time.Time
+	waiters  []*oneshot
+	waitFrom uint64 // waiters want results of probes with seq > waitFrom
+	oneshot  bool   // added only for a one-shot probe
 	// fp is the fingerprint the peer last sent (nil: unknown), mismatch
-	// the mismatches last logged, as text.
-	fp       *wire.Fingerprint
+	// the mismatches last logged, as text, and mm the mismatches
+	// themselves (checkMismatch keeps them current).
+	fp       *sharedFP
 	mismatch string
+	mm       []apitype.Mismatch
+}
+
+// A pendingQuery is an outstanding control query and its nonce.
+type pendingQuery struct {
+	nonce uint64
+	query
+}
+
+// findQuery returns the index of p's outstanding query with nonce n, or -1.
+func (p *mpeer) findQuery(n uint64) int {
+	for i := range p.queried {
+		if p.queried[i].nonce == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// removeQuery forgets p's outstanding query i.
+func (p *mpeer) removeQuery(i int) {
+	p.queried = append(p.queried[:i], p.queried[i+1:]...)
+	if len(p.queried) == 0 {
+		p.queried = nil // most peers have none outstanding most of the time
+	}
 }
 
 // A path is the probes from one local port to the peer's matching port.
+// One is kept for every path of every selected peer: it holds no more than
+// it must (the statistics are computed when published, not kept).
 type path struct {
 	local    string
 	remote   peer.Endpoint
+	gidStr   string // remote.GID as text, for the state ("" until made)
 	resolved bool
 	asked    time.Time
-	win      *window
+	win      window // in the path: one cache line less to touch per probe
 	h        health
 	sent     uint64
 	lost     uint64
 	lastRTT  time.Duration
 	lastSeq  uint64 // last probe with a result
 	inflight int
-	stats    winStats
-	stale    bool
 	auth     bool // the last reply carried a valid tag
 	// remoteIdx is the peer's port index the path probes (the answer's
 	// Index): the port of the peer's fingerprint to compare with.
 	remoteIdx uint8
-}
-
-type flight struct {
-	p    *mpeer
-	pa   *path
-	sent time.Time
 }
 
 // New returns a Manager with settings s.
@@ -285,9 +348,10 @@ func New(opts Options, s Settings) (*Manager, error) {
 		}
 	}
 	m := &Manager{opts: opts, log: opts.Logger,
-		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1), answers: make(chan answer, 1024),
+		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1),
 		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16), expired: make(chan *oneshot, maxWaiting),
-		peers: map[string]*mpeer{}, flights: map[uint64]*flight{}, outbox: map[string][]peer.Target{}, nonces: map[uint64]*mpeer{}}
+		peers: map[string]*mpeer{}, outbox: map[string][]peer.Target{}, nonces: map[uint64]*mpeer{},
+		fps: map[string]*sharedFP{}}
 	m.cfg = s
 	return m, nil
 }
@@ -325,6 +389,41 @@ func (m *Manager) OnReply(r peer.Reply) {
 		default:
 		}
 	}
+}
+
+// maxQueuedAnswers bounds the control messages waiting for the manager's
+// pass; more are dropped (a query not answered is asked again).
+const maxQueuedAnswers = 4096
+
+// queueAnswer hands a control message to the manager's next pass. It never
+// blocks. The manager wakes at once only while a one-shot probe waits;
+// otherwise it runs within the batch window while queries are outstanding
+// (tick).
+func (m *Manager) queueAnswer(a answer) {
+	m.ansMu.Lock()
+	if len(m.ansBuf) < maxQueuedAnswers {
+		m.ansBuf = append(m.ansBuf, a)
+	}
+	m.ansMu.Unlock()
+	if m.urgent.Load() {
+		select {
+		case m.repKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeAnswers handles the queued control messages.
+func (m *Manager) takeAnswers(now time.Time) {
+	m.ansMu.Lock()
+	as := m.ansBuf
+	m.ansBuf = m.ansSpare[:0]
+	m.ansMu.Unlock()
+	for i := range as {
+		m.onAnswer(as[i], now)
+		as[i] = answer{}
+	}
+	m.ansSpare = as[:0]
 }
 
 // takeReplies handles the queued replies.
@@ -393,8 +492,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		case s := <-m.settings:
 			m.apply(ctx, s, time.Now())
 		case <-m.repKick:
-		case a := <-m.answers:
-			m.onAnswer(a, time.Now())
 		case r := <-m.resolved:
 			m.onResolved(r)
 		case o := <-m.oneshots:
@@ -416,26 +513,35 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.reselect(now)
 	}
 	m.takeReplies()
+	m.takeAnswers(now)
 	m.expire(now)
 	// Visit the peers due now and those due within the batch window:
-	// their probes leave a little early, together.
-	horizon := now.Add(min(m.cfg.Interval/50, maxBatchWindow))
-	for m.due.Len() > 0 && !m.due[0].due.After(horizon) {
-		p := m.due[0]
+	// their probes leave a little early, together, at most maxBatch of
+	// them.
+	window := min(m.cfg.Interval/10, maxBatchWindow)
+	horizon := now.Add(window)
+	m.batched = 0
+	for m.due.len() > 0 && !m.due.top().due.After(horizon) && m.batched < maxBatch {
+		p := m.due.top()
 		m.visit(ctx, p, now)
-		heap.Fix(&m.due, 0)
+		m.due.fix(p)
 	}
 	m.flush()
 	m.refreshFingerprint(now, false)
-	m.publish(now)
-	next := now.Add(time.Second)
-	if m.due.Len() > 0 && m.due[0].due.Before(next) {
-		next = m.due[0].due
+	if m.allowStale {
+		m.updateAllow()
 	}
-	if len(m.order) > 0 {
-		if f := m.flights[m.order[0]]; f != nil && f.sent.Add(m.cfg.Timeout).Before(next) {
-			next = f.sent.Add(m.cfg.Timeout)
-		}
+	next := m.publish(now)
+	if m.due.len() > 0 && m.due.top().due.Before(next) {
+		next = m.due.top().due
+	}
+	if f := m.flights.front(); f != nil && f.sent.Add(m.cfg.Timeout).Before(next) {
+		next = f.sent.Add(m.cfg.Timeout)
+	}
+	if len(m.nonces) > 0 && now.Add(window).Before(next) {
+		// Answers to the queries wait in ansBuf: take them within the
+		// batch window.
+		next = now.Add(window)
 	}
 	// Wake once for all probes due within the next few milliseconds:
 	// one timer per probe would cost a wakeup each at a thousand peers.
@@ -457,21 +563,16 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 		AdmitFor: 3 * m.cfg.Resolve,
 		Auth:     m.cfg.Auth,
 		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
-			select {
-			case m.answers <- answer{from: from, m: msg}:
-			default:
-			}
+			m.queueAnswer(answer{from: from, m: msg})
 		},
 		OnQuery: func(from netip.AddrPort, msg wire.Message) {
 			if !hasExt(msg, wire.ExtFingerprint) {
 				return
 			}
-			select {
-			case m.answers <- answer{from: from, m: msg, query: true}:
-			default:
-			}
+			m.queueAnswer(answer{from: from, m: msg, query: true})
 		},
 		Counters: &m.ctlCounters,
+		Linger:   min(m.cfg.Interval/10, maxBatchWindow),
 	})
 	if err != nil {
 		return err
@@ -516,6 +617,7 @@ func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 		m.changed = true
 	}
 	m.local, m.localErr = m.opts.Transport.Ports()
+	m.localGen++
 	m.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
 }
@@ -554,9 +656,9 @@ func (m *Manager) reselect(now time.Time) {
 }
 
 func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
-	p := &mpeer{spec: sp, queried: map[uint64]query{}, state: apitype.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
+	p := &mpeer{spec: sp, state: apitype.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
 	if ip, err := netip.ParseAddr(sp.Name); err == nil {
-		p.addr = ip.Unmap()
+		m.setAddr(p, ip.Unmap())
 	}
 	// Spread the first probes over one interval.
 	p.due = now.Add(time.Duration(rand.Int64N(int64(m.cfg.Interval))))
@@ -564,41 +666,76 @@ func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
 		p.due = now
 	}
 	m.peers[sp.Name] = p
-	heap.Push(&m.due, p)
+	m.sortStale = true
+	m.due.push(p)
 	return p
+}
+
+// setAddr sets p's address.
+func (m *Manager) setAddr(p *mpeer, addr netip.Addr) {
+	if p.addr != addr {
+		p.addr, p.addrStr = addr, ""
+		m.addrStale = true
+	}
+}
+
+// An addrPeer is an entry of the index of peers by address.
+type addrPeer struct {
+	addr netip.Addr
+	p    *mpeer
+}
+
+// peersAt returns the selected peers whose address is addr.
+func (m *Manager) peersAt(addr netip.Addr) []addrPeer {
+	if m.addrStale {
+		m.byAddr = m.byAddr[:0]
+		for _, p := range m.peers {
+			if p.addr.IsValid() {
+				m.byAddr = append(m.byAddr, addrPeer{p.addr, p})
+			}
+		}
+		slices.SortFunc(m.byAddr, func(a, b addrPeer) int { return a.addr.Compare(b.addr) })
+		if cap(m.byAddr) > 2*len(m.byAddr)+64 {
+			m.byAddr = slices.Clip(m.byAddr)
+		}
+		m.addrStale = false
+	}
+	i, _ := slices.BinarySearchFunc(m.byAddr, addr, func(e addrPeer, a netip.Addr) int { return e.addr.Compare(a) })
+	j := i
+	for j < len(m.byAddr) && m.byAddr[j].addr == addr {
+		j++
+	}
+	return m.byAddr[i:j]
 }
 
 func (m *Manager) drop(p *mpeer) {
 	// A one-shot waiting on a peer the selection drops gets what there is
 	// rather than waiting for its deadline.
 	m.answerWaiters(p, nil)
-	for n := range p.queried {
-		delete(m.nonces, n)
+	for _, q := range p.queried {
+		delete(m.nonces, q.nonce)
 	}
-	for seq, f := range m.flights {
-		if f.p == p {
-			delete(m.flights, seq)
-		}
-	}
-	if p.hidx >= 0 && p.hidx < m.due.Len() && m.due[p.hidx] == p {
-		heap.Remove(&m.due, p.hidx)
-	}
+	m.flights.forget(p)
+	m.due.remove(p)
+	m.releaseFingerprint(p)
 	delete(m.peers, p.spec.Name)
+	m.sortStale, m.addrStale = true, true
 }
 
 // updateAllow lets the configured peers (resolved addresses) and the
 // [probe] allow networks query the control endpoint. Every configured peer
 // may query, selected or not: other nodes' selections differ from ours.
 func (m *Manager) updateAllow() {
-	var addrs []netip.Addr
+	m.allowStale = false
+	addrs := make([]netip.Addr, 0, len(m.cfg.Peers))
 	for _, sp := range m.cfg.Peers {
 		if ip, err := netip.ParseAddr(sp.Name); err == nil {
 			addrs = append(addrs, ip)
 		}
 	}
 	for _, p := range m.peers {
-		if p.addr.IsValid() {
-			addrs = append(addrs, p.addr)
+		if _, err := netip.ParseAddr(p.spec.Name); err != nil && p.addr.IsValid() {
+			addrs = append(addrs, p.addr) // a host name, resolved
 		}
 	}
 	m.ctl.SetAllow(addrs, m.cfg.Allow)
@@ -607,7 +744,14 @@ func (m *Manager) updateAllow() {
 // visit is a peer's turn: look up its QPs if needed, probe every resolved
 // path, and schedule the next turn.
 func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
-	p.due = now.Add(m.jitter(m.cfg.Interval))
+	// The next turn counts from this one's due time, which may be up to
+	// the batch window ahead; from now when the turn is late by more than
+	// half an interval (a first turn, a stalled loop).
+	base := p.due
+	if now.Sub(base) > m.cfg.Interval/2 {
+		base = now
+	}
+	p.due = base.Add(m.jitter(m.cfg.Interval))
 	if !p.addr.IsValid() {
 		m.resolve(ctx, p)
 		return
@@ -646,6 +790,10 @@ func (m *Manager) anyResolved(p *mpeer) bool {
 
 // refreshPaths makes p's paths follow the local ports.
 func (m *Manager) refreshPaths(p *mpeer) {
+	if p.pathsGen == m.localGen && len(p.paths) == len(m.local) {
+		return // the ports did not change since the paths were made
+	}
+	p.pathsGen = m.localGen
 	if len(p.paths) == len(m.local) {
 		same := true
 		for i, pa := range p.paths {
@@ -663,11 +811,12 @@ func (m *Manager) refreshPaths(p *mpeer) {
 	for _, lp := range m.local {
 		pa := old[lp.Key]
 		if pa == nil {
-			pa = &path{local: lp.Key, win: newWindow(m.cfg.Window), h: newHealth(time.Now()), stale: true}
+			pa = &path{local: lp.Key, win: *newSharedWindow(m.cfg.Window, &m.scratch), h: newHealth(time.Now())}
 		}
 		p.paths = append(p.paths, pa)
 	}
 	m.changed = true
+	m.checkMismatch(p)
 }
 
 // missedQueries ends the wait for p's queries older than the probe
@@ -677,20 +826,25 @@ func (m *Manager) refreshPaths(p *mpeer) {
 // malformed), and one that does not answer version 1 may require a key.
 func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
 	missed := false
-	for n, q := range p.queried {
+	defer func() {
+		if len(p.queried) == 0 {
+			p.queried = nil
+		}
+	}()
+	p.queried = slices.DeleteFunc(p.queried, func(q pendingQuery) bool {
 		if now.Sub(q.sent) < m.cfg.Timeout {
-			continue
+			return false
 		}
 		missed = true
-		delete(p.queried, n)
-		delete(m.nonces, n)
+		delete(m.nonces, q.nonce)
 		if q.idx < len(p.paths) {
 			p.paths[q.idx].asked = time.Time{}
 		}
 		if !m.cfg.Auth.Require {
 			p.qver = wire.Version1 + wire.Version2 - q.ver
 		}
-	}
+		return true
+	})
 	if missed {
 		p.qMisses++
 	}
@@ -716,14 +870,14 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	if len(p.queried) >= maxQueriesPerPeer {
 		// Forget the oldest: the set of nonces an answer may carry stays
 		// small, whatever the schedule does.
-		var oldest uint64
-		for n, q := range p.queried {
-			if oldest == 0 || q.sent.Before(p.queried[oldest].sent) {
-				oldest = n
+		oldest := 0
+		for i, q := range p.queried {
+			if q.sent.Before(p.queried[oldest].sent) {
+				oldest = i
 			}
 		}
-		delete(p.queried, oldest)
-		delete(m.nonces, oldest)
+		delete(m.nonces, p.queried[oldest].nonce)
+		p.removeQuery(oldest)
 	}
 	ver := p.qver
 	if m.cfg.Auth.Require {
@@ -737,8 +891,9 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 		p.v2Wait = min(max(2*p.v2Wait, m.cfg.Interval), v2Retry)
 	}
 	n := m.newNonce()
+	m.batched++
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
-	p.queried[n] = query{idx: i, to: to, ver: ver, sent: now}
+	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
 	m.nonces[n] = p
 	p.paths[i].asked = now
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
@@ -760,9 +915,9 @@ func (m *Manager) probeAuth(p *mpeer) bool {
 // send queues a probe on the path; flush posts it.
 func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
 	m.seq++
+	m.batched++
 	pa.inflight++
-	m.flights[m.seq] = &flight{p: p, pa: pa, sent: now}
-	m.order = append(m.order, m.seq)
+	m.flights.push(m.seq, flight{p: p, pa: pa, sent: now})
 	m.outbox[pa.local] = append(m.outbox[pa.local], peer.Target{Dst: pa.remote, Seq: m.seq, Auth: m.probeAuth(p)})
 }
 
@@ -779,10 +934,10 @@ func (m *Manager) flush() {
 					continue
 				}
 				m.notSent++
-				if f := m.flights[t.Seq]; f != nil {
-					delete(m.flights, t.Seq)
+				if f := m.flights.get(t.Seq); f != nil {
 					f.pa.inflight--
 					m.log.Debug("probe not sent", "peer", f.p.spec.Name, "port", local, "err", t.Err)
+					*f = flight{}
 				}
 			}
 		}
@@ -793,17 +948,13 @@ func (m *Manager) flush() {
 
 // expire turns probes older than the timeout into losses.
 func (m *Manager) expire(now time.Time) {
-	i := 0
-	for ; i < len(m.order); i++ {
-		seq := m.order[i]
-		f := m.flights[seq]
-		if f == nil {
-			continue // answered or dropped
-		}
-		if now.Sub(f.sent) < m.cfg.Timeout {
+	for {
+		ff := m.flights.front() // answered and dropped ones are skipped
+		if ff == nil || now.Sub(ff.sent) < m.cfg.Timeout {
 			break
 		}
-		delete(m.flights, seq)
+		seq, f := m.flights.frontSeq(), *ff
+		m.flights.pop()
 		f.pa.inflight--
 		f.pa.lost++
 		f.pa.sent++
@@ -815,18 +966,14 @@ func (m *Manager) expire(now time.Time) {
 			// than a full interval would.
 			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
 				f.p.due = soon
-				heap.Fix(&m.due, f.p.hidx)
+				m.due.fix(f.p)
 			}
 		}
-	}
-	m.order = m.order[i:]
-	if cap(m.order) > 1024 && len(m.order) < cap(m.order)/4 {
-		m.order = slices.Clone(m.order)
 	}
 }
 
 func (m *Manager) onReply(r peer.Reply) {
-	f := m.flights[r.Seq]
+	f := m.flights.get(r.Seq)
 	// A reply counts only from the endpoint the path probes, GID and QPN:
 	// one that names another (the prober matched on less, or someone
 	// answered for the peer) says nothing about this path.
@@ -836,21 +983,21 @@ func (m *Manager) onReply(r peer.Reply) {
 	if m.cfg.Auth.Require && !r.Authenticated {
 		return // the engine drops these too; a key required is required
 	}
-	delete(m.flights, r.Seq)
-	f.pa.auth = r.Authenticated
-	f.pa.inflight--
-	f.pa.sent++
-	f.pa.lastSeq = r.Seq
+	p, pa := f.p, f.pa
+	*f = flight{} // answered: a hole the front skips
+	pa.auth = r.Authenticated
+	pa.inflight--
+	pa.sent++
+	pa.lastSeq = r.Seq
 	rtt := max(r.RTT-r.ResponderDelay, 0)
-	f.pa.lastRTT = rtt
-	m.observe(f.p, f.pa, sample{rtt: rtt, host: r.ResponderDelay}, r.At)
+	pa.lastRTT = rtt
+	m.observe(p, pa, sample{rtt: rtt, host: r.ResponderDelay}, r.At)
 }
 
 func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
-	pa.stale = true
 	m.dirty = true
 	from := pa.h.state
-	if pa.h.observe(s, pa.win, m.cfg.Threshold, now) {
+	if pa.h.observe(s, &pa.win, m.cfg.Threshold, now) {
 		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
 		m.changed = true
 	}
@@ -860,20 +1007,47 @@ func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
 
 // aggregate sets the peer's state: the worst of its paths.
 func (m *Manager) aggregate(p *mpeer, now time.Time) {
-	rank := map[string]int{apitype.PeerUp: 0, apitype.PeerUnknown: 1, apitype.PeerDegraded: 2, apitype.PeerDown: 3}
-	st, reason := apitype.PeerUnknown, ""
+	st := apitype.PeerUnknown
+	var worst *path
 	for i, pa := range p.paths {
 		if !pa.resolved && pa.h.state == apitype.PeerUnknown {
 			continue
 		}
-		if i == 0 || st == apitype.PeerUnknown || rank[pa.h.state] > rank[st] {
-			st, reason = pa.h.state, pa.h.reason
-			if reason != "" {
-				reason = pa.local + ": " + reason
-			}
+		if i == 0 || st == apitype.PeerUnknown || stateRank(pa.h.state) > stateRank(st) {
+			st, worst = pa.h.state, pa
 		}
 	}
+	reason := ""
+	if worst != nil && worst.h.reason != "" {
+		reason = portReason(p.reason, worst.local, worst.h.reason)
+	}
 	m.setPeerState(p, st, reason, now)
+}
+
+// stateRank orders states from the best: a peer is as good as its worst
+// path.
+func stateRank(st string) int {
+	switch st {
+	case apitype.PeerUp:
+		return 0
+	case apitype.PeerUnknown:
+		return 1
+	case apitype.PeerDegraded:
+		return 2
+	case apitype.PeerDown:
+		return 3
+	}
+	return 0
+}
+
+// portReason returns "local: reason", reusing prev when it is that text
+// already: a peer's reason is worked out after every probe, and is the
+// same almost every time.
+func portReason(prev, local, reason string) string {
+	if len(prev) == len(local)+2+len(reason) && prev[:len(local)] == local && prev[len(local):len(local)+2] == ": " && prev[len(local)+2:] == reason {
+		return prev
+	}
+	return local + ": " + reason
 }
 
 // peerMessageID is the journal MESSAGE_ID of the log line of a peer that
@@ -924,15 +1098,18 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	if p == nil {
 		return // not an answer to a query of ours, or already answered
 	}
-	q, ok := p.queried[a.m.Nonce]
-	if !ok || q.to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
+	qi := p.findQuery(a.m.Nonce)
+	if qi < 0 || p.queried[qi].to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
 		return
 	}
-	delete(p.queried, a.m.Nonce)
+	q := p.queried[qi]
+	p.removeQuery(qi)
 	delete(m.nonces, a.m.Nonce)
 	p.qMisses = 0
 	p.lastAns = now
-	p.nodeID = a.m.NodeID
+	if p.nodeID != a.m.NodeID {
+		p.nodeID, p.nodeIDStr = a.m.NodeID, ""
+	}
 	if p.ver != a.m.Version || p.authenticated != a.m.Authenticated {
 		m.changed = true
 		if a.m.Version == wire.Version1 && p.ver != wire.Version1 {
@@ -948,15 +1125,11 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	p.ver, p.qver, p.authenticated = a.m.Version, a.m.Version, a.m.Authenticated
 	// An answer without a fingerprint (version 1, an older version 2, or
 	// a malformed one) makes it unknown: nothing is compared.
-	fp, ok, err := a.m.Fingerprint()
+	fp, err := m.peerFingerprint(a.m)
 	if err != nil {
 		m.log.Debug("peer sent a malformed fingerprint", "peer", p.spec.Name, "err", err)
 	}
-	if ok {
-		m.setPeerFingerprint(p, &fp)
-	} else {
-		m.setPeerFingerprint(p, nil)
-	}
+	m.setPeerFingerprint(p, fp)
 	if q.idx >= len(p.paths) {
 		return
 	}
@@ -980,8 +1153,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	if pa.remote != ep {
 		// A new QP (the peer restarted): probes to the old one are
 		// lost for good, and a down path probes again at once.
-		pa.remote = ep
-		pa.stale = true
+		pa.remote, pa.gidStr = ep, ""
 		m.changed = true
 	}
 	first := !pa.resolved
@@ -1034,13 +1206,14 @@ func (m *Manager) onResolved(r resolution) {
 		// per probe interval, for every such peer.
 		p.lookupFails++
 		p.due = now.Add(min(m.cfg.Interval<<min(p.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval)))
-		heap.Fix(&m.due, p.hidx)
+		m.due.fix(p)
 		return
 	}
-	p.addr, p.addrErr, p.lookupFails = r.addr, "", 0
-	m.updateAllow()
+	m.setAddr(p, r.addr)
+	p.addrErr, p.lookupFails = "", 0
+	m.allowStale = true
 	p.due = time.Now()
-	heap.Fix(&m.due, p.hidx)
+	m.due.fix(p)
 }
 
 // startOneshot probes a configured peer now.
@@ -1080,7 +1253,7 @@ func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 	m.urgent.Store(true)
 	p.waitFrom = m.seq
 	p.due = now
-	heap.Fix(&m.due, p.hidx)
+	m.due.fix(p)
 	// Bound the wait: control lookup plus one probe timeout. The timer
 	// names this one-shot, so it ends this wait and no other.
 	time.AfterFunc(time.Second+2*m.cfg.Timeout, func() {

@@ -236,14 +236,14 @@ func TestFlushNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &mpeer{spec: Spec{Name: "192.0.2.1"}}
-	pa := &path{local: "rxe0/1", remote: peer.Endpoint{QPN: 9}, win: newWindow(10), h: newHealth(time.Now())}
+	pa := &path{local: "rxe0/1", remote: peer.Endpoint{QPN: 9}, win: *newWindow(10), h: newHealth(time.Now())}
 	now := time.Now()
 	for range 4 {
 		m.send(p, pa, now)
 	}
 	m.flush()
-	if m.notSent != 2 || pa.inflight != 2 || len(m.flights) != 2 {
-		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.notSent, pa.inflight, len(m.flights))
+	if m.notSent != 2 || pa.inflight != 2 || m.flights.live() != 2 {
+		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.notSent, pa.inflight, m.flights.live())
 	}
 	if len(m.outbox["rxe0/1"]) != 0 {
 		t.Fatalf("outbox not emptied: %v", m.outbox)

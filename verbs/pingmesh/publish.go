@@ -18,15 +18,28 @@ import (
 // cost a snapshot each.
 const publishEvery = time.Second
 
+// minPublishGap is the least time between two publishes, changes or not:
+// a publish costs a pass over every peer, and at ten thousand peers a
+// burst of changes (the start, a switch failing) must not cost one pass
+// each.
+const minPublishGap = 100 * time.Millisecond
+
 // publish refreshes the local ports and hands the state to OnState when a
-// state changed, or at most every publishEvery when only numbers moved.
-func (m *Manager) publish(now time.Time) {
+// state changed (at most every minPublishGap, or a tenth of the probe
+// interval when that is shorter), or at most every publishEvery when only
+// numbers moved. It returns when it wants to run again.
+func (m *Manager) publish(now time.Time) time.Time {
 	if now.Sub(m.published) < publishEvery && !m.changed {
-		return
+		return m.published.Add(publishEvery)
 	}
+	if gap := min(minPublishGap, m.cfg.Interval/10); m.changed && now.Sub(m.published) < gap {
+		return m.published.Add(gap)
+	}
+	next := now.Add(publishEvery)
 	ports, err := m.opts.Transport.Ports()
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
+		m.localGen++
 		m.changed = true
 		m.refreshFingerprint(now, true)
 	}
@@ -34,13 +47,19 @@ func (m *Manager) publish(now time.Time) {
 		m.local, m.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
 	}
 	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
-		return
+		return next
 	}
-	m.localFaults()
+	if m.changed || m.published.IsZero() {
+		// The suspects follow the states (and who is selected), which
+		// change only with m.changed: a publish of numbers alone does
+		// not look at every path again.
+		m.localFaults()
+	}
 	m.published, m.changed, m.dirty = now, false, false
 	if m.opts.OnState != nil {
 		m.opts.OnState(m.State())
 	}
+	return next
 }
 
 // minFaultPeers is how many peers must all be down on a port before the
@@ -54,7 +73,7 @@ const minFaultPeers = 2
 // (groupFaults). It logs when a suspect is raised and when it is cleared.
 func (m *Manager) localFaults() {
 	down, known := map[string]int{}, map[string]int{}
-	for _, p := range m.peers {
+	for _, p := range m.sortedPeers() {
 		if p.oneshot {
 			continue
 		}
@@ -103,19 +122,35 @@ func samePorts(a, b []peer.LocalPort) bool {
 }
 
 // State builds the peers' state. Called on the manager's goroutine.
+//
+// The value is new every time (its readers keep it), but built with as
+// little as possible: the peers are kept in name order rather than sorted
+// each time, every peer's paths share one array, and the texts (addresses,
+// node IDs, GIDs) and fingerprints are made once and shared by every
+// state that shows them. Nothing in a published state is changed later.
 func (m *Manager) State() apitype.Peers {
 	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
-		Configured: len(m.cfg.Peers), Peers: make([]apitype.Peer, 0, len(m.peers))}
+		Configured: len(m.cfg.Peers)}
 	for _, lp := range m.local {
 		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[lp.Key]})
 	}
-	for _, p := range m.peers {
+	n, paths := 0, 0
+	for _, p := range m.sortedPeers() {
+		if !p.oneshot {
+			n++
+			paths += len(p.paths)
+		}
+	}
+	out.Peers = make([]apitype.Peer, 0, n)
+	all := make([]apitype.PeerPath, paths)
+	for _, p := range m.sorted {
 		if p.oneshot {
 			continue
 		}
-		out.Peers = append(out.Peers, m.peerState(p))
+		k := len(p.paths)
+		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k]))
+		all = all[k:]
 	}
-	slices.SortFunc(out.Peers, func(a, b apitype.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if m.ctl != nil {
 		cs := m.ctl.Stats()
 		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
@@ -139,26 +174,62 @@ func (m *Manager) State() apitype.Peers {
 	return out
 }
 
+// sortedPeers returns the peers in name order, sorting them again only
+// when the selection changed.
+func (m *Manager) sortedPeers() []*mpeer {
+	if !m.sortStale && len(m.sorted) == len(m.peers) {
+		return m.sorted
+	}
+	m.sorted = m.sorted[:0]
+	for _, p := range m.peers {
+		m.sorted = append(m.sorted, p)
+	}
+	slices.SortFunc(m.sorted, func(a, b *mpeer) int { return strings.Compare(a.spec.Name, b.spec.Name) })
+	if cap(m.sorted) > 2*len(m.sorted)+64 {
+		m.sorted = slices.Clip(m.sorted)
+	}
+	m.sortStale = false
+	return m.sorted
+}
+
+// peerState returns p's state on its own (a one-shot probe's answer).
 func (m *Manager) peerState(p *mpeer) apitype.Peer {
-	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: []apitype.PeerPath{},
-		WireVersion: int(p.ver), Authenticated: p.authenticated,
-		Fingerprint: fingerprintState(p.fp), FingerprintUnknown: p.fp == nil, Mismatches: m.mismatches(p)}
+	return m.peerStateIn(p, make([]apitype.PeerPath, 0, len(p.paths)))
+}
+
+// peerStateIn returns p's state with its paths appended to paths, which
+// must be empty (and not nil) with room for them.
+func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
+	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: paths,
+		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.mm}
+	if p.fp != nil {
+		sp.Fingerprint = p.fp.state
+	}
 	if p.addr.IsValid() {
-		sp.Address = p.addr.String()
+		if p.addrStr == "" {
+			p.addrStr = p.addr.String()
+		}
+		sp.Address = p.addrStr
 	}
 	if p.nodeID != 0 {
-		sp.NodeID = strconv.FormatUint(p.nodeID, 16)
+		if p.nodeIDStr == "" {
+			p.nodeIDStr = strconv.FormatUint(p.nodeID, 16)
+		}
+		sp.NodeID = p.nodeIDStr
 	}
 	for _, pa := range p.paths {
-		if pa.stale {
-			pa.stats = pa.win.stats()
-			pa.stale = false
+		var st winStats
+		if pa.win.buf != nil {
+			st = pa.win.published()
 		}
 		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
-			RTTP50: pa.stats.P50, RTTP99: pa.stats.P99, HostDelayP99: pa.stats.HostP99, LastRTT: pa.lastRTT,
-			LossPct: pa.stats.LossPct, Samples: pa.stats.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
+			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
+			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
 		if pa.resolved {
-			pp.RemoteGID, pp.RemoteQPN = pa.remote.GID.String(), pa.remote.QPN
+			if pa.gidStr == "" {
+				pa.gidStr = pa.remote.GID.String()
+			}
+			pp.RemoteGID, pp.RemoteQPN = pa.gidStr, pa.remote.QPN
 		}
 		sp.Paths = append(sp.Paths, pp)
 	}
@@ -183,25 +254,133 @@ func localAddrs() map[netip.Addr]bool {
 	return out
 }
 
-// dueHeap orders peers by their next turn.
-type dueHeap []*mpeer
+// dueHeap orders peers by their next turn. Each entry holds the turn as
+// nanoseconds since the heap's origin, so that sifting through ten
+// thousand peers compares numbers in one array rather than reading every
+// peer it passes. A peer whose turn moves gets a new entry; the old one is
+// known stale by its version (mpeer.dueVer) and dropped when it comes to
+// the top. So the peers are never written while the heap is sifted, and a
+// turn pushed a second ahead, as every visit does, sifts up a level or
+// two.
+type dueHeap struct {
+	e    []dueEntry
+	t0   time.Time
+	live int // peers with a turn; the rest of e is stale
+}
 
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h dueHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = i, j
+type dueEntry struct {
+	at  int64 // p.due, in nanoseconds since t0
+	p   *mpeer
+	ver uint32 // p.dueVer when pushed
 }
-func (h *dueHeap) Push(x any) {
-	p := x.(*mpeer)
-	p.hidx = len(*h)
-	*h = append(*h, p)
+
+// clean drops the stale entries at the top.
+func (h *dueHeap) clean() {
+	for len(h.e) > 0 && h.e[0].ver != h.e[0].p.dueVer {
+		last := len(h.e) - 1
+		h.e[0] = h.e[last]
+		h.e[last] = dueEntry{}
+		h.e = h.e[:last]
+		h.down(0)
+	}
 }
-func (h *dueHeap) Pop() any {
-	old := *h
-	p := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	p.hidx = -1
-	return p
+
+// len reports how many entries there are: 0 when no peer has a turn.
+func (h *dueHeap) len() int {
+	h.clean()
+	return len(h.e)
+}
+
+// top returns the peer whose turn comes first; len must be > 0.
+func (h *dueHeap) top() *mpeer {
+	h.clean()
+	return h.e[0].p
+}
+
+func (h *dueHeap) key(t time.Time) int64 {
+	if h.t0.IsZero() {
+		h.t0 = t
+	}
+	return int64(t.Sub(h.t0))
+}
+
+// push schedules p at p.due (its entry from before, if any, is stale).
+func (h *dueHeap) push(p *mpeer) {
+	if !p.inDue {
+		p.inDue = true
+		h.live++
+	}
+	p.dueVer++
+	if len(h.e) > 2*h.live+64 {
+		h.compact()
+	}
+	h.e = append(h.e, dueEntry{at: h.key(p.due), p: p, ver: p.dueVer})
+	h.up(len(h.e) - 1)
+}
+
+// fix moves p to its turn p.due, which changed.
+func (h *dueHeap) fix(p *mpeer) { h.push(p) }
+
+// remove takes p out: its entries are stale.
+func (h *dueHeap) remove(p *mpeer) {
+	if p.inDue {
+		p.inDue = false
+		h.live--
+	}
+	p.dueVer++
+}
+
+// compact drops every stale entry: when turns move often between visits
+// (retries after losses, lookups, one-shot probes), stale entries would
+// otherwise wait for their time to reach the top.
+func (h *dueHeap) compact() {
+	k := 0
+	for _, e := range h.e {
+		if e.ver == e.p.dueVer {
+			h.e[k] = e
+			k++
+		}
+	}
+	clear(h.e[k:])
+	h.e = h.e[:k]
+	for i := k/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *dueHeap) up(j int) {
+	e := h.e[j]
+	for j > 0 {
+		i := (j - 1) / 2
+		if h.e[i].at <= e.at {
+			break
+		}
+		h.e[j] = h.e[i]
+		j = i
+	}
+	h.e[j] = e
+}
+
+func (h *dueHeap) down(i int) {
+	n := len(h.e)
+	if n == 0 {
+		return
+	}
+	e := h.e[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h.e[r].at < h.e[l].at {
+			j = r
+		}
+		if e.at <= h.e[j].at {
+			break
+		}
+		h.e[i] = h.e[j]
+		i = j
+	}
+	h.e[i] = e
 }
