@@ -176,3 +176,11 @@ func (c *Client) Doctor(ctx context.Context, interval time.Duration) (apitype.Do
 	err := c.do(ctx, http.MethodGet, "/v1/doctor?interval="+url.QueryEscape(interval.String()), &r)
 	return r, err
 }
+
+// Resources asks for GET /v1/resources: the RDMA objects the kernel tracks
+// (QPs, CQs, MRs, PDs) per process and device, and the bytes the MRs pin.
+func (c *Client) Resources(ctx context.Context) (apitype.Resources, error) {
+	var r apitype.Resources
+	err := c.do(ctx, http.MethodGet, "/v1/resources", &r)
+	return r, err
+}

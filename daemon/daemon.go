@@ -31,7 +31,9 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/inventory"
+	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy"
+	"github.com/rdmad/rdmad/policy/dcb"
 )
 
 // Options are rdmad's command-line settings.
@@ -67,6 +69,10 @@ type Daemon struct {
 	// the .socket unit's SocketMode= and SocketGroup= decide who connects).
 	sock *api.Listener
 	inv  inventory.Reader
+	// resources reads the RDMA objects the kernel tracks (RDMA netlink),
+	// one dump at a time, for the API, D-Bus, the metrics and the doctor;
+	// nil on a fixture sysfs tree (resources.go). Safe for concurrent use.
+	resources *rdmares.Source
 
 	cfg    *config.Config
 	socket string
@@ -88,6 +94,9 @@ type Daemon struct {
 	followUp *time.Timer
 	// metrics is the TCP listener of [metrics] listen (sinks.go).
 	metrics metricsTCP
+	// qos reads the DCB state of the RoCE netdevs at every refresh
+	// (qos.go); nil on a fixture tree.
+	qos *qosObserver
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -109,6 +118,7 @@ func Run(ctx context.Context, opts Options) error {
 		mail:       newMailbox(),
 	}
 	d.log = newLogger(opts.Stderr, d.level)
+	d.resources = newResources(opts.SysfsRoot)
 	now := time.Now()
 	d.store = state.NewStore(apitype.Snapshot{
 		Version:   opts.Version,
@@ -121,6 +131,7 @@ func Run(ctx context.Context, opts Options) error {
 		Loopback:  []apitype.LoopbackPort{},
 		MRPool:    []apitype.PoolDevice{},
 		ECN:       []apitype.NetdevECN{},
+		QoS:       []apitype.NetdevQoS{},
 	})
 
 	// The first load decides the socket. A broken file at start does not
@@ -175,6 +186,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	d.rec = policy.NewReconciler(d.log)
 	defer d.rec.Close()
+	if d.inv.Root == "" || d.inv.Root == "/" {
+		// The netdevs of a fixture tree are not this host's: their DCB
+		// state is not read.
+		d.qos = newQoSObserver(d.log, func() (*dcb.Conn, error) { return dcb.Dial(nil) })
+		defer d.qos.close()
+	}
 	ev := d.startEvents()
 	d.startPeers()
 
@@ -405,6 +422,12 @@ func (d *Daemon) refresh(why string) {
 			d.log.Debug("ECN state unreadable", "netdev", nd, "err", ecnErrs[nd])
 		}
 	}
+	// The DCB state (trust, PFC, DSCP map, ETS) of the RoCE netdevs, also
+	// observed whether or not a policy manages it.
+	var qosState []apitype.NetdevQoS
+	if err == nil {
+		qosState = d.qos.read(devs)
+	}
 	now := time.Now()
 	var prev []apitype.Device
 	first := false
@@ -419,6 +442,7 @@ func (d *Daemon) refresh(why string) {
 			prev, first = s.Devices, !read
 			s.Devices = devs
 			s.ECN = ecnState
+			s.QoS = qosState
 			st, e := apitype.OK, error(nil)
 			if len(devs) == 0 {
 				st, e = apitype.Unavailable, errors.New(apitype.NoDevice)

@@ -8,6 +8,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/doctor"
 	"github.com/rdmad/rdmad/inventory/ethtool"
+	"github.com/rdmad/rdmad/policy/dcb"
 )
 
 // maxDoctorRuns bounds the doctor runs in progress, over the socket and
@@ -44,6 +45,20 @@ func (b backend) Doctor(ctx context.Context, interval time.Duration) (apitype.Do
 		} else {
 			env.NetCounters = func(string) (map[string]uint64, error) { return nil, err }
 		}
+		// The DCB state of the RoCE netdevs now, for the pfc and
+		// dscp-trust checks (dcbnl); without it they use the snapshot's.
+		if c, err := dcb.Dial(nil); err == nil {
+			defer c.Close()
+			env.QoS = func(netdev, device string) apitype.NetdevQoS {
+				q, _ := observeQoS(c, netdev, device)
+				return q
+			}
+		}
+	}
+	if d.resources != nil {
+		// Who pins memory, for the memlock check when registration is at
+		// risk (read only then, bounded by the run's context).
+		env.Resources = func() (apitype.Resources, error) { return d.readResources(ctx) }
 	}
 	checks := doctor.Run(env, doctor.Checks)
 	if err := ctx.Err(); err != nil {

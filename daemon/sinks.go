@@ -34,6 +34,11 @@ func (d *Daemon) addSinks() {
 		netStats := &ethtool.Source{Log: d.log.With("component", apitype.ComponentMetrics)}
 		opts.NetStats = netStats.Read
 	}
+	if d.resources != nil {
+		// The RDMA objects per device, read at scrape time (bounded, one
+		// dump at a time with the API's reads).
+		opts.Resources = d.scrapeResources
+	}
 	col := metrics.NewCollector(opts)
 	h := metrics.Handler(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)

@@ -404,11 +404,11 @@ func qosField(s, key string) (string, bool) {
 	return "", false
 }
 
-func checkQoS(e *Env, key, what, unmanaged string) Result {
-	if e.Snapshot == nil {
-		return notReachable(e)
-	}
-	var c collector
+// policyQoS compares the value of key ("pfc", "trust") of every QoS policy
+// target with what the policy declares, into c, and returns the netdevs
+// for which a policy declares key.
+func policyQoS(e *Env, c *collector, key, what string) map[string]bool {
+	declared := map[string]bool{}
 	for _, p := range e.Snapshot.Policy.Policies {
 		for _, t := range p.Targets {
 			if t.Kind != "qos" {
@@ -418,6 +418,7 @@ func checkQoS(e *Env, key, what, unmanaged string) Result {
 			if !ok {
 				continue
 			}
+			declared[t.Object] = true
 			got, _ := qosField(t.Actual, key)
 			switch {
 			case t.State == apitype.Unsupported:
@@ -436,7 +437,7 @@ func checkQoS(e *Env, key, what, unmanaged string) Result {
 			}
 		}
 	}
-	return c.result(unmanaged)
+	return declared
 }
 
 func dash(s string) string {
@@ -444,14 +445,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func checkPFC(e *Env) Result {
-	return checkQoS(e, "pfc", "PFC", "no [policy.qos] pfc in rdmad's configuration, so rdmad does not know the RoCE priority (reading dcbnl needs root: dcb pfc show dev <netdev>)")
-}
-
-func checkTrust(e *Env) Result {
-	return checkQoS(e, "trust", "trust", "no [policy.qos] trust in rdmad's configuration (reading dcbnl needs root: dcb app show dev <netdev>)")
 }
 
 // memlockNeed is the RLIMIT_MEMLOCK the checks ask for: what rdmad's policy
@@ -513,8 +506,12 @@ func checkMemlock(e *Env) Result {
 	case err != nil:
 		return Result{Verdict: Warn, Message: fmt.Sprintf("cannot read rdmad's limit: %v", err), Fix: "run rdmactl doctor as root, or on the node where rdmad runs"}
 	case soft < need:
-		return Result{Verdict: Fail, Message: fmt.Sprintf("rdmad (pid %d) may lock %s, less than %s (%s)", e.Snapshot.PID, soft, need, why),
+		return Result{Verdict: Fail, Message: fmt.Sprintf("rdmad (pid %d) may lock %s, less than %s (%s)%s", e.Snapshot.PID, soft, need, why, e.pinHolders()),
 			Fix: "set [memlock] daemon = \"unlimited\" in rdmad.toml, or LimitMEMLOCK=infinity in rdmad.service"}
+	}
+	if reg := e.registrationFailing(); reg != "" {
+		return Result{Verdict: Warn, Message: fmt.Sprintf("rdmad may lock %s, but %s%s", soft, reg, e.pinHolders()),
+			Fix: "see what pins memory with rdmactl resources; stop or shrink what pins the most, or check the device (rdmactl status)"}
 	}
 	return Result{Verdict: OK, Message: fmt.Sprintf("rdmad may lock %s", soft)}
 }
@@ -529,7 +526,7 @@ func checkMemlockUser(e *Env) Result {
 	case err != nil:
 		return Result{Verdict: Warn, Message: fmt.Sprintf("cannot read your own limit: %v", err)}
 	case soft < need:
-		return Result{Verdict: Warn, Message: fmt.Sprintf("you may lock %s, less than %s (%s): RDMA programs you start may fail to register memory (ibv_reg_mr: Cannot allocate memory)", soft, need, why),
+		return Result{Verdict: Warn, Message: fmt.Sprintf("you may lock %s, less than %s (%s): RDMA programs you start may fail to register memory (ibv_reg_mr: Cannot allocate memory)%s", soft, need, why, e.pinHolders()),
 			Fix: "raise it for RDMA users: [memlock] users = \"unlimited\" in rdmad.toml (or a limits.d memlock rule), then log in again"}
 	}
 	return Result{Verdict: OK, Message: fmt.Sprintf("you may lock %s", soft)}

@@ -105,6 +105,24 @@ type Env struct {
 	// is called with the devices' reads (Devices, Later) when Interval is
 	// set, so that its counters span the same interval.
 	NetCounters func(netdev string) (map[string]uint64, error)
+	// Resources reads the RDMA objects the kernel tracks per process
+	// (inventory/rdmares: RDMA netlink); the memlock checks name the
+	// processes that pin the most memory when registration is at risk.
+	// nil leaves the names out. rdmad passes its reader; rdmactl, which
+	// links rdmares, its own read.
+	Resources func() (apitype.Resources, error)
+
+	pinOnce sync.Once
+	pinned  string
+	// QoS reads the DCB state (trust, PFC, DSCP map, ETS) of a RoCE
+	// netdev now; device is the RDMA device whose port runs over it.
+	// rdmad sets it (dcbnl, which rdmactl does not link); nil makes the
+	// pfc and dscp-trust checks use the snapshot's QoS list, read at
+	// rdmad's last inventory refresh.
+	QoS func(netdev, device string) apitype.NetdevQoS
+
+	qosOnce sync.Once
+	qos     []apitype.NetdevQoS
 
 	once    sync.Once
 	devs    []apitype.Device

@@ -59,6 +59,10 @@ type Snapshot struct {
 	// /sys/class/net/<netdev>/ecn), whether or not a policy manages it;
 	// in netdev order, [] when none does.
 	ECN []NetdevECN `json:"ecn"`
+	// QoS is the DCB state (trust, PFC, DSCP map, ETS) every RoCE netdev
+	// runs, read over dcbnl whether or not a policy manages it; in netdev
+	// order, [] when there is no RoCE netdev (qos.go).
+	QoS []NetdevQoS `json:"qos"`
 }
 
 // NetdevECN is what DCQCN has enabled on one netdev: the priorities (0-7,

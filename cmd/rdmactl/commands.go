@@ -58,6 +58,9 @@ type flagDef struct {
 	// topOnly: completion offers it only before the command (it is still
 	// accepted anywhere).
 	topOnly bool
+	// repeat: the flag may be given more than once; the command gets the
+	// values as one comma list.
+	repeat bool
 }
 
 // A call is one command's arguments and the values of its own flags, by
@@ -99,7 +102,8 @@ func init() {
 			name:    "status",
 			summary: "rdmad, its configuration, devices, ports, policies, health",
 			help: "Show rdmad (version, state, configuration generation and load error), the RDMA devices with their " +
-				"ports and GIDs, the loopback probes, the memory registration pool, every policy target and the " +
+				"ports and GIDs, the loopback probes, the memory registration pool, the DCB state of the RoCE netdevs " +
+				"(rdmactl qos has the details), every policy target and the " +
 				"health of rdmad's components. On a terminal, long texts in the tables are shortened (--full shows " +
 				"them whole); when stdout is not a terminal, nothing is shortened.",
 			exits:  "0 healthy; 1 error or rdmad unreachable; 2 usage; 3 degraded (a configuration error, a component in error, a drifted or failed policy target, no RDMA device)",
@@ -136,10 +140,29 @@ func init() {
 			summary: "peer probes: state, RTT and loss per peer and port",
 			help: "Show the peer probes: state, round-trip time and loss per peer and local port, the fleet key " +
 				"and fingerprint mismatches. A local port from which every peer is down is flagged LOCAL FAULT?, " +
-				"a group whose every peer is down while others answer GROUP FAULT?.",
-			exits:  "0 every probed peer up; 1 error or rdmad unreachable; 2 usage; 3 a peer not up",
+				"a group whose every peer is down while others answer GROUP FAULT?. --state and --group show " +
+				"only the peers in those states or that group (with --json too), e.g. the few that are down " +
+				"among a thousand: rdmactl peers --state down,degraded.",
+			exits: "0 every probed peer up (with --state or --group: every peer shown); 1 error or rdmad unreachable; 2 usage; 3 a peer not up",
+			flags: []flagDef{
+				{long: "state", arg: "STATE", eg: "down", repeat: true, help: "show only peers in STATE: unknown, up, degraded or down; repeat it or give a comma list (down,degraded)"},
+				{long: "group", arg: "GROUP", eg: "tor-a", help: "show only the peers of GROUP, their group label (- for peers without one)"},
+			},
 			daemon: true,
 			run:    cmdPeers,
+		},
+		{
+			name:    "qos",
+			args:    "[NETDEV]",
+			summary: "the DCB state of the RoCE netdevs: trust, PFC, DSCP map, ETS",
+			help: "Show the DCB (QoS) state every RoCE netdev runs, or NETDEV's, as rdmad read it over dcbnl at its " +
+				"last inventory refresh, whether or not a [policy.qos] manages it, like mlnx_qos -i NETDEV: DCBX mode, " +
+				"trust (pcp or dscp), the DSCP to priority map, PFC per priority and ETS per traffic class. A netdev whose " +
+				"driver has no DCB (veth, virtio, Soft-RoCE's) says so. --json prints the status's qos list (docs/API.md).",
+			exits:   "0 shown (a netdev without DCB too); 1 error, rdmad unreachable or NETDEV not a RoCE netdev; 2 usage",
+			maxArgs: 1,
+			daemon:  true,
+			run:     cmdQoS,
 		},
 		{
 			name:    "probe",
@@ -175,6 +198,20 @@ func init() {
 				"watcher for reading too slowly, or could not be reached; 2 usage (never 3)",
 			daemon: true,
 			run:    cmdWatch,
+		},
+		{
+			name:    "resources",
+			summary: "who pins memory: QPs, CQs, MRs, PDs and pinned bytes per process and device",
+			help: "Show the RDMA objects the kernel tracks (what rdma resource show qp|cq|mr|pd reads over RDMA " +
+				"netlink): per process its pid, command name, devices, QPs, CQs, MRs, PDs and the bytes its memory " +
+				"regions pin, most pinned first, then the totals per device. Objects the kernel owns are listed under " +
+				"their kernel owner ([ib_core]). rdmad reads the kernel on request; when rdmad does not answer, rdmactl " +
+				"reads it itself. --json prints GET /v1/resources' JSON (processes with pid, comm, kernel, devices, " +
+				"qps, cqs, mrs, pds, pinned_bytes; devices; docs/API.md).",
+			exits:         "0 read; 1 the kernel or rdmad could not be read (no RDMA driver loaded, access denied); 2 usage",
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdResources,
 		},
 		{
 			name:          "version",

@@ -18,7 +18,10 @@ var (
 		"github.com/rdmad/rdmad/client/apitype": true,
 		"github.com/rdmad/rdmad/doctor":         true,
 		"github.com/rdmad/rdmad/inventory":      true,
-		"github.com/rdmad/rdmad/internal/size":  true,
+		// RDMA netlink over x/sys/unix, no netlink library: resources
+		// when rdmad does not answer.
+		"github.com/rdmad/rdmad/inventory/rdmares": true,
+		"github.com/rdmad/rdmad/internal/size":     true,
 	}
 	// forbidden are modules rdmactl must never link: cgo verbs, policy
 	// and netlink libraries, the metrics, config and bus libraries.

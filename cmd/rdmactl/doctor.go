@@ -12,6 +12,7 @@ import (
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/doctor"
+	"github.com/rdmad/rdmad/inventory/rdmares"
 )
 
 // cmdDoctor prints the troubleshooting table as rdmad ran it on the node
@@ -36,6 +37,7 @@ func cmdDoctor(ctx context.Context, g *globals, c *client.Client, x call) int {
 	}
 
 	env := &doctor.Env{Ctx: ctx, SysRoot: "/", ProcRoot: "/proc", DevRoot: "/dev", Interval: interval}
+	env.Resources = func() (apitype.Resources, error) { return doctorResources(ctx, g, c) }
 	var rep apitype.DoctorReport
 	err := g.socketErr // the path is not a socket: run the table here
 	if err == nil {
@@ -91,4 +93,16 @@ func verdictLabel(v string) string {
 		return "WARN"
 	}
 	return strings.ToLower(v)
+}
+
+// doctorResources is who pins memory for the memlock checks, read only
+// when they need it: from rdmad, else from the kernel here.
+func doctorResources(ctx context.Context, g *globals, c *client.Client) (apitype.Resources, error) {
+	if g.socketErr == nil {
+		if res, err := c.Resources(ctx); err == nil {
+			rdmares.FillComms(&res, "")
+			return res, nil
+		}
+	}
+	return rdmares.Read(ctx, rdmares.Options{})
 }

@@ -195,6 +195,8 @@ func (p *parsed) set(f *flagDef, display, val string, hasVal bool, args []string
 	}
 	if f == &globalFlags[flagSocket] {
 		p.socket = &val
+	} else if prev, ok := p.flags[f.long]; ok && f.repeat {
+		p.flags[f.long] = prev + "," + val
 	} else {
 		p.flags[f.long] = val
 	}

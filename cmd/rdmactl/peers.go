@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,12 +14,20 @@ import (
 )
 
 func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
+	f, err := peerFilterOf(x)
+	if err != nil {
+		usageError(g.stderr, lookupCommand("peers"), err)
+		return exitUsage
+	}
 	s, err := c.Status(ctx)
 	if err != nil {
 		return fail(g, err)
 	}
+	probed := len(s.Peers.Peers)
+	ps := s.Peers
+	ps.Peers = f.apply(ps.Peers)
 	if g.json {
-		printJSON(g.stdout, s.Peers)
+		printJSON(g.stdout, ps)
 	} else {
 		if comp, ok := s.Components[apitype.ComponentPeers]; ok && comp.State != apitype.OK {
 			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
@@ -26,9 +36,103 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 			}
 			fmt.Fprintln(g.stdout)
 		}
-		printPeers(g.stdout, s.Peers)
+		if f.any() {
+			printFiltered(g.stdout, ps, probed, f)
+		} else {
+			printPeers(g.stdout, ps)
+		}
 	}
-	return peersExit(s.Peers.Peers...)
+	return peersExit(ps.Peers...)
+}
+
+// peerStates are the states --state takes, in the order help names them.
+var peerStates = []string{apitype.PeerUnknown, apitype.PeerUp, apitype.PeerDegraded, apitype.PeerDown}
+
+// A peerFilter selects the peers `rdmactl peers` shows: by state (any of
+// states) and by group ("-" for peers without one); the zero value selects
+// every peer.
+type peerFilter struct {
+	states   []string
+	group    string
+	hasGroup bool
+}
+
+// peerFilterOf reads --state (repeated, or a comma list) and --group.
+func peerFilterOf(x call) (peerFilter, error) {
+	var f peerFilter
+	if v, ok := x.flags["state"]; ok {
+		for _, st := range strings.Split(v, ",") {
+			st = strings.ToLower(strings.TrimSpace(st))
+			if !slices.Contains(peerStates, st) {
+				return f, fmt.Errorf("--state %q is not a peer state; give %s (repeat --state or list them: --state down,degraded)", st, strings.Join(peerStates, ", "))
+			}
+			if !slices.Contains(f.states, st) {
+				f.states = append(f.states, st)
+			}
+		}
+	}
+	f.group, f.hasGroup = x.flags["group"]
+	return f, nil
+}
+
+func (f peerFilter) any() bool { return len(f.states) > 0 || f.hasGroup }
+
+func (f peerFilter) match(p apitype.Peer) bool {
+	if len(f.states) > 0 && !slices.Contains(f.states, p.State) {
+		return false
+	}
+	return !f.hasGroup || f.group == p.Group || (f.group == "-" && p.Group == "")
+}
+
+// apply returns the peers f selects, in their order.
+func (f peerFilter) apply(ps []apitype.Peer) []apitype.Peer {
+	if !f.any() {
+		return ps
+	}
+	out := []apitype.Peer{}
+	for _, p := range ps {
+		if f.match(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// String is the filter as given on the command line, normalised.
+func (f peerFilter) String() string {
+	var parts []string
+	if len(f.states) > 0 {
+		parts = append(parts, "--state "+strings.Join(f.states, ","))
+	}
+	if f.hasGroup {
+		parts = append(parts, "--group "+f.group)
+	}
+	return strings.Join(parts, " ")
+}
+
+// printFiltered prints the peers a filter selected, of probed peers: the
+// same table, after a line that says how many it shows. A group fault is
+// shown when its group is selected.
+func printFiltered(w io.Writer, ps apitype.Peers, probed int, f peerFilter) {
+	if f.hasGroup {
+		var faults []apitype.GroupFault
+		for _, g := range ps.GroupFaults {
+			if g.Group == f.group {
+				faults = append(faults, g)
+			}
+		}
+		ps.GroupFaults = faults
+	}
+	printPeerFaults(w, ps)
+	if ps.Configured > probed {
+		fmt.Fprintf(w, "Probing %d of %d configured peers ([probe] max_peers; the selection rotates).\n", probed, ps.Configured)
+	}
+	if len(ps.Peers) == 0 {
+		fmt.Fprintf(w, "No peer matches %s (of %d probed).\n", f, probed)
+		return
+	}
+	fmt.Fprintf(w, "Showing %d of %d probed peers (%s).\n", len(ps.Peers), probed, f)
+	printPeerTable(w, ps)
 }
 
 func cmdProbe(ctx context.Context, g *globals, c *client.Client, x call) int {
@@ -55,6 +159,20 @@ func peersExit(ps ...apitype.Peer) int {
 }
 
 func printPeers(w io.Writer, ps apitype.Peers) {
+	printPeerFaults(w, ps)
+	if len(ps.Peers) == 0 {
+		fmt.Fprintln(w, "No peers are probed; declare [[peer]] blocks or [probe] peers_file.")
+		return
+	}
+	if ps.Configured > len(ps.Peers) {
+		fmt.Fprintf(w, "Probing %d of %d configured peers ([probe] max_peers; the selection rotates).\n", len(ps.Peers), ps.Configured)
+	}
+	printPeerTable(w, ps)
+}
+
+// printPeerFaults prints the probe ports and the suspects: a control
+// endpoint that is not where configured, local ports and groups at fault.
+func printPeerFaults(w io.Writer, ps apitype.Peers) {
 	if len(ps.Ports) > 0 {
 		fmt.Fprint(w, "Probe ports:")
 		for _, p := range ps.Ports {
@@ -73,13 +191,11 @@ func printPeers(w io.Writer, ps apitype.Peers) {
 	for _, g := range ps.GroupFaults {
 		fmt.Fprintf(w, "GROUP FAULT? %s\n", g.Reason)
 	}
-	if len(ps.Peers) == 0 {
-		fmt.Fprintln(w, "No peers are probed; declare [[peer]] blocks or [probe] peers_file.")
-		return
-	}
-	if ps.Configured > len(ps.Peers) {
-		fmt.Fprintf(w, "Probing %d of %d configured peers ([probe] max_peers; the selection rotates).\n", len(ps.Peers), ps.Configured)
-	}
+}
+
+// printPeerTable prints a row per peer and path, then the peers' reasons,
+// mismatches and missing authentication.
+func printPeerTable(w io.Writer, ps apitype.Peers) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tGROUP\tSTATE\tWIRE\tPORT\tPATH\tRTT p50\tRTT p99\tLAST\tLOSS\tHOST p99\tSINCE")
 	for _, p := range ps.Peers {

@@ -105,6 +105,12 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 		tw.Flush()
 	}
 
+	if len(s.QoS) > 0 {
+		fmt.Fprintln(w)
+		printQoSTable(tw, s.QoS, sh)
+		tw.Flush()
+	}
+
 	if len(s.Policy.Policies) > 0 {
 		fmt.Fprintln(w)
 		printPolicies(w, s.Policy.Policies, sh)

@@ -68,6 +68,10 @@ const (
 	// D-Bus Doctor). It changes nothing; it reads sysfs, /proc and the
 	// state, and waits for the counter interval (bounded).
 	Doctor Op = "doctor"
+	// Resources reads the RDMA objects the kernel tracks per process and
+	// device (GET /v1/resources, D-Bus Resources): a read of RDMA netlink
+	// on request, one at a time.
+	Resources Op = "resources"
 	// Properties reads D-Bus properties, introspects and lists objects.
 	// On the bus, the bus policy lets every local user do it (DESIGN.md:
 	// "any local user: nothing beyond what the D-Bus policy grants to
@@ -84,6 +88,7 @@ var table = map[Op]Level{
 	Metrics:     Read,
 	PolicyDiff:  Read,
 	Doctor:      Read,
+	Resources:   Read,
 	Properties:  Read,
 	Reload:      Admin,
 	PolicyApply: Admin,

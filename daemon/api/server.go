@@ -65,6 +65,26 @@ type Backend interface {
 	Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error)
 }
 
+// A ResourceReader is a Backend that also reads the RDMA objects the
+// kernel tracks (GET /v1/resources, D-Bus Resources); the daemon's is one.
+// A Backend without it answers those requests "not supported".
+type ResourceReader interface {
+	// Resources reads the RDMA objects per process and device. A kernel
+	// that cannot be read is reported in the result's Error; an error
+	// means the read could not run (busy, stopping).
+	Resources(ctx context.Context) (apitype.Resources, error)
+}
+
+// ReadResources calls b's Resources (GET /v1/resources, D-Bus Resources),
+// or fails with errors.ErrUnsupported when b is no ResourceReader.
+func ReadResources(ctx context.Context, b Backend) (apitype.Resources, error) {
+	rr, ok := b.(ResourceReader)
+	if !ok {
+		return apitype.Resources{}, errors.ErrUnsupported
+	}
+	return rr.Resources(ctx)
+}
+
 // Doctor intervals: the default of GET /v1/doctor and the most it takes.
 const (
 	DefaultDoctorInterval = 2 * time.Second
@@ -87,6 +107,7 @@ var routes = map[string]route{
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
 	"/v1/probe":        {http.MethodPost, access.Probe, (*Server).serveProbe},
 	"/v1/doctor":       {http.MethodGet, access.Doctor, (*Server).serveDoctor},
+	"/v1/resources":    {http.MethodGet, access.Resources, (*Server).serveResources},
 }
 
 // A Server is the local API.
@@ -242,6 +263,21 @@ func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// serveResources reads the RDMA objects the kernel tracks (RDMA netlink)
+// and counts them per process and device.
+func (s *Server) serveResources(w http.ResponseWriter, r *http.Request) {
+	res, err := ReadResources(r.Context(), s.backend)
+	if errors.Is(err, errors.ErrUnsupported) {
+		writeError(w, http.StatusNotImplemented, "this rdmad cannot read the RDMA resources; run rdmactl resources as root on the node")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 // Serve serves the API on ln until ctx is cancelled, then shuts down,

@@ -132,6 +132,8 @@ func (o serverObject) interfaces() map[string]iface {
 				fn: o.h.guarded("Probe", access.Probe, o.h.probe)},
 			"Doctor": {in: []any{uint32(0)}, out: []any{"", []doctorRow{}},
 				fn: o.h.guarded("Doctor", access.Doctor, o.h.doctor)},
+			"Resources": {out: []any{[]processRow{}, []deviceRow{}, ""},
+				fn: o.h.guarded("Resources", access.Resources, o.h.resources)},
 		}
 	}
 	return t

@@ -101,6 +101,7 @@ var agentIntrospection = introspect.Interface{
 		{Name: "Probe", Args: []introspect.Arg{in("peer", "s"), out("state", "s"), out("rtt_ns", "t"),
 			out("loss_percent", "d"), out("reason", "s")}},
 		{Name: "Doctor", Args: []introspect.Arg{in("interval_ms", "u"), out("worst", "s"), out("checks", "a(sssss)")}},
+		{Name: "Resources", Args: []introspect.Arg{out("processes", "a(usbuuuut)"), out("devices", "a(suuuut)"), out("error", "s")}},
 	},
 	Signals: []introspect.Signal{
 		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),
@@ -126,6 +127,7 @@ var agentIntrospection = introspect.Interface{
 		quiet(ro("Peers", "a(sssssttd)")),
 		ro("FleetMismatches", "a(sssssss)"),
 		ro("PeerGroupFaults", "a(ss)"),
+		ro("QoS", "a(ssbssaua(uu)aua(uus))"),
 	},
 }
 

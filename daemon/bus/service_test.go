@@ -495,6 +495,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		"Peers":           [][]any{},
 		"FleetMismatches": [][]any{},
 		"PeerGroupFaults": [][]any{},
+		"QoS":             [][]any{},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)

@@ -205,6 +205,7 @@ func newView(s *apitype.Snapshot) *view {
 		"Peers":            dbus.MakeVariant(peerEntries(s)),
 		"FleetMismatches":  dbus.MakeVariant(fleetMismatches(s)),
 		"PeerGroupFaults":  dbus.MakeVariant(peerGroupFaults(s)),
+		"QoS":              dbus.MakeVariant(qosEntries(s)),
 	}}}
 	for p := range v.objects {
 		v.addNodes(p)

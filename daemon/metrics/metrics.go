@@ -38,6 +38,11 @@ type Options struct {
 	// ports) at scrape time; the daemon passes an ethtool.Source's Read.
 	// nil exports none of the rdmad_net_ metrics.
 	NetStats func(netdevs []string) []ethtool.Counters
+	// Resources, when set, reads the RDMA objects the kernel tracks at
+	// scrape time (the daemon passes its inventory/rdmares reader, with a
+	// timeout); a result with Error set exports none. nil exports none of
+	// the rdmad_rdma_ metrics.
+	Resources func() apitype.Resources
 }
 
 // A Collector is a prometheus.Collector over rdmad's snapshots.
@@ -58,7 +63,7 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, loopbackSection, poolSection, peerSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, qosSection, loopbackSection, poolSection, resourcesSection, peerSection}}
 }
 
 // Describe implements prometheus.Collector.

@@ -94,6 +94,13 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 			{Name: "192.0.2.18", State: "down", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
 		}, Counters: apitype.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
 		ECN: []apitype.NetdevECN{{Netdev: "ens1f0np0", NP: []int{3}, RP: []int{3, 4}}},
+		QoS: []apitype.NetdevQoS{
+			{Netdev: "ens1f0np0", Device: "mlx5_0", Supported: true, Trust: apitype.TrustDSCP, HasPFC: true, PFCCap: 8, PFCEnabled: []int{3},
+				DSCP: []apitype.DSCPPriority{{DSCP: 24, Priority: 3}, {DSCP: 26, Priority: 3}, {DSCP: 26, Priority: 5}, {DSCP: 48, Priority: 6}},
+				ETS: &apitype.ETS{Cap: 8, PrioTC: []int{0, 0, 0, 1, 0, 0, 2, 0}, TCs: []apitype.TrafficClass{
+					{TC: 0, TSA: "ets", Bandwidth: 50}, {TC: 1, TSA: "ets", Bandwidth: 50}, {TC: 2, TSA: "strict"}}}},
+			{Netdev: "eth0", Device: "rxe0", Error: "no DCB: the driver of eth0 has no dcbnl support"},
+		},
 		Components: map[string]apitype.Component{
 			"config":    {State: apitype.Error, Error: "configuration rejected", Since: t0},
 			"inventory": {State: apitype.OK, Since: t0},
@@ -122,7 +129,7 @@ func scrape(t *testing.T, c *Collector) []byte {
 func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
 	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x",
-		NetStats: fixtureNetStats(t)})
+		NetStats: fixtureNetStats(t), Resources: fixtureResources})
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with

@@ -1,5 +1,7 @@
 package dcb
 
+import "fmt"
+
 // Values from the kernel's uapi headers <linux/rtnetlink.h> and
 // <linux/dcbnl.h>. They are spelled out here rather than taken from
 // golang.org/x/sys/unix because x/sys lacks most of the dcbnl enums;
@@ -66,3 +68,54 @@ const (
 
 // MaxPriorities is the number of 802.1p priorities (and PFC bits).
 const MaxPriorities = maxTCs
+
+// Transmission selection algorithms of an ETS traffic class
+// (struct ieee_ets.tc_tsa), from IEEE_8021QAZ_TSA_*.
+const (
+	TSAStrict   uint8 = 0   // IEEE_8021QAZ_TSA_STRICT: strict priority
+	TSACBShaper uint8 = 1   // IEEE_8021QAZ_TSA_CB_SHAPER: credit-based shaper
+	TSAETS      uint8 = 2   // IEEE_8021QAZ_TSA_ETS: a share of the bandwidth
+	TSAVendor   uint8 = 255 // IEEE_8021QAZ_TSA_VENDOR: vendor specific
+)
+
+// TSAName names a transmission selection algorithm as mlnx_qos and
+// iproute2's dcb print it: "strict", "cbs", "ets", "vendor", else
+// "tsa-<n>".
+func TSAName(tsa uint8) string {
+	switch tsa {
+	case TSAStrict:
+		return "strict"
+	case TSACBShaper:
+		return "cbs"
+	case TSAETS:
+		return "ets"
+	case TSAVendor:
+		return "vendor"
+	}
+	return fmt.Sprintf("tsa-%d", tsa)
+}
+
+// DCBX mode bits (DCB_ATTR_DCBX, DCB_CAP_DCBX_*): who negotiates DCB with
+// the switch and which protocol versions.
+const (
+	DCBXHost       uint8 = 0x01 // DCB_CAP_DCBX_HOST: the host (an LLDP agent, or nobody) owns the settings
+	DCBXLLDManaged uint8 = 0x02 // DCB_CAP_DCBX_LLD_MANAGED: the NIC's firmware negotiates them
+	DCBXVerCEE     uint8 = 0x04 // DCB_CAP_DCBX_VER_CEE
+	DCBXVerIEEE    uint8 = 0x08 // DCB_CAP_DCBX_VER_IEEE
+	DCBXStatic     uint8 = 0x10 // DCB_CAP_DCBX_STATIC: no negotiation
+)
+
+// DCBXNames names the bits of a DCBX mode, in bit order: "host",
+// "lld-managed", "cee", "ieee", "static" (the names of iproute2's dcb dcbx).
+func DCBXNames(mode uint8) []string {
+	names := []string{}
+	for _, b := range []struct {
+		bit  uint8
+		name string
+	}{{DCBXHost, "host"}, {DCBXLLDManaged, "lld-managed"}, {DCBXVerCEE, "cee"}, {DCBXVerIEEE, "ieee"}, {DCBXStatic, "static"}} {
+		if mode&b.bit != 0 {
+			names = append(names, b.name)
+		}
+	}
+	return names
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,6 +81,15 @@ func TestLayoutMatchesKernelHeader(t *testing.T) {
 			"IEEE_8021QAZ_APP_SEL_DGRAM":              int(SelectorDgram),
 			"IEEE_8021QAZ_APP_SEL_ANY":                int(SelectorAny),
 			"IEEE_8021QAZ_APP_SEL_DSCP":               int(SelectorDSCP),
+			"IEEE_8021QAZ_TSA_STRICT":                 int(TSAStrict),
+			"IEEE_8021QAZ_TSA_CB_SHAPER":              int(TSACBShaper),
+			"IEEE_8021QAZ_TSA_ETS":                    int(TSAETS),
+			"IEEE_8021QAZ_TSA_VENDOR":                 int(TSAVendor),
+			"DCB_CAP_DCBX_HOST":                       int(DCBXHost),
+			"DCB_CAP_DCBX_LLD_MANAGED":                int(DCBXLLDManaged),
+			"DCB_CAP_DCBX_VER_CEE":                    int(DCBXVerCEE),
+			"DCB_CAP_DCBX_VER_IEEE":                   int(DCBXVerIEEE),
+			"DCB_CAP_DCBX_STATIC":                     int(DCBXStatic),
 			"sizeof(struct dcbmsg)":                   sizeofDCBMsg,
 			"offsetof(struct dcbmsg, cmd)":            1,
 			"sizeof(struct dcb_app)":                  sizeofDCBApp,
@@ -176,6 +186,32 @@ func TestLayoutMatchesKernelHeader(t *testing.T) {
 		}
 		if diff := cmp.Diff(wantETS, *gotETS); diff != "" {
 			t.Errorf("unmarshalETS(C bytes) (-want +got):\n%s", diff)
+		}
+
+		// A whole DCB_CMD_IEEE_GET reply carrying C's structs, as
+		// dcbnl_ieee_fill nests them, decodes to the same values: what
+		// rdmad reports of a port (rdmactl qos) is what the kernel wrote.
+		dcbx, err := strconv.Atoi(abi["DCB_CAP_DCBX_HOST"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ieeeVer, _ := strconv.Atoi(abi["DCB_CAP_DCBX_VER_IEEE"])
+		reply := cat(cbytes("dcbmsg"), nla(attrIfname, []byte("ens1f0np0\x00")),
+			nla(attrIEEE,
+				nla(attrIEEEETS, cbytes("ieee_ets")),
+				nla(attrIEEEPFC, cbytes("ieee_pfc")),
+				nla(attrIEEEAppTable, nla(attrIEEEApp, cbytes("dcb_app")))),
+			nla(attrDCBX, []byte{uint8(dcbx | ieeeVer)}))
+		got, err := decodeIEEE(reply)
+		if err != nil {
+			t.Fatalf("decodeIEEE(reply of C structs): %v", err)
+		}
+		want := &IEEE{Ifname: "ens1f0np0", ETS: &wantETS, PFC: &pfc, Apps: []App{app}, HasDCBX: true, DCBX: DCBXHost | DCBXVerIEEE}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("decodeIEEE(reply of C structs) (-want +got):\n%s", diff)
+		}
+		if names := DCBXNames(got.DCBX); !slices.Equal(names, []string{"host", "ieee"}) {
+			t.Errorf("DCBXNames(%#x) = %q, want [host ieee]", got.DCBX, names)
 		}
 	})
 }

@@ -45,6 +45,9 @@ func TestActualFrom(t *testing.T) {
 	if a.pfc == nil || a.pfc.Delay != 32 {
 		t.Errorf("raw PFC object not kept: %+v", a.pfc)
 	}
+	if a.IEEE == nil || a.IEEE.PFC == nil || len(a.IEEE.Apps) != 4 {
+		t.Errorf("the dcbnl reply is not kept as IEEE: %+v", a.IEEE)
+	}
 
 	if got := observed(dcb.IEEE{}).Trust; got != TrustPCP {
 		t.Errorf("no DSCP entries, no trust table: Trust = %q, want pcp", got)
@@ -58,7 +61,7 @@ func TestActualFrom(t *testing.T) {
 }
 
 var cmpIgnorePFCObject = cmp.FilterPath(func(p cmp.Path) bool {
-	return p.Last().String() == ".pfc"
+	return p.Last().String() == ".pfc" || p.Last().String() == ".IEEE"
 }, cmp.Ignore())
 
 func TestPlan(t *testing.T) {

@@ -102,6 +102,10 @@ type Actual struct {
 	DSCPToPrio map[int]int
 	// DSCPApps are the APP entries with the DSCP selector, in kernel order.
 	DSCPApps []dcb.App
+	// IEEE is the dcbnl reply the rest was read from (ETS, the PFC
+	// object, the whole APP table, DCBX), for reports; nil when
+	// Supported is false. Plan and Apply do not use it.
+	IEEE *dcb.IEEE
 
 	pfc *dcb.PFC // the raw object, the base for a PFC change
 }
@@ -142,7 +146,7 @@ func Observe(c *dcb.Conn, ifname string) (Actual, error) {
 }
 
 func actualFrom(ifname string, ieee *dcb.IEEE) Actual {
-	a := Actual{Ifname: ifname, Supported: true, DSCPToPrio: map[int]int{}, TrustTable: ieee.TrustTable}
+	a := Actual{Ifname: ifname, Supported: true, DSCPToPrio: map[int]int{}, TrustTable: ieee.TrustTable, IEEE: ieee}
 	for _, app := range ieee.Apps {
 		if app.Selector != dcb.SelectorDSCP {
 			continue
