@@ -15,8 +15,22 @@ import (
 
 // publishEvery bounds how often the state is rebuilt while nothing changed
 // state: statistics move with every probe, and a thousand peers must not
-// cost a snapshot each.
-const publishEvery = time.Second
+// cost a snapshot each. Above publishPeers peers the period grows with the
+// peers (5 s at ten thousand), so that rebuilding the state, a pass over
+// every path, stays a small share of probing: the figures of a path move
+// slowly anyway (its percentiles cover peer_window probes, 100 s at 1 Hz),
+// Prometheus scrapes every 15-60 s, and a state change is published at once
+// whatever the period.
+const (
+	publishEvery = time.Second
+	publishPeers = 2000
+)
+
+// publishPeriod returns how often the state is rebuilt while only numbers
+// move, for n selected peers.
+func publishPeriod(n int) time.Duration {
+	return max(publishEvery, publishEvery*time.Duration(n)/publishPeers)
+}
 
 // minPublishGap is the least time between two publishes, changes or not:
 // a publish costs a pass over every peer, and at ten thousand peers a
@@ -26,16 +40,17 @@ const minPublishGap = 100 * time.Millisecond
 
 // publish refreshes the local ports and hands the state to OnState when a
 // state changed (at most every minPublishGap, or a tenth of the probe
-// interval when that is shorter), or at most every publishEvery when only
+// interval when that is shorter), or at most every publishPeriod when only
 // numbers moved. It returns when it wants to run again.
 func (m *Manager) publish(now time.Time) time.Time {
-	if now.Sub(m.published) < publishEvery && !m.changed {
-		return m.published.Add(publishEvery)
+	every := publishPeriod(len(m.peers))
+	if now.Sub(m.published) < every && !m.changed {
+		return m.published.Add(every)
 	}
 	if gap := min(minPublishGap, m.cfg.Interval/10); m.changed && now.Sub(m.published) < gap {
 		return m.published.Add(gap)
 	}
-	next := now.Add(publishEvery)
+	next := now.Add(every)
 	ports, err := m.opts.Transport.Ports()
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
@@ -318,8 +333,19 @@ func (h *dueHeap) push(p *mpeer) {
 	h.up(len(h.e) - 1)
 }
 
-// fix moves p to its turn p.due, which changed.
-func (h *dueHeap) fix(p *mpeer) { h.push(p) }
+// fix moves p to its turn p.due, which changed. When p's entry is the top,
+// as when the manager has just visited it, the entry is updated in place
+// and sifted down: one pass down the heap instead of a new entry sifted up
+// and the stale one later taken off the top.
+func (h *dueHeap) fix(p *mpeer) {
+	if p.inDue && len(h.e) > 0 && h.e[0].p == p && h.e[0].ver == p.dueVer {
+		p.dueVer++
+		h.e[0] = dueEntry{at: h.key(p.due), p: p, ver: p.dueVer}
+		h.down(0)
+		return
+	}
+	h.push(p)
+}
 
 // remove takes p out: its entries are stale.
 func (h *dueHeap) remove(p *mpeer) {
