@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 RUN_DIR  ?= $(CURDIR)/.run
 RUN_SOCK ?= $(RUN_DIR)/rdmad.sock
 
-.PHONY: all build run test fuzz bench deps e2e package clean
+.PHONY: all build run test fuzz bench soak deps e2e package clean
 
 all: build
 
@@ -45,6 +45,15 @@ fuzz: deps
 # the MR pool; output in .bench/results.txt (scripts/bench). Not in CI.
 bench: deps
 	./scripts/bench
+
+# soak: rdmad's main loop, API, watch hub, metrics and peer manager with
+# 1,000 peers on the in-memory transport for SOAK_DURATION (default 30m)
+# while peers, configuration and watchers change; the slopes per hour of
+# heap, goroutines, open files and RSS in .soak/report.txt (scripts/soak,
+# docs/BENCHMARKS.md). Not in CI.
+SOAK_DURATION ?= 30m
+soak: deps-build
+	SOAK_DURATION=$(SOAK_DURATION) ./scripts/soak
 
 deps-build:
 	@./scripts/deps build

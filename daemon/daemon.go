@@ -34,6 +34,7 @@ import (
 	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/dcb"
+	"github.com/rdmad/rdmad/verbs/peer"
 )
 
 // Options are rdmad's command-line settings.
@@ -49,6 +50,17 @@ type Options struct {
 	SysfsRoot string
 	Version   string
 	Stderr    io.Writer
+	// PeerEngine, if set, makes the engine under the peer probes from the
+	// configuration rdmad would give the verbs engine (peer.New: UD QPs
+	// over libibverbs), which it replaces. Only the soak (test/soak) sets
+	// it, to run the whole daemon on an in-memory transport; rdmad leaves
+	// it nil.
+	PeerEngine func(peer.Config) (PeerEngine, error)
+	// PeerListenHost, if set, is the address the peers' control endpoint
+	// binds ([probe] port on every address otherwise). The soak binds
+	// 127.0.0.1, so that its fake peers can hold the same port on other
+	// loopback addresses.
+	PeerListenHost string
 }
 
 // ShutdownGrace bounds how long open API requests may delay the exit.

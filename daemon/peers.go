@@ -23,11 +23,36 @@ import (
 	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
+// A PeerEngine carries the peer probes under the manager: it sends the
+// probes and answers other nodes' (pingmesh.Transport) and follows the
+// devices. *peer.Engine is the one rdmad runs; Options.PeerEngine may put
+// another in its place.
+type PeerEngine interface {
+	pingmesh.Transport
+	// Run runs the engine until ctx is done.
+	Run(ctx context.Context) error
+	Stats() peer.Stats
+	SetAuth(key []byte, require bool)
+	// Rescan reads devices and ports now.
+	Rescan()
+	// ReleaseDevice closes what the engine holds of the device name.
+	ReleaseDevice(name string)
+}
+
+// newPeerEngine is the PeerEngine rdmad runs: the verbs engine.
+func newPeerEngine(c peer.Config) (PeerEngine, error) {
+	e, err := peer.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
 // A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)
 // and the manager (peers, schedule, states, control endpoint).
 type peerRunner struct {
 	mgr *pingmesh.Manager
-	eng *peer.Engine
+	eng PeerEngine
 	// class gives each port's traffic class to the engine (verbs.go).
 	class *probeClass
 
@@ -134,7 +159,11 @@ func (d *Daemon) startPeers() {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, fmt.Errorf("%w; peer probes are not started until the key can be read", err))
 		return
 	}
-	r.eng, err = peer.New(peer.Config{Logger: d.log.With("component", "peers"),
+	newEngine := d.opts.PeerEngine
+	if newEngine == nil {
+		newEngine = newPeerEngine
+	}
+	r.eng, err = newEngine(peer.Config{Logger: d.log.With("component", "peers"),
 		TrafficClassFor: r.class.of,
 		OnReply:         func(rep peer.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
@@ -146,6 +175,7 @@ func (d *Daemon) startPeers() {
 	r.mgr, err = pingmesh.New(pingmesh.Options{
 		Transport:      r.eng,
 		NodeID:         nodeID(),
+		ListenHost:     d.opts.PeerListenHost,
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,
 		Fingerprint:    d.fingerprintSource(),
