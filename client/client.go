@@ -100,10 +100,10 @@ func (c *Client) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 }
 
 // PolicyDiff returns GET /v1/policy/diff: what a policy pass would change.
-func (c *Client) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
+func (c *Client) PolicyDiff(ctx context.Context) (apitype.DiffResult, error) {
 	var r apitype.DiffResult
 	err := c.do(ctx, http.MethodGet, "/v1/policy/diff", &r)
-	return r.Changes, err
+	return r, err
 }
 
 // PolicyApply asks for POST /v1/policy/apply: a full policy pass now.

@@ -38,6 +38,29 @@ type ApplyResult struct {
 // DiffResult is the answer of GET /v1/policy/diff.
 type DiffResult struct {
 	Changes []Change `json:"changes"`
+	// Policies names the declared [[policy]] blocks, and Unmatched those of
+	// them that match no netdev or RDMA device on this node: they change
+	// nothing here, which "no changes" alone would hide.
+	Policies  []string `json:"policies"`
+	Unmatched []string `json:"unmatched"`
+}
+
+// DiffPolicies returns the names of the declared [[policy]] blocks in ps
+// and of those without a target (matching nothing on the node). The
+// [memlock] section shows in the policy state as a policy named memlock
+// with its target; it is not a [[policy]].
+func DiffPolicies(ps []PolicyStatus) (declared, unmatched []string) {
+	declared, unmatched = []string{}, []string{}
+	for _, p := range ps {
+		if p.Name == "memlock" && len(p.Targets) > 0 {
+			continue
+		}
+		declared = append(declared, p.Name)
+		if len(p.Targets) == 0 {
+			unmatched = append(unmatched, p.Name)
+		}
+	}
+	return declared, unmatched
 }
 
 // ReloadResult is the answer of POST /v1/reload.

@@ -34,24 +34,19 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, x call) int {
 }
 
 // policyDiff is `policy diff`: the changes a pass would make, and the
-// policies that would make none because they match nothing here. Those
-// come from the status (a policy without targets): "in sync" would hide a
-// policy whose globs name no netdev or device of this node.
+// policies that would make none because they match nothing here (rdmad
+// names them: a policy without targets): "in sync" would hide a policy
+// whose globs name no netdev or device of this node.
 func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
-	cs, err := c.PolicyDiff(ctx)
+	res, err := c.PolicyDiff(ctx)
 	if err != nil {
 		return fail(g, err)
 	}
+	cs := res.Changes
 	if g.json {
-		printJSON(g.stdout, apitype.DiffResult{Changes: cs})
+		printJSON(g.stdout, res)
 	} else {
-		s, err := c.Status(ctx)
-		if err != nil {
-			printChanges(g.stdout, cs)
-			fmt.Fprintf(g.stderr, "rdmactl: cannot tell which policies match nothing: %v\n", err)
-			return exitError
-		}
-		printDiff(g.stdout, cs, s.Policy.Policies)
+		printDiff(g.stdout, cs, res.Policies, res.Unmatched)
 	}
 	if len(cs) > 0 {
 		return exitDegraded
@@ -59,19 +54,9 @@ func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
 	return exitOK
 }
 
-func printDiff(w io.Writer, cs []apitype.Change, ps []apitype.PolicyStatus) {
-	var rules, idle []string
-	for _, p := range ps {
-		if p.Name == "memlock" && len(p.Targets) > 0 {
-			continue // [memlock], not a [[policy]]
-		}
-		rules = append(rules, p.Name)
-		if len(p.Targets) == 0 {
-			idle = append(idle, p.Name)
-		}
-	}
+func printDiff(w io.Writer, cs []apitype.Change, rules, idle []string) {
 	switch {
-	case len(ps) == 0 && len(cs) == 0:
+	case len(rules) == 0 && len(cs) == 0:
 		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
 		return
 	case len(cs) > 0:

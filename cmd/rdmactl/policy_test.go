@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,8 +48,7 @@ func TestPolicyDiffMatchesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := fakeRdmad(t, map[string]http.HandlerFunc{
-				"GET /v1/policy/diff": answer(t, apitype.DiffResult{Changes: tc.changes}),
-				"GET /v1/status":      answer(t, apitype.Snapshot{Policy: apitype.PolicyState{Policies: tc.policies}}),
+				"GET /v1/policy/diff": answer(t, diffResult(tc.changes, tc.policies)),
 			})
 			code, out, errs := rdmactl(t, "--socket", sock, "policy", "diff")
 			if code != tc.code || errs != "" {
@@ -64,6 +65,39 @@ func TestPolicyDiffMatchesNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// diffResult is rdmad's answer to GET /v1/policy/diff with the changes cs
+// and the policies ps in force.
+func diffResult(cs []apitype.Change, ps []apitype.PolicyStatus) apitype.DiffResult {
+	r := apitype.DiffResult{Changes: cs}
+	if cs == nil {
+		r.Changes = []apitype.Change{} // as rdmad sends it
+	}
+	r.Policies, r.Unmatched = apitype.DiffPolicies(ps)
+	return r
+}
+
+// TestPolicyDiffJSON: --json carries the policies that match nothing, as
+// rdmad names them.
+func TestPolicyDiffJSON(t *testing.T) {
+	fabric := apitype.PolicyStatus{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{inSync("ens1f0")}}
+	storage := apitype.PolicyStatus{Name: "storage", Mode: "enforce", Targets: []apitype.Target{}}
+	memlock := apitype.PolicyStatus{Name: "memlock", Mode: "enforce", Targets: []apitype.Target{{Kind: "memlock", Object: "rdmad", State: apitype.InSync}}}
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{
+		"GET /v1/policy/diff": answer(t, diffResult(nil, []apitype.PolicyStatus{fabric, storage, memlock})),
+	})
+	code, out, errs := rdmactl(t, "--socket", sock, "--json", "policy", "diff")
+	if code != exitOK || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	var got apitype.DiffResult
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !slices.Equal(got.Policies, []string{"fabric", "storage"}) || !slices.Equal(got.Unmatched, []string{"storage"}) || got.Changes == nil {
+		t.Errorf("policy diff --json = %+v; want policies [fabric storage], unmatched [storage], changes []", got)
 	}
 }
 

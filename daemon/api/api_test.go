@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -339,5 +340,53 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	for _, c := range conns[1:] {
 		c.Close()
+	}
+}
+
+// policyBackend has two policies in force, one matching nothing, and the
+// [memlock] section's pseudo-policy.
+type policyBackend struct{ fakeBackend }
+
+func (policyBackend) Snapshot() *apitype.Snapshot {
+	return &apitype.Snapshot{Version: "test", State: apitype.Running, Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{
+		{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{{Kind: "mtu", Object: "ens1f0", State: apitype.InSync}}},
+		{Name: "storage", Mode: "observe", Targets: []apitype.Target{}},
+		{Name: "memlock", Mode: "enforce", Targets: []apitype.Target{{Kind: "memlock", Object: "rdmad", State: apitype.InSync}}},
+	}}}
+}
+
+// TestPolicyDiffNamesUnmatched: the diff names the declared policies and
+// those that match nothing here, with [] rather than null for none.
+func TestPolicyDiffNamesUnmatched(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		b                   Backend
+		policies, unmatched []string
+	}{
+		{"policies", &policyBackend{}, []string{"fabric", "storage"}, []string{"storage"}},
+		{"none", &fakeBackend{}, []string{}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewServer(tc.b, access.Roles{})
+			r := httptest.NewRequest("GET", "/v1/policy/diff", nil)
+			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, Peer{UID: 0, Known: true}))
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				t.Fatalf("GET /v1/policy/diff: %d %s", w.Code, w.Body)
+			}
+			for _, field := range []string{`"changes": [`, `"policies": [`, `"unmatched": [`} {
+				if !strings.Contains(w.Body.String(), field) {
+					t.Errorf("answer lacks %s: %s", field, w.Body)
+				}
+			}
+			var res apitype.DiffResult
+			if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.Policies, tc.policies) || !slices.Equal(res.Unmatched, tc.unmatched) {
+				t.Errorf("policies %q unmatched %q; want %q and %q", res.Policies, res.Unmatched, tc.policies, tc.unmatched)
+			}
+		})
 	}
 }

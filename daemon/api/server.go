@@ -106,6 +106,7 @@ var routes = map[string]route{
 	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, (*Server).servePolicyDiff},
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
 	"/v1/probe":        {http.MethodPost, access.Probe, (*Server).serveProbe},
+	"/v1/bw":           {http.MethodPost, access.Bandwidth, (*Server).serveBandwidth},
 	"/v1/doctor":       {http.MethodGet, access.Doctor, (*Server).serveDoctor},
 	"/v1/resources":    {http.MethodGet, access.Resources, (*Server).serveResources},
 }
@@ -213,7 +214,11 @@ func (s *Server) servePolicyDiff(w http.ResponseWriter, r *http.Request) {
 	if cs == nil {
 		cs = []apitype.Change{}
 	}
-	writeJSON(w, http.StatusOK, apitype.DiffResult{Changes: cs})
+	res := apitype.DiffResult{Changes: cs, Policies: []string{}, Unmatched: []string{}}
+	if snap := s.backend.Snapshot(); snap != nil {
+		res.Policies, res.Unmatched = apitype.DiffPolicies(snap.Policy.Policies)
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (s *Server) servePolicyApply(w http.ResponseWriter, r *http.Request) {
