@@ -92,7 +92,8 @@ func (v *verbsParts) apply(cfg *config.Config) {
 	}
 	// Only the loopback keys matter here: [probe] also holds the peer
 	// probes' settings, which must not restart the loopback prober.
-	if v.stopProber == nil || v.probeCfg.Loopback != cfg.Probe.Loopback || v.probeCfg.LoopbackInterval != cfg.Probe.LoopbackInterval {
+	if v.stopProber == nil || v.probeCfg.Loopback != cfg.Probe.Loopback || v.probeCfg.LoopbackInterval != cfg.Probe.LoopbackInterval ||
+		v.probeCfg.Poll != cfg.Probe.Poll {
 		v.restartProber(cfg.Probe)
 	}
 }
@@ -139,7 +140,7 @@ func (v *verbsParts) restartProber(c config.Probe) {
 		v.stopProber = func() {}
 		return
 	}
-	r, err := loopback.New(loopback.Config{Interval: c.LoopbackInterval.Duration, OnResult: v.probeResult,
+	r, err := loopback.New(loopback.Config{Interval: c.LoopbackInterval.Duration, Poll: loopback.PollMode(c.Poll), OnResult: v.probeResult,
 		TrafficClass: v.class.of,
 		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
 	if err != nil {
@@ -267,7 +268,7 @@ func toLoopback(ps []loopback.PortResult) []apitype.LoopbackPort {
 	}
 	for i, p := range ps {
 		out[i] = apitype.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,
-			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, TrafficClass: p.TrafficClass, Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
+			GID: p.GID, GIDIndex: p.GIDIndex, GIDType: p.GIDType, TrafficClass: p.TrafficClass, Poll: string(p.Poll), Write: op(p.Write), Read: op(p.Read), Send: op(p.Send), Warmup: op(p.Warmup),
 			Rounds: p.Rounds, Failures: p.Failures, QPRecreated: p.QPRecreated, LastError: p.LastError,
 			ErrorKind: string(p.ErrorKind), UpdatedAt: p.UpdatedAt}
 	}

@@ -21,10 +21,14 @@ type LoopbackPort struct {
 	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte) of
 	// the probe's QPs: [probe] traffic_class, else the port's
 	// [policy.roce] tos, else 0.
-	TrafficClass uint8   `json:"traffic_class"`
-	Write        OpStats `json:"write"`
-	Read         OpStats `json:"read"`
-	Send         OpStats `json:"send"`
+	TrafficClass uint8 `json:"traffic_class"`
+	// Poll is how the probe waits for its completions ([probe] poll):
+	// "event" (sleeps on the completion channel after a 1 ms spin) or
+	// "busy" (polls until the completion, holding a core meanwhile).
+	Poll  string  `json:"poll,omitempty"`
+	Write OpStats `json:"write"`
+	Read  OpStats `json:"read"`
+	Send  OpStats `json:"send"`
 	// Warmup is the round's first operation, an RDMA WRITE after the probe
 	// slept. Its RTT includes waking the host (interrupts, scheduler,
 	// Soft-RoCE's tasks); Write, Read and Send follow it back to back and

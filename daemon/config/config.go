@@ -162,6 +162,11 @@ type Probe struct {
 	Loopback bool `toml:"loopback" json:"loopback"`
 	// LoopbackInterval is the time between loopback rounds on each port.
 	LoopbackInterval Duration `toml:"loopback_interval" json:"loopback_interval"`
+	// Poll is how the loopback probe waits for its completions: "event"
+	// (poll for up to 1 ms, then sleep on the completion channel) or
+	// "busy" (poll until the completion, up to 100 ms per wait: no wakeup
+	// in the RTT, a core held while each operation runs).
+	Poll string `toml:"poll" json:"poll"`
 	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte,
 	// DSCP<<2 | ECN) of the loopback and peer probes, 0 to 255. Nil: the
 	// [policy.roce] tos in force for the probing port, else 0.
@@ -312,7 +317,7 @@ func Default() *Config {
 			Classes:        []PoolClass{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
 			CanaryInterval: Duration{30 * time.Second},
 		},
-		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second},
+		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second}, Poll: "event",
 			Peers: true, Port: DefaultProbePort, PeerInterval: Duration{time.Second}, PeerTimeout: Duration{500 * time.Millisecond},
 			DownAfter: 3, UpAfter: 3, LossThreshold: 1, RTTThreshold: Duration{0}, Window: 100, MaxPeers: 64, Rotate: Duration{time.Minute}},
 	}

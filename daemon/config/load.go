@@ -486,6 +486,12 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 	if iv := c.Probe.LoopbackInterval.Duration; iv < 10*time.Millisecond || iv > time.Hour {
 		bad(lastSetter(c.Files, locs, "probe.loopback_interval", main), "probe.loopback_interval", "%s is out of range; use 10ms to 1h (default 1s)", iv)
 	}
+	switch c.Probe.Poll {
+	case "event", "busy":
+	default:
+		bad(lastSetter(c.Files, locs, "probe.poll", main), "probe.poll",
+			"%q is not a poll mode; use \"event\" (the default: sleep on the completion channel after a 1 ms spin) or \"busy\" (poll until the completion: no wakeup in the RTT, a core held while it spins)", c.Probe.Poll)
+	}
 
 	if tc := c.Probe.TrafficClass; tc != nil && (*tc < 0 || *tc > 255) {
 		bad(lastSetter(c.Files, locs, "probe.traffic_class", main), "probe.traffic_class",

@@ -58,10 +58,12 @@ type PortResult struct {
 	GIDType   string `json:"gid_type,omitempty"`
 	// TrafficClass is the GRH traffic class (RoCE v2: IP ToS) of the QPs
 	// the last round ran on.
-	TrafficClass uint8   `json:"traffic_class"`
-	Write        OpStats `json:"write"`
-	Read         OpStats `json:"read"`
-	Send         OpStats `json:"send"`
+	TrafficClass uint8 `json:"traffic_class"`
+	// Poll is how the probe waits for its completions (Config.Poll).
+	Poll  PollMode `json:"poll,omitempty"`
+	Write OpStats  `json:"write"`
+	Read  OpStats  `json:"read"`
+	Send  OpStats  `json:"send"`
 	// Warmup is the round's first operation, an RDMA WRITE after the probe
 	// slept: its RTT includes waking the host's path, which the operations
 	// above, run right after it, do not pay.

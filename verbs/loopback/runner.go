@@ -43,8 +43,13 @@ type Config struct {
 	// costs a wakeup through the poller, which adds tens of microseconds to
 	// the measured RTT and, in an emulated VM, more CPU than the spin.
 	// At most three Spins of CPU per round; default 1ms; negative disables
-	// spinning.
+	// spinning. Used in PollEvent mode.
 	Spin time.Duration
+	// Poll is how the probe waits for a completion (config [probe] poll):
+	// PollEvent (the default) polls for up to Spin, then sleeps on the
+	// completion channel; PollBusy polls until the completion arrives, for
+	// up to BusySpinLimit per wait, and only then sleeps.
+	Poll PollMode
 	// Devices limits probing to these devices; empty probes all.
 	Devices []string
 	// TrafficClass, if set, gives the GRH traffic class (RoCE v2: the IP
@@ -93,11 +98,42 @@ func (c *Config) setDefaults() error {
 	if c.Spin < 0 {
 		c.Spin = 0
 	}
+	switch c.Poll {
+	case "":
+		c.Poll = PollEvent
+	case PollEvent, PollBusy:
+	default:
+		return fmt.Errorf("probe: poll mode %q: use %q or %q", c.Poll, PollEvent, PollBusy)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
 }
+
+// A PollMode is how the loopback probe waits for its completions.
+type PollMode string
+
+// Poll modes.
+const (
+	// PollEvent polls the CQ for up to Config.Spin (1 ms by default),
+	// then arms it and sleeps on the completion channel: a completion
+	// that takes longer costs a wakeup (tens of microseconds on hardware)
+	// in its RTT, and the probe holds a CPU for at most Spin per wait.
+	PollEvent PollMode = "event"
+	// PollBusy polls the CQ until the completion arrives, for up to
+	// BusySpinLimit per wait (then it sleeps on the channel like
+	// PollEvent), so no RTT under the limit includes a wakeup. It holds a
+	// CPU for as long as each operation takes: the RTT on a healthy port,
+	// up to BusySpinLimit per round on a port whose completion is late or
+	// lost.
+	PollBusy PollMode = "busy"
+)
+
+// BusySpinLimit bounds one busy-poll wait (PollBusy). Beyond it a wakeup's
+// tens of microseconds are under a thousandth of the RTT, so spinning
+// longer would buy no precision and only burn a core on a sick port.
+const BusySpinLimit = 100 * time.Millisecond
 
 // A Runner probes every ACTIVE port until its Run's context is done. Read
 // results with Snapshot or receive them through Config.OnResult.
@@ -509,6 +545,7 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 		ps.res.PortState = pa.State.String()
 		ps.res.GID, ps.res.GIDIndex, ps.res.GIDType = s.gid.GID.String(), s.gid.Index, s.gid.Type.String()
 		ps.res.TrafficClass = s.tclass
+		ps.res.Poll = r.cfg.Poll
 		ps.res.Rounds++
 		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send, &ps.res.Warmup}
 		scratch := make([]time.Duration, 0, r.cfg.Window)

@@ -50,9 +50,12 @@ func TestConfigDefaults(t *testing.T) {
 		want    Config
 		wantErr bool
 	}{
-		{"zero", Config{}, Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Spin: time.Millisecond}, false},
+		{"zero", Config{}, Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Spin: time.Millisecond, Poll: PollEvent}, false},
 		{"timeout capped by interval", Config{Interval: 100 * time.Millisecond, Timeout: time.Second, Spin: -1},
-			Config{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64}, false},
+			Config{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Poll: PollEvent}, false},
+		{"busy poll kept", Config{Poll: PollBusy},
+			Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Rescan: 5 * time.Second, Window: 300, Payload: 64, Spin: time.Millisecond, Poll: PollBusy}, false},
+		{"unknown poll mode", Config{Poll: "spin"}, Config{}, true},
 		{"payload too big", Config{Payload: 4096}, Config{}, true},
 		{"negative interval", Config{Interval: -time.Second}, Config{}, true},
 	}

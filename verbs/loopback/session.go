@@ -45,9 +45,11 @@ type session struct {
 	port    int
 	payload int
 	timeout time.Duration
-	spin    time.Duration
-	gid     verbs.GIDEntry
-	tclass  uint8 // GRH traffic class of both QPs' address vectors
+	// spin is how long a wait polls the CQ before it sleeps on the
+	// completion channel: Config.Spin, or BusySpinLimit with PollBusy.
+	spin   time.Duration
+	gid    verbs.GIDEntry
+	tclass uint8 // GRH traffic class of both QPs' address vectors
 
 	buf  *verbs.Buffer
 	mem  []byte
@@ -60,7 +62,13 @@ type session struct {
 }
 
 func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, tclass uint8, cfg Config) (s *session, err error) {
-	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: cfg.Spin, tclass: tclass, wcs: make([]verbs.WorkCompletion, 4)}
+	spin := cfg.Spin
+	if cfg.Poll == PollBusy {
+		// Never longer than the round may take: the wait then sleeps
+		// until the round's deadline fails it.
+		spin = min(BusySpinLimit, cfg.Timeout)
+	}
+	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: spin, tclass: tclass, wcs: make([]verbs.WorkCompletion, 4)}
 	defer func() {
 		if err != nil {
 			s.close()
