@@ -6,11 +6,14 @@ package verbs
 #cgo LDFLAGS: -libverbs
 #cgo noescape rdmad_post_send_list
 #cgo nocallback rdmad_post_send_list
+#cgo noescape rdmad_post_poll
+#cgo nocallback rdmad_post_poll
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // The functions below wrap libibverbs entry points that are static inline
 // functions or macros (not callable from cgo) and build work requests on
@@ -113,6 +116,45 @@ static int rdmad_post_send_list(struct ibv_qp *qp, const struct rdmad_swr *w, in
 	int r = ibv_post_send(qp, wr, &bad);
 	*posted = r == 0 ? n : (bad ? (int)(bad - wr) : 0);
 	return r;
+}
+
+static int64_t rdmad_mono_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// rdmad_post_poll posts one request and polls cq until want completions
+// came or spin_ns passed, in one call from Go: the clock is read right
+// before ibv_post_send (*t0) and right after the last completion (*t1, 0
+// when they did not all come within the spin), so that the time between is
+// what the provider and the NIC take, without the cost of entering and
+// leaving C around each verb. The completions go to wc (at most wcn);
+// *got is how many. It returns the post's errno (then nothing was polled),
+// -1 when the CQ failed, else 0. The clock is read every 32 polls, as
+// CQ.PollWait does.
+static int rdmad_post_poll(struct ibv_qp *qp, const struct rdmad_swr *w, struct ibv_cq *cq, int want,
+		int64_t spin_ns, struct ibv_wc *wc, int wcn, int *got, int64_t *t0, int64_t *t1) {
+	int posted;
+	*got = 0;
+	*t1 = 0;
+	*t0 = rdmad_mono_ns();
+	int r = rdmad_post_send_list(qp, w, 1, &posted);
+	if (r != 0)
+		return r;
+	int64_t deadline = *t0 + spin_ns;
+	for (unsigned i = 1;; i++) {
+		int n = ibv_poll_cq(cq, wcn - *got, wc + *got);
+		if (n < 0)
+			return -1;
+		*got += n;
+		if (*got >= want || *got >= wcn) {
+			*t1 = rdmad_mono_ns();
+			return 0;
+		}
+		if (i % 32 == 0 && rdmad_mono_ns() >= deadline)
+			return 0;
+	}
 }
 
 static int rdmad_post_recv(struct ibv_qp *qp, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey) {
@@ -914,8 +956,18 @@ func (q *CQ) Poll(out []WorkCompletion) (int, error) {
 	n := min(len(out), q.wcN)
 	r := int(C.rdmad_poll_cq(q.cq, C.int(n), q.wc))
 	if r < 0 {
-		return 0, &Error{Verb: "ibv_poll_cq", Object: q.c.name, Err: syscall.EIO, Hint: "the CQ overran or the device failed; recreate it"}
+		return 0, q.pollError()
 	}
+	q.convert(out, r)
+	return r, nil
+}
+
+func (q *CQ) pollError() error {
+	return &Error{Verb: "ibv_poll_cq", Object: q.c.name, Err: syscall.EIO, Hint: "the CQ overran or the device failed; recreate it"}
+}
+
+// convert copies the first r completions of the CQ's C buffer into out.
+func (q *CQ) convert(out []WorkCompletion, r int) {
 	wcs := unsafe.Slice(q.wc, q.wcN)
 	for i := 0; i < r; i++ {
 		w := &wcs[i]
@@ -928,7 +980,6 @@ func (q *CQ) Poll(out []WorkCompletion) (int, error) {
 			out[i].StatusText = C.GoString(C.ibv_wc_status_str(w.status))
 		}
 	}
-	return r, nil
 }
 
 // ReqNotify arms the CQ: the next completion signals its channel.
@@ -1084,7 +1135,7 @@ func (q *QP) ReadyToReceive(path Path, rem Remote) error {
 	defer C.free(unsafe.Pointer(dgid))
 	r, err := C.rdmad_qp_to_rtr(q.qp, C.int(ud), C.int(path.MTU), C.uint32_t(rem.QPN), C.uint32_t(rem.PSN),
 		C.uint8_t(path.Port), C.int(global), dgid, C.uint8_t(path.GIDIndex), C.uint16_t(path.DLID),
-		C.uint8_t(path.SL), C.uint8_t(path.TClass), C.uint8_t(hop), 1, 12)
+		C.uint8_t(path.SL), C.uint8_t(path.TClass), C.uint8_t(hop), C.uint8_t(max(path.RdAtomic, 1)), 12)
 	if r != 0 {
 		return &Error{Verb: "ibv_modify_qp INIT->RTR", Object: q.obj(), Err: errnoOf(int(r), err),
 			Hint: fmt.Sprintf("check GID index %d and path MTU %d against `rdma link` and the port's GID table", path.GIDIndex, path.MTU.Bytes())}
@@ -1096,6 +1147,13 @@ func (q *QP) ReadyToReceive(path Path, rem Remote) error {
 // local ACK timeout exponent (4.096 us * 2^timeout), retry the transport
 // retry count.
 func (q *QP) ReadyToSend(psn uint32, timeout, retry uint8) error {
+	return q.ReadyToSendReads(psn, timeout, retry, 1)
+}
+
+// ReadyToSendReads is ReadyToSend with rdAtomic RDMA READs outstanding at
+// once (RC max_rd_atomic, at most the peer's max_dest_rd_atomic; 0 means
+// 1); the RNR retry count is infinite (7), so a SEND waits for a receive.
+func (q *QP) ReadyToSendReads(psn uint32, timeout, retry, rdAtomic uint8) error {
 	if err := q.alive(); err != nil {
 		return err
 	}
@@ -1103,7 +1161,7 @@ func (q *QP) ReadyToSend(psn uint32, timeout, retry uint8) error {
 	if q.typ == QPTypeUD {
 		ud = 1
 	}
-	if r, err := C.rdmad_qp_to_rts(q.qp, C.int(ud), C.uint32_t(psn), C.uint8_t(timeout), C.uint8_t(retry), 7, 1); r != 0 {
+	if r, err := C.rdmad_qp_to_rts(q.qp, C.int(ud), C.uint32_t(psn), C.uint8_t(timeout), C.uint8_t(retry), 7, C.uint8_t(max(rdAtomic, 1))); r != 0 {
 		return &Error{Verb: "ibv_modify_qp RTR->RTS", Object: q.obj(), Err: errnoOf(int(r), err)}
 	}
 	return nil
@@ -1157,20 +1215,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		var cw [C.RDMAD_MAX_SEND_LIST]C.struct_rdmad_swr
 		n := min(len(wrs)-done, len(cw))
 		for i, wr := range wrs[done : done+n] {
-			flags := 0
-			if wr.Signaled {
-				flags |= C.IBV_SEND_SIGNALED
-			}
-			if wr.Inline {
-				flags |= C.IBV_SEND_INLINE
-			}
-			c := &cw[i]
-			c.id, c.addr, c.len, c.lkey = C.uint64_t(wr.ID), C.uint64_t(wr.SGE.Addr), C.uint32_t(wr.SGE.Length), C.uint32_t(wr.SGE.LKey)
-			c.raddr, c.rkey, c.rqpn, c.rqkey = C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
-			c.opcode, c.flags, c.ah = C.int(wr.Opcode), C.int(flags), nil
-			if wr.AH != nil {
-				c.ah = wr.AH.ah
-			}
+			cw[i] = cSendWR(wr)
 		}
 		var posted C.int
 		r := C.rdmad_post_send_list(q.qp, &cw[0], C.int(n), &posted)
@@ -1181,6 +1226,64 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	return done, nil
 }
+
+// cSendWR is wr as rdmad_post_send_list takes it.
+func cSendWR(wr SendWR) C.struct_rdmad_swr {
+	flags := 0
+	if wr.Signaled {
+		flags |= C.IBV_SEND_SIGNALED
+	}
+	if wr.Inline {
+		flags |= C.IBV_SEND_INLINE
+	}
+	var c C.struct_rdmad_swr
+	c.id, c.addr, c.len, c.lkey = C.uint64_t(wr.ID), C.uint64_t(wr.SGE.Addr), C.uint32_t(wr.SGE.Length), C.uint32_t(wr.SGE.LKey)
+	c.raddr, c.rkey, c.rqpn, c.rqkey = C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.uint32_t(wr.RemoteQPN), C.uint32_t(wr.RemoteQKey)
+	c.opcode, c.flags, c.ah = C.int(wr.Opcode), C.int(flags), nil
+	if wr.AH != nil {
+		c.ah = wr.AH.ah
+	}
+	return c
+}
+
+// PostPoll posts wr and polls cq for want completions for up to spin, in
+// one call into C, which reads the clock right before the post and right
+// after the last completion: the RTT it returns is what the provider and
+// the NIC took, without the Go runtime's cost of entering and leaving C
+// for each verb (a probe that times a post and its polls from Go counts
+// that cost, which on a busy or emulated host can be larger than the
+// operation). It returns the completions polled (into out), the post's
+// time on MonoNow's clock, and the RTT when want completions came within
+// spin, else 0: the caller then waits for the rest (CQ.PollWait) and
+// measures from posted.
+func (q *QP) PostPoll(wr SendWR, cq *CQ, out []WorkCompletion, want int, spin time.Duration) (n int, posted int64, rtt time.Duration, err error) {
+	if err := q.alive(); err != nil {
+		return 0, 0, 0, err
+	}
+	if cq.cq == nil {
+		return 0, 0, 0, fmt.Errorf("verbs: poll CQ of %s: %w", cq.c.name, ErrClosed)
+	}
+	cw := cSendWR(wr)
+	var got C.int
+	var t0, t1 C.int64_t
+	wcn := min(len(out), cq.wcN)
+	r := C.rdmad_post_poll(q.qp, &cw, cq.cq, C.int(want), C.int64_t(spin), cq.wc, C.int(wcn), &got, &t0, &t1)
+	switch {
+	case r > 0:
+		return 0, 0, 0, &Error{Verb: "ibv_post_send " + wr.Opcode.String(), Object: q.obj(), Err: errnoOf(int(r), nil), Hint: postHint(int(r))}
+	case r < 0:
+		return 0, int64(t0), 0, cq.pollError()
+	}
+	cq.convert(out, int(got))
+	if t1 != 0 {
+		rtt = time.Duration(t1 - t0)
+	}
+	return int(got), int64(t0), rtt, nil
+}
+
+// MonoNow returns CLOCK_MONOTONIC in nanoseconds: the clock of PostPoll's
+// posted time.
+func MonoNow() int64 { return int64(C.rdmad_mono_ns()) }
 
 // PostRecv posts one receive work request.
 func (q *QP) PostRecv(id uint64, sge SGE) error {

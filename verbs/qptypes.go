@@ -22,6 +22,9 @@ type Path struct {
 	TClass    uint8 // traffic class (RoCE: DSCP<<2 | ECN)
 	HopLimit  uint8
 	RemoteGID GID
+	// RdAtomic is how many RDMA READs the QP answers at once (RC
+	// max_dest_rd_atomic); 0 means 1. A bandwidth test raises it.
+	RdAtomic uint8
 }
 
 // Remote identifies the peer QP of an RC connection.

@@ -130,6 +130,17 @@ func (q *QP) ReadyToReceive(path Path, rem Remote) error { return errNoCgo }
 // ReadyToSend reports ErrUnavailable.
 func (q *QP) ReadyToSend(psn uint32, timeout, retry uint8) error { return errNoCgo }
 
+// PostPoll reports ErrUnavailable.
+func (q *QP) PostPoll(wr SendWR, cq *CQ, out []WorkCompletion, want int, spin time.Duration) (int, int64, time.Duration, error) {
+	return 0, 0, 0, errNoCgo
+}
+
+// MonoNow returns 0: this build posts nothing to time.
+func MonoNow() int64 { return 0 }
+
+// ReadyToSendReads reports ErrUnavailable.
+func (q *QP) ReadyToSendReads(psn uint32, timeout, retry, rdAtomic uint8) error { return errNoCgo }
+
 // SetState reports ErrUnavailable.
 func (q *QP) SetState(state QPState) error { return errNoCgo }
 

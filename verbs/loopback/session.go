@@ -223,10 +223,8 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 	} {
 		fill(s.slot(o.from), seq, o.op)
 		clear(s.slot(o.to))
-		rtts[o.op], err = s.op(ctx, o.op, seq, 1, func() error {
-			return s.a.PostSend(verbs.SendWR{ID: wrid(seq, o.op), Opcode: o.opcode, SGE: s.sge(o.local),
-				RemoteAddr: mr.Addr() + uint64(o.remote*slotSize), RKey: mr.RKey(), Signaled: true})
-		})
+		rtts[o.op], err = s.op(ctx, o.op, seq, 1, verbs.SendWR{ID: wrid(seq, o.op), Opcode: o.opcode, SGE: s.sge(o.local),
+			RemoteAddr: mr.Addr() + uint64(o.remote*slotSize), RKey: mr.RKey(), Signaled: true})
 		if err == nil {
 			err = check(o.op, s.slot(o.to), seq)
 		}
@@ -242,9 +240,7 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 	if err = s.b.PostRecv(wrid(seq, opSend)|1<<3, s.sge(slotRecvDst)); err != nil {
 		return rtts, opSend, err
 	}
-	rtts[opSend], err = s.op(ctx, opSend, seq, 2, func() error {
-		return s.a.PostSend(verbs.SendWR{ID: wrid(seq, opSend), Opcode: verbs.OpSend, SGE: s.sge(slotSendSrc), Signaled: true})
-	})
+	rtts[opSend], err = s.op(ctx, opSend, seq, 2, verbs.SendWR{ID: wrid(seq, opSend), Opcode: verbs.OpSend, SGE: s.sge(slotSendSrc), Signaled: true})
 	if err == nil {
 		err = check(opSend, s.slot(slotRecvDst), seq)
 	}
@@ -255,31 +251,51 @@ func (s *session) round(ctx context.Context, seq uint64) (rtts [numOps]time.Dura
 	return rtts, 0, nil
 }
 
-// op posts one request and waits for want completions of this round,
-// returning the time from post to the last completion.
-func (s *session) op(ctx context.Context, op int, seq uint64, want int, post func() error) (time.Duration, error) {
-	start := time.Now()
-	if err := post(); err != nil {
+// op posts wr on A's QP and waits for want completions of this round,
+// returning the time from the post to the last completion. The post and
+// the polls of the spin are one call into C, which reads the clock around
+// them (verbs.QP.PostPoll): on a healthy port the completions come within
+// the spin and the RTT is what the provider and the NIC took, as a C
+// program would measure it, not the Go runtime's cost of calling C. A
+// completion that comes later is waited for on the completion channel and
+// timed on the same clock.
+func (s *session) op(ctx context.Context, op int, seq uint64, want int, wr verbs.SendWR) (time.Duration, error) {
+	n, posted, rtt, err := s.a.PostPoll(wr, s.cq, s.wcs, want, s.spin)
+	if err != nil {
 		return 0, err
 	}
 	got := 0
-	for got < want {
-		n, err := s.cq.PollWait(ctx, s.wcs, s.spin)
-		if err != nil {
+	for {
+		if err := s.checkCompletions(op, seq, s.wcs[:n]); err != nil {
+			return 0, err
+		}
+		if got += n; got >= want {
+			break
+		}
+		if n, err = s.cq.PollWait(ctx, s.wcs, s.spin); err != nil {
 			if ctx.Err() == context.DeadlineExceeded {
 				return 0, fmt.Errorf("probe: %s on port %d: no completion within the round's %v: %w", opNames[op], s.port, s.timeout, context.DeadlineExceeded)
 			}
 			return 0, err
 		}
-		for _, wc := range s.wcs[:n] {
-			if err := wc.Err(); err != nil {
-				return 0, fmt.Errorf("probe: %s on port %d: %w", opNames[op], s.port, err)
-			}
-			if wc.WRID>>4 != seq || int(wc.WRID&7) != op {
-				return 0, fmt.Errorf("probe: %s on port %d: unexpected completion %#x (round %d)", opNames[op], s.port, wc.WRID, seq)
-			}
-			got++
+		rtt = 0
+	}
+	if rtt == 0 {
+		rtt = time.Duration(verbs.MonoNow() - posted)
+	}
+	return rtt, nil
+}
+
+// checkCompletions fails on a completion in error or one that is not of
+// op in round seq.
+func (s *session) checkCompletions(op int, seq uint64, wcs []verbs.WorkCompletion) error {
+	for _, wc := range wcs {
+		if err := wc.Err(); err != nil {
+			return fmt.Errorf("probe: %s on port %d: %w", opNames[op], s.port, err)
+		}
+		if wc.WRID>>4 != seq || int(wc.WRID&7) != op {
+			return fmt.Errorf("probe: %s on port %d: unexpected completion %#x (round %d)", opNames[op], s.port, wc.WRID, seq)
 		}
 	}
-	return time.Since(start), nil
+	return nil
 }
