@@ -63,6 +63,8 @@ type peerRunner struct {
 	// auth is the fleet key and mode in force: the last good read of
 	// key_file. Owned by the main loop.
 	auth pingmesh.Auth
+	// bw is the bandwidth tests (bandwidth.go).
+	bw *bandwidthParts
 }
 
 // maxKeyFile bounds what [probe] key_file may hold: a key is a few dozen
@@ -171,6 +173,8 @@ func (d *Daemon) startPeers() {
 		return
 	}
 	r.useAuth(auth)
+	r.bw = newBandwidth(d, r)
+	r.bw.set(d.cfg, auth.Key)
 	settings, fileErr := r.settings(d.cfg)
 	r.mgr, err = pingmesh.New(pingmesh.Options{
 		Transport:      r.eng,
@@ -179,6 +183,7 @@ func (d *Daemon) startPeers() {
 		Logger:         d.log.With("component", "peers"),
 		ProberCounters: r.eng.Stats,
 		Fingerprint:    d.fingerprintSource(),
+		Bandwidth:      r.bw.node.Handle,
 		OnState: func(ps apitype.Peers) {
 			now := time.Now()
 			d.mail.post("peers", func(s *apitype.Snapshot) {
@@ -204,6 +209,8 @@ func (d *Daemon) startPeers() {
 	})
 	d.parts.Go(func(ctx context.Context) {
 		defer d.peers.Store(nil)
+		defer d.mail.post("bandwidth", func(s *apitype.Snapshot) { s.Bandwidth = nil })
+		defer r.bw.node.Close()
 		if err := r.mgr.Run(ctx); err != nil {
 			d.log.Error("peer probes stopped", "err", err)
 			d.report(apitype.ComponentPeers, apitype.Error, err)
@@ -284,6 +291,7 @@ func (d *Daemon) reloadPeers() {
 		return
 	}
 	r.useAuth(auth)
+	r.bw.set(d.cfg, auth.Key)
 	// A changed traffic class replaces the ports' address handles at the
 	// engine's next scan: now.
 	r.class.set(d.cfg)

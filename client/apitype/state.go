@@ -63,6 +63,10 @@ type Snapshot struct {
 	// runs, read over dcbnl whether or not a policy manages it; in netdev
 	// order, [] when there is no RoCE netdev (qos.go).
 	QoS []NetdevQoS `json:"qos"`
+	// Bandwidth is the bandwidth tests (rdmactl bw): whether this node
+	// answers them, its counts and its last result; nil while the peer
+	// probes do not run (bandwidth.go).
+	Bandwidth *BandwidthStatus `json:"bandwidth,omitempty"`
 }
 
 // NetdevECN is what DCQCN has enabled on one netdev: the priorities (0-7,

@@ -176,6 +176,28 @@ func init() {
 			run:     cmdProbe,
 		},
 		{
+			name:    "bw",
+			args:    "PEER",
+			summary: "an RC bandwidth test to another rdmad node: Gb/s and messages/s (root or admin_group)",
+			help: "Run an RC bandwidth test from rdmad's node to PEER, another rdmad node that allows it ([probe] bandwidth = true " +
+				"there, and this node among its [[peer]]s or [probe] allow networks), like ib_write_bw: a window of 128 messages " +
+				"of --size bytes outstanding for --duration, the completions busy-polled. Prints the peer, the operation, the size, " +
+				"the time, Gb/s and messages per second. One test at a time per node. --json prints POST /v1/bw's JSON " +
+				"(gbps, msg_rate, bytes, messages, elapsed_ns; docs/API.md).",
+			exits: "0 the test ran; 1 error, rdmad unreachable or access denied; 2 usage; 3 the test did not run or failed " +
+				"(the peer refused it: disabled, busy or bad parameters; no answer; a test runs here already)",
+			flags: []flagDef{
+				{long: "op", arg: "OP", eg: "write", help: "write (default), read or send"},
+				{long: "size", arg: "BYTES", eg: "65536", help: "bytes per message, 1 to 1MiB (default 65536; 64KiB works too)"},
+				{long: "duration", arg: "DURATION", eg: "5s", help: "how long to send, 100ms to 30s (default 5s)"},
+			},
+			minArgs: 1, maxArgs: 1,
+			missing:       "say which peer, e.g. `rdmactl bw 192.0.2.17` (an rdmad node with [probe] bandwidth = true)",
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdBW,
+		},
+		{
 			name:    "doctor",
 			summary: "the RDMA troubleshooting checks, each with its fix",
 			help: "Print the RDMA troubleshooting table as rdmad ran it on this node, then the checks of your own " +

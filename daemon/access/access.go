@@ -64,6 +64,10 @@ const (
 	// Probe probes a peer now (POST /v1/probe, D-Bus Probe). It is admin
 	// level: it makes the node send traffic on the fabric on demand.
 	Probe Op = "probe"
+	// Bandwidth runs an RC bandwidth test to a peer (POST /v1/bw, D-Bus
+	// Bandwidth). It is admin level: it fills the link to the peer for up
+	// to 30 s.
+	Bandwidth Op = "bandwidth"
 	// Doctor runs the troubleshooting table on the node (GET /v1/doctor,
 	// D-Bus Doctor). It changes nothing; it reads sysfs, /proc and the
 	// state, and waits for the counter interval (bounded).
@@ -93,6 +97,7 @@ var table = map[Op]Level{
 	Reload:      Admin,
 	PolicyApply: Admin,
 	Probe:       Admin,
+	Bandwidth:   Admin,
 }
 
 // LevelOf returns the level op requires; ok is false for an unknown op.
@@ -274,6 +279,9 @@ func (d *Denied) Error() string {
 		verb := "change rdmad's state"
 		if d.Op == Probe {
 			verb = "make rdmad probe now"
+		}
+		if d.Op == Bandwidth {
+			verb = "make rdmad run a bandwidth test"
 		}
 		return fmt.Sprintf("%s may not %s (%s): that needs root or the admin group ([daemon] admin_group, %s), and the caller has %s; run it with sudo or ask an admin to add you to the admin group",
 			who, verb, what, d.Roles.AdminGID, d.Caller.groupList())

@@ -50,7 +50,7 @@ func TestDecide(t *testing.T) {
 func TestTable(t *testing.T) {
 	want := map[Op]Level{
 		Status: Read, Watch: Read, Metrics: Read, PolicyDiff: Read, Properties: Read, Doctor: Read, Resources: Read,
-		Reload: Admin, PolicyApply: Admin, Probe: Admin,
+		Reload: Admin, PolicyApply: Admin, Probe: Admin, Bandwidth: Admin,
 	}
 	if len(Ops()) != len(want) {
 		t.Errorf("table has %v, want %d operations", Ops(), len(want))
@@ -96,6 +96,9 @@ func TestDeniedMessages(t *testing.T) {
 			"uid 1001 may not change rdmad's state (/v1/reload): that needs root or the admin group ([daemon] admin_group, gid 600), and the caller has groups 1001,500; run it with sudo or ask an admin to add you to the admin group"},
 		{Caller{UID: 1001, GID: NoGID, Groups: []uint32{1001, 500}, Known: true}, Probe, "Probe",
 			"uid 1001 may not make rdmad probe now (Probe): that needs root or the admin group ([daemon] admin_group, gid 600), and the caller has groups 1001,500;"},
+		// A socket-group member may not run a bandwidth test.
+		{Caller{UID: 1001, GID: 1001, Groups: []uint32{500}, Known: true}, Bandwidth, "/v1/bw",
+			"uid 1001 may not make rdmad run a bandwidth test (/v1/bw): that needs root or the admin group ([daemon] admin_group, gid 600)"},
 		{Caller{UID: 7, GID: 7, Known: true}, Status, "",
 			"uid 7 may not read rdmad's state (status): that needs the socket group ([daemon] socket_group, gid 500) or the admin group ([daemon] admin_group, gid 600), and the caller has groups 7; ask an admin"},
 		{Caller{UID: 7, GID: NoGID, Known: true}, PolicyApply, "", "and the caller has no groups"},
@@ -143,7 +146,7 @@ func TestDocsShowTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"`Reload` (operation `reload`)", "`Apply` (`policy-apply`)", "`Probe` (`probe`)", "operation `properties`"} {
+	for _, s := range []string{"`Reload` (operation `reload`)", "`Apply` (`policy-apply`)", "`Probe` (`probe`)", "`Bandwidth` (`bandwidth`)", "operation `properties`"} {
 		if !strings.Contains(string(d), s) {
 			t.Errorf("docs/DBUS.md does not say %q", s)
 		}

@@ -106,6 +106,7 @@ var routes = map[string]route{
 	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, (*Server).servePolicyDiff},
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
 	"/v1/probe":        {http.MethodPost, access.Probe, (*Server).serveProbe},
+	"/v1/bw":           {http.MethodPost, access.Bandwidth, (*Server).serveBandwidth},
 	"/v1/doctor":       {http.MethodGet, access.Doctor, (*Server).serveDoctor},
 	"/v1/resources":    {http.MethodGet, access.Resources, (*Server).serveResources},
 }

@@ -134,6 +134,8 @@ func (o serverObject) interfaces() map[string]iface {
 				fn: o.h.guarded("Doctor", access.Doctor, o.h.doctor)},
 			"Resources": {out: []any{[]processRow{}, []deviceRow{}, ""},
 				fn: o.h.guarded("Resources", access.Resources, o.h.resources)},
+			"Bandwidth": {in: []any{"", "", uint32(0), uint32(0)}, out: []any{float64(0), float64(0), uint64(0), uint64(0), uint64(0), ""},
+				fn: o.h.guarded("Bandwidth", access.Bandwidth, o.h.bandwidth)},
 		}
 	}
 	return t

@@ -102,6 +102,8 @@ var agentIntrospection = introspect.Interface{
 			out("loss_percent", "d"), out("reason", "s")}},
 		{Name: "Doctor", Args: []introspect.Arg{in("interval_ms", "u"), out("worst", "s"), out("checks", "a(sssss)")}},
 		{Name: "Resources", Args: []introspect.Arg{out("processes", "a(usbuuuut)"), out("devices", "a(suuuut)"), out("error", "s")}},
+		{Name: "Bandwidth", Args: []introspect.Arg{in("peer", "s"), in("op", "s"), in("size", "u"), in("duration_ms", "u"),
+			out("gbps", "d"), out("msg_rate", "d"), out("bytes", "t"), out("messages", "t"), out("elapsed_ns", "t"), out("local", "s")}},
 	},
 	Signals: []introspect.Signal{
 		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),

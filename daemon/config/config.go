@@ -212,6 +212,11 @@ type Probe struct {
 	// is answered or believed) or "prefer" (for rollouts: peers without
 	// the key are still answered and probed, and flagged).
 	Auth string `toml:"auth" json:"auth,omitempty"`
+	// Bandwidth lets the configured peers and [probe] allow networks run
+	// RC bandwidth tests against this node (rdmactl bw on theirs): one at
+	// a time, at most 30 s each, with the fleet key when there is one.
+	// Off by default: a test fills the link.
+	Bandwidth bool `toml:"bandwidth" json:"bandwidth"`
 }
 
 // Networks is a list of CIDRs. It is kept as one canonical string so that

@@ -90,6 +90,11 @@ type ControlOptions struct {
 	Auth Auth
 	// Counters, if set, are counted into (else the Control has its own).
 	Counters *ControlCounters
+	// Bandwidth, if set, serves the bandwidth test messages
+	// (wire.TypeBWRequest, TypeBWDone) that passed serveBW's checks and
+	// returns the answer to send, if any; without it they are refused.
+	// It runs on Serve's goroutine.
+	Bandwidth func(from netip.AddrPort, m wire.Message) (wire.Message, bool)
 	// Linger, if set, makes a busy endpoint read in batches: when a
 	// message came less than Linger after the socket was last found
 	// empty, Serve waits out the rest of Linger before it reads again and
@@ -279,6 +284,10 @@ func (c *Control) Serve(ctx context.Context) error {
 			// anyone could name) nor an unauthenticated answer (it
 			// could point this node's probes anywhere) is taken.
 			c.n.unauthenticated.Add(1)
+			continue
+		}
+		if wire.IsBW(m.Type) {
+			out = c.serveBW(out[:0], from, m, a)
 			continue
 		}
 		if m.Type == wire.TypeAnswer {

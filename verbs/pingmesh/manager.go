@@ -79,6 +79,9 @@ type Options struct {
 	// Lookup resolves a peer's host name; default net.DefaultResolver.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Logger *slog.Logger
+	// Bandwidth, if set, serves other nodes' bandwidth tests at the
+	// control endpoint (ControlOptions.Bandwidth; verbs/bw's Node.Handle).
+	Bandwidth func(from netip.AddrPort, m wire.Message) (wire.Message, bool)
 	// Fingerprint, if set, builds this node's fingerprint, which the
 	// control messages carry and peers' fingerprints are compared with
 	// (fingerprint.go); it is called from the manager's goroutine at most
@@ -571,8 +574,9 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 			}
 			m.queueAnswer(answer{from: from, m: msg, query: true})
 		},
-		Counters: &m.ctlCounters,
-		Linger:   min(m.cfg.Interval/10, maxBatchWindow),
+		Counters:  &m.ctlCounters,
+		Linger:    min(m.cfg.Interval/10, maxBatchWindow),
+		Bandwidth: m.opts.Bandwidth,
 	})
 	if err != nil {
 		return err

@@ -12,8 +12,10 @@
 // a receiver skips extension types it does not know unless the type is
 // marked critical.
 //
-// Messages never carry memory addresses or rkeys: UD probes need none, and
-// nothing of the MR pool is reachable from the network.
+// Probe messages never carry memory addresses or rkeys: UD probes need
+// none, and nothing of the MR pool is reachable from the network. Only a
+// bandwidth test's answer (bw.go) carries one: the address and rkey of the
+// test's own memory, registered for that test and freed after it.
 package wire
 
 import (
@@ -261,7 +263,7 @@ func Decode(b []byte, key []byte) (Message, error) {
 		return m, fmt.Errorf("%w: version %d, this rdmad speaks 1 and 2", ErrMalformed, m.Version)
 	}
 	m.Type = b[5]
-	if m.Type != TypeQuery && m.Type != TypeAnswer {
+	if m.Type != TypeQuery && m.Type != TypeAnswer && !IsBW(m.Type) {
 		return m, fmt.Errorf("%w: type %d", ErrMalformed, m.Type)
 	}
 	if b[18] != 0 || b[19] != 0 || b[30] != 0 || b[31] != 0 {
@@ -279,10 +281,15 @@ func Decode(b []byte, key []byte) (Message, error) {
 		return m, fmt.Errorf("%w: QPN %#x has more than 24 bits", ErrMalformed, m.QPN)
 	case m.Type == TypeAnswer && m.Count > 0 && m.Index >= m.Count:
 		return m, fmt.Errorf("%w: port %d of %d", ErrMalformed, m.Index, m.Count)
+	case IsBW(m.Type):
+		// checkBW (below) judges the bandwidth messages' header.
 	case m.Type == TypeQuery && m.Count == 0:
 		return m, fmt.Errorf("%w: query from a node without a probe port", ErrMalformed)
 	case (m.Type == TypeQuery || m.Count > 0) && (m.QPN == 0 || m.QKey&0x80000000 != 0):
 		return m, fmt.Errorf("%w: QPN %#x qkey %#x cannot be a probe QP", ErrMalformed, m.QPN, m.QKey)
+	}
+	if err := checkBW(&m); err != nil {
+		return m, err
 	}
 	if m.Tagged && len(key) > 0 {
 		body := b[:len(b)-TagSize]
@@ -306,7 +313,8 @@ func checkZero(b []byte) error {
 }
 
 // decodeExt parses the extension area. Every extension must fit exactly;
-// a critical type is refused because this version knows none.
+// a critical type is refused unless this version knows it (ExtBandwidth,
+// which checkBW allows only in bandwidth messages).
 func decodeExt(b []byte) ([]Ext, error) {
 	var out []Ext
 	for len(b) > 0 {
@@ -318,7 +326,7 @@ func decodeExt(b []byte) ([]Ext, error) {
 		if 4+n > len(b) {
 			return nil, fmt.Errorf("%w: extension %#x of %d bytes overruns the area", ErrMalformed, t, n)
 		}
-		if t&ExtCritical != 0 {
+		if t&ExtCritical != 0 && t != ExtBandwidth {
 			return nil, fmt.Errorf("%w: critical extension %#x is unknown to this rdmad; upgrade it", ErrMalformed, t)
 		}
 		out = append(out, Ext{Type: t, Value: append([]byte(nil), b[4:4+n]...)})

@@ -189,6 +189,12 @@ func FuzzDecode(f *testing.F) {
 	a3 := Message{Version: 2, Type: TypeAnswer, Nonce: 1, Count: 1, QPN: 0x12, QKey: 6, Ext: []Ext{{Type: ExtFingerprint, Value: fp.Marshal()}}}
 	v2a, _ := a3.Append(nil, nil)
 	f.Add(v2a)
+	for _, m := range bwSeeds() {
+		b, _ := m.Append(nil, testKey)
+		f.Add(b)
+		b, _ = m.Append(nil, nil)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := Decode(in, testKey)
 		if err != nil {

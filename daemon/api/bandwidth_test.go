@@ -1,0 +1,104 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/access"
+)
+
+// bwBackend is a fakeBackend that also runs bandwidth tests, recording
+// what reached it.
+type bwBackend struct {
+	fakeBackend
+	got []BandwidthRequest
+	err error
+}
+
+func (b *bwBackend) Bandwidth(_ context.Context, r BandwidthRequest) (apitype.BandwidthResult, error) {
+	b.got = append(b.got, r)
+	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Duration: r.Duration, Gbps: 1.5, MsgRate: 2861}, b.err
+}
+
+func postBW(t *testing.T, b Backend, p Peer, query string) *httptest.ResponseRecorder {
+	t.Helper()
+	s := NewServer(b, access.Roles{ReadGID: access.GID(500), AdminGID: access.GID(600)})
+	r := httptest.NewRequest("POST", "/v1/bw"+query, nil)
+	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, p))
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
+}
+
+func TestServeBandwidth(t *testing.T) {
+	admin := Peer{UID: 1002, GID: 1002, Groups: []uint32{600}, Known: true}
+	member := Peer{UID: 1001, GID: 1001, Groups: []uint32{500}, Known: true}
+	b := &bwBackend{}
+
+	// A socket-group member may read, never make the node fill a link.
+	if w := postBW(t, b, member, "?peer=192.0.2.17"); w.Code != 403 || !strings.Contains(w.Body.String(), "run a bandwidth test") {
+		t.Errorf("socket group member: %d %s, want 403", w.Code, w.Body)
+	}
+	if len(b.got) != 0 {
+		t.Fatalf("a refused request reached the backend: %+v", b.got)
+	}
+
+	w := postBW(t, b, admin, "?peer=192.0.2.17")
+	if w.Code != 200 {
+		t.Fatalf("admin: %d %s", w.Code, w.Body)
+	}
+	var res apitype.BandwidthResult
+	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || res.Gbps != 1.5 || res.MsgRate != 2861 {
+		t.Errorf("body %s (%v)", w.Body, err)
+	}
+	if !strings.Contains(w.Body.String(), `"gbps"`) || !strings.Contains(w.Body.String(), `"msg_rate"`) {
+		t.Errorf("body %s lacks gbps and msg_rate", w.Body)
+	}
+	want := BandwidthRequest{Peer: "192.0.2.17", Op: "write", Size: 65536, Duration: 5 * time.Second}
+	if len(b.got) != 1 || b.got[0] != want {
+		t.Errorf("backend got %+v; want the defaults %+v", b.got, want)
+	}
+	postBW(t, b, admin, "?peer=node2&op=read&size=4096&duration=3s")
+	if last := b.got[len(b.got)-1]; last != (BandwidthRequest{Peer: "node2", Op: "read", Size: 4096, Duration: 3 * time.Second}) {
+		t.Errorf("backend got %+v", last)
+	}
+
+	n := len(b.got)
+	for _, tt := range []struct{ q, want string }{
+		{"", "say which peer"},
+		{"?peer=a%00b", "is not an IP address or host name"},
+		{"?peer=p&op=atomic", "use write, read or send"},
+		{"?peer=p&size=x", "is not a number of bytes"},
+		{"?peer=p&size=0", "size 0 is out of range"},
+		{"?peer=p&size=1048577", "size 1048577 is out of range"},
+		{"?peer=p&duration=forever", "is not a duration"},
+		{"?peer=p&duration=31s", "duration 31s is out of range"},
+		{"?peer=p&duration=0s", "out of range"},
+		{"?peer=p&duration=1500500us", "finer than a millisecond"},
+	} {
+		w := postBW(t, b, admin, tt.q)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), tt.want) {
+			t.Errorf("%s: %d %s, want 400 saying %q", tt.q, w.Code, w.Body, tt.want)
+		}
+	}
+	if len(b.got) != n {
+		t.Errorf("bad requests reached the backend: %+v", b.got[n:])
+	}
+
+	b.err = errors.New("bw: 192.0.2.17 refused the bandwidth test: bandwidth tests are disabled there; set [probe] bandwidth = true")
+	if w := postBW(t, b, admin, "?peer=192.0.2.17"); w.Code != 422 || !strings.Contains(w.Body.String(), "[probe] bandwidth = true") {
+		t.Errorf("refused: %d %s, want 422 with the reason", w.Code, w.Body)
+	}
+	if w := postBW(t, &fakeBackend{}, admin, "?peer=192.0.2.17"); w.Code != 501 {
+		t.Errorf("no tester: %d %s, want 501", w.Code, w.Body)
+	}
+	if w := postBW(t, b, admin, ""); w.Code != 400 {
+		t.Errorf("GET-less POST without peer: %d", w.Code)
+	}
+}

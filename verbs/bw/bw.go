@@ -1,0 +1,375 @@
+// Package bw runs RC bandwidth tests between two rdmad nodes, on demand
+// (rdmactl bw): the requester connects an RC queue pair to one the peer
+// sets up for the test, keeps a window of work requests of one size
+// outstanding for the test's duration, busy-polling its completion queue,
+// and reports Gb/s and messages per second, as ib_write_bw does.
+//
+// The two nodes agree over the control endpoint (verbs/pingmesh, message
+// types wire.TypeBWRequest, TypeBWAnswer and TypeBWDone). The responder
+// side (Node.Handle) is reached only after the control endpoint admitted
+// the request (an allowed source, within its rate, with a fleet key only
+// when authenticated); it allocates nothing unless bandwidth tests are
+// enabled ([probe] bandwidth), no other test runs on the node and the
+// parameters are within bounds. Its queue pair is connected to the
+// requester's alone and it never sends data itself: for WRITE and SEND
+// the requester sends, for READ the responder's adapter answers reads of
+// the test's own buffer. The responder tears its side down when the
+// requester says it is done, or when the duration and wire.BWGrace have
+// passed, whatever the requester does.
+//
+// A node runs one test at a time, as requester or responder: a bandwidth
+// test is meant to fill the link, and two at once would measure neither.
+package bw
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+)
+
+// Defaults of a test.
+const (
+	DefaultSize     = 65536
+	DefaultDuration = 5 * time.Second
+	// Depth is the work requests a requester keeps outstanding (like
+	// ib_write_bw's default tx depth of 128).
+	Depth = 128
+	// recvDepth is the receives a SEND test's responder keeps posted.
+	recvDepth = 512
+	// maxRdAtomic bounds the RDMA READs outstanding at once (ib_read_bw
+	// uses the device's maximum; rxe allows 128).
+	maxRdAtomic = 16
+)
+
+// Config configures a Node.
+type Config struct {
+	// NodeID is sent in the node's bandwidth messages.
+	NodeID uint64
+	// TrafficClass, if set, gives the GRH traffic class of a test's QP
+	// on dev's port (as the probes use); nil: 0.
+	TrafficClass func(dev string, port int) uint8
+	// OnChange, if set, is called (without the node's lock held) after
+	// Status changed: a request answered, a test run, SetEnabled.
+	OnChange func()
+	Logger   *slog.Logger
+}
+
+// A Node is one node's bandwidth tests, as requester and responder. Its
+// zero value is not usable; use New.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	enabled bool
+	// busy says what holds the node's one test slot ("" when free).
+	busy string
+	// resp is the test this node serves as responder, nil when none.
+	resp   *session
+	closed bool
+	stats  Stats
+}
+
+// Stats count a node's bandwidth tests.
+type Stats struct {
+	// Served counts the tests this node accepted as responder; Refused
+	// the requests it refused, by status (disabled, busy, bad request,
+	// unavailable).
+	Served  uint64
+	Refused map[string]uint64
+	// Last is the last test this node ran as requester (nil: none yet).
+	Last *apitype.BandwidthResult
+}
+
+// New returns a Node with bandwidth tests disabled as responder.
+func New(cfg Config) *Node {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}}
+}
+
+// SetEnabled switches answering other nodes' tests on or off ([probe]
+// bandwidth). A test in progress runs to its end.
+func (n *Node) SetEnabled(on bool) {
+	n.mu.Lock()
+	n.enabled = on
+	n.mu.Unlock()
+	n.notify()
+}
+
+func (n *Node) notify() {
+	if n.cfg.OnChange != nil {
+		n.cfg.OnChange()
+	}
+}
+
+// Status returns the node's part of the status.
+func (n *Node) Status() apitype.BandwidthStatus {
+	s := n.Stats()
+	return apitype.BandwidthStatus{Enabled: n.Enabled(), Served: s.Served, Refused: s.Refused, Last: s.Last}
+}
+
+// Enabled reports whether the node answers other nodes' tests.
+func (n *Node) Enabled() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.enabled
+}
+
+// Stats returns the counters and the last result.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.stats
+	s.Refused = make(map[string]uint64, len(n.stats.Refused))
+	for k, v := range n.stats.Refused {
+		s.Refused[k] = v
+	}
+	if s.Last != nil {
+		l := *s.Last
+		s.Last = &l
+	}
+	return s
+}
+
+// Close tears down a test the node serves and refuses every later one.
+func (n *Node) Close() {
+	n.mu.Lock()
+	n.closed = true
+	s := n.resp
+	n.mu.Unlock()
+	if s != nil {
+		n.endResponder(s, "rdmad is stopping")
+	}
+}
+
+// acquire takes the node's test slot for what, or says what holds it.
+func (n *Node) acquire(what string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errors.New("bw: rdmad is stopping")
+	}
+	if n.busy != "" {
+		return &BusyError{What: n.busy}
+	}
+	n.busy = what
+	return nil
+}
+
+func (n *Node) release() {
+	n.mu.Lock()
+	n.busy = ""
+	n.mu.Unlock()
+}
+
+// A BusyError says the node's one test slot is taken.
+type BusyError struct{ What string }
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("bw: %s runs on this node already (one bandwidth test at a time); try again when it ends", e.What)
+}
+
+// A RefusedError is a peer's refusal of a test.
+type RefusedError struct {
+	Peer   netip.AddrPort
+	Status wire.BWStatus
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("bw: %s refused the bandwidth test: %s", e.Peer.Addr(), e.Status.Reason())
+}
+
+// CheckParams checks a test's parameters against the bounds every
+// responder applies (wire.MaxBWSize, wire.MinBWDuration, MaxBWDuration),
+// with an error that names the bad one and the bounds.
+func CheckParams(size int, d time.Duration) error {
+	if size < 1 || size > wire.MaxBWSize {
+		return fmt.Errorf("size %d bytes is out of range; use 1 to %d (1 MiB), e.g. 65536", size, wire.MaxBWSize)
+	}
+	if d < wire.MinBWDuration || d > wire.MaxBWDuration {
+		return fmt.Errorf("duration %s is out of range; use %s to %s, e.g. 5s", d, wire.MinBWDuration, wire.MaxBWDuration)
+	}
+	if d%time.Millisecond != 0 {
+		return fmt.Errorf("duration %s is finer than a millisecond; use whole milliseconds, e.g. 5s or 2500ms", d)
+	}
+	return nil
+}
+
+// randPSN returns a random 24-bit packet sequence number.
+func randPSN() uint32 {
+	var b [4]byte
+	crand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) & 0xffffff
+}
+
+func randNonce() uint64 {
+	var b [8]byte
+	crand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// A port is the local end of a test: an open device, one of its ACTIVE
+// ports and the GID to use there.
+type port struct {
+	vctx *verbs.Context
+	num  int
+	attr verbs.PortAttr
+	dev  verbs.DeviceAttr
+	gid  verbs.GIDEntry
+}
+
+func (p *port) key() string { return fmt.Sprintf("%s/%d", p.vctx.Name(), p.num) }
+
+// openPort opens the first device (by name) with an ACTIVE port that has a
+// usable GID. The caller closes p.vctx, which frees everything made on it.
+func openPort() (*port, error) {
+	devs, err := verbs.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, d := range devs {
+		p, err := openDevicePort(d.Name)
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("bw: no ACTIVE RDMA port with a usable GID: %w", errors.Join(errs...))
+}
+
+func openDevicePort(name string) (*port, error) {
+	vctx, err := verbs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	da, err := vctx.QueryDevice()
+	if err != nil {
+		vctx.Close()
+		return nil, err
+	}
+	for i := 1; i <= da.PhysPortCount; i++ {
+		pa, err := vctx.QueryPort(i)
+		if err != nil || pa.State != verbs.PortActive {
+			continue
+		}
+		table, err := vctx.GIDTable(i)
+		if err != nil {
+			continue
+		}
+		gid, ok := verbs.PickGID(table, pa.LinkLayer)
+		if !ok {
+			continue
+		}
+		return &port{vctx: vctx, num: i, attr: pa, dev: da, gid: gid}, nil
+	}
+	vctx.Close()
+	return nil, fmt.Errorf("%s: no ACTIVE port with a usable GID", name)
+}
+
+// path is the address vector from p to the remote QP's port.
+func (p *port) path(cfg Config, remoteGID [16]byte, lid uint16, mtu uint8) verbs.Path {
+	var tc uint8
+	if cfg.TrafficClass != nil {
+		tc = cfg.TrafficClass(p.vctx.Name(), p.num)
+	}
+	m := p.attr.ActiveMTU
+	if mtu > 0 && verbs.MTU(mtu) < m {
+		m = verbs.MTU(mtu)
+	}
+	return verbs.Path{Port: p.num, GIDIndex: p.gid.Index, Global: p.attr.LinkLayer != verbs.LinkLayerInfiniBand,
+		MTU: m, DLID: lid, RemoteGID: verbs.GID(remoteGID), TClass: tc}
+}
+
+func (p *port) rdAtomic() uint8 { return uint8(min(max(p.dev.MaxQPRdAtom, 1), maxRdAtomic)) }
+
+// A qpSet is a test's verbs resources on one side.
+type qpSet struct {
+	p   *port
+	buf *verbs.Buffer
+	pd  *verbs.PD
+	mr  *verbs.MR
+	ch  *verbs.CompChannel
+	cq  *verbs.CQ
+	qp  *verbs.QP
+}
+
+// newQPSet makes a buffer of size bytes registered with access, a CQ of
+// cqe entries (with a completion channel when withChannel) and an RC QP.
+func newQPSet(p *port, size int, access verbs.Access, cqe, sendWR, recvWR int, withChannel bool) (s *qpSet, err error) {
+	s = &qpSet{p: p}
+	defer func() {
+		if err != nil {
+			s.close()
+			s = nil
+		}
+	}()
+	if s.buf, err = verbs.AllocBuffer(size); err != nil {
+		return nil, err
+	}
+	if s.pd, err = p.vctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+		return nil, err
+	}
+	if withChannel {
+		if s.ch, err = p.vctx.NewCompChannel(); err != nil {
+			return nil, err
+		}
+	}
+	if s.cq, err = p.vctx.NewCQ(cqe, s.ch); err != nil {
+		return nil, err
+	}
+	s.qp, err = s.pd.NewQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSGE: 1})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// close frees everything, the device included.
+func (s *qpSet) close() {
+	for _, c := range []interface{ Close() error }{s.qp, s.cq, s.ch, s.mr, s.pd} {
+		if c != nil && !isNilCloser(c) {
+			c.Close()
+		}
+	}
+	if s.buf != nil {
+		s.buf.Close()
+	}
+	s.p.vctx.Close()
+}
+
+// isNilCloser reports whether c holds a nil pointer of its type.
+func isNilCloser(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case *verbs.QP:
+		return v == nil
+	case *verbs.CQ:
+		return v == nil
+	case *verbs.CompChannel:
+		return v == nil
+	case *verbs.MR:
+		return v == nil
+	case *verbs.PD:
+		return v == nil
+	}
+	return false
+}
+
+// sge is the whole test buffer.
+func (s *qpSet) sge(size int) verbs.SGE {
+	return verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
+}

@@ -1,0 +1,171 @@
+package bw
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+)
+
+func request(op wire.BWOp, size uint32, d time.Duration) wire.Message {
+	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 9, QPN: 0x33,
+		Ext: []wire.Ext{wire.BW{Op: op, MTU: 3, PSN: 5, Size: size, Duration: d}.Ext()}}
+}
+
+func status(t *testing.T, m wire.Message) wire.BWStatus {
+	t.Helper()
+	b, err := wire.BWOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Status
+}
+
+var from = netip.MustParseAddrPort("192.0.2.17:40000")
+
+// TestHandleRefusals checks the responder's refusals, each decided before
+// anything is allocated: disabled, busy (the node's one slot is held, here
+// by a test it runs itself), parameters out of bounds, and a done message
+// that names no test of its sender.
+func TestHandleRefusals(t *testing.T) {
+	n := New(Config{NodeID: 1})
+	defer n.Close()
+	ans, ok := n.Handle(from, request(wire.BWWrite, 65536, time.Second))
+	if !ok || ans.Type != wire.TypeBWAnswer || ans.Nonce != 9 || status(t, ans) != wire.BWDisabled || ans.QPN != 0 {
+		t.Errorf("disabled node answered %+v, %v; want a refusal (disabled) without a QP", ans, ok)
+	}
+	n.SetEnabled(true)
+	if err := n.acquire("a bandwidth test to 192.0.2.18"); err != nil {
+		t.Fatal(err)
+	}
+	ans, _ = n.Handle(from, request(wire.BWRead, 65536, time.Second))
+	if status(t, ans) != wire.BWBusy {
+		t.Errorf("busy node answered status %d; want busy", status(t, ans))
+	}
+	// The requester side shares the slot: a second local test fails.
+	_, err := n.Run(context.Background(), Request{Peer: from, Op: wire.BWWrite, Size: 4096, Duration: time.Second})
+	var be *BusyError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "192.0.2.18") {
+		t.Errorf("Run while busy = %v; want a BusyError naming the running test", err)
+	}
+	n.release()
+	for _, m := range []wire.Message{
+		request(wire.BWWrite, wire.MaxBWSize+1, time.Second),
+		request(wire.BWWrite, 4096, wire.MaxBWDuration+time.Millisecond),
+		request(wire.BWWrite, 4096, 0),
+	} {
+		if ans, _ := n.Handle(from, m); status(t, ans) != wire.BWBadRequest {
+			t.Errorf("status %d; want bad request", status(t, ans))
+		}
+	}
+	if _, ok := n.Handle(from, wire.Message{Version: 2, Type: wire.TypeBWDone, Nonce: 9, Ext: []wire.Ext{wire.BW{Op: wire.BWWrite}.Ext()}}); ok {
+		t.Errorf("a done message was answered")
+	}
+	s := n.Stats()
+	if s.Served != 0 || s.Refused["disabled"] != 1 || s.Refused["busy"] != 1 || s.Refused["bad_request"] != 3 {
+		t.Errorf("stats %+v", s)
+	}
+	n.Close()
+	if ans, _ := n.Handle(from, request(wire.BWWrite, 4096, time.Second)); status(t, ans) != wire.BWDisabled {
+		t.Errorf("a closed node answered status %d; want disabled", status(t, ans))
+	}
+}
+
+func TestCheckParams(t *testing.T) {
+	for _, tt := range []struct {
+		size int
+		d    time.Duration
+		want string
+	}{
+		{0, time.Second, "size 0 bytes is out of range"},
+		{2 << 20, time.Second, "use 1 to 1048576"},
+		{65536, 31 * time.Second, "duration 31s is out of range"},
+		{65536, 1500500 * time.Microsecond, "finer than a millisecond"},
+		{65536, 5 * time.Second, ""},
+	} {
+		err := CheckParams(tt.size, tt.d)
+		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("CheckParams(%d, %s) = %v; want %q", tt.size, tt.d, err, tt.want)
+		}
+	}
+}
+
+// TestExchangeTakesOnlyThePeersAnswer plays the peer with real sockets: an
+// answer from another port, for another nonce, or (with a key) untagged is
+// ignored; the peer's own refusal ends the exchange with its reason.
+func TestExchangeTakesOnlyThePeersAnswer(t *testing.T) {
+	key := wire.ControlKey([]byte("fleet key of the test, 32 bytes!"))
+	peerConn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peerConn.Close()
+	forger, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.Close()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	peer := peerConn.LocalAddr().(*net.UDPAddr).AddrPort()
+	req := request(wire.BWWrite, 4096, time.Second)
+	go func() {
+		buf := make([]byte, wire.MaxSize)
+		k, src, err := peerConn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		m, err := wire.Decode(buf[:k], key)
+		if err != nil || !m.Authenticated {
+			return
+		}
+		accept := wire.Message{Version: 2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, QPN: 0x99,
+			Ext: []wire.Ext{wire.BW{Op: wire.BWWrite, Addr: 0x1000, RKey: 0x77}.Ext()}}
+		send := func(c *net.UDPConn, m wire.Message, key []byte) {
+			b, _ := m.Append(nil, key)
+			c.WriteToUDPAddrPort(b, src)
+		}
+		send(forger, accept, key) // another port
+		other := accept
+		other.Nonce++
+		send(peerConn, other, key)  // another nonce
+		send(peerConn, accept, nil) // untagged
+		refuse := wire.Message{Version: 2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, Ext: []wire.Ext{wire.BW{Op: wire.BWWrite, Status: wire.BWBusy}.Ext()}}
+		send(peerConn, refuse, key)
+	}()
+	_, _, err = exchange(context.Background(), conn, Request{Peer: peer, ControlKey: key, Op: wire.BWWrite}, req)
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Status != wire.BWBusy || !strings.Contains(err.Error(), "one at a time") {
+		t.Errorf("exchange = %v; want the peer's refusal (busy), the forged acceptances ignored", err)
+	}
+}
+
+// TestExchangeNoAnswer: a peer that never answers (no rdmad, an older one,
+// or this node not allowed there) is an error that says what to check.
+func TestExchangeNoAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 6 s")
+	}
+	silent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _, err = exchange(context.Background(), conn, Request{Peer: silent.LocalAddr().(*net.UDPAddr).AddrPort()}, request(wire.BWWrite, 4096, time.Second))
+	if err == nil || !strings.Contains(err.Error(), "[probe] allow") {
+		t.Errorf("exchange = %v; want no answer, naming what to check", err)
+	}
+}

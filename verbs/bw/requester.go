@@ -1,0 +1,281 @@
+package bw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+)
+
+// A Request is one bandwidth test this node runs against a peer.
+type Request struct {
+	// Peer is the peer's control endpoint (its address and [probe] port).
+	Peer netip.AddrPort
+	// Name is how the caller named the peer (for the result).
+	Name     string
+	Op       wire.BWOp
+	Size     int
+	Duration time.Duration
+	// ControlKey tags the messages (wire.ControlKey of the fleet key);
+	// with one, only an authenticated answer is taken. Nil: no key.
+	ControlKey []byte
+}
+
+// answerWait bounds the wait for the peer's answer per attempt, and
+// attempts how often the request is sent (UDP may lose one; the peer
+// answers a repeated request with the same answer).
+const (
+	answerWait = 2 * time.Second
+	attempts   = 3
+)
+
+// drainWait bounds the wait for the completions outstanding when the
+// duration is over.
+const drainWait = 5 * time.Second
+
+// Run runs the test r describes and returns its result. It holds the
+// node's one test slot throughout (a test this node serves, or another it
+// runs, makes it fail at once with a *BusyError); a peer's refusal is a
+// *RefusedError.
+func (n *Node) Run(ctx context.Context, r Request) (apitype.BandwidthResult, error) {
+	var res apitype.BandwidthResult
+	if err := CheckParams(r.Size, r.Duration); err != nil {
+		return res, fmt.Errorf("bw: %w", err)
+	}
+	if r.Op < wire.BWWrite || r.Op > wire.BWSend {
+		return res, fmt.Errorf("bw: operation %d: use write, read or send", r.Op)
+	}
+	if err := n.acquire(fmt.Sprintf("a bandwidth test to %s", r.Peer.Addr())); err != nil {
+		return res, err
+	}
+	defer n.release()
+	res, err := n.run(ctx, r)
+	if err == nil {
+		n.mu.Lock()
+		last := res
+		n.stats.Last = &last
+		n.mu.Unlock()
+		n.notify()
+	}
+	return res, err
+}
+
+func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, error) {
+	res := apitype.BandwidthResult{Peer: r.Name, Address: r.Peer.Addr().String(), Op: r.Op.String(), Size: r.Size,
+		Duration: r.Duration, Polling: "busy"}
+	p, err := openPort()
+	if err != nil {
+		return res, err
+	}
+	access := verbs.AccessLocalWrite
+	set, err := newQPSet(p, r.Size, access, 2*Depth, Depth, 1, false)
+	if err != nil {
+		p.vctx.Close()
+		return res, err
+	}
+	defer set.close()
+	res.Local = p.key()
+	if err := set.qp.Init(p.num, 0, 0); err != nil {
+		return res, err
+	}
+	conn, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		return res, fmt.Errorf("bw: open a UDP socket for the control messages: %w", err)
+	}
+	defer conn.Close()
+	psn := randPSN()
+	req := wire.Message{Version: wire.Version2, Type: wire.TypeBWRequest, Nonce: randNonce(), NodeID: n.cfg.NodeID,
+		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID,
+		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext()}}
+	ans, bw, err := exchange(ctx, conn, r, req)
+	if err != nil {
+		return res, err
+	}
+	path := p.path(n.cfg, ans.GID, ans.LID, bw.MTU)
+	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: ans.QPN, PSN: bw.PSN}); err != nil {
+		return res, err
+	}
+	rd := uint8(1)
+	if r.Op == wire.BWRead {
+		rd = p.rdAtomic()
+	}
+	// timeout 14 (67 ms) and 7 retries, as the loopback probe: a lost
+	// packet under load is retried, a vanished peer fails the test.
+	if err := set.qp.ReadyToSendReads(psn, 14, 7, rd); err != nil {
+		return res, err
+	}
+	done := func() {
+		// Free the peer's side now rather than when its time is up.
+		d := wire.Message{Version: wire.Version2, Type: wire.TypeBWDone, Nonce: req.Nonce, NodeID: n.cfg.NodeID, QPN: req.QPN,
+			Ext: []wire.Ext{wire.BW{Op: r.Op}.Ext()}}
+		if b, err := d.Append(nil, r.ControlKey); err == nil {
+			conn.WriteToUDPAddrPort(b, r.Peer)
+		}
+	}
+	defer done()
+	n.log.Info("bandwidth test", "peer", r.Peer.Addr().String(), "op", r.Op.String(), "size", r.Size,
+		"duration", r.Duration.String(), "port", p.key())
+	msgs, elapsed, err := blast(ctx, set, r, bw)
+	res.Messages = msgs
+	res.Bytes = msgs * uint64(r.Size)
+	res.Elapsed = elapsed
+	if elapsed > 0 {
+		res.Gbps = float64(res.Bytes) * 8 / elapsed.Seconds() / 1e9
+		res.MsgRate = float64(msgs) / elapsed.Seconds()
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Time = time.Now().UTC()
+	return res, nil
+}
+
+// exchange sends the request and waits for the peer's answer: from the
+// peer's exact address and port, for this request's nonce, and with a key
+// only authenticated. Anything else arriving on the socket is ignored.
+func exchange(ctx context.Context, conn *net.UDPConn, r Request, req wire.Message) (wire.Message, wire.BW, error) {
+	b, err := req.Append(nil, r.ControlKey)
+	if err != nil {
+		return wire.Message{}, wire.BW{}, fmt.Errorf("bw: encode the request: %w", err)
+	}
+	buf := make([]byte, wire.MaxSize+1)
+	for i := 0; i < attempts; i++ {
+		if _, err := conn.WriteToUDPAddrPort(b, r.Peer); err != nil {
+			return wire.Message{}, wire.BW{}, fmt.Errorf("bw: send the request to %s: %w", r.Peer, err)
+		}
+		deadline := time.Now().Add(answerWait)
+		for {
+			if ctx.Err() != nil {
+				return wire.Message{}, wire.BW{}, ctx.Err()
+			}
+			rd := time.Now().Add(200 * time.Millisecond)
+			if deadline.Before(rd) {
+				rd = deadline
+			}
+			conn.SetReadDeadline(rd)
+			k, from, err := conn.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					if time.Now().Before(deadline) {
+						continue
+					}
+					break
+				}
+				return wire.Message{}, wire.BW{}, fmt.Errorf("bw: read the answer: %w", err)
+			}
+			from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+			if from != netip.AddrPortFrom(r.Peer.Addr().Unmap(), r.Peer.Port()) {
+				continue
+			}
+			m, err := wire.Decode(buf[:k], r.ControlKey)
+			if err != nil || m.Type != wire.TypeBWAnswer || m.Nonce != req.Nonce || (len(r.ControlKey) > 0 && !m.Authenticated) {
+				continue
+			}
+			a, err := wire.BWOf(m)
+			if err != nil {
+				continue
+			}
+			if a.Status != wire.BWOK {
+				return m, a, &RefusedError{Peer: r.Peer, Status: a.Status}
+			}
+			if a.Op != r.Op {
+				return m, a, fmt.Errorf("bw: %s answered for operation %s, asked %s", r.Peer.Addr(), a.Op, r.Op)
+			}
+			if r.Op != wire.BWSend && a.RKey == 0 && a.Addr == 0 {
+				return m, a, fmt.Errorf("bw: %s accepted an RDMA %s test without memory to use", r.Peer.Addr(), r.Op)
+			}
+			return m, a, nil
+		}
+	}
+	return wire.Message{}, wire.BW{}, fmt.Errorf("bw: no answer from %s within %s (%d tries): is rdmad running there and new enough for bandwidth tests, is this node one of its [[peer]]s or in its [probe] allow, and is the fleet key the same ([probe] key_file)?",
+		r.Peer, time.Duration(attempts)*answerWait, attempts)
+}
+
+// blast keeps Depth work requests of the test's operation outstanding for
+// r.Duration, busy-polling the CQ, and returns the messages completed and
+// the time from the first post to the last completion.
+func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, time.Duration, error) {
+	var opcode verbs.Opcode
+	switch r.Op {
+	case wire.BWWrite:
+		opcode = verbs.OpRDMAWrite
+	case wire.BWRead:
+		opcode = verbs.OpRDMARead
+	case wire.BWSend:
+		opcode = verbs.OpSend
+	}
+	wr := verbs.SendWR{Opcode: opcode, SGE: set.sge(r.Size), RemoteAddr: peer.Addr, RKey: peer.RKey, Signaled: true}
+	wrs := make([]verbs.SendWR, Depth)
+	for i := range wrs {
+		wrs[i] = wr
+		wrs[i].ID = uint64(i)
+	}
+	wcs := make([]verbs.WorkCompletion, 16)
+	start := time.Now()
+	end := start.Add(r.Duration)
+	posted, err := set.qp.PostSendList(wrs)
+	outstanding := posted
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		completed uint64
+		last      = start
+		stopping  bool
+		drainEnd  time.Time
+	)
+	for polls := 0; outstanding > 0; polls++ {
+		k, err := set.cq.Poll(wcs)
+		if err != nil {
+			return completed, last.Sub(start), err
+		}
+		if k > 0 {
+			for _, wc := range wcs[:k] {
+				if err := wc.Err(); err != nil {
+					return completed, last.Sub(start), fmt.Errorf("bw: %s to %s after %d messages: %w; did the peer stop, or its time run out?", r.Op, r.Peer.Addr(), completed, err)
+				}
+			}
+			completed += uint64(k)
+			outstanding -= k
+			now := time.Now()
+			last = now
+			if !stopping && (now.After(end) || ctx.Err() != nil) {
+				stopping, drainEnd = true, now.Add(drainWait)
+			}
+			if !stopping {
+				m, err := set.qp.PostSendList(wrs[:k])
+				outstanding += m
+				if err != nil {
+					return completed, last.Sub(start), err
+				}
+			}
+			continue
+		}
+		// Nothing completed: look at the clock only now and then (a
+		// clock read can cost more than a poll under emulation).
+		if polls%256 != 0 {
+			continue
+		}
+		now := time.Now()
+		if !stopping && (now.After(end) || ctx.Err() != nil) {
+			stopping, drainEnd = true, now.Add(drainWait)
+		}
+		if stopping && now.After(drainEnd) {
+			return completed, last.Sub(start), fmt.Errorf("bw: %d %s requests to %s did not complete within %s after the test", outstanding, r.Op, r.Peer.Addr(), drainWait)
+		}
+		if !stopping && now.Sub(last) > drainWait {
+			return completed, last.Sub(start), fmt.Errorf("bw: no %s completion from %s for %s", r.Op, r.Peer.Addr(), drainWait)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return completed, last.Sub(start), err
+	}
+	return completed, last.Sub(start), nil
+}

@@ -1,0 +1,232 @@
+package bw
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs"
+	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+)
+
+// A session is the test a node serves as responder.
+type session struct {
+	from   netip.AddrPort // the requester's control address: Done must come from it
+	nonce  uint64
+	op     wire.BWOp
+	answer wire.Message // sent again if the request is repeated
+	set    *qpSet
+	timer  *time.Timer
+	// For SEND tests, the goroutine that keeps receives posted.
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Handle answers a bandwidth message that the control endpoint admitted
+// (an allowed source, within its rate, authenticated when a key is set).
+// It returns the answer to send, if any: a request gets an acceptance or
+// a refusal that says why; a done message ends the test it names and gets
+// no answer; an answer (which only a requester's own socket expects) is
+// dropped. Nothing is allocated unless the node answers tests ([probe]
+// bandwidth), no other test runs here and the parameters are in bounds.
+func (n *Node) Handle(from netip.AddrPort, m wire.Message) (wire.Message, bool) {
+	switch m.Type {
+	case wire.TypeBWRequest:
+		ans := n.request(from, m)
+		n.notify()
+		return ans, true
+	case wire.TypeBWDone:
+		n.mu.Lock()
+		s := n.resp
+		n.mu.Unlock()
+		if s != nil && s.from == from && s.nonce == m.Nonce {
+			n.endResponder(s, "the requester is done")
+		}
+	}
+	return wire.Message{}, false
+}
+
+func (n *Node) refuse(m wire.Message, op wire.BWOp, st wire.BWStatus) wire.Message {
+	n.stats.Refused[statusName(st)]++
+	return wire.Message{Version: wire.Version2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, NodeID: n.cfg.NodeID,
+		Ext: []wire.Ext{wire.BW{Op: op, Status: st}.Ext()}}
+}
+
+func statusName(s wire.BWStatus) string {
+	switch s {
+	case wire.BWDisabled:
+		return "disabled"
+	case wire.BWBusy:
+		return "busy"
+	case wire.BWBadRequest:
+		return "bad_request"
+	case wire.BWUnavailable:
+		return "unavailable"
+	}
+	return fmt.Sprintf("status_%d", s)
+}
+
+func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
+	req, err := wire.BWOf(m)
+	if err != nil {
+		// Decode checked it; a message from elsewhere is refused.
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.refuse(m, wire.BWWrite, wire.BWBadRequest)
+	}
+	n.mu.Lock()
+	switch {
+	case !n.enabled || n.closed:
+		defer n.mu.Unlock()
+		return n.refuse(m, req.Op, wire.BWDisabled)
+	case n.resp != nil && n.resp.from == from && n.resp.nonce == m.Nonce:
+		// The requester did not get the answer and asked again.
+		defer n.mu.Unlock()
+		return n.resp.answer
+	case n.busy != "":
+		defer n.mu.Unlock()
+		return n.refuse(m, req.Op, wire.BWBusy)
+	case CheckParams(int(req.Size), req.Duration) != nil:
+		defer n.mu.Unlock()
+		return n.refuse(m, req.Op, wire.BWBadRequest)
+	}
+	n.busy = fmt.Sprintf("a bandwidth test for %s", from.Addr())
+	n.mu.Unlock()
+
+	s, err := n.setUp(from, m, req)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		n.busy = ""
+		n.log.Warn("cannot serve a bandwidth test", "from", from.Addr().String(), "op", req.Op.String(), "err", err)
+		return n.refuse(m, req.Op, wire.BWUnavailable)
+	}
+	if n.closed {
+		n.busy = ""
+		go s.teardown()
+		return n.refuse(m, req.Op, wire.BWDisabled)
+	}
+	n.resp = s
+	n.stats.Served++
+	// Whatever the requester does, the test ends here after its duration
+	// and the grace.
+	s.timer = time.AfterFunc(req.Duration+wire.BWGrace, func() { n.endResponder(s, "its time is up") })
+	n.log.Info("serving a bandwidth test", "from", from.Addr().String(), "op", req.Op.String(),
+		"size", req.Size, "duration", req.Duration.String(), "port", s.set.p.key())
+	return s.answer
+}
+
+// setUp makes the responder's side: a buffer of the test's size, registered
+// for the one remote operation the test uses, and an RC QP connected to the
+// requester's QP alone.
+func (n *Node) setUp(from netip.AddrPort, m wire.Message, req wire.BW) (*session, error) {
+	p, err := openPort()
+	if err != nil {
+		return nil, err
+	}
+	var access verbs.Access
+	var recv int
+	switch req.Op {
+	case wire.BWWrite:
+		access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	case wire.BWRead:
+		access = verbs.AccessRemoteRead
+	case wire.BWSend:
+		access, recv = verbs.AccessLocalWrite, recvDepth
+	}
+	set, err := newQPSet(p, int(req.Size), access, max(recv, 1)+1, 1, max(recv, 1), recv > 0)
+	if err != nil {
+		p.vctx.Close()
+		return nil, err
+	}
+	s := &session{from: from, nonce: m.Nonce, op: req.Op, set: set}
+	fail := func(err error) (*session, error) {
+		set.close()
+		return nil, err
+	}
+	if err := set.qp.Init(p.num, access&^verbs.AccessLocalWrite, 0); err != nil {
+		return fail(err)
+	}
+	path := p.path(n.cfg, m.GID, m.LID, req.MTU)
+	if req.Op == wire.BWRead {
+		path.RdAtomic = p.rdAtomic()
+	}
+	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: m.QPN, PSN: req.PSN}); err != nil {
+		return fail(err)
+	}
+	psn := randPSN()
+	// RTS as well as RTR, as ib_write_bw does; the QP posts no sends.
+	if err := set.qp.ReadyToSend(psn, 14, 7); err != nil {
+		return fail(err)
+	}
+	if recv > 0 {
+		for i := 0; i < recv; i++ {
+			if err := set.qp.PostRecv(uint64(i), set.sge(int(req.Size))); err != nil {
+				return fail(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel, s.done = cancel, make(chan struct{})
+		go s.repost(ctx, int(req.Size))
+	}
+	ans := wire.BW{Op: req.Op, MTU: uint8(path.MTU), PSN: psn, Size: req.Size, Duration: req.Duration}
+	if req.Op != wire.BWSend {
+		ans.Addr, ans.RKey = set.mr.Addr(), set.mr.RKey()
+	}
+	s.answer = wire.Message{Version: wire.Version2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, NodeID: n.cfg.NodeID,
+		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID, Ext: []wire.Ext{ans.Ext()}}
+	return s, nil
+}
+
+// repost keeps a SEND test's receives posted until ctx is done. It waits
+// on the completion channel (after a short spin): the requester measures.
+func (s *session) repost(ctx context.Context, size int) {
+	defer close(s.done)
+	wcs := make([]verbs.WorkCompletion, 16)
+	sge := s.set.sge(size)
+	for {
+		k, err := s.set.cq.PollWait(ctx, wcs, 50*time.Microsecond)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Err() != nil {
+				return // the QP is in error: the test is over
+			}
+			if s.set.qp.PostRecv(wc.WRID, sge) != nil {
+				return
+			}
+		}
+	}
+}
+
+// endResponder ends s if it is still the node's test and frees its slot.
+func (n *Node) endResponder(s *session, why string) {
+	n.mu.Lock()
+	if n.resp != s {
+		n.mu.Unlock()
+		return
+	}
+	n.resp = nil
+	n.busy = ""
+	n.mu.Unlock()
+	s.teardown()
+	n.log.Info("bandwidth test ended", "from", s.from.Addr().String(), "op", s.op.String(), "why", why)
+}
+
+// teardown frees the session's QP, memory and device; once.
+func (s *session) teardown() {
+	s.once.Do(func() {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		if s.cancel != nil {
+			s.cancel()
+			<-s.done
+		}
+		s.set.close()
+	})
+}

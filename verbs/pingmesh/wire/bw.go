@@ -1,0 +1,228 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Bandwidth test messages (version 2 only). A node asks a peer for an RC
+// bandwidth test with a request carrying its RC QP (header: QPN, LID, GID)
+// and the test (the bandwidth extension: operation, size, duration, PSN,
+// path MTU); the peer answers with its own RC QP and, for RDMA WRITE and
+// READ, the address and rkey of the memory the test may use, or with a
+// refusal saying why. A done message ends the test at the peer before its
+// time is up. docs/PROBES.md, "Bandwidth tests", documents the layout.
+const (
+	// TypeBWRequest asks for a bandwidth test.
+	TypeBWRequest = 3
+	// TypeBWAnswer accepts it (BWOK) or refuses it (another status).
+	TypeBWAnswer = 4
+	// TypeBWDone says the requester finished: the peer frees the test's
+	// QP and memory at once instead of when its time is up.
+	TypeBWDone = 5
+)
+
+// ExtBandwidth is the bandwidth extension, which every bandwidth message
+// carries exactly once and no other message may carry. It is critical: a
+// receiver that cannot read it must not act on the message.
+const ExtBandwidth = ExtCritical | 0x0003
+
+// bwExtLen is the size of the bandwidth extension's value.
+const bwExtLen = 32
+
+// Bounds of a bandwidth test: a responder refuses anything outside them
+// (BWBadRequest) and tears its side down when the duration and BWGrace
+// have passed, whatever the requester does.
+const (
+	MaxBWSize     = 1 << 20
+	MinBWDuration = 100 * time.Millisecond
+	MaxBWDuration = 30 * time.Second
+	// BWGrace is the time a responder gives a test beyond its duration
+	// (connection setup, draining the last messages) before it tears
+	// the test down.
+	BWGrace = 5 * time.Second
+)
+
+// A BWOp is the operation a bandwidth test moves data with.
+type BWOp uint8
+
+// Bandwidth test operations.
+const (
+	BWWrite BWOp = 1 // RDMA WRITE into the responder's memory
+	BWRead  BWOp = 2 // RDMA READ of the responder's memory
+	BWSend  BWOp = 3 // SEND into the responder's posted receives
+)
+
+func (o BWOp) String() string {
+	switch o {
+	case BWWrite:
+		return "write"
+	case BWRead:
+		return "read"
+	case BWSend:
+		return "send"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// ParseBWOp parses "write", "read" or "send".
+func ParseBWOp(s string) (BWOp, error) {
+	for _, o := range []BWOp{BWWrite, BWRead, BWSend} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("bandwidth test operation %.32q: use write, read or send", s)
+}
+
+// A BWStatus is a responder's verdict on a bandwidth request.
+type BWStatus uint8
+
+// Bandwidth answer statuses. Every refusal names its reason, so that the
+// requester can tell the operator what to change.
+const (
+	BWOK          BWStatus = 0
+	BWDisabled    BWStatus = 1 // [probe] bandwidth is false there
+	BWBusy        BWStatus = 2 // a test runs there already
+	BWBadRequest  BWStatus = 3 // size or duration out of bounds
+	BWUnavailable BWStatus = 4 // no ACTIVE port, or verbs failed there
+	maxBWStatus            = BWUnavailable
+)
+
+// Reason returns what a refusal means for the operator.
+func (s BWStatus) Reason() string {
+	switch s {
+	case BWOK:
+		return "accepted"
+	case BWDisabled:
+		return "bandwidth tests are disabled there; set [probe] bandwidth = true in its rdmad.toml and reload it"
+	case BWBusy:
+		return "a bandwidth test is running there already (one at a time per node); try again when it ends"
+	case BWBadRequest:
+		return fmt.Sprintf("it refused the parameters; the size must be 1 byte to %d KiB and the duration %s to %s", MaxBWSize>>10, MinBWDuration, MaxBWDuration)
+	case BWUnavailable:
+		return "it has no ACTIVE RDMA port it can test from (see rdmactl status and its journal there)"
+	}
+	return fmt.Sprintf("status %d", uint8(s))
+}
+
+// BW is the bandwidth extension's content.
+type BW struct {
+	Op     BWOp
+	Status BWStatus // answers; 0 in requests and done messages
+	// MTU is the sender's active path MTU code (1: 256 ... 5: 4096
+	// bytes); the connection uses the smaller of both sides'.
+	MTU uint8
+	// PSN is the first packet sequence number the sender's QP sends with
+	// (24 bits).
+	PSN uint32
+	// Size is the bytes of one message.
+	Size uint32
+	// Duration is how long the requester sends (milliseconds on the
+	// wire).
+	Duration time.Duration
+	// Addr and RKey are the responder's memory for RDMA WRITE and READ
+	// (answers only; zero otherwise).
+	Addr uint64
+	RKey uint32
+}
+
+// Ext returns b as an extension.
+func (b BW) Ext() Ext {
+	v := make([]byte, bwExtLen)
+	v[0] = byte(b.Op)
+	v[1] = byte(b.Status)
+	v[2] = b.MTU
+	binary.BigEndian.PutUint32(v[4:], b.PSN)
+	binary.BigEndian.PutUint32(v[8:], b.Size)
+	binary.BigEndian.PutUint32(v[12:], uint32(min(max(b.Duration.Milliseconds(), 0), 1<<32-1)))
+	binary.BigEndian.PutUint64(v[16:], b.Addr)
+	binary.BigEndian.PutUint32(v[24:], b.RKey)
+	return Ext{Type: ExtBandwidth, Value: v}
+}
+
+// IsBW reports whether t is a bandwidth message type.
+func IsBW(t uint8) bool { return t == TypeBWRequest || t == TypeBWAnswer || t == TypeBWDone }
+
+// BWOf returns the bandwidth extension of a decoded bandwidth message.
+// Decode has checked it, so it fails only for a message that did not come
+// from Decode.
+func BWOf(m Message) (BW, error) {
+	var (
+		b     BW
+		found bool
+	)
+	for _, e := range m.Ext {
+		if e.Type != ExtBandwidth {
+			continue
+		}
+		if found {
+			return b, fmt.Errorf("%w: two bandwidth extensions", ErrMalformed)
+		}
+		found = true
+		v := e.Value
+		if len(v) != bwExtLen {
+			return b, fmt.Errorf("%w: bandwidth extension of %d bytes, want %d", ErrMalformed, len(v), bwExtLen)
+		}
+		if v[3] != 0 || binary.BigEndian.Uint32(v[28:]) != 0 {
+			return b, fmt.Errorf("%w: reserved bytes set in the bandwidth extension", ErrMalformed)
+		}
+		b = BW{Op: BWOp(v[0]), Status: BWStatus(v[1]), MTU: v[2], PSN: binary.BigEndian.Uint32(v[4:]),
+			Size: binary.BigEndian.Uint32(v[8:]), Duration: time.Duration(binary.BigEndian.Uint32(v[12:])) * time.Millisecond,
+			Addr: binary.BigEndian.Uint64(v[16:]), RKey: binary.BigEndian.Uint32(v[24:])}
+	}
+	if !found {
+		return b, fmt.Errorf("%w: bandwidth message without its extension", ErrMalformed)
+	}
+	return b, nil
+}
+
+// checkBW checks the parts of a decoded message that concern bandwidth
+// tests: a bandwidth extension exactly in bandwidth messages, and in those
+// only what a test can be. Values a responder judges (size, duration) are
+// left to it, so that its answer can say why it refused.
+func checkBW(m *Message) error {
+	if !IsBW(m.Type) {
+		for _, e := range m.Ext {
+			if e.Type == ExtBandwidth {
+				return fmt.Errorf("%w: bandwidth extension in a message of type %d", ErrMalformed, m.Type)
+			}
+		}
+		return nil
+	}
+	if m.Version != Version2 {
+		return fmt.Errorf("%w: bandwidth messages are version 2", ErrMalformed)
+	}
+	if m.Index != 0 || m.Count != 0 || m.QKey != 0 {
+		return fmt.Errorf("%w: index, count and qkey are 0 in a bandwidth message", ErrMalformed)
+	}
+	b, err := BWOf(*m)
+	if err != nil {
+		return err
+	}
+	if b.Op < BWWrite || b.Op > BWSend {
+		return fmt.Errorf("%w: bandwidth operation %d", ErrMalformed, b.Op)
+	}
+	if b.PSN > 0xffffff {
+		return fmt.Errorf("%w: PSN %#x has more than 24 bits", ErrMalformed, b.PSN)
+	}
+	switch m.Type {
+	case TypeBWRequest:
+		if b.Status != BWOK || b.Addr != 0 || b.RKey != 0 || m.QPN == 0 {
+			return fmt.Errorf("%w: a bandwidth request has a QP, no status, address or rkey", ErrMalformed)
+		}
+	case TypeBWAnswer:
+		if b.Status > maxBWStatus {
+			return fmt.Errorf("%w: bandwidth status %d", ErrMalformed, b.Status)
+		}
+		if b.Status == BWOK && m.QPN == 0 {
+			return fmt.Errorf("%w: an accepted bandwidth test without a QP", ErrMalformed)
+		}
+	case TypeBWDone:
+		if b.Status != BWOK || b.Addr != 0 || b.RKey != 0 {
+			return fmt.Errorf("%w: a done message has no status, address or rkey", ErrMalformed)
+		}
+	}
+	return nil
+}
