@@ -1,9 +1,7 @@
 package ethtool
 
 import (
-	"encoding/hex"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,28 +11,19 @@ import (
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/internal/hexdump"
 )
 
 // readHex reads an annotated hex dump from testdata: hex bytes, "#" to the
 // end of the line is a comment.
 func readHex(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	b, err := hexdump.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var digits strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		digits.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	out, err := hex.DecodeString(digits.String())
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
+	return b
 }
 
 // testFamily is the ethtool family as the fixture kernel registered it.

@@ -2,15 +2,15 @@ package rdmares
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/internal/hexdump"
 )
 
 // fixtureSeq is the sequence number the fixtures answer.
@@ -19,22 +19,11 @@ const fixtureSeq = 7
 // readHex reads a testdata .hex file: hex bytes, "#" comments.
 func readHex(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	b, err := hexdump.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var digits strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		digits.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	out, err := hex.DecodeString(digits.String())
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
+	return b
 }
 
 // feedAll feeds b to d as one datagram and requires it to end the dump.
