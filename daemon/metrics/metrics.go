@@ -63,7 +63,7 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, qosSection, loopbackSection, poolSection, resourcesSection, peerSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, qosSection, loopbackSection, poolSection, resourcesSection, peerSection, bandwidthSection}}
 }
 
 // Describe implements prometheus.Collector.

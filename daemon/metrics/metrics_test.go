@@ -101,6 +101,8 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 					{TC: 0, TSA: "ets", Bandwidth: 50}, {TC: 1, TSA: "ets", Bandwidth: 50}, {TC: 2, TSA: "strict"}}}},
 			{Netdev: "eth0", Device: "rxe0", Error: "no DCB: the driver of eth0 has no dcbnl support"},
 		},
+		Bandwidth: &apitype.BandwidthStatus{Enabled: true, Served: 3, Refused: map[string]uint64{"busy": 1, "disabled": 0},
+			Last: &apitype.BandwidthResult{Peer: "192.0.2.17", Op: "write", Size: 65536, Gbps: 97.5, MsgRate: 186000, Time: t0.Add(2 * time.Minute)}},
 		Components: map[string]apitype.Component{
 			"config":    {State: apitype.Error, Error: "configuration rejected", Since: t0},
 			"inventory": {State: apitype.OK, Since: t0},
