@@ -361,9 +361,18 @@ func flood(sock string) floodReport {
 		}()
 	}
 	wg.Wait()
-	_ = held
+	// Held until the process exits: a connection nothing refers to is
+	// closed by its finalizer at the next garbage collection, which gave
+	// slots back in the middle of the test (a reader served with the
+	// general pool "full", a flooder's watches gone without a drop).
+	holding = append(holding, held...)
+	holding = append(holding, idle...)
 	return rep
 }
+
+// holding keeps the flooder's connections reachable until its process
+// exits.
+var holding []net.Conn
 
 // statusOnce times one GET /v1/status on a new connection and, with watch,
 // opens a watch and reads its hello.
