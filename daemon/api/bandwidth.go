@@ -56,7 +56,7 @@ func ParseBandwidthRequest(peer, op string, size int, d time.Duration) (Bandwidt
 	switch {
 	case peer == "":
 		return r, errors.New("say which peer: an address or host name of an rdmad node that allows this one ([[peer]] or [probe] allow there)")
-	case !validPeer(peer):
+	case !ValidPeerName(peer):
 		return r, fmt.Errorf("peer %.64q is not an IP address or host name", peer)
 	case r.Op != "write" && r.Op != "read" && r.Op != "send":
 		return r, fmt.Errorf("op %.32q: use write, read or send", r.Op)
@@ -68,22 +68,6 @@ func ParseBandwidthRequest(peer, op string, size int, d time.Duration) (Bandwidt
 		return r, fmt.Errorf("duration %s is finer than a millisecond; use e.g. 5s or 2500ms", r.Duration)
 	}
 	return r, nil
-}
-
-// validPeer reports whether s has the shape of an IP address or a host
-// name: letters, digits, '.', '-', ':' and '%' (a zone), at most 253.
-func validPeer(s string) bool {
-	if len(s) > 253 {
-		return false
-	}
-	for _, c := range s {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '-', c == ':', c == '%', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // A BandwidthError is a test that the peer refused or that could not run

@@ -148,6 +148,22 @@ var fzRoutes = map[string]fzRoute{
 	"/v1/watch": {http.MethodGet, access.Read, "watch"},
 }
 
+// peerShaped is the oracle of a peer's name: an address or host name
+// (letters, digits, '.', ':', '%', '_', '-', starting with a letter or
+// digit), at most 253 bytes.
+func peerShaped(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune(".:%_-", rune(c))) {
+			return false
+		}
+	}
+	return true
+}
+
 // adminCalls are the backend methods only an admin may reach.
 var adminCalls = map[string]bool{"Reload": true, "PolicyApply": true, "Probe": true}
 
@@ -232,9 +248,9 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 		return code
 	}
 	// Allowed: the route's own call, once, and nothing else.
-	if rt.call == "Probe" && r.URL.Query().Get("peer") == "" {
+	if rt.call == "Probe" && !peerShaped(r.URL.Query().Get("peer")) {
 		if code != http.StatusBadRequest || len(calls) != 0 {
-			t.Fatalf("%s: probe without a peer: %d, calls %q; want 400 and no call", desc, code, calls)
+			t.Fatalf("%s: probe without a peer, or of a name without the shape of one: %d, calls %q; want 400 and no call", desc, code, calls)
 		}
 		return code
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -241,6 +242,13 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "say which peer: POST /v1/probe?peer=ADDRESS (a configured peer)")
 		return
 	}
+	if !ValidPeerName(name) {
+		// Not even the shape of an address or host name: never a
+		// configured peer, and text (a NUL, say) that must not travel on
+		// into the backend's messages and the answer.
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("peer %.64q is not an IP address or host name; use a name rdmactl peers lists", name))
+		return
+	}
 	p, err := s.backend.Probe(r.Context(), name)
 	if err != nil {
 		writeError(w, http.StatusUnprocessableEntity, err.Error())
@@ -248,6 +256,15 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, p)
 }
+
+// peerNameRE is the shape of a peer's name: an IPv4 or IPv6 address (with
+// a zone) or a host name, at most 253 characters.
+var peerNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:%_-]{0,252}$`)
+
+// ValidPeerName reports whether name has the shape of a peer's name, as
+// the socket and D-Bus require of every peer a caller names (POST
+// /v1/probe and /v1/bw, Probe and Bandwidth).
+func ValidPeerName(name string) bool { return peerNameRE.MatchString(name) }
 
 // serveDoctor runs the troubleshooting table: ?interval= (a Go duration,
 // 0 to MaxDoctorInterval, default DefaultDoctorInterval) is the wait

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
 )
 
 // The D-Bus fuzz targets dispatch method calls the way godbus does
@@ -228,6 +229,23 @@ func (b *fzBackend) Probe(ctx context.Context, name string) (apitype.Peer, error
 		Paths: []apitype.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
 }
 
+func (b *fzBackend) Resources(ctx context.Context) (apitype.Resources, error) {
+	b.record("Resources")
+	if b.fail {
+		return apitype.Resources{}, errors.New("fuzz: a read of the RDMA resources is already running; try again")
+	}
+	return apitype.Resources{Processes: []apitype.ProcessResources{{PID: 42, Comm: "ib_write_bw", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}},
+		Devices: []apitype.DeviceResources{{Device: "mlx5_0", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}}}, nil
+}
+
+func (b *fzBackend) Bandwidth(ctx context.Context, r api.BandwidthRequest) (apitype.BandwidthResult, error) {
+	b.record("Bandwidth")
+	if b.fail {
+		return apitype.BandwidthResult{}, errors.New("fuzz: the peer refused: bandwidth tests are disabled there")
+	}
+	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Gbps: 97.5, MsgRate: 186000, Local: "mlx5_0/1"}, nil
+}
+
 func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
 	b.record("Doctor")
 	if b.fail {
@@ -262,24 +280,38 @@ var fzMethods = [][2]string{
 	{IntrospectableInterface, "Introspect"}, {ObjectManagerInterface, "GetManagedObjects"},
 	{Interface, "Reload"}, {Interface, "Apply"}, {Interface, "Probe"},
 	{"", "Probe"}, {"", "Reload"}, {"", "Get"}, {DeviceInterface, "Get"},
-	{Interface, "Doctor"},
+	{Interface, "Doctor"}, {Interface, "Resources"}, {Interface, "Bandwidth"},
 }
 
 // fzSignatures are the in signatures of the methods, for the oracle.
 var fzSignatures = map[string]string{
 	"Get": "ss", "GetAll": "s", "Set": "ssv", "Introspect": "", "GetManagedObjects": "",
-	"Reload": "", "Apply": "", "Probe": "s", "Doctor": "u",
+	"Reload": "", "Apply": "", "Probe": "s", "Doctor": "u", "Resources": "", "Bandwidth": "ssuu",
 }
 
 // fzOut are the out signatures of the methods.
 var fzOut = map[string]string{
 	"Get": "v", "GetAll": "a{sv}", "Set": "", "Introspect": "s", "GetManagedObjects": "a{oa{sa{sv}}}",
 	"Reload": "t", "Apply": "", "Probe": "stds", "Doctor": "sa(sssss)",
+	"Resources": "a(usbuuuut)a(suuuut)s", "Bandwidth": "ddttts",
 }
 
 // privileged are the methods rdmad guards itself, with the level each
 // needs (the access table's).
-var privileged = map[string]access.Level{"Reload": access.Admin, "Apply": access.Admin, "Probe": access.Admin, "Doctor": access.Read}
+var privileged = map[string]access.Level{"Reload": access.Admin, "Apply": access.Admin, "Probe": access.Admin, "Doctor": access.Read,
+	"Resources": access.Read, "Bandwidth": access.Admin}
+
+// validBandwidthArgs is the oracle of Bandwidth's arguments (peer, op,
+// size, duration in ms): a peer with the shape of a name, an op of write, read or
+// send ("" the default), a size up to 1 MiB and a duration up to 30 s (0
+// for either: the default).
+func validBandwidthArgs(body []any) bool {
+	peer, op := body[0].(string), body[1].(string)
+	size, ms := body[2].(uint32), body[3].(uint32)
+	okOp := op == "" || op == "write" || op == "read" || op == "send"
+	okDur := ms == 0 || (ms >= 100 && ms <= 30000)
+	return api.ValidPeerName(peer) && okOp && size <= 1<<20 && okDur
+}
 
 // fzErrorNames are the errors a call may answer.
 var fzErrorNames = map[string]bool{
@@ -429,9 +461,13 @@ func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Doctor over the interval bound answered %+v, want InvalidArgs and no run", desc, out)
 			}
-		case level >= access.Admin && member == "Probe" && (strings.TrimSpace(msg.Body[0].(string)) == "" || !validPeerName(msg.Body[0].(string))):
+		case level >= access.Admin && member == "Probe" && (strings.TrimSpace(msg.Body[0].(string)) == "" || !api.ValidPeerName(msg.Body[0].(string))):
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Probe of a blank or malformed peer name answered %+v, want InvalidArgs and no probe", desc, out)
+			}
+		case level >= need && member == "Bandwidth" && !validBandwidthArgs(msg.Body):
+			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
+				t.Fatalf("%s: Bandwidth with arguments out of bounds answered %+v, want InvalidArgs and no test", desc, out)
 			}
 		case level >= need && len(out.calls) != 1:
 			t.Fatalf("%s: an admin's call did not reach the backend: %+v", desc, out)
@@ -638,6 +674,12 @@ func FuzzDBusMessage(f *testing.F) {
 	f.Add(false, seed(Path, Interface, "Probe", ":1.1", dbus.MakeVariant("192.0.2.17")))
 	f.Add(true, seed(Path, Interface, "Apply", ":1.0"))
 	f.Add(false, seed(Path, PropertiesInterface, "Get", ":1.3", Interface, "Peers"))
+	f.Add(false, seed(Path, Interface, "Resources", ":1.2"))
+	f.Add(false, seed(Path, Interface, "Resources", ":1.3"))
+	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.2", "192.0.2.17", "write", uint32(65536), uint32(3000)))
+	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.1", "192.0.2.17", "write", uint32(65536), uint32(3000)))
+	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.0", "192.0.2.17", "fill", uint32(2<<20), uint32(3600000)))
+	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.0", "-x", "", uint32(0), uint32(0)))
 	f.Add(false, seed(Path, PropertiesInterface, "Set", ":1.0", Interface, "State", dbus.MakeVariant("stopped")))
 	f.Add(false, seed(DevicePath("mlx5_0"), PropertiesInterface, "GetAll", ":1.2", DeviceInterface))
 	f.Add(false, seed("/", IntrospectableInterface, "Introspect", ":1.9"))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -353,13 +352,6 @@ func (h *handler) apply(ctx context.Context, _ call) ([]any, error) {
 	return nil, nil
 }
 
-// peerNameRE is the shape of a configured peer's name: an IPv4 or IPv6
-// address (with a zone) or a host name, at most 253 characters.
-var peerNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:%_-]{0,252}$`)
-
-// validPeerName reports whether name has the shape of a peer's name.
-func validPeerName(name string) bool { return peerNameRE.MatchString(name) }
-
 // A doctorRow is one check of Doctor's answer: (id, title, verdict,
 // message, fix).
 type doctorRow struct {
@@ -400,7 +392,7 @@ func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
 	if strings.TrimSpace(name) == "" {
 		return nil, dbusError(ErrInvalidArgs, "Probe: say which peer, e.g. Probe s 192.0.2.17: a configured [[peer]] address (see the Peers property)")
 	}
-	if !validPeerName(name) {
+	if !api.ValidPeerName(name) {
 		// Not even the shape of an address or host name: never a
 		// configured peer, and text (a NUL, say) that must not travel
 		// on into the backend's messages and the reply.
