@@ -1,11 +1,10 @@
 package bus
 
 import (
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/test/bench/peersnap"
 )
 
@@ -27,7 +26,7 @@ func benchPublish(b *testing.B, n int) {
 	cur := newView(snaps[0])
 	i := 0
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := rusage.CPU()
 	for b.Loop() {
 		i++
 		next := newView(snaps[i%2])
@@ -36,11 +35,5 @@ func benchPublish(b *testing.B, n int) {
 		}
 		cur = next
 	}
-	b.ReportMetric(100*(processCPU()-cpu0).Seconds()/float64(b.N), "core-%")
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(100*(rusage.CPU()-cpu0).Seconds()/float64(b.N), "core-%")
 }

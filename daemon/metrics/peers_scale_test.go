@@ -1,11 +1,10 @@
 package metrics
 
 import (
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/test/bench/peersnap"
 )
 
@@ -27,7 +26,7 @@ func benchCollect(b *testing.B, n int) {
 	i := 0
 	reg := NewRegistry(NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snaps[i%2] }, SysfsRoot: b.TempDir()}), false)
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := rusage.CPU()
 	for b.Loop() {
 		i++
 		mfs, err := reg.Gather()
@@ -35,11 +34,5 @@ func benchCollect(b *testing.B, n int) {
 			b.Fatalf("Gather: %d families, %v", len(mfs), err)
 		}
 	}
-	b.ReportMetric(100*(processCPU()-cpu0).Seconds()/float64(b.N), "core-%")
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(100*(rusage.CPU()-cpu0).Seconds()/float64(b.N), "core-%")
 }

@@ -35,9 +35,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/verbs/pingmesh/pingmeshtest"
 )
 
@@ -57,17 +56,6 @@ var _ Transport = (*pingmeshtest.MemTransport)(nil)
 func TestMain(m *testing.M) {
 	pingmeshtest.RunFleetChild() // the fake fleet's process, when this is it
 	os.Exit(m.Run())
-}
-
-func processCPU() time.Duration { return pingmeshtest.ProcessCPU() }
-
-// processSleeps returns how often the process's threads went to sleep
-// (voluntary context switches): each is a wakeup later, the cost that
-// BenchmarkTimerWakeup50Hz measures.
-func processSleeps() int64 {
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return ru.Nvcsw
 }
 
 // scaleFingerprint is the node's fingerprint, and every fake peer's: a
@@ -194,7 +182,7 @@ func benchPeersAt1Hz(b *testing.B, n int) {
 	}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	fleet0, cpu0, sleeps0 := fleetStats(b, r.fleet), processCPU(), processSleeps()
+	fleet0, cpu0, sleeps0 := fleetStats(b, r.fleet), rusage.CPU(), rusage.Sleeps()
 	sent0, lost0, pubs0 := r.tr.Sent(), r.tr.Lost(), r.pubs.Load()
 	start := time.Now()
 	i := 0
@@ -203,7 +191,7 @@ func benchPeersAt1Hz(b *testing.B, n int) {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
 	}
 	wall := time.Since(start)
-	cpu, sleeps, fleet := processCPU(), processSleeps(), fleetStats(b, r.fleet)
+	cpu, sleeps, fleet := rusage.CPU(), rusage.Sleeps(), fleetStats(b, r.fleet)
 	sent, lost, pubs := r.tr.Sent()-sent0, r.tr.Lost()-lost0, r.pubs.Load()-pubs0
 	runtime.ReadMemStats(&ms1)
 	b.StopTimer()
@@ -258,14 +246,14 @@ func BenchmarkTimerWakeup50Hz(b *testing.B) {
 	tk := time.NewTicker(20 * time.Millisecond)
 	defer tk.Stop()
 	<-tk.C
-	cpu0, sleeps0, start, n := processCPU(), processSleeps(), time.Now(), 0
+	cpu0, sleeps0, start, n := rusage.CPU(), rusage.Sleeps(), time.Now(), 0
 	for b.Loop() {
 		for range 50 {
 			<-tk.C
 			n++
 		}
 	}
-	cpu, sleeps := processCPU()-cpu0, processSleeps()-sleeps0
+	cpu, sleeps := rusage.CPU()-cpu0, rusage.Sleeps()-sleeps0
 	b.ReportMetric(100*cpu.Seconds()/time.Since(start).Seconds(), "core-%")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "µs/tick")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(max(sleeps, 1)), "µs/wakeup")

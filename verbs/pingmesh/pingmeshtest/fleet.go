@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
@@ -136,7 +137,7 @@ func runFleet(spec string) int {
 	fmt.Println("ready")
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
-		fmt.Println(f.answered.Load(), f.asked.Load(), int64(ProcessCPU()))
+		fmt.Println(f.answered.Load(), f.asked.Load(), int64(rusage.CPU()))
 	}
 	return 0
 }
@@ -279,11 +280,4 @@ func (f *fleetSockets) serve() {
 			time.Sleep(fleetPoll)
 		}
 	}
-}
-
-// ProcessCPU returns the user+system CPU time this process used so far.
-func ProcessCPU() time.Duration {
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
