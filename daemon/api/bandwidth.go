@@ -16,7 +16,8 @@ import (
 // answers those requests "not supported".
 type BandwidthTester interface {
 	// Bandwidth runs one RC bandwidth test to peer. An error means the
-	// test did not run or failed; a *BandwidthError says whose fault.
+	// test did not run or failed, and its text says why and what to do
+	// (the API answers it 422).
 	Bandwidth(ctx context.Context, req BandwidthRequest) (apitype.BandwidthResult, error)
 }
 
@@ -69,14 +70,6 @@ func ParseBandwidthRequest(peer, op string, size int, d time.Duration) (Bandwidt
 	}
 	return r, nil
 }
-
-// A BandwidthError is a test that the peer refused or that could not run
-// here; the API answers it 422 (the request was fine, the test was not
-// possible) with its text, which says what to do.
-type BandwidthError struct{ Err error }
-
-func (e *BandwidthError) Error() string { return e.Err.Error() }
-func (e *BandwidthError) Unwrap() error { return e.Err }
 
 // RunBandwidth calls b's Bandwidth, or fails with errors.ErrUnsupported when
 // b is no BandwidthTester.
