@@ -76,6 +76,9 @@ type Node struct {
 	// resp is the test this node serves as responder, nil when none.
 	resp   *session
 	closed bool
+	// ending counts the endResponder calls tearing a session down; Close
+	// waits for them.
+	ending sync.WaitGroup
 	stats  Stats
 }
 
@@ -151,6 +154,10 @@ func (n *Node) Close() {
 	if s != nil {
 		n.endResponder(s, "rdmad is stopping")
 	}
+	// A session the timer or the requester claimed before Close took
+	// the lock is being torn down on their goroutine: its QP, memory
+	// and device are free when Close returns.
+	n.ending.Wait()
 }
 
 // acquire takes the node's test slot for what, or says what holds it.

@@ -98,17 +98,23 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 
 	s, err := n.setUp(from, m, req)
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if err != nil {
+		defer n.mu.Unlock()
 		n.busy = ""
 		n.log.Warn("cannot serve a bandwidth test", "from", from.Addr().String(), "op", req.Op.String(), "err", err)
 		return n.refuse(m, req.Op, wire.BWUnavailable)
 	}
 	if n.closed {
+		// Close came while the session was made: this caller frees
+		// it, before it answers, so nothing outlives Close's caller's
+		// endpoint.
 		n.busy = ""
-		go s.teardown()
-		return n.refuse(m, req.Op, wire.BWDisabled)
+		ans := n.refuse(m, req.Op, wire.BWDisabled)
+		n.mu.Unlock()
+		s.teardown()
+		return ans
 	}
+	defer n.mu.Unlock()
 	n.resp = s
 	n.stats.Served++
 	// Whatever the requester does, the test ends here after its duration
@@ -212,6 +218,11 @@ func (n *Node) endResponder(s *session, why string) {
 	}
 	n.resp = nil
 	n.busy = ""
+	// Claimed under the lock Close reads n.resp with: Close either ends
+	// s itself or waits here for whoever claimed it (the timer, the
+	// requester's done).
+	n.ending.Add(1)
+	defer n.ending.Done()
 	n.mu.Unlock()
 	s.teardown()
 	n.log.Info("bandwidth test ended", "from", s.from.Addr().String(), "op", s.op.String(), "why", why)

@@ -239,6 +239,10 @@ type oneshot struct {
 	// it was answered (a oneshot is answered exactly once).
 	p        *mpeer
 	answered bool
+	// timer bounds the wait; stopped when the one-shot is answered, so
+	// none outlives Run (one that fired already only sends to expired,
+	// which has room for every waiting one-shot, or sees ctx done).
+	timer *time.Timer
 }
 
 // A query is a control query waiting for its answer: which path it asked
@@ -1260,7 +1264,7 @@ func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 	m.due.fix(p)
 	// Bound the wait: control lookup plus one probe timeout. The timer
 	// names this one-shot, so it ends this wait and no other.
-	time.AfterFunc(time.Second+2*m.cfg.Timeout, func() {
+	o.timer = time.AfterFunc(time.Second+2*m.cfg.Timeout, func() {
 		select {
 		case m.expired <- o:
 		case <-ctx.Done():
@@ -1290,6 +1294,9 @@ func (m *Manager) answerOne(o *oneshot, sp apitype.Peer, err error) {
 		return
 	}
 	o.answered = true
+	if o.timer != nil {
+		o.timer.Stop()
+	}
 	o.err = err
 	o.done <- sp
 }
