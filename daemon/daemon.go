@@ -191,9 +191,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	cfgChanged := make(chan struct{}, 1)
 	if err := d.watchConfig(opts.ConfigPath, 200*time.Millisecond, cfgChanged); err != nil {
-		d.setComponent("config-watch", apitype.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
+		d.setComponent(apitype.ComponentConfigWatch, apitype.Error, fmt.Errorf("watch %s: %w; reload with SIGHUP or rdmactl reload", opts.ConfigPath, err))
 	} else {
-		d.setComponent("config-watch", apitype.OK, nil)
+		d.setComponent(apitype.ComponentConfigWatch, apitype.OK, nil)
 	}
 
 	d.rec = policy.NewReconciler(d.log)
@@ -481,47 +481,33 @@ func (d *Daemon) refresh(why string) {
 	}
 }
 
-// logInventoryChanges logs, in name order, the devices in next that were
-// not in prev (added), those gone (removed), and the ports of the devices
-// in both whose state or physical state changed.
+// logInventoryChanges logs what state.Compare finds between two inventory
+// reads: the devices that were removed or added, and the ports of devices
+// in both whose state or physical state changed (a new device's ports are
+// in its "added" line).
 func (d *Daemon) logInventoryChanges(prev, next []apitype.Device) {
-	before := make(map[string]apitype.Device, len(prev))
-	for _, dev := range prev {
-		before[dev.Name] = dev
-	}
-	after := make(map[string]apitype.Device, len(next))
-	for _, dev := range next {
-		after[dev.Name] = dev
-	}
-	for _, name := range slices.Sorted(maps.Keys(before)) {
-		if _, ok := after[name]; !ok {
-			d.log.Warn("RDMA device removed", apitype.MessageIDKey, apitype.MsgDeviceRemoved, "device", name)
+	diff := state.Compare(&apitype.Snapshot{Devices: prev}, &apitype.Snapshot{Devices: next})
+	for _, c := range diff.Devices {
+		if c.Added {
+			d.log.Info("RDMA device added", apitype.MessageIDKey, apitype.MsgDeviceAdded, "device", c.Name, "ports", c.Ports)
+		} else {
+			d.log.Warn("RDMA device removed", apitype.MessageIDKey, apitype.MsgDeviceRemoved, "device", c.Name)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(after)) {
-		dev := after[name]
-		old, ok := before[name]
-		if !ok {
-			d.log.Info("RDMA device added", apitype.MessageIDKey, apitype.MsgDeviceAdded, "device", name, "ports", len(dev.Ports))
+	for _, c := range diff.Links {
+		if c.Old == nil || c.New == nil {
 			continue
 		}
-		for _, p := range dev.Ports {
-			for _, o := range old.Ports {
-				if o.Port != p.Port || (o.State == p.State && o.PhysState == p.PhysState) {
-					continue
-				}
-				lvl := slog.LevelWarn
-				if p.State == "ACTIVE" {
-					lvl = slog.LevelInfo
-				}
-				attrs := []any{apitype.MessageIDKey, apitype.MsgPortState, "device", name, "port", p.Port}
-				if p.Netdev != "" {
-					attrs = append(attrs, "netdev", p.Netdev)
-				}
-				attrs = append(attrs, "from", o.State+"/"+o.PhysState, "to", p.State+"/"+p.PhysState)
-				d.log.Log(context.Background(), lvl, "RDMA port state changed", attrs...)
-			}
+		lvl := slog.LevelWarn
+		if c.New.State == "ACTIVE" {
+			lvl = slog.LevelInfo
 		}
+		attrs := []any{apitype.MessageIDKey, apitype.MsgPortState, "device", c.Device, "port", c.Port}
+		if c.Netdev != "" {
+			attrs = append(attrs, "netdev", c.Netdev)
+		}
+		attrs = append(attrs, "from", c.Old.State+"/"+c.Old.PhysState, "to", c.New.State+"/"+c.New.PhysState)
+		d.log.Log(context.Background(), lvl, "RDMA port state changed", attrs...)
 	}
 }
 

@@ -136,15 +136,15 @@ func (v *verbsParts) restartProber(c config.Probe) {
 	v.probeCfg = c
 	v.prober = nil
 	if !c.Loopback {
-		v.d.setComponent("loopback-probe", apitype.Disabled, errors.New("[probe] loopback = false: the loopback probe is switched off"))
+		v.d.setComponent(apitype.ComponentLoopback, apitype.Disabled, errors.New("[probe] loopback = false: the loopback probe is switched off"))
 		v.stopProber = func() {}
 		return
 	}
 	r, err := loopback.New(loopback.Config{Interval: c.LoopbackInterval.Duration, Poll: loopback.PollMode(c.Poll), OnResult: v.probeResult,
 		TrafficClass: v.class.of,
-		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", "loopback-probe")})
+		OnAsyncEvent: v.asyncEvent, Logger: v.d.log.With("component", apitype.ComponentLoopback)})
 	if err != nil {
-		v.d.setComponent("loopback-probe", apitype.Error, err)
+		v.d.setComponent(apitype.ComponentLoopback, apitype.Error, err)
 		v.stopProber = func() {}
 		return
 	}
@@ -152,7 +152,7 @@ func (v *verbsParts) restartProber(c config.Probe) {
 	v.stopProber = v.d.parts.Start(func(ctx context.Context) {
 		if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			v.d.log.Error("loopback probe stopped", "err", err)
-			v.d.report("loopback-probe", apitype.Error, err)
+			v.d.report(apitype.ComponentLoopback, apitype.Error, err)
 		}
 	})
 }
@@ -234,7 +234,7 @@ func (v *verbsParts) publish() {
 			} else if failing := failingPorts(ports); failing != "" {
 				st, err = apitype.Error, fmt.Errorf("loopback probe failing on %s", failing)
 			}
-			state.SetComponent(s, "loopback-probe", st, err, now)
+			state.SetComponent(s, apitype.ComponentLoopback, st, err, now)
 		}
 	})
 }

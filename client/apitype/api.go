@@ -20,6 +20,11 @@ const (
 	ComponentVerbs     = "verbs"     // libibverbs and the loopback probes
 	ComponentMRPool    = "mrpool"    // the memory registration pool
 	ComponentPeers     = "peers"     // peer probes and the control endpoint
+	// The loopback probe apart from the verbs it runs on (disabled with
+	// [probe] loopback = false), and the watch on the configuration
+	// files (in error, edits need SIGHUP or rdmactl reload).
+	ComponentLoopback    = "loopback-probe"
+	ComponentConfigWatch = "config-watch"
 	// The kernel event sources; the periodic resync covers their objects
 	// while one is in error.
 	ComponentEventsRtnetlink = "events-rtnetlink"

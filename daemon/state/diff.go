@@ -25,9 +25,12 @@ type Diff struct {
 	// (To "" when the configuration loads again).
 	ConfigError *Transition
 	Components  []ComponentChange
-	Links       []LinkChange
-	Targets     []TargetChange
-	Peers       []PeerChange
+	// Devices are the RDMA devices that appeared or vanished (their ports
+	// are in Links too).
+	Devices []DeviceChange
+	Links   []LinkChange
+	Targets []TargetChange
+	Peers   []PeerChange
 }
 
 // A Transition is a value before and after.
@@ -39,6 +42,13 @@ type ComponentChange struct {
 	Name     string
 	From, To string
 	Error    string // the newer error, or else the newer reason
+}
+
+// A DeviceChange is an RDMA device that appeared (Added) or vanished.
+type DeviceChange struct {
+	Name  string
+	Added bool
+	Ports int // the newer device's port count (0 when it vanished)
 }
 
 // A LinkChange is a port whose state or physical state changed, or that
@@ -106,6 +116,15 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 		d.Components = append(d.Components, ComponentChange{Name: name, From: from, To: to, Error: text})
 	}
 
+	pd, nd := devices(prev), devices(next)
+	for _, name := range unionKeys(pd, nd) {
+		_, pok := pd[name]
+		n, nok := nd[name]
+		if pok != nok {
+			d.Devices = append(d.Devices, DeviceChange{Name: name, Added: nok, Ports: len(n.Ports)})
+		}
+	}
+
 	pp, np := ports(prev), ports(next)
 	for _, key := range unionKeys(pp, np) {
 		p, pok := pp[key]
@@ -166,7 +185,7 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 // Empty reports whether nothing changed that Diff follows.
 func (d Diff) Empty() bool {
 	return d.Daemon == nil && d.Generation == nil && d.ConfigError == nil && len(d.Components) == 0 &&
-		len(d.Links) == 0 && len(d.Targets) == 0 && len(d.Peers) == 0
+		len(d.Devices) == 0 && len(d.Links) == 0 && len(d.Targets) == 0 && len(d.Peers) == 0
 }
 
 // Events returns d as watch stream events, in a stable order: daemon,
@@ -247,6 +266,14 @@ type devPort struct {
 }
 
 // ports maps "device/port" to the port.
+func devices(s *apitype.Snapshot) map[string]apitype.Device {
+	m := make(map[string]apitype.Device, len(s.Devices))
+	for _, d := range s.Devices {
+		m[d.Name] = d
+	}
+	return m
+}
+
 func ports(s *apitype.Snapshot) map[string]devPort {
 	m := map[string]devPort{}
 	for _, d := range s.Devices {
