@@ -17,7 +17,7 @@ all: build
 
 build: deps-build
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/rdmad ./cmd/rdmad
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/rdmactl ./cmd/rdmactl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/rdmactl ./cmd/rdmactl
 
 # run: build, start rdmad in the foreground on etc/rdmad.toml with a socket
 # the invoking user can reach, show `rdmactl status` against it, and keep

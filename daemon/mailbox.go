@@ -8,7 +8,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
-// The main loop is the one writer of the store (DESIGN.md, "One writer"):
+// The main loop is the one writer of the store (docs/ARCHITECTURE.md):
 // code that runs on it calls d.store.Update and d.setComponent. Every other
 // goroutine (event sources, the peer prober, the D-Bus service, the metrics
 // listener) hands its update to the main loop through the mailbox, so that

@@ -10,7 +10,7 @@ import (
 
 // rdmactl links the wire types (client/apitype), the client, the doctor's
 // checks and the sysfs inventory they read, and nothing of the daemon:
-// DESIGN.md's layout, as tailscale's deps_test.go keeps its CLI's.
+// docs/ARCHITECTURE.md's layout, as tailscale's deps_test.go keeps its CLI's.
 var (
 	// allowedOwn are the only packages of this module rdmactl may link.
 	allowedOwn = map[string]bool{
@@ -60,7 +60,7 @@ func TestDeps(t *testing.T) {
 		case strings.HasPrefix(p, "github.com/rdmad/rdmad/cmd/rdmactl"):
 		case strings.HasPrefix(p, "github.com/rdmad/rdmad/"):
 			if !allowedOwn[p] {
-				t.Errorf("rdmactl links %s: only the wire types, the client, the doctor and the inventory may be linked (see DESIGN.md's layout)", p)
+				t.Errorf("rdmactl links %s: only the wire types, the client, the doctor and the inventory may be linked (see docs/ARCHITECTURE.md)", p)
 			}
 		case p == "golang.org/x/sys/unix":
 			// adjtimex for the doctor's clock check, TCGETS for the terminal check.

@@ -3,7 +3,7 @@
 // request asks for and let Decide answer, so that the two transports can
 // never disagree (docs/API.md and docs/DBUS.md, "Access").
 //
-// The levels follow the trust model of DESIGN.md: root, rdmad's own user and
+// The levels follow the trust model of docs/SECURITY.md: root, rdmad's own user and
 // the admin group may do everything; the socket group may read state,
 // metrics and the watch stream and never more; anyone else gets nothing
 // beyond what the D-Bus bus policy lets everybody read.
@@ -77,10 +77,11 @@ const (
 	// on request, one at a time.
 	Resources Op = "resources"
 	// Properties reads D-Bus properties, introspects and lists objects.
-	// On the bus, the bus policy lets every local user do it (DESIGN.md:
-	// "any local user: nothing beyond what the D-Bus policy grants to
-	// read"); rdmad does not check it again, so its level here documents
-	// the daemon's view for a transport that would.
+	// On the bus, the bus policy lets every local user do it
+	// (docs/SECURITY.md: any other local user gets "on D-Bus only what the
+	// bus policy lets everyone read"); rdmad does not check it again, so
+	// its level here documents the daemon's view for a transport that
+	// would.
 	Properties Op = "properties"
 )
 

@@ -16,9 +16,10 @@ import (
 	"github.com/rdmad/rdmad/daemon/api"
 )
 
-// MaxCalls bounds the privileged method calls (Reload, Apply, Probe) in progress
-// at once; godbus runs every call in its own goroutine, so this is what
-// keeps a flood of calls from piling up behind the daemon's main loop.
+// MaxCalls bounds the guarded method calls (Reload, Apply, Probe, Doctor,
+// Resources, Bandwidth) in progress at once; godbus runs every call in its
+// own goroutine, so this is what keeps a flood of calls from piling up
+// behind the daemon's main loop.
 const MaxCalls = 4
 
 // CallTimeout bounds one Reload or Apply.

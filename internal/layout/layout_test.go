@@ -1,4 +1,4 @@
-// Package layout holds the test that keeps DESIGN.md's arrows pointing
+// Package layout holds the test that keeps docs/ARCHITECTURE.md's arrows pointing
 // down: policy and verbs know nothing of the daemon or of each other, and
 // the wire types (client/apitype, which cmd/rdmactl's deps test keeps a
 // leaf) may be used by every layer.
@@ -40,7 +40,7 @@ func TestArrowsPointDown(t *testing.T) {
 			}
 			for _, f := range r.forbidden {
 				if rel == f || strings.HasPrefix(rel, f+"/") {
-					t.Errorf("%s depends on %s: the arrow points %s", r.pkgs, rel, "up or sideways; see DESIGN.md's layout")
+					t.Errorf("%s depends on %s: the arrow points %s", r.pkgs, rel, "up or sideways; see docs/ARCHITECTURE.md")
 				}
 			}
 		}

@@ -22,7 +22,7 @@
 package bw
 
 import (
-	crand "crypto/rand"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -216,13 +216,13 @@ func CheckParams(size int, d time.Duration) error {
 // randPSN returns a random 24-bit packet sequence number.
 func randPSN() uint32 {
 	var b [4]byte
-	crand.Read(b[:])
+	rand.Read(b[:])
 	return binary.BigEndian.Uint32(b[:]) & 0xffffff
 }
 
 func randNonce() uint64 {
 	var b [8]byte
-	crand.Read(b[:])
+	rand.Read(b[:])
 	return binary.BigEndian.Uint64(b[:])
 }
 
