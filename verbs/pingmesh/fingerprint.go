@@ -105,9 +105,34 @@ func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 // (in the order the control endpoint numbers them).
 type FingerprintSource func(ports []peer.LocalPort) wire.Fingerprint
 
+// observedQoS sets fp's trust and PFC from the DCB state the netdev runs,
+// written as a QoS policy target writes them ("3,4", "none"), so that a
+// node with a policy and one without compare alike. A netdev without dcbnl
+// leaves them unknown.
+func observedQoS(fp *wire.FingerprintPort, qos []apitype.NetdevQoS) {
+	for _, q := range qos {
+		if q.Netdev != fp.Netdev || !q.Supported {
+			continue
+		}
+		fp.Trust = q.Trust
+		if q.HasPFC {
+			ps := make([]string, len(q.PFCEnabled))
+			for i, p := range q.PFCEnabled {
+				ps[i] = strconv.Itoa(p)
+			}
+			fp.PFC = "none"
+			if len(ps) > 0 {
+				fp.PFC = strings.Join(ps, ",")
+			}
+		}
+		return
+	}
+}
+
 // LocalFingerprint builds a node's fingerprint from the daemon's snapshot
 // (rdmad's version, the inventory's firmware and link layer, the RoCE and
-// QoS policy targets' observed values) and sysfs below sysRoot (netdev
+// QoS policy targets' observed values; without a QoS policy on the netdev,
+// the DCB state rdmad observes on it) and sysfs below sysRoot (netdev
 // MTU, the device's driver). activeMTU returns a port's active MTU in
 // bytes (0 when it cannot tell); kernel is the kernel release.
 func LocalFingerprint(snap *apitype.Snapshot, ports []peer.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
@@ -157,6 +182,11 @@ func LocalFingerprint(snap *apitype.Snapshot, ports []peer.LocalPort, sysRoot, k
 					}
 				}
 			}
+		}
+		if snap != nil && fp.Netdev != "" && fp.Trust == "" && fp.PFC == "" {
+			// No QoS policy manages the netdev: what its dcbnl says is
+			// in force (status qos[]), read at every inventory refresh.
+			observedQoS(&fp, snap.QoS)
 		}
 		if fp.Netdev != "" {
 			if mtu, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "mtu"); ok && mtu > 0 {

@@ -274,6 +274,39 @@ func TestLocalFingerprint(t *testing.T) {
 	}
 }
 
+// TestFingerprintObservedQoS: without a QoS policy, the trust and PFC a
+// netdev runs (status qos[], read over dcbnl) are in the fingerprint,
+// written as a policy target writes them, so two nodes compare whether or
+// not a policy manages them; a netdev without dcbnl stays unknown, and a
+// policy's observed values come first.
+func TestFingerprintObservedQoS(t *testing.T) {
+	snap := &apitype.Snapshot{
+		Devices: []apitype.Device{
+			{Name: "mlx5_0", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}},
+			{Name: "mlx5_1", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f1"}}},
+			{Name: "rxe0", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "eth0"}}},
+		},
+		QoS: []apitype.NetdevQoS{
+			{Netdev: "ens1f0", Supported: true, Trust: "dscp", HasPFC: true, PFCEnabled: []int{3, 4}},
+			{Netdev: "ens1f1", Supported: true, Trust: "pcp", HasPFC: true},
+			{Netdev: "eth0", Supported: false, Error: "no dcbnl"},
+		},
+	}
+	ports := []peer.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1}, {Key: "mlx5_1/1", Device: "mlx5_1", Port: 1}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
+	f := LocalFingerprint(snap, ports, t.TempDir(), "6.1", nil)
+	for i, want := range []struct{ trust, pfc string }{{"dscp", "3,4"}, {"pcp", "none"}, {"", ""}} {
+		if p := f.Ports[i]; p.Trust != want.trust || p.PFC != want.pfc {
+			t.Errorf("%s: trust %q pfc %q, want %q %q", p.Key, p.Trust, p.PFC, want.trust, want.pfc)
+		}
+	}
+
+	snap.Policy = apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "q", Targets: []apitype.Target{
+		{Kind: "qos", Object: "ens1f0", Actual: "trust=pcp pfc=3", State: apitype.InSync}}}}}
+	if p := LocalFingerprint(snap, ports, t.TempDir(), "6.1", nil).Ports[0]; p.Trust != "pcp" || p.PFC != "3" {
+		t.Errorf("with a policy: trust %q pfc %q, want the target's pcp 3", p.Trust, p.PFC)
+	}
+}
+
 func TestCompareFingerprint(t *testing.T) {
 	l := wire.FingerprintPort{Key: "a/1", NetdevMTU: 1500, ActiveMTU: 1024, LinkLayer: "Ethernet", HasToS: true, ToS: 106, Trust: "dscp", PFC: "3", Driver: "mlx5_core"}
 	r := wire.FingerprintPort{Key: "b/1", NetdevMTU: 1500, ActiveMTU: 1024, LinkLayer: "Ethernet", HasToS: true, ToS: 0, Trust: "pcp", FWVer: "1.0"}
