@@ -27,10 +27,12 @@ run: build
 	@./scripts/run-foreground bin/rdmad bin/rdmactl etc/rdmad.toml $(RUN_SOCK)
 
 # test: install missing build/test dependencies (as root), then vet and test
-# everything, with the race detector.
+# everything, with the race detector. RDMAD_TEST_STRICT makes a test whose
+# tool is missing fail instead of skipping (internal/testenv): deps
+# installed them all.
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	RDMAD_TEST_STRICT=1 $(GO) test -race -count=1 ./...
 
 # fuzz: every fuzz target of the repository (func Fuzz* in the test files),
 # FUZZTIME each (default 20s), one after another; a table of the executions

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // catalogPath is rdmad's journal message catalog (installed to
@@ -126,10 +128,7 @@ func TestCatalog(t *testing.T) {
 // TestCatalogJournalctl builds the catalog into an index with the host's
 // journalctl, when there is one, and checks that it lists every entry.
 func TestCatalogJournalctl(t *testing.T) {
-	jc, err := exec.LookPath("journalctl")
-	if err != nil {
-		t.Skip("no journalctl on this host; TestCatalog checks the format")
-	}
+	jc := testenv.Tool(t, "journalctl", "Debian: apt-get install systemd; TestCatalog checks the format")
 	root := t.TempDir()
 	dir := filepath.Join(root, "usr/lib/systemd/catalog")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

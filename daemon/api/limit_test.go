@@ -34,6 +34,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // The helper's environment: its mode, the socket and the flood's size.
@@ -84,9 +85,7 @@ func newEnv(t *testing.T) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the attack runs from other uids through setpriv")
 	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("needs setpriv (util-linux) to run helpers as other uids")
-	}
+	testenv.Tool(t, "setpriv", "apt-get install util-linux: it runs the helpers as other uids")
 	// t.TempDir is 0700 under a 0700 parent: the helpers' uids could not
 	// reach the socket or the binary.
 	dir, bin := api.SharedDir(t)

@@ -23,6 +23,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // The integration tests run a private dbus-daemon with the system bus's
@@ -135,9 +136,7 @@ const defaultPolicy = `
 // DBUS_SYSTEM_BUS_ADDRESS at it.
 func startBus(t *testing.T, extra string) *testBus {
 	t.Helper()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("dbus-daemon is not installed (apt-get install dbus-daemon): cannot run a private bus")
-	}
+	testenv.Tool(t, "dbus-daemon", "apt-get install dbus-daemon: the tests run a private bus")
 	policy, err := filepath.Abs("../../etc/dbus-1/system.d/org.rdmad.Agent1.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -247,9 +246,7 @@ func (b *testBus) asUser(uid, gid int, groups []int, op, arg string) helperResul
 	if os.Geteuid() != 0 {
 		b.t.Skip("running a caller as nobody needs root (setpriv --reuid); run the tests as root (make test)")
 	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		b.t.Skip("setpriv (util-linux) is not installed: cannot run a caller as nobody")
-	}
+	testenv.Tool(b.t, "setpriv", "apt-get install util-linux: it runs a caller as nobody")
 	bin := filepath.Join(b.dir, "helper.test")
 	if _, err := os.Stat(bin); err != nil {
 		self, err := os.Executable()
@@ -548,9 +545,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 // walks and shows the objects.
 func TestIntegrationBusctl(t *testing.T) {
 	requireRoot(t)
-	if _, err := exec.LookPath("busctl"); err != nil {
-		t.Skip("busctl (systemd) is not installed")
-	}
+	testenv.Tool(t, "busctl", "apt-get install systemd")
 	b := startBus(t, "")
 	store := newStore()
 	store.Update(func(s *apitype.Snapshot) { s.Peers = peersOf(upPeer) })

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/testenv"
 	"github.com/rdmad/rdmad/inventory"
 )
 
@@ -320,10 +321,7 @@ func TestLint(t *testing.T) {
 
 // TestPromtool runs the real promtool check metrics over the scrape.
 func TestPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian: apt-get install prometheus); TestLint ran the same linter in-process")
-	}
+	promtool := testenv.Tool(t, "promtool", "Debian: apt-get install prometheus; TestLint ran the same linter in-process")
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(scrape(t, fixtureCollector(t)))
 	out, err := cmd.CombinedOutput()

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // TestConstantsMatchKernelHeaders compiles testdata/consts.c against the
@@ -15,15 +17,12 @@ import (
 // the constants of consts.go. RDMAD_UAPI_INCLUDE may name an include
 // directory searched first, to check against a newer header.
 func TestConstantsMatchKernelHeaders(t *testing.T) {
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not installed; the header check needs it (apt-get install gcc linux-libc-dev)")
-	}
+	gcc := testenv.Tool(t, "gcc", "apt-get install gcc linux-libc-dev: the header check compiles against the kernel's headers")
 	var args []string
 	if dir := os.Getenv("RDMAD_UAPI_INCLUDE"); dir != "" {
 		args = append(args, "-I", dir)
-	} else if _, err := os.Stat("/usr/include/linux/ethtool_netlink.h"); err != nil {
-		t.Skip("/usr/include/linux/ethtool_netlink.h missing; install linux-libc-dev (scripts/deps test does)")
+	} else {
+		testenv.File(t, "/usr/include/linux/ethtool_netlink.h", "apt-get install linux-libc-dev")
 	}
 	bin := filepath.Join(t.TempDir(), "consts")
 	args = append(args, "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "consts.c"))

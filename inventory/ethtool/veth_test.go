@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/rdmad/rdmad/internal/testenv"
 	"github.com/rdmad/rdmad/test/netnstest"
 )
 
@@ -48,13 +49,8 @@ func vethNS(t *testing.T) (netns.NsHandle, int, int) {
 // installed.
 func inNS(t *testing.T, ns netns.NsHandle, name string, args ...string) (string, error) {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed (Debian: apt-get install %s; scripts/deps test installs it)", name, name)
-	}
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		t.Skip("nsenter (util-linux) is not installed")
-	}
+	testenv.Tool(t, name, "Debian: apt-get install "+name)
+	nsenter := testenv.Tool(t, "nsenter", "apt-get install util-linux")
 	args = append([]string{fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), int(ns)), name}, args...)
 	out, err := exec.CommandContext(context.Background(), nsenter, args...).CombinedOutput()
 	return string(out), err

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // kernelABI compiles testdata/layout.c against the installed uapi header
@@ -19,15 +20,12 @@ import (
 // to check against a newer header than the system's.
 func kernelABI(t *testing.T) map[string]string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not installed; the uapi layout check needs it (apt-get install gcc linux-libc-dev)")
-	}
+	gcc := testenv.Tool(t, "gcc", "apt-get install gcc linux-libc-dev: the uapi layout check compiles against the kernel's headers")
 	var args []string
 	if dir := os.Getenv("RDMAD_UAPI_INCLUDE"); dir != "" {
 		args = append(args, "-I", dir)
-	} else if _, err := os.Stat("/usr/include/linux/dcbnl.h"); err != nil {
-		t.Skip("/usr/include/linux/dcbnl.h missing; install linux-libc-dev")
+	} else {
+		testenv.File(t, "/usr/include/linux/dcbnl.h", "apt-get install linux-libc-dev")
 	}
 	bin := filepath.Join(t.TempDir(), "layout")
 	args = append(args, "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "layout.c"))

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rdmad/rdmad/internal/size"
+	"github.com/rdmad/rdmad/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,10 +100,7 @@ func TestIntegrationRaiseWithoutCapSysResource(t *testing.T) {
 	var cmd *exec.Cmd
 	args := []string{"-test.run=^TestIntegrationRaiseWithoutCapSysResource$", "-test.v"}
 	if hasCap(unix.CAP_SYS_RESOURCE) {
-		setpriv, err := exec.LookPath("setpriv")
-		if err != nil {
-			t.Skip("needs setpriv (util-linux) to drop CAP_SYS_RESOURCE in a child process")
-		}
+		setpriv := testenv.Tool(t, "setpriv", "apt-get install util-linux: it drops CAP_SYS_RESOURCE in a child process")
 		cmd = exec.Command(setpriv, append([]string{"--inh-caps=-sys_resource", "--bounding-set=-sys_resource", os.Args[0]}, args...)...)
 	} else {
 		cmd = exec.Command(os.Args[0], args...)
