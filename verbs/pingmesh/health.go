@@ -16,8 +16,10 @@ type Thresholds struct {
 	// path degraded; it clears at half of it.
 	LossPct   float64
 	MinLosses int
-	// RTT, when set, is the p99 round trip (host delay subtracted) over
-	// which a path is degraded; it clears at 80% of it.
+	// RTT, when set, is the p99 round trip over which a path is
+	// degraded; it clears at 80% of it. The round trip is the one this
+	// node measured, the responder's host delay included: what the
+	// responder claims of it is the peer's word, not a measurement.
 	RTT time.Duration
 }
 

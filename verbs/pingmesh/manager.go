@@ -997,9 +997,13 @@ func (m *Manager) onReply(r peer.Reply) {
 	pa.inflight--
 	pa.sent++
 	pa.lastSeq = r.Seq
-	rtt := max(r.RTT-r.ResponderDelay, 0)
-	pa.lastRTT = rtt
-	m.observe(p, pa, sample{rtt: rtt, host: r.ResponderDelay}, r.At)
+	// The state is judged on the round trip this node measured (its own
+	// send and receive times), never on it minus the responder's claimed
+	// delay: a peer that claims almost all of a slow round trip as its
+	// own would otherwise dodge the RTT threshold. The claim is kept
+	// apart, as the host delay the status shows.
+	pa.lastRTT = r.RTT
+	m.observe(p, pa, sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
 }
 
 func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {

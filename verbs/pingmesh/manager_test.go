@@ -178,8 +178,8 @@ func TestManagersLoopback(t *testing.T) {
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)
 	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 	waitState(t, b, "127.0.0.2", apitype.PeerUp, 5*time.Second)
-	if p := a.peer("127.0.0.3"); len(p.Paths) != 1 || p.Paths[0].RemoteQPN != b.pr.qpn || p.Paths[0].LastRTT != 20*time.Microsecond || p.NodeID != "2" {
-		t.Errorf("a's view of b = %+v; want one path to b's QP, RTT 30µs-10µs host delay, node id 2", p)
+	if p := a.peer("127.0.0.3"); len(p.Paths) != 1 || p.Paths[0].RemoteQPN != b.pr.qpn || p.Paths[0].LastRTT != 30*time.Microsecond || p.NodeID != "2" {
+		t.Errorf("a's view of b = %+v; want one path to b's QP, the measured RTT of 30µs (host delay not subtracted), node id 2", p)
 	}
 
 	// One-shot probe of a configured peer, and of one that is not.
