@@ -91,7 +91,9 @@ func checkDaemon(e *Env) Result {
 	}
 	var c collector
 	if s.Config.Error != "" {
-		c.add(Fail, fmt.Sprintf("configuration rejected, generation %d stays in force: %s", s.Config.Generation, firstLine(s.Config.Error)),
+		// The whole error, every line of it: each names a file, line and
+		// key the operator must fix (rdmactl doctor indents the lines).
+		c.add(Fail, fmt.Sprintf("configuration rejected, generation %d stays in force: %s", s.Config.Generation, strings.TrimRight(s.Config.Error, "\n")),
 			"fix the file and line named, then rdmactl reload")
 	}
 	names := make([]string, 0, len(s.Components))
@@ -101,7 +103,7 @@ func checkDaemon(e *Env) Result {
 	sort.Strings(names)
 	for _, n := range names {
 		if comp := s.Components[n]; comp.State == apitype.Error {
-			c.add(Fail, fmt.Sprintf("component %s: %s", n, comp.Error), "see rdmactl status and journalctl -u rdmad")
+			c.add(Fail, fmt.Sprintf("component %s: %s", n, componentDetail(comp)), "see rdmactl status and journalctl -u rdmad")
 		}
 	}
 	if c.verdict == "" {
@@ -110,11 +112,20 @@ func checkDaemon(e *Env) Result {
 	return c.result("")
 }
 
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i] + " (and more)"
+// componentDetail is what a component's state rests on: for one disabled
+// or unavailable, its Reason (why, and what to do: the daemon's
+// state.SetComponent puts that text there, never in Error); otherwise its
+// Error (what failed). Each falls back on the other field, so that an
+// older rdmad's shape still reads whole.
+func componentDetail(c apitype.Component) string {
+	first, second := c.Error, c.Reason
+	if c.State == apitype.Disabled || c.State == apitype.Unavailable {
+		first, second = c.Reason, c.Error
 	}
-	return s
+	if first != "" {
+		return first
+	}
+	return second
 }
 
 // PCI classes and vendors that matter for RDMA.
@@ -644,14 +655,18 @@ func checkPeers(e *Env) Result {
 		return skip("rdmad reports no peer probes (not started yet, or an rdmad without them)")
 	case comp.State == apitype.Disabled:
 		why := "[probe] peers = false"
-		if comp.Error != "" {
-			why = comp.Error
+		if d := componentDetail(comp); d != "" {
+			why = d
 		}
 		return skip("peer probes are disabled: " + why)
 	case comp.State == apitype.Unavailable:
-		return skip("peer probes are unavailable: " + comp.Error)
+		why := "rdmad did not say why (see rdmactl status)"
+		if d := componentDetail(comp); d != "" {
+			why = d
+		}
+		return skip("peer probes are unavailable: " + why)
 	case comp.State == apitype.Error:
-		return skip("peer probes are in error (see the daemon check): " + comp.Error)
+		return skip("peer probes are in error (see the daemon check): " + componentDetail(comp))
 	}
 	ps := s.Peers
 	if len(ps.Peers) == 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,6 +109,19 @@ func peersSnap(comp apitype.Component, peers ...apitype.Peer) *apitype.Snapshot 
 	return s
 }
 
+// daemonComponent is a component as the daemon records it
+// (state.SetComponent): a disabled or unavailable one's text is its Reason,
+// an error's its Error.
+func daemonComponent(st, text string) apitype.Component {
+	var err error
+	if text != "" {
+		err = errors.New(text)
+	}
+	var s apitype.Snapshot
+	state.SetComponent(&s, "c", st, err, time.Now())
+	return s.Components["c"]
+}
+
 func peerAt(name, st string) apitype.Peer {
 	return apitype.Peer{Name: name, State: st, Paths: []apitype.PeerPath{{Local: "rxe0/1", State: st}}}
 }
@@ -170,12 +184,12 @@ func TestChecks(t *testing.T) {
 		}, Warn, "rdmad not reachable: rdmad is not running", "systemctl start rdmad"},
 		{"daemon config error", "daemon", func(t *testing.T) *Env {
 			s := snapWith()
-			s.Config.Error = "rdmad.toml:3: daemon.x: unknown key\nrdmad.toml:4: y"
+			s.Config.Error = "rdmad.toml:3: daemon.x: unknown key\nrdmad.toml:4: y\n"
 			return &Env{Snapshot: s}
-		}, Fail, "configuration rejected, generation 0 stays in force: rdmad.toml:3: daemon.x: unknown key (and more)", "rdmactl reload"},
+		}, Fail, "configuration rejected, generation 0 stays in force: rdmad.toml:3: daemon.x: unknown key\nrdmad.toml:4: y", "rdmactl reload"},
 		{"daemon component error", "daemon", func(t *testing.T) *Env {
 			s := snapWith()
-			s.Components = map[string]apitype.Component{"api": {State: apitype.OK}, "metrics": {State: apitype.Error, Error: "listen: address in use"}}
+			s.Components = map[string]apitype.Component{"api": daemonComponent(apitype.OK, ""), "metrics": daemonComponent(apitype.Error, "listen: address in use")}
 			return &Env{Snapshot: s}
 		}, Fail, "component metrics: listen: address in use", "journalctl -u rdmad"},
 		{"daemon ok", "daemon", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, OK, "rdmad t is running (pid 4242", ""},
@@ -359,13 +373,19 @@ func TestChecks(t *testing.T) {
 		{"peers without daemon", "peers", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
 		{"peers not reported", "peers", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, Skip, "rdmad reports no peer probes", ""},
 		{"peers disabled", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled, Error: "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"})}
-		}, Skip, "peer probes are disabled: no [[peer]]", ""},
+			return &Env{Snapshot: peersSnap(daemonComponent(apitype.Disabled, "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))}
+		}, Skip, "peer probes are disabled: no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer", ""},
 		{"peers switched off", "peers", func(t *testing.T) *Env { return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled})} }, Skip,
 			"peer probes are disabled: [probe] peers = false", ""},
 		{"peers without verbs", "peers", func(t *testing.T) *Env {
-			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Unavailable, Error: "verbs unavailable: no RDMA devices found"})}
-		}, Skip, "peer probes are unavailable: verbs unavailable", ""},
+			return &Env{Snapshot: peersSnap(daemonComponent(apitype.Unavailable, "verbs unavailable: no RDMA devices found"))}
+		}, Skip, "peer probes are unavailable: verbs unavailable: no RDMA devices found", ""},
+		{"peers unavailable without a reason", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(daemonComponent(apitype.Unavailable, ""))}
+		}, Skip, "peer probes are unavailable: rdmad did not say why (see rdmactl status)", ""},
+		{"peers in error", "peers", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(daemonComponent(apitype.Error, "peers: create probe QP on rxe0/1: cannot allocate memory"))}
+		}, Skip, "peer probes are in error (see the daemon check): peers: create probe QP on rxe0/1: cannot allocate memory", ""},
 		{"peers not probed yet", "peers", func(t *testing.T) *Env {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerUnknown))}
 		}, Skip, "none of the 1 peers has been probed yet", ""},

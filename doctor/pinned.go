@@ -24,7 +24,7 @@ func (e *Env) pinHolders() string {
 			err = fmt.Errorf("%s", res.Error)
 		}
 		if err != nil {
-			e.pinned = fmt.Sprintf(" (who pins memory is unknown: %v)", firstLine(err.Error()))
+			e.pinned = fmt.Sprintf(" (who pins memory is unknown: %v)", strings.TrimRight(err.Error(), "\n"))
 			return
 		}
 		e.pinned = formatHolders(res.Processes)
@@ -82,9 +82,9 @@ func (e *Env) registrationFailing() string {
 	for _, p := range e.Snapshot.MRPool {
 		switch {
 		case p.Canary.LastError != "":
-			fails = append(fails, fmt.Sprintf("%s: %s", p.Device, firstLine(p.Canary.LastError)))
+			fails = append(fails, fmt.Sprintf("%s: %s", p.Device, strings.TrimRight(p.Canary.LastError, "\n")))
 		case !p.Registered && p.LastError != "":
-			fails = append(fails, fmt.Sprintf("%s: %s", p.Device, firstLine(p.LastError)))
+			fails = append(fails, fmt.Sprintf("%s: %s", p.Device, strings.TrimRight(p.LastError, "\n")))
 		}
 	}
 	if len(fails) == 0 {

@@ -90,3 +90,29 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestMemlockKeepsWholeErrors: an MR pool error of several lines, and a
+// resources error of several, reach the message whole (#16 item 11: rdmactl
+// doctor | cat once read "... (and more)" and lost what to do).
+func TestMemlockKeepsWholeErrors(t *testing.T) {
+	proc := t.TempDir()
+	write(t, proc, map[string]string{"4242/limits": limits("unlimited            unlimited")})
+	const canary = "register 1 MiB region on rxe0: cannot allocate memory\nraise [memlock] daemon or LimitMEMLOCK= in rdmad.service"
+	const pool = "register the pool on mlx5_0: cannot allocate memory\nthe pool needs 64 MiB"
+	const res = "read RDMA resources: operation not permitted\nrun rdmactl doctor as root"
+	s := snapWith()
+	s.MRPool = []apitype.PoolDevice{
+		{Device: "rxe0", Registered: true, Canary: apitype.Canary{Failures: 1, LastError: canary + "\n"}},
+		{Device: "mlx5_0", LastError: pool},
+	}
+	e := &Env{ProcRoot: proc, Snapshot: s, Resources: func() (apitype.Resources, error) { return apitype.Resources{}, errors.New(res) }}
+	r := checkMemlock(e)
+	for _, want := range []string{"rxe0: " + canary + "; mlx5_0: " + pool, "(who pins memory is unknown: " + res + ")"} {
+		if !strings.Contains(r.Message, want) {
+			t.Errorf("memlock message lacks %q:\n%s", want, r.Message)
+		}
+	}
+	if strings.Contains(r.Message, "(and more)") {
+		t.Errorf("memlock message is cut:\n%s", r.Message)
+	}
+}

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -10,18 +11,30 @@ import (
 )
 
 // TestDeviceReleaseOnRemoval is issue #14 item 4: with rdmad holding rxe0
-// in all its parts (MR pool and loopback prober), `rdma link del rxe0` must
-// not wait for any of them. Linux 6.1's rxe cannot disassociate its users,
-// so ib_unregister_device, and with it the command, waits until every
-// process has closed the device; rdmad lets go as soon as the kernel
+// in all its parts (MR pool, loopback prober and, with peers configured as
+// in the two-node test bed, the peer engine's probe port), `rdma link del
+// rxe0` must not wait for any of them. Linux 6.1's rxe cannot disassociate
+// its users, so ib_unregister_device, and with it the command, waits until
+// every process has closed the device; rdmad lets go as soon as the kernel
 // removes the device's uverbs node (uevent) or one of its parts notices,
 // instead of at the MR pool's next canary (up to 30 s; 26.6 s measured).
 // The goal is under 1 s; the test fails above 5 s. Then rxe0 is added
-// again and rdmad must register its pool and probe it again, driven by the
-// uevents of the returning device, not by the canary or the resync.
+// again and rdmad must register its pool, probe it again and open its peer
+// probe port again, driven by the uevents of the returning device, not by
+// the canary or the resync.
 func TestDeviceReleaseOnRemoval(t *testing.T) {
 	requireVM(t)
 	before := waitActive(t)
+	// The peer engine holds rxe0 only where it has peers to probe (the
+	// package runs with two nodes: test/vm/run --nodes 2 sets RDMAD_PEERS).
+	peers := len(strings.Fields(os.Getenv("RDMAD_PEERS"))) > 0
+	if !peers {
+		t.Log("RDMAD_PEERS is empty: one node, no peer engine; the removal is tested with the MR pool and the loopback prober only")
+	}
+	holders := "the MR pool and the loopback prober"
+	if peers {
+		holders = "the MR pool, the loopback prober and the peer engine"
+	}
 	t.Cleanup(func() {
 		// Leave rxe0 for the next test whatever happened here.
 		if _, err := os.Stat("/sys/class/infiniband/" + roceDev); err != nil {
@@ -30,9 +43,9 @@ func TestDeviceReleaseOnRemoval(t *testing.T) {
 			}
 		}
 	})
-	waitFor(t, 60*time.Second, "rxe0 held by the MR pool and the loopback prober", func() (bool, string) {
-		s := daemonStatusNow(t)
-		return holdsRxe(s), "mrpool " + mustJSON(s.MRPool) + " loopback " + mustJSON(s.Loopback)
+	waitFor(t, 60*time.Second, "rxe0 held by "+holders, func() (bool, string) {
+		s := releaseStatusNow(t)
+		return holdsRxe(s, peers), s.String()
 	})
 
 	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
@@ -53,8 +66,8 @@ func TestDeviceReleaseOnRemoval(t *testing.T) {
 		t.Errorf("/sys/class/infiniband/%s still exists after rdma link del returned", roceDev)
 	}
 	// The snapshot follows the release on the main loop's next turn.
-	waitFor(t, 5*time.Second, "status shows rxe0's pool released and its loopback gone", func() (bool, string) {
-		s := daemonStatusNow(t)
+	waitFor(t, 5*time.Second, "status shows rxe0's pool released, its loopback and its peer probe port gone", func() (bool, string) {
+		s := releaseStatusNow(t)
 		for _, d := range s.MRPool {
 			if d.Device == roceDev && d.Registered {
 				return false, "mrpool " + mustJSON(s.MRPool)
@@ -65,6 +78,9 @@ func TestDeviceReleaseOnRemoval(t *testing.T) {
 				return false, "loopback " + mustJSON(s.Loopback)
 			}
 		}
+		if s.peerPortOnRxe() {
+			return false, "peer probe ports " + mustJSON(s.Peers.Ports)
+		}
 		return true, ""
 	})
 
@@ -74,14 +90,14 @@ func TestDeviceReleaseOnRemoval(t *testing.T) {
 	// resync (5 min) must not be what brings the pool back. Polling goes on
 	// past the limit so that a failure says "slow" or "never".
 	const follow, patience = 15 * time.Second, 90 * time.Second
-	took = waitFor(t, patience, "rxe0 back: pool registered, loopback ok", func() (bool, string) {
-		s := daemonStatusNow(t)
-		return holdsRxe(s), "mrpool " + mustJSON(s.MRPool) + " loopback " + mustJSON(s.Loopback)
+	took = waitFor(t, patience, "rxe0 back in "+holders, func() (bool, string) {
+		s := releaseStatusNow(t)
+		return holdsRxe(s, peers), s.String()
 	})
 	if took > follow {
-		t.Errorf("rdma link add %s: pool and loopback back after %v, want within %v (uevents, not the canary)", roceDev, took, follow)
+		t.Errorf("rdma link add %s: %s back after %v, want within %v (uevents, not the canary)", roceDev, holders, took, follow)
 	}
-	t.Logf("pool and loopback of %s back %v after rdma link add returned", roceDev, time.Since(back).Round(time.Millisecond))
+	t.Logf("%s of %s back %v after rdma link add returned", holders, roceDev, time.Since(back).Round(time.Millisecond))
 
 	after := showUnit(t)
 	if after.MainPID != before.MainPID || after.NRestarts != before.NRestarts {
@@ -89,9 +105,50 @@ func TestDeviceReleaseOnRemoval(t *testing.T) {
 	}
 }
 
-// holdsRxe reports whether s shows rxe0's MR pool registered and its port 1
-// probed successfully.
-func holdsRxe(s daemonStatus) bool {
+// releaseStatus is the status this test reads: daemonStatus and the peer
+// engine's probe ports.
+type releaseStatus struct {
+	daemonStatus
+	Peers struct {
+		Ports []struct {
+			Key string `json:"key"`
+			QPN uint32 `json:"qpn"`
+		} `json:"ports"`
+	} `json:"peers"`
+}
+
+func releaseStatusNow(t *testing.T) releaseStatus {
+	t.Helper()
+	out, _ := run("rdmactl", "status", "--json")
+	var s releaseStatus
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("decode status: %v\n%s", err, out)
+	}
+	return s
+}
+
+// String is what a failed wait shows of s.
+func (s releaseStatus) String() string {
+	return "mrpool " + mustJSON(s.MRPool) + " loopback " + mustJSON(s.Loopback) + " peer probe ports " + mustJSON(s.Peers.Ports)
+}
+
+// peerPortOnRxe reports whether the peer engine has a probe port (a QP) on
+// rxe0.
+func (s releaseStatus) peerPortOnRxe() bool {
+	for _, p := range s.Peers.Ports {
+		if strings.HasPrefix(p.Key, roceDev+"/") && p.QPN != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsRxe reports whether s shows rxe0's MR pool registered, its port 1
+// probed successfully and, with peers, a peer probe port on it.
+func holdsRxe(s releaseStatus, peers bool) bool {
+	if peers && !s.peerPortOnRxe() {
+		return false
+	}
 	pool, loop := false, false
 	for _, d := range s.MRPool {
 		if d.Device == roceDev && d.Registered && d.RegisteredBytes > 0 {

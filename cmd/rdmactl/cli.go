@@ -132,6 +132,7 @@ func cmdReload(ctx context.Context, g *globals, c *client.Client, x call) int {
 		printJSON(g.stdout, res)
 	} else if res.OK {
 		fmt.Fprintf(g.stdout, "configuration loaded (generation %d)\n", res.Generation)
+		printRestartNeeded(g.stdout, res.RestartNeeded, "")
 	} else {
 		fmt.Fprintf(g.stderr, "configuration rejected; generation %d stays in force:\n%s\n", res.Generation, indent(res.Error))
 	}

@@ -101,8 +101,9 @@ func init() {
 		{
 			name:    "status",
 			summary: "rdmad, its configuration, devices, ports, policies, health",
-			help: "Show rdmad (version, state, configuration generation and load error), the RDMA devices with their " +
-				"ports and GIDs, the loopback probes, the memory registration pool, the DCB state of the RoCE netdevs " +
+			help: "Show rdmad (version, state, configuration generation, load error and the keys that wait for a " +
+				"restart), the RDMA devices with their ports and GIDs, the loopback probes and their traffic class " +
+				"(TCLASS), the memory registration pool, the DCB state of the RoCE netdevs " +
 				"(rdmactl qos has the details), every policy target and the " +
 				"health of rdmad's components. On a terminal, long texts in the tables are shortened (--full shows " +
 				"them whole); when stdout is not a terminal, nothing is shortened.",
@@ -113,8 +114,9 @@ func init() {
 		{
 			name:    "reload",
 			summary: "reload the configuration (root or admin_group)",
-			help: "Ask rdmad to load its configuration files again. Prints the new generation, or why the files " +
-				"were rejected: the running configuration then stays in force.",
+			help: "Ask rdmad to load its configuration files again. Prints the new generation and names each key " +
+				"whose new value takes effect only when rdmad restarts (daemon.socket, ...: rdmad runs on with the old " +
+				"value until then), or why the files were rejected: the running configuration then stays in force.",
 			exits:  "0 loaded; 1 error, rdmad unreachable or access denied; 2 usage; 3 rejected (the running configuration stays)",
 			daemon: true,
 			run:    cmdReload,
@@ -138,8 +140,9 @@ func init() {
 		{
 			name:    "peers",
 			summary: "peer probes: state, RTT and loss per peer and port",
-			help: "Show the peer probes: state, round-trip time and loss per peer and local port, the fleet key " +
-				"and fingerprint mismatches. A local port from which every peer is down is flagged LOCAL FAULT?, " +
+			help: "Show the peer probes: the probe ports with their traffic class (tclass), state, round-trip time " +
+				"and loss per peer and local port, the fleet key, fingerprint mismatches (MISMATCH) and the peers whose " +
+				"fingerprint is unknown (an older rdmad). A local port from which every peer is down is flagged LOCAL FAULT?, " +
 				"a group whose every peer is down while others answer GROUP FAULT?. --state and --group show " +
 				"only the peers in those states or that group (with --json too), e.g. the few that are down " +
 				"among a thousand: rdmactl peers --state down,degraded.",

@@ -75,14 +75,27 @@ func cmdDoctor(ctx context.Context, g *globals, c *client.Client, x call) int {
 	return exitOK
 }
 
+// printDoctor prints a row per check: its verdict, ID and message, then the
+// fix of a warning or failure. Nothing is shortened, on a terminal or not:
+// a message or fix of several lines (a configuration error names each bad
+// line) continues on lines of its own, indented under its first.
 func printDoctor(w io.Writer, rs []apitype.DoctorCheck, worst string) {
 	for _, r := range rs {
-		fmt.Fprintf(w, "[%-4s] %-12s %s\n", verdictLabel(r.Verdict), r.ID, r.Message)
+		head := fmt.Sprintf("[%-4s] %-12s ", verdictLabel(r.Verdict), r.ID)
+		fmt.Fprintln(w, head+hang(r.Message, len(head)))
 		if r.Fix != "" && (r.Verdict == doctor.Warn || r.Verdict == doctor.Fail) {
-			fmt.Fprintf(w, "       %-12s fix: %s\n", "", r.Fix)
+			head := fmt.Sprintf("       %-12s fix: ", "")
+			fmt.Fprintln(w, head+hang(r.Fix, len(head)))
 		}
 	}
 	fmt.Fprintf(w, "\nworst verdict: %s\n", worst)
+}
+
+// hang indents every line of s after the first by n spaces, so that it
+// continues under a first line that starts at column n.
+func hang(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", n))
 }
 
 func verdictLabel(v string) string {

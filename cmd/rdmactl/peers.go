@@ -31,8 +31,8 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 	} else {
 		if comp, ok := s.Components[apitype.ComponentPeers]; ok && comp.State != apitype.OK {
 			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
-			if comp.Error != "" {
-				fmt.Fprintf(g.stdout, ": %s", comp.Error)
+			if d := componentDetail(comp); d != "" {
+				fmt.Fprintf(g.stdout, ": %s", d)
 			}
 			fmt.Fprintln(g.stdout)
 		}
@@ -170,13 +170,15 @@ func printPeers(w io.Writer, ps apitype.Peers) {
 	printPeerTable(w, ps)
 }
 
-// printPeerFaults prints the probe ports and the suspects: a control
-// endpoint that is not where configured, local ports and groups at fault.
+// printPeerFaults prints the probe ports (with the traffic class their
+// probes and answers carry: [probe] traffic_class, else the port's
+// [policy.roce] tos, else 0) and the suspects: a control endpoint that is
+// not where configured, local ports and groups at fault.
 func printPeerFaults(w io.Writer, ps apitype.Peers) {
 	if len(ps.Ports) > 0 {
 		fmt.Fprint(w, "Probe ports:")
 		for _, p := range ps.Ports {
-			fmt.Fprintf(w, " %s (QPN 0x%x, GID %s)", p.Key, p.QPN, p.GID)
+			fmt.Fprintf(w, " %s (QPN 0x%x, GID %s, tclass %d)", p.Key, p.QPN, p.GID, p.TrafficClass)
 		}
 		fmt.Fprintln(w)
 		if ps.ControlError != "" {
@@ -214,6 +216,7 @@ func printPeerTable(w io.Writer, ps apitype.Peers) {
 		}
 	}
 	printMismatches(w, ps.Peers)
+	printFingerprintUnknown(w, ps.Peers)
 	if ps.Auth == "" {
 		return
 	}
@@ -264,6 +267,21 @@ func printMismatches(w io.Writer, ps []apitype.Peer) {
 				info = " (informational)"
 			}
 			fmt.Fprintf(w, "MISMATCH %s: %s %s here (%s), %s on the peer (%s)%s\n", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, m.PeerPort, info)
+		}
+	}
+}
+
+// printFingerprintUnknown names the peers that answer without a fingerprint
+// (docs/PROBES.md, "Fingerprints"): an rdmad that predates fingerprints, in
+// wire version 1 or an older version 2. They are probed as before, but
+// nothing of theirs is compared, so no MISMATCH line can show for them. A
+// peer that has not answered yet (wire "-") is not named: it has told
+// nothing at all.
+func printFingerprintUnknown(w io.Writer, ps []apitype.Peer) {
+	for _, p := range ps {
+		if p.WireVersion != 0 && (p.FingerprintUnknown || p.Fingerprint == nil) {
+			fmt.Fprintf(w, "FINGERPRINT UNKNOWN: %s answers without a fingerprint (wire v%d): an rdmad that predates fingerprints; "+
+				"its MTU, link layer, RoCE, QoS, firmware and driver are not compared until it is upgraded\n", p.Name, p.WireVersion)
 		}
 	}
 }

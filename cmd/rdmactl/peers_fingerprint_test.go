@@ -44,3 +44,32 @@ func TestPrintMismatches(t *testing.T) {
 		t.Errorf("JSON of the old peer: want fingerprint null, fingerprint_unknown true, mismatches []:\n%s", j)
 	}
 }
+
+// TestPrintFingerprintUnknown: a peer that answers without a fingerprint
+// (an rdmad that predates them) is named as such, not only "v1" in the WIRE
+// column; a peer that has not answered yet, or that sent its fingerprint,
+// is not.
+func TestPrintFingerprintUnknown(t *testing.T) {
+	ps := apitype.Peers{Ports: []apitype.PeerPort{{Key: "rxe0/1"}}, Configured: 4, Peers: []apitype.Peer{
+		{Name: "192.0.2.17", State: apitype.PeerUp, Since: time.Now(), WireVersion: 2, Fingerprint: &apitype.Fingerprint{}},
+		{Name: "192.0.2.18", State: apitype.PeerUp, Since: time.Now(), WireVersion: 1, FingerprintUnknown: true},
+		{Name: "192.0.2.19", State: apitype.PeerUp, Since: time.Now(), WireVersion: 2, FingerprintUnknown: true},
+		{Name: "192.0.2.20", State: apitype.PeerDown, Since: time.Now(), FingerprintUnknown: true},
+	}}
+	var b bytes.Buffer
+	printPeers(&b, ps)
+	out := b.String()
+	for _, want := range []string{
+		"FINGERPRINT UNKNOWN: 192.0.2.18 answers without a fingerprint (wire v1): an rdmad that predates fingerprints; its MTU, link layer, RoCE, QoS, firmware and driver are not compared until it is upgraded\n",
+		"FINGERPRINT UNKNOWN: 192.0.2.19 answers without a fingerprint (wire v2): an rdmad that predates fingerprints",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, name := range []string{"192.0.2.17", "192.0.2.20"} {
+		if strings.Contains(out, "FINGERPRINT UNKNOWN: "+name) {
+			t.Errorf("%s is named as a peer without a fingerprint:\n%s", name, out)
+		}
+	}
+}

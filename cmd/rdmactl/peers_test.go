@@ -9,8 +9,9 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-// TestPrintPeers checks what an operator reads first: the suspect local
-// port and a control endpoint that could not move, before the table.
+// TestPrintPeers checks what an operator reads first: the probe ports with
+// the traffic class they probe in, the suspect local port and a control
+// endpoint that could not move, before the table.
 func TestPrintPeers(t *testing.T) {
 	down := func(name string) apitype.Peer {
 		return apitype.Peer{Name: name, State: apitype.PeerDown, Reason: "3 probes in a row unanswered", Since: time.Now(),
@@ -18,7 +19,7 @@ func TestPrintPeers(t *testing.T) {
 	}
 	ps := apitype.Peers{
 		Ports: []apitype.PeerPort{
-			{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11, LocalFault: "all 2 peers are down from rxe0/1: suspect this port"},
+			{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11, TrafficClass: 104, LocalFault: "all 2 peers are down from rxe0/1: suspect this port"},
 			{Key: "rxe1/1", GID: "198.51.100.1", QPN: 0x12},
 		},
 		Configured:   2,
@@ -30,7 +31,9 @@ func TestPrintPeers(t *testing.T) {
 	printPeers(&b, ps)
 	out := b.String()
 	for _, want := range []string{
-		"Probe ports: rxe0/1 (QPN 0x11, GID 192.0.2.1) rxe1/1 (QPN 0x12, GID 198.51.100.1)\n",
+		// The class each port's probes and answers carry ([probe]
+		// traffic_class, else the port's [policy.roce] tos, else 0).
+		"Probe ports: rxe0/1 (QPN 0x11, GID 192.0.2.1, tclass 104) rxe1/1 (QPN 0x12, GID 198.51.100.1, tclass 0)\n",
 		"CONTROL ENDPOINT: peers: listen on control endpoint [::]:18600: address already in use; still answering on UDP port 18516\n",
 		"LOCAL FAULT? all 2 peers are down from rxe0/1: suspect this port\n",
 		"192.0.2.17",

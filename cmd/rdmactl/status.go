@@ -52,6 +52,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	if s.Config.Error != "" {
 		fmt.Fprintln(w, indent(s.Config.Error))
 	}
+	printRestartNeeded(w, s.Config.PendingRestart, "  ")
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -72,13 +73,15 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 
 	if len(s.Loopback) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "LOOPBACK\tPORT\tSTATE\tWRITE p50/p99\tREAD p50/p99\tSEND p50/p99\tWARM-UP p50/p99\tROUNDS\tFAILED\tLAST ERROR")
+		// TCLASS: the GRH traffic class (RoCE v2: the IP ToS byte) the
+		// probe runs in, so that a probe of the wrong class is seen.
+		fmt.Fprintln(tw, "LOOPBACK\tPORT\tSTATE\tTCLASS\tWRITE p50/p99\tREAD p50/p99\tSEND p50/p99\tWARM-UP p50/p99\tROUNDS\tFAILED\tLAST ERROR")
 		for _, p := range s.Loopback {
 			lastErr := p.LastError
 			if p.ErrorKind != "" {
 				lastErr = p.ErrorKind + ": " + lastErr
 			}
-			row(tw, p.Device, fmt.Sprint(p.Port), p.State, rtts(p.Write), rtts(p.Read), rtts(p.Send), rtts(p.Warmup),
+			row(tw, p.Device, fmt.Sprint(p.Port), p.State, fmt.Sprint(p.TrafficClass), rtts(p.Write), rtts(p.Read), rtts(p.Send), rtts(p.Warmup),
 				fmt.Sprint(p.Rounds), fmt.Sprint(p.Failures), lastErr)
 		}
 		tw.Flush()
@@ -125,15 +128,29 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		// An error says what failed; a reason why a component is
-		// disabled or unavailable, and what to do.
-		detail := c.Error
-		if c.Reason != "" {
-			detail = strings.TrimPrefix(detail+"; "+c.Reason, "; ")
-		}
-		row(tw, n, c.State, ago(c.Since), sh.cell(detail, 160))
+		row(tw, n, c.State, ago(c.Since), sh.cell(componentDetail(c), 160))
 	}
 	tw.Flush()
+}
+
+// componentDetail is what a component's health rests on: its error (what
+// failed) and its reason (why it is disabled or unavailable, and what to
+// do; the daemon never puts that in the error).
+func componentDetail(c apitype.Component) string {
+	detail := c.Error
+	if c.Reason != "" {
+		detail = strings.TrimPrefix(detail+"; "+c.Reason, "; ")
+	}
+	return detail
+}
+
+// printRestartNeeded prints a line per configuration key whose new value
+// waits for a restart (the reload result's restart_needed, the status's
+// config.pending_restart), each after prefix.
+func printRestartNeeded(w io.Writer, keys []string, prefix string) {
+	for _, k := range keys {
+		fmt.Fprintf(w, "%srestart needed for %s: rdmad runs on with the old value until it restarts (systemctl restart rdmad)\n", prefix, k)
+	}
 }
 
 func gidSummary(gids []apitype.GID) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -23,5 +24,99 @@ func TestPrintStatusNoDevice(t *testing.T) {
 	}
 	if s.Healthy() {
 		t.Errorf("a snapshot without devices is healthy; rdmactl status would exit 0")
+	}
+}
+
+// cellUnder returns the cell under header's column name in line, both rows of
+// one table.
+func cellUnder(t *testing.T, header, line, name string) string {
+	t.Helper()
+	i := strings.Index(header, name)
+	if i < 0 || i >= len(line) {
+		t.Fatalf("no column %s in %q (row %q)", name, header, line)
+	}
+	return strings.Fields(line[i:])[0]
+}
+
+// TestPrintStatusLoopbackClass: the loopback table shows the traffic class
+// each port's probe runs in (a probe of class 0 tests the best-effort
+// class, not RDMA's).
+func TestPrintStatusLoopbackClass(t *testing.T) {
+	s := &apitype.Snapshot{Version: "t", State: apitype.Running, Devices: []apitype.Device{{Name: "rxe0"}},
+		Loopback: []apitype.LoopbackPort{
+			{Device: "rxe0", Port: 1, State: "ok", TrafficClass: 106},
+			{Device: "mlx5_0", Port: 1, State: "ok"},
+		}}
+	var b bytes.Buffer
+	printStatus(&b, s, &shortener{full: true})
+	lines := strings.Split(b.String(), "\n")
+	var header string
+	got := map[string]string{}
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "LOOPBACK"):
+			header = l
+		case header != "" && (strings.HasPrefix(l, "rxe0 ") || strings.HasPrefix(l, "mlx5_0 ")):
+			got[strings.Fields(l)[0]] = cellUnder(t, header, l, "TCLASS")
+		}
+	}
+	if got["rxe0"] != "106" || got["mlx5_0"] != "0" {
+		t.Errorf("TCLASS: got %v, want rxe0 106 and mlx5_0 0:\n%s", got, b.String())
+	}
+}
+
+// TestPrintStatusPendingRestart: keys whose new value waits for a restart
+// are named under the config line, with what that means.
+func TestPrintStatusPendingRestart(t *testing.T) {
+	s := &apitype.Snapshot{Version: "t", State: apitype.Running, Config: apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 4,
+		PendingRestart: []string{"daemon.socket", "metrics.listen"}}}
+	var b bytes.Buffer
+	printStatus(&b, s, &shortener{full: true})
+	out := b.String()
+	for _, want := range []string{
+		"config: /etc/rdmad/rdmad.toml, generation 4, loaded never: ok\n" +
+			"  restart needed for daemon.socket: rdmad runs on with the old value until it restarts (systemctl restart rdmad)\n" +
+			"  restart needed for metrics.listen: rdmad runs on with the old value until it restarts (systemctl restart rdmad)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	s.Config.PendingRestart = nil
+	b.Reset()
+	printStatus(&b, s, &shortener{full: true})
+	if strings.Contains(b.String(), "restart needed") {
+		t.Errorf("status names a restart when none is pending:\n%s", b.String())
+	}
+}
+
+// TestReloadRestartNeeded: rdmactl reload names the keys the new
+// configuration changed that take effect only at a restart; the load
+// itself succeeded (exit 0).
+func TestReloadRestartNeeded(t *testing.T) {
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{"POST /v1/reload": answer(t, apitype.ReloadResult{OK: true, Generation: 5, RestartNeeded: []string{"daemon.socket"}})})
+	code, out, errs := rdmactl(t, "--socket", sock, "reload")
+	want := "configuration loaded (generation 5)\n" +
+		"restart needed for daemon.socket: rdmad runs on with the old value until it restarts (systemctl restart rdmad)\n"
+	if code != exitOK || out != want {
+		t.Errorf("reload: exit %d, stdout %q (stderr %q); want 0 and %q", code, out, errs, want)
+	}
+	sock = fakeRdmad(t, map[string]http.HandlerFunc{"POST /v1/reload": answer(t, apitype.ReloadResult{OK: true, Generation: 6})})
+	if code, out, _ := rdmactl(t, "--socket", sock, "reload"); code != exitOK || out != "configuration loaded (generation 6)\n" {
+		t.Errorf("reload without a restart needed: exit %d, stdout %q", code, out)
+	}
+}
+
+// TestPeersComponentReason: when the peer probes are disabled or
+// unavailable, rdmactl peers says why: the component's reason, where the
+// daemon puts it (never in its error).
+func TestPeersComponentReason(t *testing.T) {
+	const why = "no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"
+	s := apitype.Snapshot{Version: "t", State: apitype.Running,
+		Components: map[string]apitype.Component{apitype.ComponentPeers: {State: apitype.Disabled, Reason: why}}}
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{"GET /v1/status": answer(t, s)})
+	_, out, _ := rdmactl(t, "--socket", sock, "peers")
+	if want := "Peer probes: disabled: " + why + "\n"; !strings.HasPrefix(out, want) {
+		t.Errorf("peers does not say why the probes are off; want %q first:\n%s", want, out)
 	}
 }
