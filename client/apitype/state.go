@@ -281,13 +281,14 @@ type PeerPath struct {
 	RemoteQPN uint32    `json:"remote_qpn"`
 	State     string    `json:"state"`
 	Since     time.Time `json:"since"`
-	// RTT is the round trip minus the responder's host delay; HostDelay
-	// is that delay, reported apart because a busy responder is not a
-	// slow network.
+	// RTT is the round trip as this node measured it (its own send and
+	// receive times), the responder's host delay included; HostDelay is
+	// what the responder says it held the probe, the peer's claim,
+	// reported apart and never subtracted.
 	RTTP50       time.Duration `json:"rtt_p50_ns"`
 	RTTP99       time.Duration `json:"rtt_p99_ns"`
 	HostDelayP99 time.Duration `json:"host_delay_p99_ns"`
-	LastRTT      time.Duration `json:"last_rtt_ns"` // of the last answered probe, host delay subtracted
+	LastRTT      time.Duration `json:"last_rtt_ns"` // of the last answered probe, as measured
 	LossPct      float64       `json:"loss_pct"`
 	Samples      int           `json:"samples"`
 	Sent         uint64        `json:"sent"` // since start

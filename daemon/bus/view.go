@@ -53,7 +53,7 @@ type PeerEntry struct {
 	State   string // unknown, up, degraded, down
 	Reason  string // why it is down or degraded, "" otherwise
 	// RTTP50 and RTTP99 are the highest median and 99th percentile round
-	// trip (ns, responder host delay subtracted) among the paths over the
+	// trip (ns, as measured, responder host delay included) among the paths over the
 	// [probe] window; 0 before any answer.
 	RTTP50 uint64
 	RTTP99 uint64

@@ -21,9 +21,9 @@ var (
 	peerNodeInfo = prometheus.NewDesc("rdmad_peer_node_info",
 		"The node id this node answers its peers with (the node_id of rdmad_peer_info on the other nodes); always 1.", []string{"node_id"}, nil)
 	peerRTT = prometheus.NewDesc("rdmad_peer_rtt_seconds",
-		"Probe round-trip time on the path, the responder's host delay taken out: stat p50, p99 or last.", []string{"peer", "group", "local", "stat"}, nil)
+		"Probe round-trip time on the path as this node measured it, the responder's host delay included: stat p50, p99 or last.", []string{"peer", "group", "local", "stat"}, nil)
 	peerHostDelay = prometheus.NewDesc("rdmad_peer_host_delay_p99_seconds",
-		"p99 of the time the peer's host held the probe between receiving and answering it.", []string{"peer", "group", "local"}, nil)
+		"p99 of the time the peer says its host held the probe between receiving and answering it (its claim; not taken out of the RTT).", []string{"peer", "group", "local"}, nil)
 	peerLoss = prometheus.NewDesc("rdmad_peer_loss_ratio",
 		"Share of the last window's probes on the path that went unanswered (0 to 1).", []string{"peer", "group", "local"}, nil)
 	peerSent = prometheus.NewDesc("rdmad_peer_probes_sent_total",

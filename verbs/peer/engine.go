@@ -2,8 +2,8 @@
 // in the style of R-Pingmesh: on every ACTIVE port of every RDMA device one
 // UD QP both sends probes and answers the probes of other nodes. A probe
 // carries a sequence number and the prober's send time; the responder
-// echoes it with its own receive and send times, so the prober can subtract
-// the responder's host delay from the round trip.
+// echoes it with its own receive and send times, so the prober can show
+// the responder's claimed host delay apart from the round trip it measured.
 //
 // Trust: a peer must not report its own latency, nor speak for another
 // node. The prober keeps its own record of every probe in flight (pending.go)
@@ -88,8 +88,9 @@ type Reply struct {
 	Seq  uint64
 	// RTT is the prober's time from just before posting the probe (its
 	// own record, not the time the reply echoes) to polling the reply's
-	// completion. It includes the responder's host delay; subtract
-	// ResponderDelay for the network's share.
+	// completion. It includes the responder's host delay, which
+	// ResponderDelay claims (the peer's word; the health verdict never
+	// subtracts it).
 	RTT time.Duration
 	// ResponderDelay is what the responder says it held the probe; a
 	// reply claiming more than RTT is dropped.

@@ -455,7 +455,7 @@ func (p *udPort) setBrokenLocked(err error) {
 // completions handles one batch of completions and appends the replies to
 // this node's probes to replies. One clock read stamps the whole batch: it
 // is when this host learnt of them, so the time a batch takes to handle
-// counts as host delay (subtracted by the prober), not as network time.
+// counts as host delay (reported apart by the prober), not as network time.
 func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Reply {
 	now := time.Now()
 	t := p.e.stamp(now)

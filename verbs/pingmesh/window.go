@@ -9,8 +9,8 @@ import (
 // A sample is one probe's outcome.
 type sample struct {
 	lost bool
-	rtt  time.Duration // network share: round trip minus responder delay
-	host time.Duration // responder's host delay
+	rtt  time.Duration // round trip as this node measured it
+	host time.Duration // the responder's claimed host delay
 }
 
 // A slot is a sample as a window keeps it: 4 bytes instead of 24, since a
