@@ -50,6 +50,11 @@ type Options struct {
 	SysfsRoot string
 	Version   string
 	Stderr    io.Writer
+	// StateDir is where rdmad keeps what must outlive a restart (the
+	// record of the limits files it wrote). Empty: systemd's
+	// $STATE_DIRECTORY (StateDirectory=rdmad), else /var/lib/rdmad if it
+	// exists, else nothing is kept (rdmad run by hand or by a test).
+	StateDir string
 	// PeerEngine, if set, makes the engine under the peer probes from the
 	// configuration rdmad would give the verbs engine (peer.New: UD QPs
 	// over libibverbs), which it replaces. Only the soak (test/soak) sets
@@ -196,7 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent(apitype.ComponentConfigWatch, apitype.OK, nil)
 	}
 
-	d.rec = policy.NewReconciler(d.log)
+	d.rec = policy.NewReconciler(d.log, policy.Options{StateDir: stateDir(opts.StateDir)})
 	defer d.rec.Close()
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The netdevs of a fixture tree are not this host's: their DCB
@@ -667,4 +672,25 @@ func inventoryReader(root string) inventory.Reader {
 		r.IPoIBDevice = rdmamap.GetRdmaDeviceForNetdevice
 	}
 	return r
+}
+
+// DefaultStateDir is rdmad's state directory: StateDirectory=rdmad in
+// rdmad.service, and d /var/lib/rdmad in its tmpfiles.d file.
+const DefaultStateDir = "/var/lib/rdmad"
+
+// stateDir resolves Options.StateDir (see there). rdmad does not create
+// the directory: systemd and the package do.
+func stateDir(dir string) string {
+	if dir != "" {
+		return dir
+	}
+	// systemd sets STATE_DIRECTORY to the StateDirectory= paths, separated
+	// by ':'; rdmad.service names one.
+	if env, _, _ := strings.Cut(os.Getenv("STATE_DIRECTORY"), ":"); filepath.IsAbs(env) {
+		return env
+	}
+	if fi, err := os.Stat(DefaultStateDir); err == nil && fi.IsDir() {
+		return DefaultStateDir
+	}
+	return ""
 }

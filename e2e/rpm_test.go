@@ -18,8 +18,9 @@ import (
 // rpm, --nodeps: the dependencies are Debian's packages): rpm -i enables and
 // starts rdmad, rpm -U restarts it, rpm -e stops it and removes what the
 // package installed. Then the scriptlets run as in an image build, with no
-// running systemd: the unit is enabled, not started. The .deb is installed
-// again at the end, with the test bed's drop-ins, for the tests after this.
+// running systemd: the unit is enabled, not started, and an erase disables
+// it (its wants links go). The .deb is installed again at the end, with the
+// test bed's drop-ins, for the tests after this.
 func TestPackageRPM(t *testing.T) {
 	pkgRequire(t)
 	debs, _ := filepath.Glob("/mnt/vm/project/deb/rdmad_*.deb")
@@ -113,13 +114,27 @@ func TestPackageRPM(t *testing.T) {
 	if got, _ := pkgRun("systemctl", "is-enabled", "rdmad.service"); got != "enabled" {
 		t.Errorf("after rpm -i without a running systemd: is-enabled = %q, want enabled", got)
 	}
-	if _, err := os.Lstat("/etc/systemd/system/multi-user.target.wants/rdmad.service"); err != nil {
-		t.Errorf("after rpm -i without a running systemd: no multi-user.target.wants link: %v", err)
+	// The links of [Install] WantedBy= in systemd/rdmad.service.
+	wants := []string{"/etc/systemd/system/multi-user.target.wants/rdmad.service", "/etc/systemd/system/rdma-hw.target.wants/rdmad.service"}
+	for _, p := range wants {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("after rpm -i without a running systemd: no %s: %v", p, err)
+		}
 	}
 	if u := pkgShow(t, "ActiveState"); u["ActiveState"] != "inactive" {
 		t.Errorf("after rpm -i without a running systemd: rdmad.service %v, want inactive (started at boot)", u)
 	}
-	pkgMustRun(t, "rpm", "-e", "rdmad")
+	// Erased in the image build too: %preun disables offline, as
+	// %systemd_preun does. Before, it disabled only with a running
+	// systemd, and the wants links outlived the package.
+	pkgMustRun(t, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs tmpfs /run/systemd && rpm -e rdmad")
+	for _, p := range wants {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after rpm -e without a running systemd: %s: %v, want it gone", p, err)
+		}
+	}
+	pkgMustRun(t, "systemctl", "daemon-reload")
 
 	restore()
 	if got := pkgMustRun(t, "systemctl", "is-enabled", "rdmad.service"); got != "enabled" {

@@ -117,4 +117,97 @@ func TestUserMemlockRemoved(t *testing.T) {
 	if got, _ := os.ReadFile(b); string(got) != "@hpc hard memlock unlimited\n" {
 		t.Errorf("admin's file overwritten: %q", got)
 	}
+	// Nor recorded: the package scripts would look at it on purge.
+	if r.written.Has(b) {
+		t.Errorf("admin's file %s recorded as rdmad's", b)
+	}
+}
+
+// TestLimitsFileMovedWhileStopped is issue #13 item 13 (b): limits_file
+// moved while rdmad was stopped. Before, the old path was remembered in
+// memory only, so the file rdmad wrote there stayed and PAM kept applying
+// it. Now the record in the state directory carries it over the restart:
+// the new Reconciler removes rdmad's file at the old path and writes the
+// new one; an admin's file and a symlink that the record names are left
+// alone and forgotten.
+func TestLimitsFileMovedWhileStopped(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	state, dir := t.TempDir(), t.TempDir()
+	a, b := filepath.Join(dir, "90-rdmad.conf"), filepath.Join(dir, "91-rdmad.conf")
+	size := memlock.Size(64 << 20)
+	decl := Declared{Memlock: Memlock{Users: &size, UsersDomain: "*", LimitsFile: a}}
+
+	r := NewReconciler(log, Options{StateDir: state})
+	if _, ps := r.Pass(decl, nil, nil, true); len(memlockTargets(ps)) != 1 || memlockTargets(ps)[0].State != apitype.Applied {
+		t.Fatalf("write %s: %+v", a, memlockTargets(ps))
+	}
+	r.Close()
+	if !memlock.IsOurs(a) {
+		t.Fatalf("%s not written", a)
+	}
+
+	// Stopped: limits_file moves, and the record (as another rdmad or a
+	// hand edit may have left it) also names an admin's file and a
+	// symlink to a file with rdmad's header.
+	admin := filepath.Join(dir, "50-admin.conf")
+	os.WriteFile(admin, []byte("@hpc hard memlock unlimited\n"), 0o644)
+	kept := filepath.Join(dir, "kept.conf")
+	if _, err := memlock.WriteLimits(kept, nil); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "80-link.conf")
+	os.Symlink(kept, link)
+	rec, err := memlock.LoadRecord(filepath.Join(state, memlock.RecordName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{admin, link} {
+		if err := rec.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decl.Memlock.LimitsFile = b
+
+	r = NewReconciler(log, Options{StateDir: state})
+	defer r.Close()
+	_, ps := r.Pass(decl, nil, nil, true)
+	if _, err := os.Lstat(a); !os.IsNotExist(err) {
+		t.Errorf("rdmad's file at the old path %s survived the restart: %v", a, err)
+	}
+	if !memlock.IsOurs(b) {
+		t.Errorf("%s not written", b)
+	}
+	var removed bool
+	for _, tg := range memlockTargets(ps) {
+		removed = removed || tg.Object == a && tg.Actual == "(removed)"
+	}
+	if !removed {
+		t.Errorf("the removal of %s is not reported: %+v", a, memlockTargets(ps))
+	}
+	if got, _ := os.ReadFile(admin); string(got) != "@hpc hard memlock unlimited\n" {
+		t.Errorf("admin's file changed: %q", got)
+	}
+	if _, err := os.Lstat(link); err != nil || !memlock.IsOurs(kept) {
+		t.Errorf("symlink or its target removed: %v", err)
+	}
+	rec, err = memlock.LoadRecord(filepath.Join(state, memlock.RecordName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Paths(); len(got) != 1 || got[0] != b {
+		t.Errorf("record after the restart = %q, want only %s", got, b)
+	}
+
+	// Stopped again, [memlock] users removed: the next start removes b
+	// and the record is empty.
+	decl.Memlock.Users = nil
+	r2 := NewReconciler(log, Options{StateDir: state})
+	defer r2.Close()
+	r2.Pass(decl, nil, nil, true)
+	if _, err := os.Lstat(b); !os.IsNotExist(err) {
+		t.Errorf("%s survived users going: %v", b, err)
+	}
+	if rec, _ := memlock.LoadRecord(filepath.Join(state, memlock.RecordName)); len(rec.Paths()) != 0 {
+		t.Errorf("record after the removal = %q, want empty", rec.Paths())
+	}
 }

@@ -3,9 +3,12 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -68,9 +71,13 @@ type Reconciler struct {
 
 	// targets persists counters and last-change times across passes.
 	targets map[string]entry
-	// limitsPath is the [memlock] limits_file of the last full pass that
-	// managed one, so that a moved limits_file is removed at its old path.
-	limitsPath string
+	// written lists the limits files rdmad wrote and may still have to
+	// remove (a limits_file that moved, a [memlock] users that went),
+	// kept in the state directory so that a move made while rdmad was
+	// stopped is seen at the next start; the zero value is in memory
+	// only. recordErr is the last error saving it, logged once.
+	written   memlock.Record
+	recordErr string
 	// unsupported remembers, per netdev, the ifindex at which dcbnl said
 	// the device has no DCB, so that it is reported once and not asked
 	// again until the link is replaced or the configuration reloaded.
@@ -84,10 +91,26 @@ type entry struct {
 
 func targetKey(kind, object string) string { return kind + " " + object }
 
-// NewReconciler opens the appliers' kernel interfaces. One that cannot be
-// opened is reported by its targets, not fatal.
-func NewReconciler(log *slog.Logger) *Reconciler {
+// Options are a Reconciler's settings.
+type Options struct {
+	// StateDir is rdmad's state directory, where the reconciler records
+	// the limits files it writes (memlock.RecordName); "" keeps that
+	// record in memory only.
+	StateDir string
+}
+
+// NewReconciler opens the appliers' kernel interfaces and reads the record
+// of limits files in o.StateDir. One that cannot be opened or read is
+// reported (by its targets, or in the log), not fatal.
+func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
+	if o.StateDir != "" {
+		rec, err := memlock.LoadRecord(filepath.Join(o.StateDir, memlock.RecordName))
+		if err != nil {
+			log.Warn("limits file record", "err", err)
+		}
+		r.written = *rec
+	}
 	var err error
 	if r.mtu, err = mtu.Open(mtu.Options{}); err != nil {
 		log.Error("rtnetlink unavailable; MTU policies cannot be applied", "err", err)
@@ -212,15 +235,12 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		// A limits file rdmad wrote keeps applying at every login after
 		// its key is gone: remove it when [memlock] users goes, or from
 		// its old path when limits_file moves. Looking at the path in
-		// force (not only at what this process wrote) also catches a key
-		// removed while rdmad was stopped.
+		// force also catches a key removed while rdmad was stopped, and
+		// the record (in the state directory) a move made meanwhile.
 		for _, path := range r.staleLimits(d.Memlock) {
 			if t, cs := r.removeUserMemlock(path, apply); t.State != "" {
 				record(Source{Policy: "memlock"}, "memlock", path, t, cs)
 			}
-		}
-		if apply && d.Memlock.Users != nil {
-			r.limitsPath = d.Memlock.LimitsFile
 		}
 	}
 
@@ -466,7 +486,16 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 		t.State, t.Actual = apitype.InSync, "(not checked in a diff)"
 		return t, nil
 	}
+	// Recorded before it is written: a crash in between leaves a record
+	// of a file that is not there, never a file that is not recorded. An
+	// admin's file at the path, which WriteLimits refuses, is not.
+	if _, err := os.Lstat(m.LimitsFile); r.written.Has(m.LimitsFile) || errors.Is(err, fs.ErrNotExist) || memlock.IsOurs(m.LimitsFile) {
+		r.noteRecord(r.written.Add(m.LimitsFile))
+	}
 	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
+	if errors.Is(err, memlock.ErrNotOurs) {
+		r.noteRecord(r.written.Drop(m.LimitsFile)) // swapped in meanwhile
+	}
 	if err != nil {
 		return failed(t, err), nil
 	}
@@ -480,17 +509,32 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 }
 
 // staleLimits lists the limits files rdmad should no longer have: the
-// configured one when [memlock] users is unset, and the one of an earlier
-// pass when limits_file moved.
+// configured one when [memlock] users is unset, and every recorded one
+// that is not the configured one (limits_file moved, also while rdmad was
+// stopped).
 func (r *Reconciler) staleLimits(m Memlock) []string {
 	var paths []string
 	if m.Users == nil {
 		paths = append(paths, m.LimitsFile)
 	}
-	if r.limitsPath != "" && r.limitsPath != m.LimitsFile {
-		paths = append(paths, r.limitsPath)
+	for _, p := range r.written.Paths() {
+		if p != m.LimitsFile {
+			paths = append(paths, p)
+		}
 	}
 	return paths
+}
+
+// noteRecord logs an error saving the record of limits files, once until
+// it changes or goes.
+func (r *Reconciler) noteRecord(err error) {
+	switch {
+	case err == nil:
+		r.recordErr = ""
+	case err.Error() != r.recordErr:
+		r.recordErr = err.Error()
+		r.log.Warn("limits file record not saved", "path", r.written.Path(), "err", err)
+	}
 }
 
 // removeUserMemlock removes the limits file at path if rdmad wrote it (its
@@ -511,21 +555,17 @@ func (r *Reconciler) removeUserMemlock(path string, enforce bool) (apitype.Targe
 	switch {
 	case errors.Is(err, memlock.ErrNotOurs):
 		r.log.Debug("limits file not written by rdmad; left alone", "path", path, "err", err)
-		if path == r.limitsPath {
-			r.limitsPath = ""
-		}
+		r.noteRecord(r.written.Drop(path))
 		return t, nil
 	case err != nil:
+		// Still recorded: tried again at the next full pass, and by
+		// the package scripts on purge.
 		return failed(t, err), cs
 	case !removed:
-		if path == r.limitsPath {
-			r.limitsPath = ""
-		}
+		r.noteRecord(r.written.Drop(path))
 		return t, nil
 	}
-	if path == r.limitsPath {
-		r.limitsPath = ""
-	}
+	r.noteRecord(r.written.Drop(path))
 	t.State, t.Actual = apitype.Applied, "(removed)"
 	return t, cs
 }

@@ -221,7 +221,7 @@ func WriteLimits(path string, rules []Rule) (changed bool, err error) {
 	case bytes.Equal(old, content):
 		return false, nil
 	}
-	if err := writeAtomic(path, content, 0o644); err != nil {
+	if err := writeAtomic(path, content, 0o644, "it comes with libpam-modules"); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -257,14 +257,16 @@ func readOurs(path string) ([]byte, fs.FileInfo, error) {
 // directory. The new file is created with O_EXCL|O_NOFOLLOW (nothing that
 // exists, a symlink included, is opened) and rename(2) replaces the name
 // itself: whatever is at path, a symlink too, nothing is written through it.
-func writeAtomic(path string, content []byte, perm uint32) (err error) {
+// dirHint says where the directory comes from, for the error when it is
+// missing.
+func writeAtomic(path string, content []byte, perm uint32, dirHint string) (err error) {
 	dir := filepath.Dir(path)
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
-		return fmt.Errorf("memlock: write %s: %w (does %s exist? it comes with libpam-modules)", path, &fs.PathError{Op: "create", Path: tmp, Err: err}, dir)
+		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, &fs.PathError{Op: "create", Path: tmp, Err: err}, dir, dirHint)
 	}
 	f := os.NewFile(uintptr(fd), tmp)
 	defer func() {

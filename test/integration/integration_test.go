@@ -90,6 +90,9 @@ func (n *node) start(prefix []string, extra ...string) {
 	argv := append(append(append([]string{}, prefix...), filepath.Join(bin, "rdmad")),
 		"--config", n.config, "--socket", n.socket, "--sysfs-root", fixture)
 	n.cmd = exec.Command(argv[0], append(argv[1:], extra...)...)
+	// Its own state directory: never the record of limits files in the
+	// host's /var/lib/rdmad (a test bed with the package installed).
+	n.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+n.dir)
 	n.cmd.Stderr = n.log
 	n.cmd.Stdout = n.log
 	if err := n.cmd.Start(); err != nil {

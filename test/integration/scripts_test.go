@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,69 +14,263 @@ import (
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
-// TestPackageScriptsRemoveOnlyRdmadsLimits runs the limits.d removal of the
-// deb postrm (purge) and the rpm postun (erase), as the scripts define it,
-// against files in a temporary directory: before, purge deleted
-// 90-rdmad.conf whoever wrote it. rdmad's own file (written by rdmad's
-// code, so header and script cannot drift apart) goes; an admin's file, a
-// symlink to rdmad's file, a FIFO and nothing at all are left as they are.
-func TestPackageScriptsRemoveOnlyRdmadsLimits(t *testing.T) {
-	marker := regexp.MustCompile(`(?s)# begin remove_rdmad_limits\n(.*)# end remove_rdmad_limits\n`)
-	for _, script := range []string{"deb-postrm", "rpm-postun"} {
-		t.Run(script, func(t *testing.T) {
-			body, err := os.ReadFile(filepath.Join("../../packaging/scripts", script))
+// A scriptRoot is a temporary root directory in which a package script
+// runs for real, with the arguments dpkg or rpm pass: chrooted, in a
+// private mount namespace, with the host's /usr (read-only, for sh and
+// the tools the scripts call), its /bin, /lib... and /dev/null, and
+// otherwise only what the test puts there. Whatever the script removes
+// (rm -rf /var/lib/rdmad /etc/rdmad on purge) is the temporary root's.
+type scriptRoot struct {
+	t     *testing.T
+	dir   string
+	binds []string
+}
+
+func newScriptRoot(t *testing.T) *scriptRoot {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the package scripts run chrooted in a mount namespace")
+	}
+	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "true").CombinedOutput(); err != nil {
+		t.Skipf("no mount namespace here (unshare --mount: %v %s)", err, out)
+	}
+	r := &scriptRoot{t: t, dir: t.TempDir(), binds: []string{"/usr"}}
+	for _, d := range []string{"usr", "dev", "etc/security/limits.d", "var/lib/rdmad", "run", "tmp"} {
+		if err := os.MkdirAll(r.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(r.path("dev/null"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	// Merged /usr: links as on the host; otherwise bound too.
+	for _, name := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		fi, err := os.Lstat("/" + name)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink("/" + name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := marker.FindSubmatch(body)
-			if m == nil {
-				t.Fatalf("%s has no remove_rdmad_limits between the markers", script)
-			}
-			if !strings.Contains(string(body), "remove_rdmad_limits /etc/security/limits.d/90-rdmad.conf") {
-				t.Errorf("%s does not call remove_rdmad_limits on the default path", script)
-			}
-			if regexp.MustCompile(`rm -[a-z]*f[a-z]* [^\n]*limits\.d`).Match(body) {
-				t.Errorf("%s still removes a limits.d file unconditionally", script)
-			}
-			dir := t.TempDir()
-			ours := filepath.Join(dir, "90-rdmad.conf")
-			if _, err := memlock.WriteLimits(ours, []memlock.Rule{{Domain: "@rdma", Soft: memlock.Unlimited, Hard: memlock.Unlimited}}); err != nil {
-				t.Fatal(err)
-			}
-			admin := filepath.Join(dir, "admin.conf")
-			os.WriteFile(admin, []byte("@hpc hard memlock unlimited\n"), 0o644)
-			near := filepath.Join(dir, "near.conf")
-			os.WriteFile(near, []byte("#Managed by rdmad, said nobody\n"), 0o644)
-			empty := filepath.Join(dir, "empty.conf")
-			os.WriteFile(empty, nil, 0o644)
-			keep := filepath.Join(dir, "keep-target.conf")
-			if _, err := memlock.WriteLimits(keep, nil); err != nil {
-				t.Fatal(err)
-			}
-			link := filepath.Join(dir, "link.conf")
-			os.Symlink(keep, link)
-			fifo := filepath.Join(dir, "fifo.conf")
-			unix.Mkfifo(fifo, 0o644)
-			missing := filepath.Join(dir, "missing.conf")
+			os.Symlink(target, r.path(name))
+		case fi.IsDir():
+			os.Mkdir(r.path(name), 0o755)
+			r.binds = append(r.binds, "/"+name)
+		}
+	}
+	return r
+}
 
-			sh := string(m[1]) + `
-set -e
-for f in "$@"; do remove_rdmad_limits "$f"; done
-echo done
-`
-			cmd := exec.Command("sh", "-c", sh, "sh", ours, admin, near, empty, link, fifo, missing)
-			out, err := cmd.CombinedOutput()
-			if err != nil || strings.TrimSpace(string(out)) != "done" {
-				t.Fatalf("remove_rdmad_limits: %v\n%s", err, out)
+func (r *scriptRoot) path(p string) string { return filepath.Join(r.dir, p) }
+
+// run runs packaging/scripts/<script> with args in the root.
+func (r *scriptRoot) run(script string, args ...string) {
+	t := r.t
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join("../../packaging/scripts", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.path("scriptlet"), body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setup := "set -e\nroot=$1; shift\n"
+	for _, b := range r.binds {
+		setup += fmt.Sprintf("mount --bind %s \"$root%s\"\nmount -o remount,bind,ro \"$root%s\"\n", b, b, b)
+	}
+	setup += "mount --bind /dev/null \"$root/dev/null\"\nexec chroot \"$root\" /bin/sh \"$@\"\n"
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", setup, "sh", r.dir, "/scriptlet"}, args...)...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
+	if name, ok := strings.CutPrefix(script, "deb-"); ok {
+		// As dpkg: deb-systemd-helper refuses to run without.
+		cmd.Env = append(cmd.Env, "DPKG_MAINTSCRIPT_PACKAGE=rdmad", "DPKG_MAINTSCRIPT_NAME="+name)
+	}
+	out, err := cmd.CombinedOutput()
+	// The mounts die with the namespace; never leave the host's /usr
+	// under a directory the test's cleanup removes.
+	if ents, _ := os.ReadDir(r.path("usr")); len(ents) > 0 {
+		unix.Unmount(r.path("usr"), unix.MNT_DETACH)
+		t.Fatalf("%s: /usr is still bound under %s after the run", script, r.dir)
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", script, strings.Join(args, " "), err, out)
+	}
+	if len(out) > 0 {
+		t.Logf("%s %s:\n%s", script, strings.Join(args, " "), out)
+	}
+}
+
+func (r *scriptRoot) exists(p string) bool {
+	_, err := os.Lstat(r.path(p))
+	return err == nil
+}
+
+// TestPackageScriptsRemoveOnlyRdmadsLimits runs the deb postrm and the rpm
+// postun for real, with the arguments dpkg and rpm pass, in a temporary
+// root (issue #13 item 13). On purge and erase, and only then, the limits.d
+// files rdmad wrote go: the default one and every one rdmad recorded in
+// /var/lib/rdmad/limits-files (before, a non-default limits_file survived
+// and PAM kept applying it), then the record. Only files rdmad wrote
+// (written by rdmad's code, so header and script cannot drift apart), and
+// only directly in /etc/security/limits.d: an admin's file, a symlink, a
+// FIFO, a recorded path elsewhere, relative or with a control character,
+// and a record that is a symlink are left as they are.
+func TestPackageScriptsRemoveOnlyRdmadsLimits(t *testing.T) {
+	const ld = "/etc/security/limits.d"
+	marker := regexp.MustCompile(`(?s)# begin remove_rdmad_limits\n(.*)# end remove_rdmad_limits\n`)
+	var blocks [][]byte
+	for _, script := range []string{"deb-postrm", "rpm-postun"} {
+		body, err := os.ReadFile(filepath.Join("../../packaging/scripts", script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := marker.FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("%s has no remove_rdmad_limits between the markers", script)
+		}
+		blocks = append(blocks, m[1])
+		if regexp.MustCompile(`rm -[a-z]*f[a-z]* [^\n]*limits\.d`).Match(body) {
+			t.Errorf("%s removes a limits.d file unconditionally", script)
+		}
+	}
+	if string(blocks[0]) != string(blocks[1]) {
+		t.Errorf("the functions between the markers of deb-postrm and rpm-postun differ: keep them the same")
+	}
+
+	rules := []memlock.Rule{{Domain: "@rdma", Soft: memlock.Unlimited, Hard: memlock.Unlimited}}
+	type layout struct {
+		removed, kept []string
+	}
+	// setup puts rdmad's files, an admin's and odd ones in the root and
+	// records them as rdmad (and a bad edit) would.
+	setup := func(r *scriptRoot) layout {
+		ours := func(p string) string {
+			os.MkdirAll(filepath.Dir(r.path(p)), 0o755)
+			if _, err := memlock.WriteLimits(r.path(p), rules); err != nil {
+				t.Fatal(err)
 			}
-			if _, err := os.Lstat(ours); !os.IsNotExist(err) {
-				t.Errorf("rdmad's file not removed: %v", err)
+			return p
+		}
+		other := func(p, content string) string {
+			if err := os.WriteFile(r.path(p), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
 			}
-			for _, p := range []string{admin, near, empty, link, keep, fifo} {
-				if _, err := os.Lstat(p); err != nil {
-					t.Errorf("%s removed: %v", filepath.Base(p), err)
+			return p
+		}
+		var l layout
+		l.removed = []string{ours(ld + "/90-rdmad.conf"), ours(ld + "/95-moved.conf"), ours(ld + "/96-last.conf")}
+		admin := other(ld+"/50-admin.conf", "@hpc hard memlock unlimited\n")
+		near := other(ld+"/near.conf", "#Managed by rdmad, said nobody\n")
+		empty := other(ld+"/empty.conf", "")
+		target := ours(ld + "/keep-target")
+		link := ld + "/link.conf"
+		os.Symlink(target, r.path(link))
+		fifo := ld + "/fifo.conf"
+		unix.Mkfifo(r.path(fifo), 0o644)
+		elsewhere := ours("/etc/security/other/rdmad.conf")
+		deep := ours(ld + "/sub/deep.conf")
+		rel := ours(ld + "/rel.conf")
+		outside := ours("/etc/security/outside.conf")
+		ctl := ours(ld + "/ctl\r.conf")
+		l.kept = []string{admin, near, empty, target, link, fifo, elsewhere, deep, rel, outside, ctl}
+
+		rec, err := memlock.LoadRecord(r.path("/var/lib/rdmad/" + memlock.RecordName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{l.removed[1], admin, near, empty, link, fifo, ld + "/missing.conf", elsewhere, deep} {
+			if err := rec.Add(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// What rdmad never records, and a last line without a newline.
+		f, err := os.OpenFile(rec.Path(), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "%s\n%s\n%s\n%s\n%s", strings.TrimPrefix(rel, "/"), ld+"/../outside.conf", ctl, ld+"/..", l.removed[2])
+		f.Close()
+		return l
+	}
+
+	for _, tt := range []struct {
+		script string
+		arg    string
+		erase  bool
+	}{
+		{"deb-postrm", "remove", false},
+		{"deb-postrm", "purge", true},
+		{"rpm-postun", "1", false}, // upgrade
+		{"rpm-postun", "0", true},  // erase
+	} {
+		t.Run(tt.script+" "+tt.arg, func(t *testing.T) {
+			r := newScriptRoot(t)
+			l := setup(r)
+			r.run(tt.script, tt.arg)
+			for _, p := range l.removed {
+				if got := r.exists(p); got == tt.erase {
+					t.Errorf("%s %s: rdmad's %s exists = %v, want %v", tt.script, tt.arg, p, got, !tt.erase)
 				}
+			}
+			for _, p := range l.kept {
+				if !r.exists(p) {
+					t.Errorf("%s %s removed %q", tt.script, tt.arg, p)
+				}
+			}
+			if got := r.exists("/var/lib/rdmad/" + memlock.RecordName); got == tt.erase {
+				t.Errorf("%s %s: record exists = %v, want %v", tt.script, tt.arg, got, !tt.erase)
 			}
 		})
 	}
+
+	// A record that is a symlink is not read.
+	t.Run("record symlink", func(t *testing.T) {
+		r := newScriptRoot(t)
+		if _, err := memlock.WriteLimits(r.path(ld+"/95-moved.conf"), rules); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(r.path("/tmp/list"), []byte(ld+"/95-moved.conf\n"), 0o644)
+		os.Symlink("/tmp/list", r.path("/var/lib/rdmad/"+memlock.RecordName))
+		r.run("rpm-postun", "0")
+		if !r.exists(ld + "/95-moved.conf") {
+			t.Errorf("a path named by a symlinked record was removed")
+		}
+	})
+}
+
+// TestRPMPreunDisablesWithoutSystemd runs the rpm %post and %preun for
+// real in a root without a running systemd (an image build): %post
+// enables rdmad.service (the wants links of its [Install] section), an
+// upgrade's %preun keeps them, and an erase's removes them. Before,
+// %preun disabled only with a running systemd, and the links outlived the
+// package (%systemd_preun disables in both cases).
+func TestRPMPreunDisablesWithoutSystemd(t *testing.T) {
+	if _, err := exec.LookPath("systemctl"); err != nil {
+		t.Skip("no systemctl on this host")
+	}
+	r := newScriptRoot(t)
+	unit, err := os.ReadFile("../../systemd/rdmad.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(r.path("/etc/systemd/system"), 0o755)
+	if err := os.WriteFile(r.path("/etc/systemd/system/rdmad.service"), unit, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{"/etc/systemd/system/multi-user.target.wants/rdmad.service", "/etc/systemd/system/rdma-hw.target.wants/rdmad.service"}
+	check := func(when string, want bool) {
+		t.Helper()
+		for _, p := range wants {
+			if got := r.exists(p); got != want {
+				t.Errorf("after %s: %s exists = %v, want %v", when, p, got, want)
+			}
+		}
+	}
+	r.run("rpm-post", "1")
+	check("rpm-post 1 (install)", true)
+	r.run("rpm-preun", "1")
+	check("rpm-preun 1 (upgrade)", true)
+	r.run("rpm-preun", "0")
+	check("rpm-preun 0 (erase)", false)
 }
