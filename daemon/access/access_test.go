@@ -120,27 +120,32 @@ func TestDeniedMessages(t *testing.T) {
 	}
 }
 
-// TestDocsShowTheTable keeps the access tables of docs/API.md and
-// docs/DBUS.md in step with the code.
+// TestDocsShowTheTable keeps the access tables of docs/API.md,
+// docs/SECURITY.md and docs/DBUS.md in step with the code.
 func TestDocsShowTheTable(t *testing.T) {
-	b, err := os.ReadFile("../../docs/API.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| (read|admin) \\|")
-	got := map[Op]string{}
-	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
-		got[Op(m[1])] = m[2]
-	}
-	for _, op := range Ops() {
-		l, _ := LevelOf(op)
-		if got[op] != l.String() {
-			t.Errorf("docs/API.md shows %s as %q, the table says %s", op, got[op], l)
+	for _, doc := range []string{"docs/API.md", "docs/SECURITY.md"} {
+		b, err := os.ReadFile("../../" + doc)
+		if err != nil {
+			t.Fatal(err)
 		}
-		delete(got, op)
-	}
-	for op := range got {
-		t.Errorf("docs/API.md lists operation %s, which the table does not have", op)
+		got := map[Op]string{}
+		for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+			if prev, ok := got[Op(m[1])]; ok && prev != m[2] {
+				t.Errorf("%s shows %s twice, as %s and as %s", doc, m[1], prev, m[2])
+			}
+			got[Op(m[1])] = m[2]
+		}
+		for _, op := range Ops() {
+			l, _ := LevelOf(op)
+			if got[op] != l.String() {
+				t.Errorf("%s shows %s as %q, the table says %s: add or fix its row (| `%s` | %s | ...)", doc, op, got[op], l, op, l)
+			}
+			delete(got, op)
+		}
+		for op := range got {
+			t.Errorf("%s lists operation %s, which the table does not have", doc, op)
+		}
 	}
 	d, err := os.ReadFile("../../docs/DBUS.md")
 	if err != nil {

@@ -7,10 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +36,17 @@ import (
 //   - the status is what the route table and the access table say: 404 for
 //     no route, 405 with Allow for the wrong method, 403 for a caller below
 //     the route's level, and then the route's own answer;
-//   - a caller below admin never reaches Reload, PolicyApply or Probe, a
-//     caller below read (a stranger, root's group, unknown credentials)
-//     never reaches the backend or a handler at all, and an allowed
-//     request reaches exactly its own backend method, once.
+//   - a caller below admin never reaches Reload, PolicyApply, Probe or
+//     Bandwidth, a caller below read (a stranger, root's group, unknown
+//     credentials) never reaches the backend or a handler at all, and an
+//     allowed request reaches exactly its own backend methods, once each;
+//   - a probe or bandwidth test whose arguments are out of bounds is a 400
+//     and reaches nothing.
+//
+// The oracle's tables (fzRoutes, the methods of fzBackend) are kept in step
+// with the server's by TestFuzzRoutesKnowServer and
+// TestFuzzBackendKnowsEveryMethod, so that a new route or backend method
+// fails a test until the oracle knows it.
 
 // fzRoles is the access roles of the fuzz targets.
 var fzRoles = access.Roles{SelfUID: 1000, ReadGID: access.GID(500), AdminGID: access.GID(600)}
@@ -116,6 +130,32 @@ func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype
 	return apitype.DoctorReport{Worst: apitype.VerdictOK, Checks: []apitype.DoctorCheck{{ID: "daemon", Verdict: apitype.VerdictOK}}}, nil
 }
 
+// Resources is the ResourceReader's method.
+func (b *fzBackend) Resources(ctx context.Context) (apitype.Resources, error) {
+	b.record("Resources")
+	if b.fail {
+		return apitype.Resources{}, errors.New("fuzz: another read of the RDMA resources is in progress; try again later")
+	}
+	return apitype.Resources{Processes: []apitype.ProcessResources{{PID: 42, Comm: "ib_write_bw", Devices: []string{"mlx5_0"}, ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}}}, nil
+}
+
+// Bandwidth is the BandwidthTester's method. A request out of the API's
+// bounds fails the target: the server must have refused it.
+func (b *fzBackend) Bandwidth(ctx context.Context, r BandwidthRequest) (apitype.BandwidthResult, error) {
+	b.record("Bandwidth")
+	b.mu.Lock()
+	b.peers = append(b.peers, r.Peer)
+	b.mu.Unlock()
+	if !peerShaped(r.Peer) || (r.Op != "write" && r.Op != "read" && r.Op != "send") ||
+		r.Size < 1 || r.Size > 1<<20 || r.Duration < 100*time.Millisecond || r.Duration > 30*time.Second {
+		return apitype.BandwidthResult{}, fmt.Errorf("fuzz: request %+v out of bounds reached the backend", r)
+	}
+	if b.fail {
+		return apitype.BandwidthResult{}, errors.New("fuzz: the peer refused: bandwidth tests are disabled there")
+	}
+	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Duration: r.Duration, Gbps: 97.5, MsgRate: 186000}, nil
+}
+
 func (b *fzBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
 	b.record("Probe")
 	b.mu.Lock()
@@ -128,24 +168,31 @@ func (b *fzBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error
 	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
 }
 
-// fzRoute is what the fuzz targets expect of a path: its method, its level
-// and the backend calls an allowed request makes.
+// fzRoute is what the fuzz targets expect of a path: its method, the
+// access table's operation, the level the oracle expects (written here, not
+// read from the table, so that a change of the table fails the targets)
+// and the backend calls an allowed request makes, in order.
 type fzRoute struct {
 	method string
+	op     access.Op
 	level  access.Level
-	call   string
+	calls  []string
 }
 
 var fzRoutes = map[string]fzRoute{
-	"/v1/status":       {http.MethodGet, access.Read, "Snapshot"},
-	"/v1/policy/diff":  {http.MethodGet, access.Read, "PolicyDiff"},
-	"/v1/reload":       {http.MethodPost, access.Admin, "Reload"},
-	"/v1/policy/apply": {http.MethodPost, access.Admin, "PolicyApply"},
-	"/v1/probe":        {http.MethodPost, access.Admin, "Probe"},
-	"/v1/doctor":       {http.MethodGet, access.Read, "Doctor"},
-	// Handle's routes, as the daemon adds them (daemon/sinks.go).
-	"/metrics":  {http.MethodGet, access.Read, "metrics"},
-	"/v1/watch": {http.MethodGet, access.Read, "watch"},
+	"/v1/status":       {http.MethodGet, access.Status, access.Read, []string{"Snapshot"}},
+	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, access.Read, []string{"PolicyDiff", "Snapshot"}},
+	"/v1/reload":       {http.MethodPost, access.Reload, access.Admin, []string{"Reload"}},
+	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, access.Admin, []string{"PolicyApply"}},
+	"/v1/probe":        {http.MethodPost, access.Probe, access.Admin, []string{"Probe"}},
+	"/v1/bw":           {http.MethodPost, access.Bandwidth, access.Admin, []string{"Bandwidth"}},
+	"/v1/doctor":       {http.MethodGet, access.Doctor, access.Read, []string{"Doctor"}},
+	"/v1/resources":    {http.MethodGet, access.Resources, access.Read, []string{"Resources"}},
+	// Handle's routes, as the daemon adds them (daemon/sinks.go); fzServe
+	// adds every route here that server.go's table lacks, its handler
+	// recording the call named here.
+	"/metrics":  {http.MethodGet, access.Metrics, access.Read, []string{"metrics"}},
+	"/v1/watch": {http.MethodGet, access.Watch, access.Read, []string{"watch"}},
 }
 
 // peerShaped is the oracle of a peer's name: an address or host name
@@ -164,8 +211,65 @@ func peerShaped(name string) bool {
 	return true
 }
 
-// adminCalls are the backend methods only an admin may reach.
-var adminCalls = map[string]bool{"Reload": true, "PolicyApply": true, "Probe": true}
+// bandwidthQueryOK is the oracle of POST /v1/bw's query: a peer with the
+// shape of a name; op write, read or send (absent: write); size a number
+// of bytes from 1 to 1 MiB (absent: 64 KiB); duration a Go duration from
+// 100ms to 30s in whole milliseconds (absent: 5s). The first value of each
+// counts.
+func bandwidthQueryOK(q url.Values) bool {
+	if !peerShaped(q.Get("peer")) {
+		return false
+	}
+	if op := q.Get("op"); op != "" && op != "write" && op != "read" && op != "send" {
+		return false
+	}
+	if v := q.Get("size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1<<20 {
+			return false
+		}
+	}
+	if v := q.Get("duration"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > 30*time.Second || d%time.Millisecond != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// doctorQueryOK is the oracle of GET /v1/doctor's query: interval absent,
+// or a Go duration from 0 to 10s.
+func doctorQueryOK(q url.Values) bool {
+	v := q.Get("interval")
+	if v == "" {
+		return true
+	}
+	d, err := time.ParseDuration(v)
+	return err == nil && d >= 0 && d <= 10*time.Second
+}
+
+// adminCalls are the backend methods only an admin may reach: those of the
+// admin routes of fzRoutes (Reload, PolicyApply, Probe, Bandwidth), unless
+// a read route makes them too.
+var adminCalls = func() map[string]bool {
+	m := map[string]bool{}
+	for _, rt := range fzRoutes {
+		for _, c := range rt.calls {
+			if rt.level >= access.Admin {
+				m[c] = true
+			}
+		}
+	}
+	for _, rt := range fzRoutes {
+		for _, c := range rt.calls {
+			if rt.level < access.Admin {
+				delete(m, c)
+			}
+		}
+	}
+	return m
+}()
 
 // fzServe serves r as caller number who on a fresh server and checks the
 // answer. It returns the answer's status.
@@ -174,14 +278,21 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 	caller := fzCallers[int(who)%len(fzCallers)]
 	b := &fzBackend{fail: mode%3 == 1, reject: mode%3 == 2}
 	s := NewServer(b, fzRoles)
-	s.Handle("/metrics", http.MethodGet, access.Metrics, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.record("metrics")
-		io.WriteString(w, "# metrics\n")
-	}))
-	s.Handle("/v1/watch", http.MethodGet, access.Watch, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.record("watch")
-		writeJSON(w, http.StatusOK, struct{}{})
-	}))
+	// The routes the daemon adds with Handle, each with a handler that
+	// records its name.
+	for path, rt := range fzRoutes {
+		if _, ok := routes[path]; ok {
+			continue
+		}
+		s.Handle(path, rt.method, rt.op, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b.record(rt.calls[0])
+			if rt.calls[0] == "metrics" {
+				io.WriteString(w, "# metrics\n")
+				return
+			}
+			writeJSON(w, http.StatusOK, struct{}{})
+		}))
+	}
 	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, caller.peer))
 	desc := fmt.Sprintf("%s %s %q (path %q, query %q) as %s", r.Method, r.URL.Path, r.RequestURI, r.URL.Path, r.URL.RawQuery, caller.name)
 
@@ -247,20 +358,37 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 		}
 		return code
 	}
-	// Allowed: the route's own call, once, and nothing else.
-	if rt.call == "Probe" && !peerShaped(r.URL.Query().Get("peer")) {
+	// Allowed: the route's own calls, once each, and nothing else.
+	call := rt.calls[0]
+	if call == "Probe" && !peerShaped(r.URL.Query().Get("peer")) {
 		if code != http.StatusBadRequest || len(calls) != 0 {
 			t.Fatalf("%s: probe without a peer, or of a name without the shape of one: %d, calls %q; want 400 and no call", desc, code, calls)
 		}
 		return code
 	}
-	if len(calls) != 1 || calls[0] != rt.call {
-		t.Fatalf("%s: calls %q, want exactly [%s]", desc, calls, rt.call)
+	if call == "Bandwidth" && !bandwidthQueryOK(r.URL.Query()) {
+		if code != http.StatusBadRequest || len(calls) != 0 {
+			t.Fatalf("%s: bandwidth test with a query out of bounds: %d, calls %q; want 400 and no call", desc, code, calls)
+		}
+		return code
 	}
-	if rt.call == "Probe" && (len(peers) != 1 || peers[0] != r.URL.Query().Get("peer")) {
-		t.Fatalf("%s: probed %q, want %q", desc, peers, r.URL.Query().Get("peer"))
+	if call == "Doctor" && !doctorQueryOK(r.URL.Query()) {
+		if code != http.StatusBadRequest || len(calls) != 0 {
+			t.Fatalf("%s: doctor with an interval out of bounds: %d, calls %q; want 400 and no call", desc, code, calls)
+		}
+		return code
 	}
-	if code < 400 && rt.call != "metrics" && !json.Valid(body) {
+	// A backend that fails ends the request at the failing call.
+	if want := rt.calls; !slices.Equal(calls, want) && !(b.fail && len(calls) > 0 && slices.Equal(calls, want[:min(len(calls), len(want))])) {
+		t.Fatalf("%s: calls %q, want exactly %q (or a start of it when the backend fails)", desc, calls, want)
+	}
+	if (call == "Probe" || call == "Bandwidth") && (len(peers) != 1 || peers[0] != r.URL.Query().Get("peer")) {
+		t.Fatalf("%s: asked the backend about %q, want %q", desc, peers, r.URL.Query().Get("peer"))
+	}
+	if !b.fail && !(b.reject && call == "Reload") && code != http.StatusOK {
+		t.Fatalf("%s: %d from a backend that did not fail, want 200: %s", desc, code, body)
+	}
+	if code < 400 && call != "metrics" && !json.Valid(body) {
 		t.Fatalf("%s: %d with a body that is not JSON: %q", desc, code, body)
 	}
 	return code
@@ -280,6 +408,24 @@ func FuzzAPI(f *testing.F) {
 	f.Add(uint8(5), uint8(0), "GET", "/v1%2fstatus", "", "", "", []byte(nil))
 	f.Add(uint8(7), uint8(0), "GET", "/metrics", "", "X-Forwarded-For", "127.0.0.1", []byte(nil))
 	f.Add(uint8(10), uint8(0), "POST", "/v1/reload\x00", "", "", "", []byte(nil))
+	// Bandwidth (admin) and resources (read) as a reader (socket-group,
+	// 4) and a stranger (6), then as an admin with good and bad arguments
+	// and a backend that fails.
+	f.Add(uint8(4), uint8(0), "POST", "/v1/bw", "peer=192.0.2.17", "", "", []byte(nil))
+	f.Add(uint8(6), uint8(0), "POST", "/v1/bw", "peer=192.0.2.17&op=read&size=4096&duration=2s", "", "", []byte(nil))
+	f.Add(uint8(4), uint8(0), "GET", "/v1/resources", "", "", "", []byte(nil))
+	f.Add(uint8(6), uint8(0), "GET", "/v1/resources", "", "", "", []byte(nil))
+	f.Add(uint8(3), uint8(0), "POST", "/v1/bw", "peer=192.0.2.17&op=send&size=1048576&duration=30s", "", "", []byte(nil))
+	f.Add(uint8(2), uint8(1), "POST", "/v1/bw", "peer=192.0.2.17&duration=2500ms", "", "", []byte(nil))
+	f.Add(uint8(0), uint8(0), "POST", "/v1/bw", "peer=-x&op=fill&size=2097152&duration=1h", "", "", []byte(nil))
+	f.Add(uint8(1), uint8(0), "POST", "/v1/bw", "peer=192.0.2.17&duration=100500us", "", "", []byte(nil))
+	f.Add(uint8(5), uint8(1), "GET", "/v1/resources", "", "", "", []byte(nil))
+	f.Add(uint8(4), uint8(0), "GET", "/v1/bw", "peer=192.0.2.17", "", "", []byte(nil))
+	// The other read routes as a reader: diff (which reads the snapshot
+	// too) and doctor with an interval in and out of bounds.
+	f.Add(uint8(4), uint8(0), "GET", "/v1/policy/diff", "", "", "", []byte(nil))
+	f.Add(uint8(5), uint8(0), "GET", "/v1/doctor", "interval=0", "", "", []byte(nil))
+	f.Add(uint8(4), uint8(0), "GET", "/v1/doctor", "interval=1h", "", "", []byte(nil))
 	f.Fuzz(func(t *testing.T, who, mode uint8, method, target, rawQuery, hname, hval string, body []byte) {
 		if method == "" {
 			method = http.MethodGet
@@ -322,6 +468,9 @@ func FuzzAPIRaw(f *testing.F) {
 	f.Add(uint8(4), uint8(0), []byte("POST http://rdmad/v1/policy/apply HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"))
 	f.Add(uint8(9), uint8(0), []byte("GET /v1/./status/.. HTTP/1.0\r\n\r\n"))
 	f.Add(uint8(1), uint8(2), []byte("OPTIONS * HTTP/1.1\r\nHost: rdmad\r\n\r\n"))
+	f.Add(uint8(4), uint8(0), []byte("POST /v1/bw?peer=192.0.2.17 HTTP/1.1\r\nHost: rdmad\r\nContent-Length: 0\r\n\r\n"))
+	f.Add(uint8(6), uint8(0), []byte("GET /v1/resources HTTP/1.1\r\nHost: rdmad\r\n\r\n"))
+	f.Add(uint8(2), uint8(0), []byte("POST /v1/bw?peer=192.0.2.17&size=65536&size=9999999&duration=5s HTTP/1.1\r\nHost: rdmad\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, who, mode uint8, raw []byte) {
 		r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
 		if err != nil {
@@ -345,4 +494,177 @@ func TestFuzzCallersLevels(t *testing.T) {
 	if !strings.HasPrefix(fzCallers[0].name, "root") {
 		t.Error("fzCallers[0] must be root (the seeds use it)")
 	}
+}
+
+// TestFuzzRoutesKnowServer keeps fzRoutes in step with the routes the
+// daemon serves: those of server.go's table and those the daemon adds with
+// Handle (package daemon, e.g. sinks.go). A route the oracle does not know
+// would be a false failure of the fuzz targets (404 expected), and a route
+// nobody plays against.
+func TestFuzzRoutesKnowServer(t *testing.T) {
+	served := map[string]bool{}
+	for path, rt := range routes {
+		served[path] = true
+		fr, ok := fzRoutes[path]
+		if !ok {
+			t.Errorf("server.go serves %s %s (%s) and fzRoutes does not know it: add it with the level it must have, the backend calls it makes and seeds for a reader and a stranger", rt.method, path, rt.op)
+			continue
+		}
+		if fr.method != rt.method || fr.op != rt.op {
+			t.Errorf("%s: server.go has %s (%s), fzRoutes %s (%s)", path, rt.method, rt.op, fr.method, fr.op)
+		}
+	}
+	for path, rt := range daemonHandles(t) {
+		served[path] = true
+		fr, ok := fzRoutes[path]
+		if !ok {
+			t.Errorf("package daemon adds %s %s (%s) with Handle and fzRoutes does not know it: add it with the level it must have and seeds for a reader and a stranger", rt.method, path, rt.op)
+			continue
+		}
+		if fr.method != rt.method || fr.op != rt.op {
+			t.Errorf("%s: package daemon adds %s (%s), fzRoutes has %s (%s)", path, rt.method, rt.op, fr.method, fr.op)
+		}
+	}
+	for path := range fzRoutes {
+		if !served[path] {
+			t.Errorf("fzRoutes has %s, which nothing serves: remove it", path)
+		}
+	}
+}
+
+// daemonHandles returns the routes package daemon adds with
+// Server.Handle(path, http.MethodX, access.Op, h), read from its source.
+func daemonHandles(t *testing.T) map[string]route {
+	t.Helper()
+	fset := token.NewFileSet()
+	ops := map[string]access.Op{}
+	for _, f := range parseSources(t, fset, "../access") {
+		for _, d := range f.Decls {
+			if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					if len(vs.Names) == 1 && len(vs.Values) == 1 {
+						if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							v, _ := strconv.Unquote(lit.Value)
+							ops[vs.Names[0].Name] = access.Op(v)
+						}
+					}
+				}
+			}
+		}
+	}
+	sel := func(e ast.Expr, pkg string) string {
+		if s, ok := e.(*ast.SelectorExpr); ok {
+			if x, ok := s.X.(*ast.Ident); ok && x.Name == pkg {
+				return s.Sel.Name
+			}
+		}
+		return ""
+	}
+	found := map[string]route{}
+	for _, f := range parseSources(t, fset, "..") {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) != 4 {
+				return true
+			}
+			if fn, ok := call.Fun.(*ast.SelectorExpr); !ok || fn.Sel.Name != "Handle" {
+				return true
+			}
+			method, opName := sel(call.Args[1], "http"), sel(call.Args[2], "access")
+			if !strings.HasPrefix(method, "Method") || opName == "" {
+				return true
+			}
+			where := fset.Position(call.Pos())
+			lit, ok := call.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				t.Errorf("%s: Handle with a path that is not a string literal; fzRoutes cannot be checked against it", where)
+				return true
+			}
+			path, _ := strconv.Unquote(lit.Value)
+			op, ok := ops[opName]
+			if !ok {
+				t.Errorf("%s: Handle with access.%s, which is no operation of daemon/access", where, opName)
+			}
+			found[path] = route{method: strings.ToUpper(strings.TrimPrefix(method, "Method")), op: op}
+			return true
+		})
+	}
+	if len(found) == 0 {
+		t.Fatal("found no Handle(path, http.MethodX, access.Op, h) in package daemon: the parse of ../*.go is stale")
+	}
+	return found
+}
+
+// fzInterfaces are the interfaces of this package a backend implements:
+// Backend and the optional ones the server looks for.
+var fzInterfaces = []reflect.Type{
+	reflect.TypeFor[Backend](),
+	reflect.TypeFor[ResourceReader](),
+	reflect.TypeFor[BandwidthTester](),
+}
+
+// TestFuzzBackendKnowsEveryMethod keeps fzBackend in step with what a
+// backend may implement: every interface of this package is in
+// fzInterfaces, fzBackend implements each, and each method is the call of
+// a route in fzRoutes. A backend method fzBackend lacked would answer 501
+// on its route, a false failure, and its access level would go unchecked.
+func TestFuzzBackendKnowsEveryMethod(t *testing.T) {
+	known := map[string]bool{}
+	for _, it := range fzInterfaces {
+		known[it.Name()] = true
+	}
+	fset := token.NewFileSet()
+	for _, f := range parseSources(t, fset, ".") {
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.TYPE {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				ts := spec.(*ast.TypeSpec)
+				if _, ok := ts.Type.(*ast.InterfaceType); ok && !known[ts.Name.Name] {
+					t.Errorf("%s: interface %s is not in fzInterfaces: if a backend may implement it, give fzBackend its methods, fzRoutes the route that calls them, and list it there", fset.Position(ts.Pos()), ts.Name.Name)
+				}
+			}
+		}
+	}
+	routeCalls := map[string]bool{}
+	for _, rt := range fzRoutes {
+		for _, c := range rt.calls {
+			routeCalls[c] = true
+		}
+	}
+	fb := reflect.TypeFor[*fzBackend]()
+	for _, it := range fzInterfaces {
+		if !fb.Implements(it) {
+			t.Errorf("fzBackend does not implement %s: the fuzz targets never reach its methods", it.Name())
+		}
+		for i := range it.NumMethod() {
+			if m := it.Method(i).Name; !routeCalls[m] {
+				t.Errorf("%s.%s is the call of no route in fzRoutes", it.Name(), m)
+			}
+		}
+	}
+}
+
+// parseSources parses the Go files of dir, tests left out.
+func parseSources(t *testing.T, fset *token.FileSet, dir string) []*ast.File {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no Go files in %s (%v)", dir, err)
+	}
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }
