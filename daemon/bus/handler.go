@@ -305,7 +305,7 @@ func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context,
 }
 
 // callerOf asks the bus who sent c: GetConnectionCredentials gives the uid
-// and, from dbus-daemon 1.10 and dbus-broker, the groups the bus captured
+// and, from dbus-daemon 1.13.10 (Linux 4.13) and dbus-broker, the groups the bus captured
 // when the caller connected. Without UnixGroupIDs only the uid counts (the
 // caller then has no groups, and GID is access.NoGID, not root's 0).
 func callerOf(c call) (access.Caller, error) {
