@@ -5,7 +5,9 @@ GO       ?= go
 # The version is computed once per make run (not per use), and sorts by
 # time: VERSION file + commit count + commit.
 ifndef VERSION
-VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# Outside a git checkout (a source tarball) the count and commit are 0 and
+# unknown; inside one, git's errors are shown.
+VERSION := $(shell cat VERSION)+git$(shell if [ -e .git ]; then git rev-list --count HEAD; else echo 0; fi).$(shell if [ -e .git ]; then git rev-parse --short HEAD; else echo unknown; fi)
 endif
 LDFLAGS  := -X main.version=$(VERSION)
 RUN_DIR  ?= $(CURDIR)/.run
