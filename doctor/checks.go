@@ -810,7 +810,7 @@ func checkFleet(e *Env) Result {
 		// Informational: the verdict stays ok unless a setting that must
 		// agree differs too; the fix is given either way.
 		c.add(OK, "versions differ (informational): "+strings.Join(limit(info), "; "),
-			"upgrade firmware and driver to the fleet's versions when the rollout is done (mlxfwmanager or the vendor's driver package): differing versions are the commonest cause of interop faults")
+			"upgrade firmware, driver, kernel and rdmad to the fleet's versions when the rollout is done (mlxfwmanager, the vendor's driver package, the distribution's kernel): differing versions are the commonest cause of interop faults")
 	}
 	if c.verdict == "" {
 		c.add(OK, fmt.Sprintf("%d peers agree with this node's MTU, link layer, RoCE and QoS settings%s", known, note), "")

@@ -443,7 +443,7 @@ func TestChecks(t *testing.T) {
 		{"fleet firmware only", "fleet", func(t *testing.T) *Env {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.2", []apitype.Mismatch{
 				{Field: "driver", Local: "mlx5_core", Peer: "mlx5_core 24.01", Severity: apitype.SeverityInfo, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
-		}, OK, "versions differ (informational): 192.0.2.2: driver mlx5_core here (mlx5_0/1) but mlx5_core 24.01 on 192.0.2.2", "upgrade firmware and driver"},
+		}, OK, "versions differ (informational): 192.0.2.2: driver mlx5_core here (mlx5_0/1) but mlx5_core 24.01 on 192.0.2.2", "upgrade firmware, driver, kernel and rdmad"},
 		{"fleet PFC mismatch", "fleet", func(t *testing.T) *Env {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.3", []apitype.Mismatch{
 				{Field: "pfc", Local: "3", Peer: "none", Severity: apitype.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}

@@ -180,12 +180,12 @@ const (
 
 // MismatchFields are the fields peers compare, in the order mismatches are
 // reported.
-var MismatchFields = []string{"mtu", "active_mtu", "link_layer", "roce_mode", "roce_tos", "trust", "pfc", "firmware", "driver"}
+var MismatchFields = []string{"mtu", "active_mtu", "link_layer", "roce_mode", "roce_tos", "trust", "pfc", "firmware", "driver", "kernel", "rdmad_version"}
 
 // A Mismatch is one setting on which this node's probing port and the
 // peer's port it probes disagree.
 type Mismatch struct {
-	Field    string `json:"field"` // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver
+	Field    string `json:"field"` // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver; kernel, rdmad_version (ports "node")
 	Local    string `json:"local"`
 	Peer     string `json:"peer"`
 	Severity string `json:"severity"`

@@ -27,7 +27,15 @@ const (
 	FieldPFC       = "pfc"
 	FieldFirmware  = "firmware"
 	FieldDriver    = "driver"
+	// The node's own fields, compared once per peer (the ports are
+	// "node"): informational, as a fleet in the middle of an upgrade
+	// differs in them on purpose.
+	FieldKernel  = "kernel"
+	FieldVersion = "rdmad_version"
 )
+
+// nodePort stands for the port in a mismatch of a node's own field.
+const nodePort = "node"
 
 // Fields lists every compared field, in the order mismatches are reported.
 var Fields = apitype.MismatchFields
@@ -79,6 +87,20 @@ func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch 
 			sev = apitype.SeverityInfo
 		}
 		out = append(out, apitype.Mismatch{Field: f, Local: l, Peer: r, Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
+	}
+	return out
+}
+
+// compareNode returns the node-level fields (kernel release, rdmad's
+// version) on which two fingerprints disagree, of severity info; an
+// unknown is not compared.
+func compareNode(local, remote *wire.Fingerprint) []apitype.Mismatch {
+	var out []apitype.Mismatch
+	for _, f := range []struct{ field, l, r string }{{FieldKernel, local.Kernel, remote.Kernel}, {FieldVersion, local.Version, remote.Version}} {
+		if f.l == "" || f.r == "" || f.l == f.r {
+			continue
+		}
+		out = append(out, apitype.Mismatch{Field: f.field, Local: f.l, Peer: f.r, Severity: apitype.SeverityInfo, LocalPort: nodePort, PeerPort: nodePort})
 	}
 	return out
 }
@@ -447,7 +469,7 @@ func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
 	if m.fp == nil || p.fp == nil {
 		return nil
 	}
-	var out []apitype.Mismatch
+	out := compareNode(m.fp, &p.fp.fp)
 	for _, pa := range p.paths {
 		var local, remote *wire.FingerprintPort
 		for i := range m.fp.Ports {

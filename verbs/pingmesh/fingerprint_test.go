@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -304,6 +305,29 @@ func TestFingerprintObservedQoS(t *testing.T) {
 		{Kind: "qos", Object: "ens1f0", Actual: "trust=pcp pfc=3", State: apitype.InSync}}}}}
 	if p := LocalFingerprint(snap, ports, t.TempDir(), "6.1", nil).Ports[0]; p.Trust != "pcp" || p.PFC != "3" {
 		t.Errorf("with a policy: trust %q pfc %q, want the target's pcp 3", p.Trust, p.PFC)
+	}
+}
+
+// TestCompareNode: the kernel release and rdmad's version are compared once
+// per peer, informational, on the ports "node"; an unknown is not a
+// mismatch.
+func TestCompareNode(t *testing.T) {
+	l := &wire.Fingerprint{Kernel: "6.1.0-18", Version: "0.2.0"}
+	got := compareNode(l, &wire.Fingerprint{Kernel: "6.12.4", Version: "0.2.0"})
+	want := []apitype.Mismatch{{Field: FieldKernel, Local: "6.1.0-18", Peer: "6.12.4", Severity: apitype.SeverityInfo, LocalPort: "node", PeerPort: "node"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("kernel differs: %+v, want %+v", got, want)
+	}
+	if got := compareNode(l, &wire.Fingerprint{Kernel: "6.1.0-18", Version: "0.3.0"}); len(got) != 1 || got[0].Field != FieldVersion || got[0].Peer != "0.3.0" {
+		t.Errorf("version differs: %+v", got)
+	}
+	if got := compareNode(l, &wire.Fingerprint{}); len(got) != 0 {
+		t.Errorf("unknowns compared: %+v", got)
+	}
+	for _, f := range []string{FieldKernel, FieldVersion} {
+		if !slices.Contains(apitype.MismatchFields, f) {
+			t.Errorf("%s is not in apitype.MismatchFields (the metric's label values)", f)
+		}
 	}
 }
 
