@@ -14,17 +14,22 @@ import (
 // or uplink explains that better than as many remote faults, and this
 // node's ports are shown to work by the answers from elsewhere.
 //
-// Manager.faults holds every suspect with the reason: a local port under its
-// key ("rxe0/1"), a group under groupKey(name). Port keys never contain
-// groupPrefix (device names have no NUL byte).
+// Manager.faults holds every suspect with the reason, under a typed key: a
+// local port ("rxe0/1") or a group, never told apart by spelling.
 
 // minGroupPeers is how many peers of a group, with a known state, must all
 // be down before the group, not each peer, is the suspect.
 const minGroupPeers = 2
 
-const groupPrefix = "group\x00"
+// A suspect is what a fault is blamed on: a local probe port (by its key)
+// or a peer group (by its name).
+type suspect struct {
+	group bool
+	name  string
+}
 
-func groupKey(group string) string { return groupPrefix + group }
+func portSuspect(key string) suspect    { return suspect{name: key} }
+func groupSuspect(group string) suspect { return suspect{group: true, name: group} }
 
 // reach says how a peer is seen from this node: known (it has a state
 // other than unknown), down from every local port (its state is down and
@@ -93,19 +98,19 @@ type groupTally struct{ known, down, answering int }
 
 // logSuspect logs that the suspect under key was raised (why != "") or
 // cleared.
-func (m *Manager) logSuspect(key, why string) {
-	if g, ok := strings.CutPrefix(key, groupPrefix); ok {
+func (m *Manager) logSuspect(s suspect, why string) {
+	if s.group {
 		if why != "" {
-			m.log.Warn("peer group suspect", "group", g, "reason", why)
+			m.log.Warn("peer group suspect", "group", s.name, "reason", why)
 		} else {
-			m.log.Info("peer group no longer suspect", "group", g)
+			m.log.Info("peer group no longer suspect", "group", s.name)
 		}
 		return
 	}
 	if why != "" {
-		m.log.Warn("local probe port suspect", apitype.MessageIDKey, apitype.MsgLocalFault, "port", key, "reason", why)
+		m.log.Warn("local probe port suspect", apitype.MessageIDKey, apitype.MsgLocalFault, "port", s.name, "reason", why)
 	} else {
-		m.log.Info("local probe port no longer suspect", "port", key)
+		m.log.Info("local probe port no longer suspect", "port", s.name)
 	}
 }
 
@@ -113,9 +118,9 @@ func (m *Manager) logSuspect(key, why string) {
 // never nil.
 func (m *Manager) groupFaultList() []apitype.GroupFault {
 	out := []apitype.GroupFault{}
-	for k, why := range m.faults {
-		if g, ok := strings.CutPrefix(k, groupPrefix); ok {
-			out = append(out, apitype.GroupFault{Group: g, Reason: why})
+	for s, why := range m.faults {
+		if s.group {
+			out = append(out, apitype.GroupFault{Group: s.name, Reason: why})
 		}
 	}
 	slices.SortFunc(out, func(a, b apitype.GroupFault) int { return strings.Compare(a.Group, b.Group) })

@@ -196,7 +196,7 @@ type Manager struct {
 	ansSpare []answer                 // the other answer buffer
 	batched  int                      // probes and queries of this pass
 	waiting  int                      // one-shot probes waiting
-	faults   map[string]string        // local port -> why it is the suspect
+	faults   map[suspect]string       // local port or group -> why it is the suspect
 	// The control endpoint in force (m.ctl), its Serve goroutine's end,
 	// the port it is bound to, and why that is not the configured one.
 	// Endpoints that replace each other share the counters.

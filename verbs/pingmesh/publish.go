@@ -102,15 +102,15 @@ func (m *Manager) localFaults() {
 			}
 		}
 	}
-	faults := map[string]string{}
+	faults := map[suspect]string{}
 	for _, lp := range m.local {
 		n := known[lp.Key]
 		if n >= minFaultPeers && down[lp.Key] == n {
-			faults[lp.Key] = fmt.Sprintf("all %d peers are down from %s: suspect this port, its cable or switch port, or this host before %d remote faults", n, lp.Key, n)
+			faults[portSuspect(lp.Key)] = fmt.Sprintf("all %d peers are down from %s: suspect this port, its cable or switch port, or this host before %d remote faults", n, lp.Key, n)
 		}
 	}
 	for g, why := range m.groupFaults() {
-		faults[groupKey(g)] = why
+		faults[groupSuspect(g)] = why
 	}
 	for k, why := range faults {
 		if m.faults[k] == "" {
@@ -147,7 +147,7 @@ func (m *Manager) State() apitype.Peers {
 	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
 		Configured: len(m.cfg.Peers)}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[lp.Key]})
+		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[portSuspect(lp.Key)]})
 	}
 	n, paths := 0, 0
 	for _, p := range m.sortedPeers() {
