@@ -503,27 +503,23 @@ func TestFuzzCallersLevels(t *testing.T) {
 // nobody plays against.
 func TestFuzzRoutesKnowServer(t *testing.T) {
 	served := map[string]bool{}
-	for path, rt := range routes {
+	know := func(path string, rt route, where, add string) {
+		t.Helper()
 		served[path] = true
 		fr, ok := fzRoutes[path]
 		if !ok {
-			t.Errorf("server.go serves %s %s (%s) and fzRoutes does not know it: add it with the level it must have, the backend calls it makes and seeds for a reader and a stranger", rt.method, path, rt.op)
-			continue
+			t.Errorf("%s %s %s (%s) and fzRoutes does not know it: add it with %s", where, rt.method, path, rt.op, add)
+			return
 		}
 		if fr.method != rt.method || fr.op != rt.op {
-			t.Errorf("%s: server.go has %s (%s), fzRoutes %s (%s)", path, rt.method, rt.op, fr.method, fr.op)
+			t.Errorf("%s: %s %s (%s), fzRoutes has %s (%s)", path, where, rt.method, rt.op, fr.method, fr.op)
 		}
 	}
+	for path, rt := range routes {
+		know(path, rt, "server.go serves", "the level it must have, the backend calls it makes and seeds for a reader and a stranger")
+	}
 	for path, rt := range daemonHandles(t) {
-		served[path] = true
-		fr, ok := fzRoutes[path]
-		if !ok {
-			t.Errorf("package daemon adds %s %s (%s) with Handle and fzRoutes does not know it: add it with the level it must have and seeds for a reader and a stranger", rt.method, path, rt.op)
-			continue
-		}
-		if fr.method != rt.method || fr.op != rt.op {
-			t.Errorf("%s: package daemon adds %s (%s), fzRoutes has %s (%s)", path, rt.method, rt.op, fr.method, fr.op)
-		}
+		know(path, rt, "package daemon adds with Handle", "the level it must have and seeds for a reader and a stranger")
 	}
 	for path := range fzRoutes {
 		if !served[path] {
