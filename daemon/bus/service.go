@@ -147,6 +147,10 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	cur := newView(s.o.Store.Load())
 	s.h.cur.Store(cur)
 
+	// godbus runs each method call on a goroutine of its own: the
+	// session waits, last, for the calls that reach the backend, which
+	// see their context cancelled with the connection.
+	defer s.h.drain()
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)
