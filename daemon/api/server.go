@@ -20,6 +20,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/internal/inflight"
 )
 
 // Limits on what one client can make the daemon hold.
@@ -312,8 +313,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 
 func (s *Server) serve(ctx context.Context, ln net.Listener, grace time.Duration, lim limits) error {
 	lln := newLimitListener(ln, lim, s.classify, s.log)
+	// net/http runs each connection on a goroutine of its own: serve
+	// waits for the handlers in progress before it returns (their
+	// request's context ends when Close cuts the connection).
+	var calls inflight.Group
+	h := lln.limitHandler(s)
 	srv := &http.Server{
-		Handler:     lln.limitHandler(s),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !calls.Enter() {
+				writeError(w, http.StatusServiceUnavailable, "rdmad is stopping")
+				return
+			}
+			defer calls.Leave()
+			h.ServeHTTP(w, r)
+		}),
 		ConnContext: connContext,
 		ConnState:   connState,
 		// Slow senders are cut: the headers within 5 s, the whole request
@@ -336,6 +349,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, grace time.Duration
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
 	}
+	calls.Drain()
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/internal/inflight"
 )
 
 // MaxCalls bounds the guarded method calls (Reload, Apply, Probe, Doctor,
@@ -37,11 +37,9 @@ type handler struct {
 	backend api.Backend
 	log     *slog.Logger
 	sem     chan struct{}
-	// calls counts the guarded calls in progress; a session waits for
-	// them before it ends (drain), and none starts while it does.
-	callsMu  sync.Mutex
-	draining bool
-	calls    sync.WaitGroup
+	// calls counts the guarded calls in progress: a session waits for
+	// them before it ends, and none starts while it does.
+	calls inflight.Group
 	// probeTimeout bounds one Probe (Options.ProbeTimeout).
 	probeTimeout time.Duration
 	// roles is the access roles in force (Options.Policy).
@@ -303,31 +301,15 @@ func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context,
 		default:
 			return nil, dbusError(ErrBusy, "%s: %d calls are already in progress; try again in a moment", name, MaxCalls)
 		}
-		h.callsMu.Lock()
-		if h.draining {
-			h.callsMu.Unlock()
+		if !h.calls.Enter() {
 			return nil, dbusError(ErrFailed, "%s: rdmad is leaving the bus; try again when it is back", name)
 		}
-		h.calls.Add(1)
-		h.callsMu.Unlock()
-		defer h.calls.Done()
+		defer h.calls.Leave()
 		ctx, cancel := context.WithTimeout(c.conn.Context(), CallTimeout)
 		defer cancel()
 		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", caller.UID, "args", c.args)
 		return f(ctx, c)
 	}
-}
-
-// drain waits for the guarded calls in progress (their context ends with
-// the connection) and refuses new ones meanwhile.
-func (h *handler) drain() {
-	h.callsMu.Lock()
-	h.draining = true
-	h.callsMu.Unlock()
-	h.calls.Wait()
-	h.callsMu.Lock()
-	h.draining = false
-	h.callsMu.Unlock()
 }
 
 // callerOf asks the bus who sent c: GetConnectionCredentials gives the uid

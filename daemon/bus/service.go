@@ -150,7 +150,7 @@ func (s *service) session(ctx context.Context) (owned bool, err error) {
 	// godbus runs each method call on a goroutine of its own: the
 	// session waits, last, for the calls that reach the backend, which
 	// see their context cancelled with the connection.
-	defer s.h.drain()
+	defer s.h.calls.Drain()
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)

@@ -414,6 +414,43 @@ func TestSIGTERM(t *testing.T) {
 	}
 }
 
+// TestSIGTERMWithWatcher: a watch stream open (a handler that runs until
+// its connection ends) does not hold rdmad's stop: the API waits for its
+// handlers, and the stream ends with rdmad.
+func TestSIGTERMWithWatcher(t *testing.T) {
+	n := start(t, "")
+	w := exec.Command(filepath.Join(bin, "rdmactl"), "--socket", n.socket, "watch")
+	var out syncbuf.Buffer
+	w.Stdout, w.Stderr = &out, &out
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan error, 1)
+	go func() { watched <- w.Wait() }()
+	t.Cleanup(func() { w.Process.Kill() })
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "rdmad") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	t0 := time.Now()
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-n.exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM with a watcher: %v, want status 0", err)
+		}
+		n.exited <- err
+	case <-time.After(5 * time.Second):
+		t.Fatal("rdmad did not exit within 5s of SIGTERM with a watch stream open")
+	}
+	t.Logf("stopped in %v with a watcher", time.Since(t0))
+	select {
+	case <-watched:
+	case <-time.After(5 * time.Second):
+		t.Errorf("rdmactl watch still runs 5 s after rdmad stopped:\n%s", out.String())
+	}
+}
+
 func TestSocketActivation(t *testing.T) {
 	sa, err := exec.LookPath("systemd-socket-activate")
 	if err != nil {
