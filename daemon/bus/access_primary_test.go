@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 )
 
@@ -22,9 +21,7 @@ func TestIntegrationPrimaryGroupCounts(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	fb := &fakeBackend{store: store}
-	startRunOpts(t, Options{Store: store, Backend: fb, Roles: func() access.Roles {
-		return access.Roles{ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)}
-	}}).waitFor(t, 0, apitype.OK, "")
+	startWithRoles(t, store, fb, access.Roles{ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
 
 	res := b.asUser(readerUID, socketGroup, nil, "call", "Reload")
 	if want := fmt.Sprintf("the caller has groups %d;", socketGroup); res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, want) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Users and groups of the access tests. dbus-daemon refuses connections
@@ -21,6 +23,13 @@ const (
 	socketGroup          = 61001
 	adminGroup           = 61002
 )
+
+// startWithRoles runs the service on store and backend with fixed access
+// roles and waits until it owns the name.
+func startWithRoles(t *testing.T, store *state.Store, backend api.Backend, roles access.Roles) {
+	t.Helper()
+	startRunOpts(t, Options{Store: store, Backend: backend, Roles: func() access.Roles { return roles }}).waitFor(t, 0, apitype.OK, "")
+}
 
 // TestIntegrationAccessTable runs real callers with other uids and groups
 // against rdmad on a bus with the shipped policy file: the socket group's
@@ -109,9 +118,7 @@ func TestIntegrationNoGroupIsNotRoot(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	fb := &fakeBackend{store: store}
-	startRunOpts(t, Options{Store: store, Backend: fb, Roles: func() access.Roles {
-		return access.Roles{AdminGID: access.GID(0)}
-	}}).waitFor(t, 0, apitype.OK, "")
+	startWithRoles(t, store, fb, access.Roles{AdminGID: access.GID(0)})
 	if res := b.asUser(readerUID, readerGID, nil, "call", "Reload"); res.ErrName != ErrAccessDenied {
 		t.Errorf("Reload by uid %d without groups, admin_group root: %q %q, want AccessDenied", readerUID, res.ErrName, res.ErrMsg)
 	}

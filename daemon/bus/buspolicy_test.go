@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 )
 
@@ -21,8 +20,7 @@ func TestIntegrationBusPolicyPassesEveryMethod(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	pb := newProbeBackend(store)
-	roles := access.Roles{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)}
-	startRunOpts(t, Options{Store: store, Backend: pb, Roles: func() access.Roles { return roles }}).waitFor(t, 0, apitype.OK, "")
+	startWithRoles(t, store, pb, access.Roles{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
 
 	if len(agentIntrospection.Methods) < 6 {
 		t.Fatalf("the introspected interface has %d methods; want Reload, Apply, Probe, Doctor, Resources, Bandwidth at least", len(agentIntrospection.Methods))

@@ -395,20 +395,27 @@ func TestSecondInstanceAndStaleSocket(t *testing.T) {
 	})
 }
 
-func TestSIGTERM(t *testing.T) {
-	n := start(t, "")
+// sigterm stops n with SIGTERM and fails t unless rdmad exits with status 0
+// within 5 s (what says what else was going on).
+func (n *node) sigterm(t *testing.T, what string) {
+	t.Helper()
 	t0 := time.Now()
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-n.exited:
 		if err != nil {
-			t.Errorf("exit after SIGTERM: %v, want status 0", err)
+			t.Errorf("exit after SIGTERM%s: %v, want status 0", what, err)
 		}
 		n.exited <- err
 	case <-time.After(5 * time.Second):
-		t.Fatal("rdmad did not exit within 5s of SIGTERM")
+		t.Fatalf("rdmad did not exit within 5s of SIGTERM%s", what)
 	}
-	t.Logf("stopped in %v", time.Since(t0))
+	t.Logf("stopped in %v%s", time.Since(t0), what)
+}
+
+func TestSIGTERM(t *testing.T) {
+	n := start(t, "")
+	n.sigterm(t, "")
 	if _, err := os.Stat(n.socket); !os.IsNotExist(err) {
 		t.Errorf("socket left after a clean stop: %v", err)
 	}
@@ -432,18 +439,7 @@ func TestSIGTERMWithWatcher(t *testing.T) {
 	for !strings.Contains(out.String(), "rdmad") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	t0 := time.Now()
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-n.exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM with a watcher: %v, want status 0", err)
-		}
-		n.exited <- err
-	case <-time.After(5 * time.Second):
-		t.Fatal("rdmad did not exit within 5s of SIGTERM with a watch stream open")
-	}
-	t.Logf("stopped in %v with a watcher", time.Since(t0))
+	n.sigterm(t, " with a watch stream open")
 	select {
 	case <-watched:
 	case <-time.After(5 * time.Second):
