@@ -103,29 +103,13 @@ func checkDaemon(e *Env) Result {
 	sort.Strings(names)
 	for _, n := range names {
 		if comp := s.Components[n]; comp.State == apitype.Error {
-			c.add(Fail, fmt.Sprintf("component %s: %s", n, componentDetail(comp)), "see rdmactl status and journalctl -u rdmad")
+			c.add(Fail, fmt.Sprintf("component %s: %s", n, comp.Detail()), "see rdmactl status and journalctl -u rdmad")
 		}
 	}
 	if c.verdict == "" {
 		c.add(OK, fmt.Sprintf("rdmad %s is %s (pid %d, config generation %d)", s.Version, s.State, s.PID, s.Config.Generation), "")
 	}
 	return c.result("")
-}
-
-// componentDetail is what a component's state rests on: for one disabled
-// or unavailable, its Reason (why, and what to do: the daemon's
-// state.SetComponent puts that text there, never in Error); otherwise its
-// Error (what failed). Each falls back on the other field, so that an
-// older rdmad's shape still reads whole.
-func componentDetail(c apitype.Component) string {
-	first, second := c.Error, c.Reason
-	if c.State == apitype.Disabled || c.State == apitype.Unavailable {
-		first, second = c.Reason, c.Error
-	}
-	if first != "" {
-		return first
-	}
-	return second
 }
 
 // PCI classes and vendors that matter for RDMA.
@@ -655,18 +639,18 @@ func checkPeers(e *Env) Result {
 		return skip("rdmad reports no peer probes (not started yet, or an rdmad without them)")
 	case comp.State == apitype.Disabled:
 		why := "[probe] peers = false"
-		if d := componentDetail(comp); d != "" {
+		if d := comp.Detail(); d != "" {
 			why = d
 		}
 		return skip("peer probes are disabled: " + why)
 	case comp.State == apitype.Unavailable:
 		why := "rdmad did not say why (see rdmactl status)"
-		if d := componentDetail(comp); d != "" {
+		if d := comp.Detail(); d != "" {
 			why = d
 		}
 		return skip("peer probes are unavailable: " + why)
 	case comp.State == apitype.Error:
-		return skip("peer probes are in error (see the daemon check): " + componentDetail(comp))
+		return skip("peer probes are in error (see the daemon check): " + comp.Detail())
 	}
 	ps := s.Peers
 	if len(ps.Peers) == 0 {

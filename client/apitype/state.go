@@ -417,6 +417,20 @@ type Component struct {
 	Since  time.Time `json:"since"`
 }
 
+// Detail is the text a component's state rests on: its error (what failed)
+// and its reason (why it is disabled or unavailable, and what to do), each
+// when set, joined by "; ". The daemon sets one or the other; an older
+// rdmad that put the reason in Error reads whole too.
+func (c Component) Detail() string {
+	switch {
+	case c.Error == "":
+		return c.Reason
+	case c.Reason == "":
+		return c.Error
+	}
+	return c.Error + "; " + c.Reason
+}
+
 // NoDevice says why a node without RDMA devices is not healthy, and what to
 // do: the daemon's summary and rdmactl status print it.
 const NoDevice = "no RDMA device: rdmad can prove nothing on this node. Load the NIC's RDMA driver " +

@@ -105,3 +105,22 @@ func TestComponentReason(t *testing.T) {
 		t.Errorf("component in error JSON %s: want no reason", s)
 	}
 }
+
+// TestComponentDetail: the one text of a component that the status table,
+// the doctor, the watch stream and D-Bus show: its error or its reason,
+// both when both are set.
+func TestComponentDetail(t *testing.T) {
+	for _, tt := range []struct {
+		c    Component
+		want string
+	}{
+		{Component{State: OK}, ""},
+		{Component{State: Error, Error: "bind: in use"}, "bind: in use"},
+		{Component{State: Disabled, Reason: "[probe] peers = false"}, "[probe] peers = false"},
+		{Component{State: OK, Error: "peers_file line 3: bad", Reason: "x"}, "peers_file line 3: bad; x"},
+	} {
+		if got := tt.c.Detail(); got != tt.want {
+			t.Errorf("%+v: Detail() = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}

@@ -31,7 +31,7 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 	} else {
 		if comp, ok := s.Components[apitype.ComponentPeers]; ok && comp.State != apitype.OK {
 			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
-			if d := componentDetail(comp); d != "" {
+			if d := comp.Detail(); d != "" {
 				fmt.Fprintf(g.stdout, ": %s", d)
 			}
 			fmt.Fprintln(g.stdout)

@@ -128,20 +128,9 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		row(tw, n, c.State, ago(c.Since), sh.cell(componentDetail(c), 160))
+		row(tw, n, c.State, ago(c.Since), sh.cell(c.Detail(), 160))
 	}
 	tw.Flush()
-}
-
-// componentDetail is what a component's health rests on: its error (what
-// failed) and its reason (why it is disabled or unavailable, and what to
-// do; the daemon never puts that in the error).
-func componentDetail(c apitype.Component) string {
-	detail := c.Error
-	if c.Reason != "" {
-		detail = strings.TrimPrefix(detail+"; "+c.Reason, "; ")
-	}
-	return detail
 }
 
 // printRestartNeeded prints a line per configuration key whose new value

@@ -183,11 +183,7 @@ func newView(s *apitype.Snapshot) *view {
 	for name, c := range s.Components {
 		// (state, error): the second field carries a disabled or
 		// unavailable component's reason, as it did before Reason.
-		text := c.Error
-		if text == "" {
-			text = c.Reason
-		}
-		comps[name] = Component{State: c.State, Error: text}
+		comps[name] = Component{State: c.State, Error: c.Detail()}
 	}
 	v.objects[Path] = &object{path: Path, props: props{Interface: {
 		"Version":          dbus.MakeVariant(s.Version),

@@ -109,11 +109,7 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 		if !nok {
 			to = apitype.Absent
 		}
-		text := n.Error
-		if text == "" {
-			text = n.Reason
-		}
-		d.Components = append(d.Components, ComponentChange{Name: name, From: from, To: to, Error: text})
+		d.Components = append(d.Components, ComponentChange{Name: name, From: from, To: to, Error: n.Detail()})
 	}
 
 	pd, nd := devices(prev), devices(next)
