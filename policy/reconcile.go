@@ -489,7 +489,9 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 	// Recorded before it is written: a crash in between leaves a record
 	// of a file that is not there, never a file that is not recorded. An
 	// admin's file at the path, which WriteLimits refuses, is not.
-	if _, err := os.Lstat(m.LimitsFile); r.written.Has(m.LimitsFile) || errors.Is(err, fs.ErrNotExist) || memlock.IsOurs(m.LimitsFile) {
+	// The file is looked at only until it is recorded (Add of a recorded
+	// path writes nothing unless a save failed): no extra I/O per pass.
+	if r.written.Has(m.LimitsFile) || absent(m.LimitsFile) || memlock.IsOurs(m.LimitsFile) {
 		r.noteRecord(r.written.Add(m.LimitsFile))
 	}
 	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
@@ -523,6 +525,12 @@ func (r *Reconciler) staleLimits(m Memlock) []string {
 		}
 	}
 	return paths
+}
+
+// absent reports whether nothing, not even a dangling symlink, is at path.
+func absent(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // noteRecord logs an error saving the record of limits files, once until
