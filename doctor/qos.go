@@ -112,17 +112,6 @@ func ecnOn(s *apitype.Snapshot, netdev string) []int {
 	return out
 }
 
-func prioList(ps []int) string {
-	if len(ps) == 0 {
-		return "none"
-	}
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = strconv.Itoa(p)
-	}
-	return strings.Join(s, ",")
-}
-
 // pfcMask is mlnx_qos's --pfc argument that enables PFC on prio alone.
 func pfcMask(prio int) string {
 	m := make([]string, 8)
@@ -166,7 +155,7 @@ func observedPFC(e *Env, c *collector, q apitype.NetdevQoS, declared bool) strin
 	}
 	lossy := ""
 	if ecn := ecnOn(e.Snapshot, nd); len(q.PFCEnabled) == 0 && len(ecn) > 0 {
-		lossy = fmt.Sprintf("%s: PFC off on every priority: lossy RoCE, with ECN (DCQCN np and rp) on priority %s", nd, prioList(ecn))
+		lossy = fmt.Sprintf("%s: PFC off on every priority: lossy RoCE, with ECN (DCQCN np and rp) on priority %s", nd, apitype.FormatPriorities(ecn))
 	}
 	tos, known := roceToSOf(e.Snapshot, nd)
 	if known && trustsDSCP(q) {
@@ -183,7 +172,7 @@ func observedPFC(e *Env, c *collector, q apitype.NetdevQoS, declared bool) strin
 			return ""
 		default:
 			c.add(Warn, fmt.Sprintf("%s: PFC off on priority %d, the one RoCE traffic is classified into (%s → priority %d); PFC is on for: %s",
-				nd, prio, tos, prio, prioList(q.PFCEnabled)),
+				nd, prio, tos, prio, apitype.FormatPriorities(q.PFCEnabled)),
 				fmt.Sprintf("enable PFC on priority %d on the NIC and the switch: [policy.qos] pfc = [%d] in the [[policy]] that selects %s (by hand: mlnx_qos -i %s --pfc %s, or dcb pfc set dev %s prio-pfc %d:on)",
 					prio, prio, nd, nd, pfcMask(prio), nd, prio))
 			return ""
@@ -191,7 +180,7 @@ func observedPFC(e *Env, c *collector, q apitype.NetdevQoS, declared bool) strin
 	}
 	switch {
 	case len(q.PFCEnabled) > 0:
-		c.add(OK, fmt.Sprintf("%s: PFC on priority %s", nd, prioList(q.PFCEnabled)), "")
+		c.add(OK, fmt.Sprintf("%s: PFC on priority %s", nd, apitype.FormatPriorities(q.PFCEnabled)), "")
 	case lossy != "":
 		c.add(OK, lossy, "")
 	default:

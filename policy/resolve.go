@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/policy/qos"
 )
 
@@ -188,14 +189,7 @@ func FormatQoS(trust string, pfc []int, dscp map[int]int, pfcManaged, dscpManage
 		parts = append(parts, "trust="+trust)
 	}
 	if pfcManaged {
-		ps := make([]string, len(pfc))
-		for i, p := range pfc {
-			ps[i] = fmt.Sprint(p)
-		}
-		if len(ps) == 0 {
-			ps = []string{"none"}
-		}
-		parts = append(parts, "pfc="+strings.Join(ps, ","))
+		parts = append(parts, "pfc="+apitype.FormatPriorities(pfc))
 	}
 	if dscpManaged {
 		keys := make([]int, 0, len(dscp))

@@ -1,6 +1,25 @@
 package apitype
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// FormatPriorities writes a set of priorities (those with PFC on, those
+// with ECN on) as policy targets, the doctor, rdmactl and the fleet
+// fingerprint show them: "3,4", "none" when none. Nodes compare these
+// texts, so every writer of them uses this one.
+func FormatPriorities(prios []int) string {
+	if len(prios) == 0 {
+		return "none"
+	}
+	ps := make([]string, len(prios))
+	for i, p := range prios {
+		ps[i] = strconv.Itoa(p)
+	}
+	return strings.Join(ps, ",")
+}
 
 // Trust modes of NetdevQoS.Trust: what classifies received traffic into
 // priorities.

@@ -124,3 +124,16 @@ func TestComponentDetail(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatPriorities: the one text of a priority set, which nodes compare
+// in their fingerprints.
+func TestFormatPriorities(t *testing.T) {
+	for _, tt := range []struct {
+		in   []int
+		want string
+	}{{nil, "none"}, {[]int{}, "none"}, {[]int{3}, "3"}, {[]int{3, 4}, "3,4"}} {
+		if got := FormatPriorities(tt.in); got != tt.want {
+			t.Errorf("FormatPriorities(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

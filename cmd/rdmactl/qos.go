@@ -172,14 +172,7 @@ func printQoSTable(w io.Writer, qs []apitype.NetdevQoS, sh *shortener) {
 		}
 		pfc := "-"
 		if q.HasPFC {
-			pfc = "none"
-			if len(q.PFCEnabled) > 0 {
-				ps := make([]string, len(q.PFCEnabled))
-				for i, p := range q.PFCEnabled {
-					ps[i] = strconv.Itoa(p)
-				}
-				pfc = strings.Join(ps, ",")
-			}
+			pfc = apitype.FormatPriorities(q.PFCEnabled)
 		}
 		ets := "-"
 		if q.ETS != nil {

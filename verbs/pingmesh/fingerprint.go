@@ -128,7 +128,7 @@ func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 type FingerprintSource func(ports []peer.LocalPort) wire.Fingerprint
 
 // observedQoS sets fp's trust and PFC from the DCB state the netdev runs,
-// written as a QoS policy target writes them ("3,4", "none"), so that a
+// written as a QoS policy target writes them (apitype.FormatPriorities), so that a
 // node with a policy and one without compare alike. A netdev without dcbnl
 // leaves them unknown.
 func observedQoS(fp *wire.FingerprintPort, qos []apitype.NetdevQoS) {
@@ -138,14 +138,7 @@ func observedQoS(fp *wire.FingerprintPort, qos []apitype.NetdevQoS) {
 		}
 		fp.Trust = q.Trust
 		if q.HasPFC {
-			ps := make([]string, len(q.PFCEnabled))
-			for i, p := range q.PFCEnabled {
-				ps[i] = strconv.Itoa(p)
-			}
-			fp.PFC = "none"
-			if len(ps) > 0 {
-				fp.PFC = strings.Join(ps, ",")
-			}
+			fp.PFC = apitype.FormatPriorities(q.PFCEnabled)
 		}
 		return
 	}
