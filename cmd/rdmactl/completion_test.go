@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "write packaging/completions/ from the command table")
@@ -106,12 +108,8 @@ func TestCompletionsOfferTheCommands(t *testing.T) {
 // bash, with bash-completion as the packages depend on it.
 func TestBashCompletion(t *testing.T) {
 	const lib = "/usr/share/bash-completion/bash_completion"
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
-	if _, err := os.Stat(lib); err != nil {
-		t.Skipf("no bash-completion (%s)", lib)
-	}
+	testenv.Tool(t, "bash", "apt-get install bash")
+	testenv.File(t, lib, "apt-get install bash-completion")
 	dir := t.TempDir()
 	script := filepath.Join(dir, "rdmactl.bash")
 	if err := os.WriteFile(script, []byte(completion(t, "bash")), 0o644); err != nil {
@@ -231,9 +229,7 @@ rm -f $setup
 // TestZshCompletion: the generated script parses, and completes command
 // lines in zsh's completion system.
 func TestZshCompletion(t *testing.T) {
-	if _, err := exec.LookPath("zsh"); err != nil {
-		t.Skip("no zsh")
-	}
+	testenv.Tool(t, "zsh", "apt-get install zsh")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "_rdmactl"), []byte(completion(t, "zsh")), 0o644); err != nil {
 		t.Fatal(err)

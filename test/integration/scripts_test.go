@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/internal/testenv"
 	"github.com/rdmad/rdmad/policy/memlock"
 )
 
@@ -246,9 +247,7 @@ func TestPackageScriptsRemoveOnlyRdmadsLimits(t *testing.T) {
 // %preun disabled only with a running systemd, and the links outlived the
 // package (%systemd_preun disables in both cases).
 func TestRPMPreunDisablesWithoutSystemd(t *testing.T) {
-	if _, err := exec.LookPath("systemctl"); err != nil {
-		t.Skip("no systemctl on this host")
-	}
+	testenv.Tool(t, "systemctl", "apt-get install systemd")
 	r := newScriptRoot(t)
 	unit, err := os.ReadFile("../../systemd/rdmad.service")
 	if err != nil {
