@@ -85,12 +85,8 @@ type ReloadResult struct {
 // MarshalJSON writes ReloadResult with restart_needed as [] rather than
 // null.
 func (r ReloadResult) MarshalJSON() ([]byte, error) {
-	type plain ReloadResult
-	q := plain(r)
-	if q.RestartNeeded == nil {
-		q.RestartNeeded = []string{}
-	}
-	return json.Marshal(q)
+	type plain ReloadResult // no methods: no recursion
+	return json.Marshal(plain(withLists(r)))
 }
 
 // ErrorBody is the JSON body of every 4xx and 5xx answer.

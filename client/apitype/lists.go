@@ -64,12 +64,12 @@ func (p Port) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(withLists(p)))
 }
 
-// MarshalJSON writes Snapshot with its lists as [] and components as {}
-// rather than null.
-func (s Snapshot) MarshalJSON() ([]byte, error) {
-	type plain Snapshot
-	return json.Marshal(plain(withLists(s)))
-}
+// FillLists sets s's nil lists and maps to empty ones, so that its JSON has
+// [] and {} there. Snapshot has no MarshalJSON that would do it: encoding/json
+// re-scans what a MarshalJSON returns, and GET /v1/status at 1,000 peers is
+// 1.4 MB; the store calls FillLists once for each snapshot it publishes
+// instead (state.Store).
+func (s *Snapshot) FillLists() { *s = withLists(*s) }
 
 // MarshalJSON writes PolicyState with policies as [] rather than null.
 func (s PolicyState) MarshalJSON() ([]byte, error) {

@@ -22,7 +22,7 @@ func TestNoNullLists(t *testing.T) {
 		"DoctorReport": DoctorReport{}, "BandwidthStatus": BandwidthStatus{}, "Device": Device{},
 		"Port": Port{}, "NetdevQoS": NetdevQoS{}, "ETS": ETS{}, "Resources": Resources{},
 		"ProcessResources": ProcessResources{}, "DeviceResources": DeviceResources{},
-		"Snapshot": Snapshot{}, "NetdevECN": NetdevECN{}, "Peers": Peers{}, "Fingerprint": Fingerprint{},
+		"Snapshot": filledSnapshot(), "NetdevECN": NetdevECN{}, "Peers": Peers{}, "Fingerprint": Fingerprint{},
 		"Peer": Peer{}, "Config": Config{}, "PolicyState": PolicyState{}, "PolicyStatus": PolicyStatus{},
 		"PoolDevice": PoolDevice{},
 	}
@@ -67,6 +67,14 @@ func TestNoNullLists(t *testing.T) {
 	if !strings.Contains(string(b), `"kind":"mtu"`) || !strings.Contains(string(b), `"policies":[]`) {
 		t.Errorf("ApplyResult: %s", b)
 	}
+}
+
+// filledSnapshot is a zero Snapshot as the store publishes it: Snapshot
+// fills its lists once per snapshot (FillLists), not at every marshal.
+func filledSnapshot() Snapshot {
+	var s Snapshot
+	s.FillLists()
+	return s
 }
 
 // listFields returns, per struct type declared in the package's non-test

@@ -105,29 +105,14 @@ type TrafficClass struct {
 
 // MarshalJSON writes NetdevQoS with its lists as [] rather than null.
 func (q NetdevQoS) MarshalJSON() ([]byte, error) {
-	type plain NetdevQoS
-	if q.DCBX == nil {
-		q.DCBX = []string{}
-	}
-	if q.PFCEnabled == nil {
-		q.PFCEnabled = []int{}
-	}
-	if q.DSCP == nil {
-		q.DSCP = []DSCPPriority{}
-	}
-	return json.Marshal(plain(q))
+	type plain NetdevQoS // no methods: no recursion
+	return json.Marshal(plain(withLists(q)))
 }
 
 // MarshalJSON writes ETS with its lists as [] rather than null.
 func (e ETS) MarshalJSON() ([]byte, error) {
-	type plain ETS
-	if e.PrioTC == nil {
-		e.PrioTC = []int{}
-	}
-	if e.TCs == nil {
-		e.TCs = []TrafficClass{}
-	}
-	return json.Marshal(plain(e))
+	type plain ETS // no methods: no recursion
+	return json.Marshal(plain(withLists(e)))
 }
 
 // DSCPToPriority returns the priority q maps dscp to, and whether its DSCP

@@ -69,33 +69,18 @@ type DeviceResources struct {
 
 // MarshalJSON writes Resources with its lists as [] rather than null.
 func (r Resources) MarshalJSON() ([]byte, error) {
-	type plain Resources
-	q := plain(r)
-	if q.Processes == nil {
-		q.Processes = []ProcessResources{}
-	}
-	if q.Devices == nil {
-		q.Devices = []DeviceResources{}
-	}
-	return json.Marshal(q)
+	type plain Resources // no methods: no recursion
+	return json.Marshal(plain(withLists(r)))
 }
 
 // MarshalJSON writes ProcessResources with devices as [] rather than null.
 func (p ProcessResources) MarshalJSON() ([]byte, error) {
-	type plain ProcessResources
-	q := plain(p)
-	if q.Devices == nil {
-		q.Devices = []string{}
-	}
-	return json.Marshal(q)
+	type plain ProcessResources // no methods: no recursion
+	return json.Marshal(plain(withLists(p)))
 }
 
 // MarshalJSON writes DeviceResources with tracked as {} rather than null.
 func (d DeviceResources) MarshalJSON() ([]byte, error) {
-	type plain DeviceResources
-	q := plain(d)
-	if q.Tracked == nil {
-		q.Tracked = map[string]uint64{}
-	}
-	return json.Marshal(q)
+	type plain DeviceResources // no methods: no recursion
+	return json.Marshal(plain(withLists(d)))
 }

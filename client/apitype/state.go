@@ -81,14 +81,8 @@ type NetdevECN struct {
 
 // MarshalJSON writes NetdevECN with np and rp as [] rather than null.
 func (n NetdevECN) MarshalJSON() ([]byte, error) {
-	type plain NetdevECN
-	if n.NP == nil {
-		n.NP = []int{}
-	}
-	if n.RP == nil {
-		n.RP = []int{}
-	}
-	return json.Marshal(plain(n))
+	type plain NetdevECN // no methods: no recursion
+	return json.Marshal(plain(withLists(n)))
 }
 
 // Peer states (docs/PROBES.md has the transitions).
@@ -142,7 +136,8 @@ type Fingerprint struct {
 	PortsOmitted int `json:"ports_omitted,omitempty"`
 }
 
-// MarshalJSON writes Fingerprint with ports as [] rather than null.
+// MarshalJSON writes Fingerprint with ports as [] rather than null. By
+// hand, as Peer's: a status carries one per peer.
 func (f Fingerprint) MarshalJSON() ([]byte, error) {
 	type plain Fingerprint
 	q := plain(f)
@@ -205,17 +200,7 @@ type GroupFault struct {
 // iterate them without a nil check whoever built the value.
 func (p Peers) MarshalJSON() ([]byte, error) {
 	type plain Peers // no methods: no recursion
-	q := plain(p)
-	if q.Ports == nil {
-		q.Ports = []PeerPort{}
-	}
-	if q.Peers == nil {
-		q.Peers = []Peer{}
-	}
-	if q.GroupFaults == nil {
-		q.GroupFaults = []GroupFault{}
-	}
-	return json.Marshal(q)
+	return json.Marshal(plain(withLists(p)))
 }
 
 // A PeerPort is a local probe port.
@@ -261,6 +246,8 @@ type Peer struct {
 }
 
 // MarshalJSON writes Peer with paths and mismatches as [] rather than null.
+// By hand, not withLists: a status has a Peer per configured peer (1,000s),
+// and reflection over its fields for each would show in GET /v1/status.
 func (p Peer) MarshalJSON() ([]byte, error) {
 	type plain Peer
 	q := plain(p)
@@ -345,15 +332,8 @@ type Config struct {
 // MarshalJSON writes Config with files and pending_restart as [] rather
 // than null.
 func (c Config) MarshalJSON() ([]byte, error) {
-	type plain Config
-	q := plain(c)
-	if q.Files == nil {
-		q.Files = []string{}
-	}
-	if q.PendingRestart == nil {
-		q.PendingRestart = []string{}
-	}
-	return json.Marshal(q)
+	type plain Config // no methods: no recursion
+	return json.Marshal(plain(withLists(c)))
 }
 
 // PolicyState is the state of every declared policy.

@@ -24,9 +24,7 @@ func NewStore(initial apitype.Snapshot) *Store {
 	s := &Store{changed: make(chan struct{}), now: time.Now}
 	initial.Seq = 1
 	initial.UpdatedAt = s.now()
-	if initial.Components == nil {
-		initial.Components = map[string]apitype.Component{}
-	}
+	initial.FillLists()
 	s.cur.Store(&initial)
 	return s
 }
@@ -42,6 +40,7 @@ func (s *Store) Update(f func(*apitype.Snapshot)) *apitype.Snapshot {
 	defer s.mu.Unlock()
 	next := *s.cur.Load()
 	f(&next)
+	next.FillLists() // [] and {} in JSON, never null
 	next.Seq++
 	next.UpdatedAt = s.now()
 	s.cur.Store(&next)

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +102,22 @@ func TestSetComponentReason(t *testing.T) {
 	}
 	if evs := d.Events(""); len(evs) != 1 || evs[0].Message != "no [[peer]] configured" {
 		t.Errorf("events of a changed reason: %+v", evs)
+	}
+}
+
+// TestStorePublishesNoNullLists: whatever an update leaves nil, the
+// snapshot the store publishes has [] and {} in its JSON (Snapshot fills
+// them once per publish, not at every marshal).
+func TestStorePublishesNoNullLists(t *testing.T) {
+	s := NewStore(apitype.Snapshot{})
+	snap := s.Update(func(n *apitype.Snapshot) { n.Devices, n.Components, n.QoS = nil, nil, nil })
+	b, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"devices":[]`, `"components":{}`, `"qos":[]`, `"loopback":[]`} {
+		if !strings.Contains(string(b), f) {
+			t.Errorf("published snapshot lacks %s: %s", f, b)
+		}
 	}
 }
