@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 // TestRecord: what is added and dropped is in the file, and a new Record
@@ -136,5 +138,43 @@ func TestRecordNoStateDir(t *testing.T) {
 	}
 	if again, _ := LoadRecord(filepath.Join(dir, RecordName)); !again.Has(p) {
 		t.Errorf("not saved once the directory exists: %v", again.Paths())
+	}
+}
+
+// TestRecordFIFOAndHuge: a FIFO at the record's path does not hang rdmad's
+// start, and a record over the size bound is refused rather than read
+// whole; either way the next change writes a regular record in its place.
+func TestRecordFIFOAndHuge(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo", RecordName)
+	os.Mkdir(filepath.Dir(fifo), 0o750)
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge", RecordName)
+	os.Mkdir(filepath.Dir(huge), 0o750)
+	line := "/etc/security/limits.d/x.conf\n"
+	if err := os.WriteFile(huge, []byte(strings.Repeat(line, maxRecord/len(line)+2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, huge} {
+		done := make(chan struct{})
+		var r *Record
+		var err error
+		go func() { r, err = LoadRecord(path); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("LoadRecord(%s) hangs", path)
+		}
+		if err == nil || len(r.Paths()) != 0 {
+			t.Errorf("LoadRecord(%s) = %v, %v; want an error and nothing", path, r.Paths(), err)
+		}
+		if err := r.Add("/etc/security/limits.d/90-rdmad.conf"); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxRecord {
+			t.Errorf("%s after Add: %v %v; want a small regular file", path, fi, err)
+		}
 	}
 }
