@@ -548,14 +548,13 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 		ps.res.Poll = r.cfg.Poll
 		ps.res.Rounds++
 		stats := [numOps]*OpStats{&ps.res.Write, &ps.res.Read, &ps.res.Send, &ps.res.Warmup}
-		scratch := make([]time.Duration, 0, r.cfg.Window)
 		for op := range numOps {
 			if rtts[op] > 0 {
 				ps.win[op].add(rtts[op])
 				st := stats[op]
 				st.LastRTT = rtts[op]
 				st.Count++
-				st.P50, st.P99, st.Max = ps.win[op].quantiles(scratch)
+				st.P50, st.P99, st.Max = ps.win[op].quantiles()
 			}
 		}
 		if err != nil {

@@ -7,41 +7,45 @@ import (
 
 // A window keeps the last n latency samples of one operation and answers
 // percentiles over them. At the default 1 Hz and 300 samples it covers five
-// minutes; sorting 300 durations per result costs microseconds, far less
-// than keeping a streaming sketch correct.
+// minutes. Beside the samples in arrival order (to know which one leaves)
+// it keeps them sorted, updated per sample: a binary search and a move of
+// at most n durations to drop the oldest and place the newest, instead of
+// sorting all n for every round's quantiles (which, at a 10 ms
+// loopback_interval under TCG, was 7% of rdmad's CPU). Nothing allocates
+// after newWindow.
 type window struct {
-	buf  []time.Duration
-	next int
-	full bool
+	buf    []time.Duration // ring, arrival order
+	sorted []time.Duration // the same samples, ascending; len is the count
+	next   int
 }
 
-func newWindow(n int) *window { return &window{buf: make([]time.Duration, n)} }
+func newWindow(n int) *window {
+	return &window{buf: make([]time.Duration, n), sorted: make([]time.Duration, 0, n)}
+}
 
 func (w *window) add(d time.Duration) {
-	w.buf[w.next] = d
-	w.next++
-	if w.next == len(w.buf) {
-		w.next, w.full = 0, true
+	if len(w.sorted) == len(w.buf) {
+		old := w.buf[w.next]
+		i, _ := slices.BinarySearch(w.sorted, old)
+		w.sorted = slices.Delete(w.sorted, i, i+1)
 	}
+	w.buf[w.next] = d
+	w.next = (w.next + 1) % len(w.buf)
+	i, _ := slices.BinarySearch(w.sorted, d)
+	w.sorted = slices.Insert(w.sorted, i, d)
 }
 
-func (w *window) len() int {
-	if w.full {
-		return len(w.buf)
-	}
-	return w.next
-}
+func (w *window) len() int { return len(w.sorted) }
 
 // quantiles returns the p50, p99 and maximum of the samples (zero when
 // empty), using the nearest-rank method: the smallest sample with at least
 // q of the samples at or below it.
-func (w *window) quantiles(scratch []time.Duration) (p50, p99, maxv time.Duration) {
-	n := w.len()
+func (w *window) quantiles() (p50, p99, maxv time.Duration) {
+	n := len(w.sorted)
 	if n == 0 {
 		return 0, 0, 0
 	}
-	s := append(scratch[:0], w.buf[:n]...)
-	slices.Sort(s)
+	s := w.sorted
 	return s[rank(n, 0.50)], s[rank(n, 0.99)], s[n-1]
 }
 

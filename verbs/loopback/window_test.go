@@ -1,6 +1,8 @@
 package loopback
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -35,7 +37,7 @@ func TestWindowQuantiles(t *testing.T) {
 			for _, s := range tt.samples {
 				w.add(s)
 			}
-			p50, p99, mx := w.quantiles(nil)
+			p50, p99, mx := w.quantiles()
 			if p50 != tt.p50 || p99 != tt.p99 || mx != tt.max {
 				t.Errorf("quantiles = %v %v %v, want %v %v %v", p50, p99, mx, tt.p50, tt.p99, tt.max)
 			}
@@ -43,13 +45,47 @@ func TestWindowQuantiles(t *testing.T) {
 	}
 }
 
-func TestWindowNoAllocsWithScratch(t *testing.T) {
+// TestWindowAgainstSort feeds random samples, with repeats, through
+// windows of several sizes and checks every quantile against a sort of the
+// last n samples; adding and reading allocate nothing.
+func TestWindowAgainstSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{1, 2, 7, 100, 300} {
+		w := newWindow(size)
+		var all []time.Duration
+		for i := range 3 * size {
+			d := time.Duration(rng.IntN(50)) // many equal samples
+			w.add(d)
+			all = append(all, d)
+			last := slices.Clone(all[max(0, len(all)-size):])
+			slices.Sort(last)
+			n := len(last)
+			p50, p99, mx := w.quantiles()
+			if w.len() != n || p50 != last[rank(n, 0.5)] || p99 != last[rank(n, 0.99)] || mx != last[n-1] {
+				t.Fatalf("size %d after %d samples: len %d quantiles %v %v %v, want len %d %v %v %v",
+					size, i+1, w.len(), p50, p99, mx, n, last[rank(n, 0.5)], last[rank(n, 0.99)], last[n-1])
+			}
+		}
+	}
 	w := newWindow(300)
 	for i := range 1000 {
-		w.add(time.Duration(i))
+		w.add(time.Duration(i % 37))
 	}
-	scratch := make([]time.Duration, 0, 300)
-	if a := testing.AllocsPerRun(100, func() { w.quantiles(scratch) }); a != 0 {
-		t.Errorf("quantiles allocates %v times with scratch", a)
+	if a := testing.AllocsPerRun(100, func() { w.add(time.Duration(rng.IntN(1000))); w.quantiles() }); a != 0 {
+		t.Errorf("add and quantiles allocate %v times", a)
+	}
+}
+
+// BenchmarkWindowAddQuantiles is one operation's share of a round: add a
+// sample to a full window of 300 and read its quantiles.
+func BenchmarkWindowAddQuantiles(b *testing.B) {
+	w := newWindow(300)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 300 {
+		w.add(time.Duration(rng.IntN(1_000_000)))
+	}
+	for b.Loop() {
+		w.add(time.Duration(rng.IntN(1_000_000)))
+		w.quantiles()
 	}
 }
