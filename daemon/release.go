@@ -121,7 +121,7 @@ func (v *verbsParts) probeResult(res loopback.PortResult) {
 	if res.ErrorKind == loopback.KindDeviceGone {
 		v.reportGone(goneReport{device: res.Device, why: "loopback prober: " + res.LastError, verify: true})
 	}
-	v.signal()
+	v.gate.take(res, time.Now())
 }
 
 // uverbsDevice returns the RDMA device whose verbs node is uverbs (a

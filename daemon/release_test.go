@@ -30,8 +30,8 @@ func releaseDaemon(t *testing.T) (*Daemon, *syncbuf.Buffer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	d.verbs = &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16),
-		gone: make(chan goneReport, 16), released: map[string]bool{}, pool: pool}
+	d.verbs = newVerbsParts(d)
+	d.verbs.pool = pool
 	return d, logs
 }
 

@@ -22,6 +22,8 @@ import (
 type verbsParts struct {
 	d       *Daemon
 	results chan struct{} // capacity 1: new probe results or pool state
+	// gate paces the loopback results' signals (resultgate.go).
+	gate *resultGate
 	// devices carries the names of devices whose verbs async events (port
 	// active/down, GID change) say "read me again": sysfs sends no uevent
 	// for those.
@@ -46,10 +48,18 @@ type verbsParts struct {
 	class *probeClass
 }
 
+// newVerbsParts returns d's verbs parts with nothing started.
+func newVerbsParts(d *Daemon) *verbsParts {
+	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16),
+		gone: make(chan goneReport, 16), released: map[string]bool{}}
+	v.gate = newResultGate(v.signal)
+	return v
+}
+
 // startVerbs starts the pool and the prober for the current configuration.
 func (d *Daemon) startVerbs() *verbsParts {
-	v := &verbsParts{d: d, results: make(chan struct{}, 1), devices: make(chan string, 16), class: newProbeClass(d.store, d.cfg),
-		gone: make(chan goneReport, 16), released: map[string]bool{}}
+	v := newVerbsParts(d)
+	v.class = newProbeClass(d.store, d.cfg)
 	d.parts.Go(v.forwardGone)
 	if _, err := verbs.Devices(); errors.Is(err, verbs.ErrUnavailable) {
 		d.setComponent(apitype.ComponentVerbs, apitype.Unavailable, err)
