@@ -96,3 +96,79 @@ func TestControlLoopback(t *testing.T) {
 		t.Errorf("counters malformed %d refused %d answered %d, want 4 1 1", malformed, refused, answered)
 	}
 }
+
+// TestControlKickEndsLinger: a busy endpoint lingers before it reads again,
+// and Kick (the manager's pass) ends the linger at once, so that the
+// endpoint reads when the node is awake anyway.
+func TestControlKickEndsLinger(t *testing.T) {
+	local := peer.LocalPort{Key: "rxe0/1", Endpoint: peer.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
+	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute, Linger: time.Hour,
+		Ports: func() []peer.LocalPort { return []peer.LocalPort{local} },
+		Admit: func(string, peer.Endpoint, netip.Addr, time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetAllow(nil, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+		c.Close()
+	}()
+	cl, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(c.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	send := func(nonce uint64) {
+		t.Helper()
+		q := wire.Message{Version: 1, Type: wire.TypeQuery, Nonce: nonce, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}
+		b := q.Encode()
+		if _, err := cl.Write(b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(wait time.Duration) (uint64, bool) {
+		t.Helper()
+		cl.SetReadDeadline(time.Now().Add(wait))
+		buf := make([]byte, 128)
+		n, err := cl.Read(buf)
+		if err != nil {
+			return 0, false
+		}
+		m, err := wire.Decode(buf[:n], nil)
+		if err != nil {
+			t.Fatalf("answer does not decode: %v", err)
+		}
+		return m.Nonce, true
+	}
+	// An idle endpoint answers at once.
+	send(1)
+	if n, ok := answer(5 * time.Second); !ok || n != 1 {
+		t.Fatalf("first query: answer %d, %v; want nonce 1 at once", n, ok)
+	}
+	// Busy now: the next query waits out the linger (an hour). (Had the
+	// first query come before Serve first looked at the socket, it did not
+	// count as busy, and the second is answered at once: the third
+	// lingers.)
+	nonce := uint64(2)
+	for ; ; nonce++ {
+		send(nonce)
+		n, ok := answer(300 * time.Millisecond)
+		if !ok {
+			break
+		}
+		if n != nonce || nonce == 3 {
+			t.Fatalf("query %d answered (nonce %d) while the endpoint lingers", nonce, n)
+		}
+	}
+	// ... until a kick.
+	c.Kick()
+	if n, ok := answer(5 * time.Second); !ok || n != nonce {
+		t.Fatalf("after Kick: answer %d, %v; want nonce %d", n, ok, nonce)
+	}
+}
