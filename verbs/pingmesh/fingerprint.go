@@ -71,6 +71,21 @@ func fieldValue(p *wire.FingerprintPort, field string) string {
 	return ""
 }
 
+// sameNumber reports whether a numeric field is unknown on either side or
+// equal, without formatting it: answers are compared as they come, and
+// nearly all agree.
+func sameNumber(l, r *wire.FingerprintPort, field string) bool {
+	switch field {
+	case FieldMTU:
+		return l.NetdevMTU == 0 || r.NetdevMTU == 0 || l.NetdevMTU == r.NetdevMTU
+	case FieldActiveMTU:
+		return l.ActiveMTU == 0 || r.ActiveMTU == 0 || l.ActiveMTU == r.ActiveMTU
+	case FieldRoCEToS:
+		return !l.HasToS || !r.HasToS || l.ToS == r.ToS
+	}
+	return false
+}
+
 // compareFingerprint returns the fields on which the local port and the
 // peer's port disagree. A field either side does not know is not
 // compared: an unknown is not a mismatch. Firmware and driver differences
@@ -78,6 +93,9 @@ func fieldValue(p *wire.FingerprintPort, field string) string {
 func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch {
 	var out []apitype.Mismatch
 	for _, f := range Fields {
+		if sameNumber(local, remote, f) {
+			continue
+		}
 		l, r := fieldValue(local, f), fieldValue(remote, f)
 		if l == "" || r == "" || l == r {
 			continue

@@ -341,4 +341,16 @@ func TestCompareFingerprint(t *testing.T) {
 	if got := compareFingerprint(&l, &l); len(got) != 0 {
 		t.Errorf("a port compared with itself: %+v", got)
 	}
+	// MTUs that differ are told, numbers formatted; agreeing ports (nearly
+	// every answer) are compared without allocating.
+	r2 := l
+	r2.Key, r2.NetdevMTU, r2.ActiveMTU = "b/1", 4200, 4096
+	if got := compareFingerprint(&l, &r2); len(got) != 2 || got[0].Field != FieldMTU || got[0].Local != "1500" || got[0].Peer != "4200" ||
+		got[1].Field != FieldActiveMTU || got[1].Local != "1024" || got[1].Peer != "4096" {
+		t.Errorf("compare = %+v; want mtu 1500/4200 and active_mtu 1024/4096", got)
+	}
+	r2.NetdevMTU, r2.ActiveMTU = 1500, 1024
+	if a := testing.AllocsPerRun(100, func() { compareFingerprint(&l, &r2) }); a != 0 {
+		t.Errorf("comparing agreeing ports allocates %v times", a)
+	}
 }

@@ -314,22 +314,42 @@ func checkZero(b []byte) error {
 
 // decodeExt parses the extension area. Every extension must fit exactly;
 // a critical type is refused unless this version knows it (ExtBandwidth,
-// which checkBW allows only in bandwidth messages).
+// which checkBW allows only in bandwidth messages). The area is checked and
+// counted first, so that the extensions take one slice and their values
+// one more, whatever their number (a message is kept, so the values are
+// copies, each capped to its own length).
 func decodeExt(b []byte) ([]Ext, error) {
-	var out []Ext
-	for len(b) > 0 {
-		if len(b) < 4 {
-			return nil, fmt.Errorf("%w: %d stray bytes after the extensions", ErrMalformed, len(b))
+	count, total := 0, 0
+	for rest := b; len(rest) > 0; {
+		if len(rest) < 4 {
+			return nil, fmt.Errorf("%w: %d stray bytes after the extensions", ErrMalformed, len(rest))
 		}
-		t := binary.BigEndian.Uint16(b)
-		n := int(binary.BigEndian.Uint16(b[2:]))
-		if 4+n > len(b) {
+		t := binary.BigEndian.Uint16(rest)
+		n := int(binary.BigEndian.Uint16(rest[2:]))
+		if 4+n > len(rest) {
 			return nil, fmt.Errorf("%w: extension %#x of %d bytes overruns the area", ErrMalformed, t, n)
 		}
 		if t&ExtCritical != 0 && t != ExtBandwidth {
 			return nil, fmt.Errorf("%w: critical extension %#x is unknown to this rdmad; upgrade it", ErrMalformed, t)
 		}
-		out = append(out, Ext{Type: t, Value: append([]byte(nil), b[4:4+n]...)})
+		count, total = count+1, total+n
+		rest = rest[4+n:]
+	}
+	if count == 0 {
+		return nil, nil
+	}
+	out := make([]Ext, 0, count)
+	vals := make([]byte, 0, total)
+	for len(b) > 0 {
+		t := binary.BigEndian.Uint16(b)
+		n := int(binary.BigEndian.Uint16(b[2:]))
+		var v []byte
+		if n > 0 {
+			at := len(vals)
+			vals = append(vals, b[4:4+n]...)
+			v = vals[at : at+n : at+n]
+		}
+		out = append(out, Ext{Type: t, Value: v})
 		b = b[4+n:]
 	}
 	return out, nil

@@ -42,6 +42,35 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeExtCopies: the extensions of a decoded message are copies of
+// the datagram's bytes (the buffer is read into again), each capped, so
+// that appending to one cannot write into the next; however many there are,
+// they take two allocations.
+func TestDecodeExtCopies(t *testing.T) {
+	m := Message{Version: 2, Type: TypeAnswer, Nonce: 7, Count: 1, QPN: 0x12, QKey: 4,
+		Ext: []Ext{{Type: 0x10, Value: []byte("one")}, {Type: 0x11, Value: []byte("two")}, {Type: 0x12}, {Type: 0x13, Value: []byte("three")}}}
+	b, err := m.Append(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b) // the read buffer, reused
+	_ = append(got.Ext[0].Value, "XXXX"...)
+	want := []string{"one", "two", "", "three"}
+	for i, e := range got.Ext {
+		if string(e.Value) != want[i] || e.Type != m.Ext[i].Type {
+			t.Errorf("extension %d = %#x %q, want %#x %q", i, e.Type, e.Value, m.Ext[i].Type, want[i])
+		}
+	}
+	b, _ = m.Append(nil, nil)
+	if a := testing.AllocsPerRun(100, func() { decodeExt(b[Size:]) }); a > 2 {
+		t.Errorf("decoding four extensions allocates %v times, want 2", a)
+	}
+}
+
 // TestV2Header checks that a version-2 message is the version-1 header with
 // version 2, its flags and the extension length, then the extensions and
 // the tag: a v1 node reading one sees "version 2" and drops it cleanly.
