@@ -37,8 +37,6 @@ type Control struct {
 	qmu  sync.Mutex
 	qbuf []byte
 	rate *rateLimiter // Serve's goroutine only
-	// kick ends a linger early (Kick): capacity 1, never closed.
-	kick chan struct{}
 
 	n *ControlCounters
 }
@@ -103,7 +101,7 @@ type ControlOptions struct {
 	// then takes what came meanwhile together. An idle endpoint answers at
 	// once; a busy one (ten thousand peers re-asking every minute: some
 	// 300 messages a second) wakes about once per Linger instead of once
-	// per message, and answers within Linger. Kick ends the wait early.
+	// per message, and answers within Linger.
 	Linger time.Duration
 }
 
@@ -138,7 +136,7 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peers: listen on control endpoint %s: %w; is another rdmad running, or change [probe] port", addr, err)
 	}
-	c := &Control{conn: conn, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs), kick: make(chan struct{}, 1)}
+	c := &Control{conn: conn, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)}
 	if c.n == nil {
 		c.n = &ControlCounters{}
 	}
@@ -149,18 +147,6 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 
 // Addr returns the local address.
 func (c *Control) Addr() netip.AddrPort { return c.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
-
-// Kick ends Serve's linger (ControlOptions.Linger) now: what came since it
-// last read is read at once. The manager kicks on its own passes, so that
-// a busy endpoint reads while the node is awake anyway instead of waking it
-// once more per Linger. It never blocks; a kick while Serve is not
-// lingering ends its next linger.
-func (c *Control) Kick() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
 
 // Close closes the socket; Serve returns.
 func (c *Control) Close() error { return c.conn.Close() }
@@ -266,8 +252,6 @@ func (c *Control) Serve(ctx context.Context) error {
 				linger.Reset(c.opts.Linger - since)
 				select {
 				case <-linger.C:
-				case <-c.kick:
-					linger.Stop()
 				case <-ctx.Done():
 					return nil
 				}

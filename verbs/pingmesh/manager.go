@@ -195,7 +195,6 @@ type Manager struct {
 	repSpare []peer.Reply             // the other reply buffer
 	ansSpare []answer                 // the other answer buffer
 	batched  int                      // probes and queries of this pass
-	kicked   time.Time                // when a pass last kicked the control endpoint
 	waiting  int                      // one-shot probes waiting
 	faults   map[suspect]string       // local port or group -> why it is the suspect
 	// The control endpoint in force (m.ctl), its Serve goroutine's end,
@@ -550,14 +549,6 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		// Answers to the queries wait in ansBuf: take them within the
 		// batch window.
 		next = now.Add(window)
-	}
-	// The control endpoint reads what came in while it lingered now that
-	// the node is awake anyway, instead of waking it once more per batch
-	// window; no more than twice a window, for the passes that follow each
-	// other at once at ten thousand peers.
-	if m.ctl != nil && now.Sub(m.kicked) >= window/2 {
-		m.ctl.Kick()
-		m.kicked = now
 	}
 	// Wake once for all probes due within the next few milliseconds:
 	// one timer per probe would cost a wakeup each at a thousand peers.
