@@ -52,8 +52,17 @@ waitcount() {
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 ns_us() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1000 }'; }
 
+if [ -f rdmad-dropin.conf ]; then
+	# RDMAD_DROPIN of the host script: in force for this run.
+	mkdir -p /etc/systemd/system/rdmad.service.d
+	cp rdmad-dropin.conf /etc/systemd/system/rdmad.service.d/80-bench.conf
+	systemctl daemon-reload
+	systemctl restart rdmad
+	say "rdmad's unit drop-in for this run: $(sed 1d rdmad-dropin.conf | tr '\n' ' ')"
+fi
 say "guest: $(uname -r); clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource); $(nproc) vCPUs"
 rdmactl version
+say "rdmad: $(grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' "/proc/$(systemctl show -p MainPID --value rdmad)/status" | tr -s '\t\n' '  ')"
 systemctl is-active rdmad >/dev/null || { echo "rdmad is not active"; systemctl status rdmad; exit 1; }
 waitcount 1 event || exit 1
 gid=$(field gid_index)
@@ -68,6 +77,14 @@ for rep in $(seq 1 "$REPS"); do
 		[ "$mode" = busy ] && flag=-b
 		out=$(./probe-c -d "$dev" -i 1 -x "$gid" -n "$ROUNDS" -W 300 -I 10000 $flag) || { echo "probe-c failed: $out"; exit 1; }
 		echo "RESULT rep=$rep who=probe-c $out"
+	done
+	# What else rdmad does around its rounds, added to probe-c one at a time
+	# (event mode): the port query before each round (-Q), a sysmon-like
+	# neighbour thread woken at each round (-S), both.
+	for extra in Q S QS; do
+		flags=$(echo "$extra" | sed 's/./ -&/g')
+		out=$(./probe-c -d "$dev" -i 1 -x "$gid" -n "$ROUNDS" -W 300 -I 10000 $flags) || { echo "probe-c $flags failed: $out"; exit 1; }
+		echo "RESULT rep=$rep who=probe-c-$extra $out"
 	done
 	for mode in event busy; do
 		printf '[probe]\nloopback_interval = "10ms"\npoll = "%s"\n' "$mode" >"$dropin"

@@ -30,6 +30,11 @@
  * Build: cc -O2 -Wall -o probe-c probe.c -libverbs
  * Usage: probe-c [-d DEV] [-i PORT] [-x GID_INDEX] [-n ROUNDS] [-W WINDOW]
  *                [-I INTERVAL_US] [-T TIMEOUT_US] [-s PAYLOAD] [-t TCLASS] [-b]
+ *                [-S] [-Q]
+ * -S adds a neighbour thread that behaves like the Go runtime's sysmon woken
+ * by a round's first cgo call; -Q queries the port before every round, as
+ * rdmad does. Neither is in the timed interval; both are for finding what
+ * else than the probe's verbs makes rdmad's figures differ.
  * Prints one line starting "probe-c:" with the p50/p99/max of each operation
  * in nanoseconds (key=value pairs); exits 1 on any failure with the verb and
  * the reason.
@@ -39,6 +44,8 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +261,24 @@ static int cmp64(const void *a, const void *b) {
 	return x < y ? -1 : x > y;
 }
 
+/* With -S, a neighbour thread does what the Go runtime's sysmon does when a
+ * cgo call (a system call to the runtime) wakes it from its deep sleep: it
+ * looks at the Ps every 20 us, 50 times, before it backs off. It is woken
+ * at the start of every round, as rdmad's first cgo call of a round wakes
+ * sysmon after 10 ms of an idle process. */
+static sem_t neighbour_go;
+
+static void *neighbour(void *arg) {
+	(void)arg;
+	for (;;) {
+		while (sem_wait(&neighbour_go) != 0)
+			;
+		for (int i = 0; i < 50; i++)
+			usleep(20);
+	}
+	return NULL;
+}
+
 /* rank is rdmad's nearest-rank index (window.go). */
 static int rank_of(int n, double q) {
 	int r = ((int)(q * 1000) * n + 999) / 1000;
@@ -262,10 +287,10 @@ static int rank_of(int n, double q) {
 
 int main(int argc, char **argv) {
 	const char *dev = "rxe0";
-	int port = 1, gid_index = -1, rounds = 400, window = 300, payload = 64, tclass = 0, busy = 0;
+	int port = 1, gid_index = -1, rounds = 400, window = 300, payload = 64, tclass = 0, busy = 0, sysmon = 0, query = 0;
 	int64_t interval_ns = 10 * 1000000LL, timeout_ns = 500 * 1000000LL;
 	int c;
-	while ((c = getopt(argc, argv, "d:i:x:n:W:I:T:s:t:b")) != -1) {
+	while ((c = getopt(argc, argv, "d:i:x:n:W:I:T:s:t:bSQ")) != -1) {
 		switch (c) {
 		case 'd': dev = optarg; break;
 		case 'i': port = atoi(optarg); break;
@@ -277,8 +302,10 @@ int main(int argc, char **argv) {
 		case 's': payload = atoi(optarg); break;
 		case 't': tclass = atoi(optarg); break;
 		case 'b': busy = 1; break;
+		case 'S': sysmon = 1; break;
+		case 'Q': query = 1; break;
 		default:
-			fprintf(stderr, "usage: probe-c [-d DEV] [-i PORT] [-x GID_INDEX] [-n ROUNDS] [-W WINDOW] [-I INTERVAL_US] [-T TIMEOUT_US] [-s PAYLOAD] [-t TCLASS] [-b]\n");
+			fprintf(stderr, "usage: probe-c [-d DEV] [-i PORT] [-x GID_INDEX] [-n ROUNDS] [-W WINDOW] [-I INTERVAL_US] [-T TIMEOUT_US] [-s PAYLOAD] [-t TCLASS] [-b] [-S] [-Q]\n");
 			return 2;
 		}
 	}
@@ -396,11 +423,25 @@ int main(int argc, char **argv) {
 	for (int o = 0; o < NUM_OPS; o++)
 		if (!(samples[o] = calloc(rounds, sizeof(int64_t))))
 			die("calloc", ENOMEM);
+	if (sysmon) {
+		pthread_t th;
+		if (sem_init(&neighbour_go, 0, 0))
+			die("sem_init", errno);
+		if ((c = pthread_create(&th, NULL, neighbour, NULL)))
+			die("pthread_create", c);
+	}
 	/* The first round runs at once, like rdmad's first; then one per tick. */
 	struct timespec tick;
 	clock_gettime(CLOCK_MONOTONIC, &tick);
 	for (int r = 0; r < rounds; r++) {
 		int64_t rtt[NUM_OPS];
+		if (sysmon)
+			sem_post(&neighbour_go);
+		if (query) { /* rdmad looks at the port before every round */
+			struct ibv_port_attr qa;
+			if ((c = ibv_query_port(p.ctx, port, &qa)))
+				die("ibv_query_port", c);
+		}
 		round_(&p, (uint64_t)r + 1, timeout_ns, rtt);
 		for (int o = 0; o < NUM_OPS; o++)
 			samples[o][r] = rtt[o];
@@ -411,8 +452,8 @@ int main(int argc, char **argv) {
 			;
 	}
 
-	printf("probe-c: dev=%s port=%d gid_index=%d poll=%s rounds=%d window=%d interval_us=%lld", dev, port, gid_index,
-		busy ? "busy" : "event", rounds, window, (long long)(interval_ns / 1000));
+	printf("probe-c: dev=%s port=%d gid_index=%d poll=%s sysmon=%d query=%d rounds=%d window=%d interval_us=%lld", dev, port, gid_index,
+		busy ? "busy" : "event", sysmon, query, rounds, window, (long long)(interval_ns / 1000));
 	for (int o = 0; o < NUM_OPS; o++) {
 		int64_t *s = samples[o] + (rounds - window);
 		qsort(s, window, sizeof *s, cmp64);
