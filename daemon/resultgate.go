@@ -24,8 +24,8 @@ type resultGate struct {
 
 	mu      sync.Mutex
 	states  map[gateKey]loopback.State // per port, the last state seen
-	last    time.Time                 // when signal was last called
-	pending *time.Timer               // a later signal is set; nil: none
+	last    time.Time                  // when signal was last called
+	pending *time.Timer                // a later signal is set; nil: none
 }
 
 func newResultGate(signal func()) *resultGate {
