@@ -2,10 +2,12 @@ package pingmesh
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -352,5 +354,90 @@ func TestCompareFingerprint(t *testing.T) {
 	r2.NetdevMTU, r2.ActiveMTU = 1500, 1024
 	if a := testing.AllocsPerRun(100, func() { compareFingerprint(&l, &r2) }); a != 0 {
 		t.Errorf("comparing agreeing ports allocates %v times", a)
+	}
+}
+
+// TestFingerprintBeforeFirstAnswer: a node answers nobody until its
+// fingerprint exists. A peer that got an answer without one would take it
+// for an rdmad that predates fingerprints (FINGERPRINT UNKNOWN) until it
+// asked again, minutes later; under load the first answers after a start
+// used to go out before the first pass had computed it.
+func TestFingerprintBeforeFirstAnswer(t *testing.T) {
+	port := freePort(t)
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	src := newFPSource(1500, "22.39.1002")
+	release := make(chan struct{})
+	var first sync.Once
+	n := &node{pr: f.newTransport(3), done: make(chan error, 1)}
+	s := Settings{Peers: []Spec{{Name: "127.0.0.2"}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
+		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
+	m, err := New(Options{Transport: n.pr, NodeID: 3, ListenHost: "127.0.0.3",
+		Fingerprint: func(ports []peer.LocalPort) wire.Fingerprint {
+			first.Do(func() { <-release }) // the first look at the ports takes a while
+			return src.build(ports)
+		}}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.m = m
+	n.pr.onReply = m.OnReply
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- m.Run(ctx) }()
+	defer n.stop(t)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce() // before stop: a failure must not leave Run waiting
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	to := &net.UDPAddr{IP: net.ParseIP("127.0.0.3"), Port: port}
+	ask := func(nonce uint64, wait time.Duration) (wire.Message, bool) {
+		t.Helper()
+		// Padded as rdmad pads its queries: an answer is never larger
+		// than its query, so only a padded one can carry a fingerprint.
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: nonce, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}, NodeID: 2,
+			Ext: []wire.Ext{{Type: wire.ExtPadding, Value: make([]byte, wire.MaxFingerprint)}}}
+		b, err := q.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteToUDP(b, to); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(wait))
+		buf := make([]byte, wire.MaxSize+1)
+		k, _, err := conn.ReadFromUDP(buf)
+		if err != nil {
+			return wire.Message{}, false
+		}
+		a, err := wire.Decode(buf[:k], nil)
+		if err != nil {
+			t.Fatalf("answer does not decode: %v", err)
+		}
+		return a, true
+	}
+	// While the fingerprint is being computed: no answer, or one with it.
+	for i := range 8 {
+		if a, ok := ask(uint64(i+1), 50*time.Millisecond); ok && !hasExt(a, wire.ExtFingerprint) {
+			t.Fatalf("answered query %d without its fingerprint while computing it: %+v", i+1, a)
+		}
+	}
+	releaseOnce()
+	deadline := time.Now().Add(10 * time.Second)
+	for nonce := uint64(100); ; nonce++ {
+		a, ok := ask(nonce, 200*time.Millisecond)
+		if ok {
+			if !hasExt(a, wire.ExtFingerprint) {
+				t.Fatalf("first answer without a fingerprint: %+v", a)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no answer within 10s of the fingerprint being ready")
+		}
 	}
 }

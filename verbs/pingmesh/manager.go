@@ -475,6 +475,12 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.lookups.Wait()
 	}()
 	m.serveErr = make(chan ctlErr, 1)
+	// The fingerprint exists before the endpoint answers anyone and before
+	// the first queries go: a peer that gets an answer without one takes
+	// this node for an rdmad that predates fingerprints until it asks
+	// again, minutes later.
+	m.local, m.localErr = m.opts.Transport.Ports()
+	m.refreshFingerprint(time.Now(), true)
 	if err := m.listen(ctx, m.cfg.Port); err != nil {
 		return err
 	}
@@ -522,6 +528,8 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	m.takeReplies()
 	m.takeAnswers(now)
 	m.expire(now)
+	// A changed fingerprint goes with this pass's queries.
+	m.refreshFingerprint(now, false)
 	// Visit the peers due now and those due within the batch window:
 	// their probes leave a little early, together, at most maxBatch of
 	// them.
@@ -534,7 +542,6 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.due.fix(p)
 	}
 	m.flush()
-	m.refreshFingerprint(now, false)
 	if m.allowStale {
 		m.updateAllow()
 	}
