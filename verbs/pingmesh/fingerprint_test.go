@@ -42,15 +42,22 @@ func (s *fpSource) build(ports []peer.LocalPort) wire.Fingerprint {
 // startNodeFP starts a node whose fingerprint comes from src.
 func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte, src *fpSource) *node {
 	t.Helper()
+	var fp func([]peer.LocalPort) wire.Fingerprint
+	if src != nil {
+		fp = src.build
+	}
+	return startNodeFPFunc(t, f, addr, other, port, id, fp)
+}
+
+// startNodeFPFunc starts a node whose fingerprint comes from fp (nil: none).
+func startNodeFPFunc(t *testing.T, f *fabric, addr, other string, port int, id byte, fp func([]peer.LocalPort) wire.Fingerprint) *node {
+	t.Helper()
 	n := &node{pr: f.newTransport(id), done: make(chan error, 1)}
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
-	opts := Options{Transport: n.pr, NodeID: uint64(id), ListenHost: addr,
+	opts := Options{Transport: n.pr, NodeID: uint64(id), ListenHost: addr, Fingerprint: fp,
 		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}
-	if src != nil {
-		opts.Fingerprint = src.build
-	}
 	m, err := New(opts, s)
 	if err != nil {
 		t.Fatal(err)
@@ -368,23 +375,10 @@ func TestFingerprintBeforeFirstAnswer(t *testing.T) {
 	src := newFPSource(1500, "22.39.1002")
 	release := make(chan struct{})
 	var first sync.Once
-	n := &node{pr: f.newTransport(3), done: make(chan error, 1)}
-	s := Settings{Peers: []Spec{{Name: "127.0.0.2"}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
-		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
-		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
-	m, err := New(Options{Transport: n.pr, NodeID: 3, ListenHost: "127.0.0.3",
-		Fingerprint: func(ports []peer.LocalPort) wire.Fingerprint {
-			first.Do(func() { <-release }) // the first look at the ports takes a while
-			return src.build(ports)
-		}}, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.m = m
-	n.pr.onReply = m.OnReply
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() { n.done <- m.Run(ctx) }()
+	n := startNodeFPFunc(t, f, "127.0.0.3", "127.0.0.2", port, 3, func(ports []peer.LocalPort) wire.Fingerprint {
+		first.Do(func() { <-release }) // the first look at the ports takes a while
+		return src.build(ports)
+	})
 	defer n.stop(t)
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	defer releaseOnce() // before stop: a failure must not leave Run waiting
