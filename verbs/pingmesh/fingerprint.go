@@ -40,50 +40,48 @@ const nodePort = "node"
 // Fields lists every compared field, in the order mismatches are reported.
 var Fields = apitype.MismatchFields
 
-// fieldValue returns p's value of field as text, "" when unknown.
-func fieldValue(p *wire.FingerprintPort, field string) string {
-	switch field {
-	case FieldMTU:
-		if p.NetdevMTU != 0 {
-			return strconv.FormatUint(uint64(p.NetdevMTU), 10)
-		}
-	case FieldActiveMTU:
-		if p.ActiveMTU != 0 {
-			return strconv.Itoa(int(p.ActiveMTU))
-		}
-	case FieldLinkLayer:
-		return p.LinkLayer
-	case FieldRoCEMode:
-		return p.RoCEMode
-	case FieldRoCEToS:
-		if p.HasToS {
-			return strconv.Itoa(int(p.ToS))
-		}
-	case FieldTrust:
-		return p.Trust
-	case FieldPFC:
-		return p.PFC
-	case FieldFirmware:
-		return p.FWVer
-	case FieldDriver:
-		return p.Driver
-	}
-	return ""
+// A fieldValue is one field of a port as compared: a number or a text,
+// with known false when the port does not say. Comparing two of them
+// formats nothing; only a mismatch's values are written out (String).
+type fieldValue struct {
+	text  string
+	num   uint64
+	isNum bool
+	known bool
 }
 
-// sameNumber reports whether a numeric field is unknown on either side or
-// equal, without formatting it: answers are compared as they come, and
-// nearly all agree.
-func sameNumber(l, r *wire.FingerprintPort, field string) bool {
+func (v fieldValue) String() string {
+	if v.isNum {
+		return strconv.FormatUint(v.num, 10)
+	}
+	return v.text
+}
+
+// portField returns p's value of field.
+func portField(p *wire.FingerprintPort, field string) fieldValue {
+	number := func(n uint64, known bool) fieldValue { return fieldValue{num: n, isNum: true, known: known} }
+	text := func(s string) fieldValue { return fieldValue{text: s, known: s != ""} }
 	switch field {
 	case FieldMTU:
-		return l.NetdevMTU == 0 || r.NetdevMTU == 0 || l.NetdevMTU == r.NetdevMTU
+		return number(uint64(p.NetdevMTU), p.NetdevMTU != 0)
 	case FieldActiveMTU:
-		return l.ActiveMTU == 0 || r.ActiveMTU == 0 || l.ActiveMTU == r.ActiveMTU
+		return number(uint64(p.ActiveMTU), p.ActiveMTU != 0)
 	case FieldRoCEToS:
-		return !l.HasToS || !r.HasToS || l.ToS == r.ToS
+		return number(uint64(p.ToS), p.HasToS)
+	case FieldLinkLayer:
+		return text(p.LinkLayer)
+	case FieldRoCEMode:
+		return text(p.RoCEMode)
+	case FieldTrust:
+		return text(p.Trust)
+	case FieldPFC:
+		return text(p.PFC)
+	case FieldFirmware:
+		return text(p.FWVer)
+	case FieldDriver:
+		return text(p.Driver)
 	}
-	return false
+	return fieldValue{}
 }
 
 // compareFingerprint returns the fields on which the local port and the
@@ -93,18 +91,15 @@ func sameNumber(l, r *wire.FingerprintPort, field string) bool {
 func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch {
 	var out []apitype.Mismatch
 	for _, f := range Fields {
-		if sameNumber(local, remote, f) {
-			continue
-		}
-		l, r := fieldValue(local, f), fieldValue(remote, f)
-		if l == "" || r == "" || l == r {
+		l, r := portField(local, f), portField(remote, f)
+		if !l.known || !r.known || l == r {
 			continue
 		}
 		sev := apitype.SeverityMust
 		if f == FieldFirmware || f == FieldDriver {
 			sev = apitype.SeverityInfo
 		}
-		out = append(out, apitype.Mismatch{Field: f, Local: l, Peer: r, Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
+		out = append(out, apitype.Mismatch{Field: f, Local: l.String(), Peer: r.String(), Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
 	}
 	return out
 }
