@@ -11,7 +11,7 @@ import (
 // into a snapshot. Each publish rebuilds the D-Bus view, compares the
 // snapshot for the watchers and the bus signals; at a loopback_interval of
 // 10 ms that, once per round, was a third of rdmad's CPU (docs/BENCHMARKS.md,
-// "Where rdmad's time goes"). A port whose state changes (ok, failed,
+// "Runs 4–8"). A port whose state changes (ok, failed,
 // paused) is published at once; only moving numbers wait, at most this
 // long. At the default interval of a second nothing waits.
 const minResultGap = 100 * time.Millisecond
