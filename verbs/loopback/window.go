@@ -35,8 +35,6 @@ func (w *window) add(d time.Duration) {
 	w.sorted = slices.Insert(w.sorted, i, d)
 }
 
-func (w *window) len() int { return len(w.sorted) }
-
 // quantiles returns the p50, p99 and maximum of the samples (zero when
 // empty), using the nearest-rank method: the smallest sample with at least
 // q of the samples at or below it.

@@ -61,9 +61,9 @@ func TestWindowAgainstSort(t *testing.T) {
 			slices.Sort(last)
 			n := len(last)
 			p50, p99, mx := w.quantiles()
-			if w.len() != n || p50 != last[rank(n, 0.5)] || p99 != last[rank(n, 0.99)] || mx != last[n-1] {
+			if len(w.sorted) != n || p50 != last[rank(n, 0.5)] || p99 != last[rank(n, 0.99)] || mx != last[n-1] {
 				t.Fatalf("size %d after %d samples: len %d quantiles %v %v %v, want len %d %v %v %v",
-					size, i+1, w.len(), p50, p99, mx, n, last[rank(n, 0.5)], last[rank(n, 0.99)], last[n-1])
+					size, i+1, len(w.sorted), p50, p99, mx, n, last[rank(n, 0.5)], last[rank(n, 0.99)], last[n-1])
 			}
 		}
 	}
