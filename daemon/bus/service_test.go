@@ -890,6 +890,49 @@ func TestIntegrationCoalesces(t *testing.T) {
 	t.Logf("%d snapshots -> %d PropertiesChanged", n, got)
 }
 
+// TestIntegrationPacesViews publishes a snapshot every millisecond for a
+// second, as a loopback probe at a short interval or a storm of policy
+// passes can: the service builds at most one view per minViewGap (about
+// ten PropertiesChanged, not a thousand) and the newest state still arrives.
+func TestIntegrationPacesViews(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
+	conn := rootConn(t)
+	sigs := subscribe(t, conn)
+	start, n := time.Now(), 0
+	for time.Since(start) < time.Second {
+		n++
+		store.Update(func(s *apitype.Snapshot) { s.Summary = fmt.Sprint("stream ", n) })
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	waitProperty(t, conn.Object(Name, Path), "Summary", fmt.Sprint("stream ", n))
+	got, last := 0, ""
+	for {
+		select {
+		case s := <-sigs:
+			if s.Name == PropertiesInterface+".PropertiesChanged" {
+				got++
+				if v, ok := s.Body[1].(map[string]dbus.Variant)["Summary"]; ok {
+					last = v.Value().(string)
+				}
+			}
+			continue
+		case <-time.After(300 * time.Millisecond):
+		}
+		break
+	}
+	if want := fmt.Sprint("stream ", n); last != want {
+		t.Errorf("last PropertiesChanged has Summary %q, want %q (the newest state)", last, want)
+	}
+	if limit := int(elapsed/minViewGap) + 3; got > limit {
+		t.Errorf("%d PropertiesChanged for %d snapshots in %v, want at most %d (one per %v)", got, n, elapsed, limit, minViewGap)
+	}
+	t.Logf("%d snapshots in %v -> %d PropertiesChanged", n, elapsed, got)
+}
+
 // blockingBackend holds every Reload until release is closed; it does
 // nothing else (fakeBackend's other operations, with a nil store).
 type blockingBackend struct {
