@@ -284,22 +284,31 @@ func TestProbeRTTVsPerftest(t *testing.T) {
 	c.Close()
 	const iters, size = 1000, 64
 	args := []string{"-d", verbsDev, "-x", strconv.Itoa(g.Index), "-n", strconv.Itoa(iters), "-s", strconv.Itoa(size), "-F"}
-	srvDone := make(chan error, 1)
-	go func() {
-		_, err := verbsRun(120*time.Second, "ib_write_lat", args...)
-		srvDone <- err
-	}()
-	time.Sleep(2 * time.Second)
-	out, err := verbsRun(120*time.Second, "ib_write_lat", append(args, "127.0.0.1")...)
-	if err != nil {
-		t.Fatalf("ib_write_lat client: %v", err)
-	}
-	if err := <-srvDone; err != nil {
-		t.Fatalf("ib_write_lat server: %v", err)
-	}
-	m := probeLatLine.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no result line in ib_write_lat output:\n%s", out)
+	// perftest calibrates its cycle counter against the clock before it
+	// measures; under TCG that calibration sometimes fails ("Correlation
+	// coefficient r^2: 0.87 < 0.9") and every figure comes out "inf". That
+	// is perftest's, not a result: it is run again, up to three times.
+	var m []string
+	for attempt := 1; m == nil; attempt++ {
+		srvDone := make(chan error, 1)
+		go func() {
+			_, err := verbsRun(120*time.Second, "ib_write_lat", args...)
+			srvDone <- err
+		}()
+		time.Sleep(2 * time.Second)
+		out, err := verbsRun(120*time.Second, "ib_write_lat", append(args, "127.0.0.1")...)
+		if err != nil {
+			t.Fatalf("ib_write_lat client: %v", err)
+		}
+		if err := <-srvDone; err != nil {
+			t.Fatalf("ib_write_lat server: %v", err)
+		}
+		if m = probeLatLine.FindStringSubmatch(out); m == nil {
+			if attempt == 3 {
+				t.Fatalf("no result line in ib_write_lat output after %d runs; the last:\n%s", attempt, out)
+			}
+			t.Logf("ib_write_lat run %d gave no figures (its clock calibration under the emulator); again", attempt)
+		}
 	}
 	typical, _ := strconv.ParseFloat(m[5], 64)
 	perfRTT := time.Duration(2 * typical * float64(time.Microsecond))
