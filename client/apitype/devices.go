@@ -15,7 +15,10 @@ type Device struct {
 	// Uverbs is the verbs character device ("/dev/infiniband/uverbs0"), or
 	// "" when the kernel exposes none (ib_uverbs not loaded).
 	Uverbs string `json:"uverbs,omitempty"`
-	Ports  []Port `json:"ports"`
+	// PCIe is the link of the device's PCI function (nil for software
+	// devices and where sysfs does not say).
+	PCIe  *PCIeLink `json:"pcie,omitempty"`
+	Ports []Port    `json:"ports"`
 }
 
 // A Port is one port of a Device.
@@ -27,8 +30,15 @@ type Port struct {
 	Rate      string `json:"rate,omitempty"`
 	// RateGbps is Rate's number, for metrics.
 	RateGbps float64 `json:"rate_gbps,omitempty"`
-	LID      int     `json:"lid,omitempty"`
-	SMLID    int     `json:"sm_lid,omitempty"`
+	// Width is the link width from Rate ("4X"), "" when it does not say.
+	Width string `json:"width,omitempty"`
+	// NetdevSpeedMbps is the port's netdev's speed (RoCE), 0 unknown.
+	NetdevSpeedMbps int `json:"netdev_speed_mbps,omitempty"`
+	// Transitions counts the port's changes into and out of ACTIVE that
+	// rdmad saw since it started (docs/HEALTH.md, "Port flapping").
+	Transitions uint64 `json:"state_transitions"`
+	LID         int    `json:"lid,omitempty"`
+	SMLID       int    `json:"sm_lid,omitempty"`
 	// Netdev is the port's network device: the RoCE netdev from the GID
 	// table, or the IPoIB interface of an InfiniBand port.
 	Netdev     string            `json:"netdev,omitempty"`

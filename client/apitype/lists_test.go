@@ -24,7 +24,7 @@ func TestNoNullLists(t *testing.T) {
 		"ProcessResources": ProcessResources{}, "DeviceResources": DeviceResources{},
 		"Snapshot": filledSnapshot(), "NetdevECN": NetdevECN{}, "Peers": Peers{}, "Fingerprint": Fingerprint{},
 		"Peer": Peer{}, "Config": Config{}, "PolicyState": PolicyState{}, "PolicyStatus": PolicyStatus{},
-		"PoolDevice": PoolDevice{},
+		"PoolDevice": PoolDevice{}, "Health": Health{}, "Condition": Condition{},
 	}
 	found := listFields(t)
 	if len(found) == 0 {

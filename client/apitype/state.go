@@ -67,6 +67,12 @@ type Snapshot struct {
 	// answers them, its counts and its last result; nil while the peer
 	// probes do not run (bandwidth.go).
 	Bandwidth *BandwidthStatus `json:"bandwidth,omitempty"`
+	// Health is the verdict (GET /v1/health, docs/HEALTH.md), decided
+	// again with every published snapshot.
+	Health Health `json:"health"`
+	// KernelFaults are the kernel log's faults of RDMA devices still
+	// within their window (docs/HEALTH.md), oldest first; [] when none.
+	KernelFaults []KernelFault `json:"kernel_faults"`
 }
 
 // NetdevECN is what DCQCN has enabled on one netdev: the priorities (0-7,
