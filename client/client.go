@@ -184,3 +184,17 @@ func (c *Client) Resources(ctx context.Context) (apitype.Resources, error) {
 	err := c.do(ctx, http.MethodGet, "/v1/resources", &r)
 	return r, err
 }
+
+// HealthRaw asks for GET /v1/health, the node's verdict (docs/HEALTH.md),
+// and returns it decoded and as the daemon sent it.
+func (c *Client) HealthRaw(ctx context.Context) (apitype.Health, json.RawMessage, error) {
+	var m json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/v1/health", &m); err != nil {
+		return apitype.Health{}, nil, err
+	}
+	var h apitype.Health
+	if err := json.Unmarshal(m, &h); err != nil {
+		return apitype.Health{}, nil, fmt.Errorf("rdmad at %s: decode /v1/health: %w", c.Socket, err)
+	}
+	return h, m, nil
+}

@@ -114,6 +114,8 @@ type Daemon struct {
 	// qos reads the DCB state of the RoCE netdevs at every refresh
 	// (qos.go); nil on a fixture tree.
 	qos *qosObserver
+	// health decides every snapshot's verdict (health.go).
+	health *healthPart
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -135,6 +137,7 @@ func Run(ctx context.Context, opts Options) error {
 		mail:       newMailbox(),
 	}
 	d.log = newLogger(opts.Stderr, d.level)
+	d.health = newHealthPart(d.log)
 	d.resources = newResources(opts.SysfsRoot)
 	now := time.Now()
 	d.store = state.NewStore(apitype.Snapshot{
@@ -150,6 +153,7 @@ func Run(ctx context.Context, opts Options) error {
 		ECN:       []apitype.NetdevECN{},
 		QoS:       []apitype.NetdevQoS{},
 	})
+	d.store.SetFinish(func(prev, next *apitype.Snapshot) { d.health.finish(d, prev, next) })
 
 	// The first load decides the socket. A broken file at start does not
 	// stop rdmad: it runs on defaults, reports the error and picks up the
@@ -292,6 +296,9 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.log.Warn("kernel events were lost; resyncing everything")
 			d.refresh("lost events")
 			d.reconcile(nil)
+		case <-d.health.timer.C:
+			// A flapping port's quiet window ended: decide again.
+			d.store.Update(func(*apitype.Snapshot) {})
 		case <-resync.C:
 			d.refresh("periodic resync")
 			d.verbs.addDevices()
@@ -403,8 +410,10 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 		d.cfg = cfg
 		d.gen++
 		d.level.Set(parseLevel(cfg.Daemon.LogLevel))
+		d.health.configure(cfg)
 	} else if d.cfg == nil {
 		d.cfg = config.Default()
+		d.health.configure(d.cfg)
 	}
 	d.store.Update(func(s *apitype.Snapshot) {
 		s.Config.Path = d.opts.ConfigPath
@@ -446,6 +455,9 @@ func (d *Daemon) refresh(why string) {
 		qosState = d.qos.read(devs)
 	}
 	now := time.Now()
+	if err == nil {
+		d.health.observe(devs, now)
+	}
 	var prev []apitype.Device
 	first := false
 	d.store.Update(func(s *apitype.Snapshot) {
@@ -540,6 +552,9 @@ func (d *Daemon) summarise(s *apitype.Snapshot, st string) {
 		}
 	} else {
 		parts = append(parts, fmt.Sprintf("%d devices, %d/%d ports active", len(s.Devices), active, ports))
+	}
+	if w := s.Health.Worst(); w != nil {
+		parts = append(parts, w.Type+" "+w.Status+": "+oneLine(errors.New(w.Message)))
 	}
 	parts = append(parts, fmt.Sprintf("config generation %d", s.Config.Generation))
 	if s.Config.Error != "" {

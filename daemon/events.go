@@ -97,6 +97,12 @@ func (d *Daemon) onLink(e linkwatch.Event) {
 	if e.Kind == linkwatch.KindAddr {
 		// RoCE GIDs follow the netdev's addresses, a moment later.
 		d.lookAgain()
+	} else if d.isPortNetdev(e.Name) {
+		// A RoCE port's state follows its netdev's carrier: read it now,
+		// so that a port down shows (and counts as a transition for the
+		// flap window) without waiting for a verbs event, which needs a
+		// running prober.
+		d.refresh("rtnetlink link " + e.Name)
 	}
 	d.reconcile(&policy.Scope{Netdevs: map[string]bool{e.Name: true}})
 }

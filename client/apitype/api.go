@@ -114,6 +114,10 @@ const (
 	// degraded, down); To is "absent" for a peer no longer probed.
 	// Message is the reason it is not up.
 	EventPeer = "peer"
+	// EventHealth is a change of a health condition's status or of the
+	// objects it names (GET /v1/health); Object is the condition's type,
+	// Message its message.
+	EventHealth = "health"
 	// EventDaemon is a change of rdmad's own state (running, degraded, ...).
 	EventDaemon = "daemon"
 	// EventDropped is the last line to a client that could not keep up.

@@ -44,4 +44,12 @@ const (
 	// port, its cable or switch port, or this host is the likelier
 	// fault. Fields: PORT, REASON.
 	MsgLocalFault = "2682f224d2c3418682dbba510ea3b4d2"
+	// MsgHealthProblem, MsgHealthOK: a condition of the health verdict
+	// (docs/HEALTH.md) became a problem or unknown, or ok again. Fields:
+	// CONDITION, STATUS, REASON, OBJECTS, DETAIL.
+	MsgHealthProblem = "33c22d9b8b7a4383a04016564da69415"
+	MsgHealthOK      = "86987824b85045d59e06cc76b32e6e71"
+	// MsgPortFlapping: a port went down too often within the flap window
+	// ([health] flap_downs, flap_window). Fields: PORT, DOWNS, WINDOW.
+	MsgPortFlapping = "260c6d4f2f37462587436606e2e134ff"
 )

@@ -431,11 +431,15 @@ func (s *Snapshot) NoDevices() bool {
 	return ok && c.State != Error && len(s.Devices) == 0
 }
 
-// Healthy reports whether nothing in s needs an operator: the configuration
-// loaded, no component is in error, no policy target failed or drifted, and
-// there is at least one RDMA device (without one, verbs, the MR pool and
-// the probes are all unavailable: nothing on the node is proven to work).
+// Healthy reports whether nothing in s needs an operator. It is the health
+// verdict (s.Health, GET /v1/health) where the snapshot has one. A
+// snapshot without one (an older rdmad) is healthy when the configuration
+// loaded, no component is in error, no policy target failed or drifted,
+// and there is at least one RDMA device.
 func (s *Snapshot) Healthy() bool {
+	if s.Health.Status != "" {
+		return s.Health.Healthy
+	}
 	if s.Config.Error != "" {
 		return false
 	}

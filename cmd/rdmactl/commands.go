@@ -107,9 +107,28 @@ func init() {
 				"(rdmactl qos has the details), every policy target and the " +
 				"health of rdmad's components. On a terminal, long texts in the tables are shortened (--full shows " +
 				"them whole); when stdout is not a terminal, nothing is shortened.",
-			exits:  "0 healthy; 1 error or rdmad unreachable; 2 usage; 3 degraded (a configuration error, a component in error, a drifted or failed policy target, no RDMA device)",
+			exits:  "0 healthy; 1 error or rdmad unreachable; 2 usage; 3 degraded (a condition of the health verdict is a problem or unknown: rdmactl check names it)",
 			daemon: true,
 			run:    cmdStatus,
+		},
+		{
+			name:    "check",
+			summary: "may this node run RDMA jobs? the health verdict for schedulers (exit 0 ok, 1 problem, 2 unknown)",
+			help: "Print rdmad's health verdict (GET /v1/health, docs/HEALTH.md) the way schedulers read it: " +
+				"--format npd (the default) prints one line of at most 80 bytes naming the worst condition, for a " +
+				"node-problem-detector custom plugin; --format nhc prints a line per condition that is not ok, for " +
+				"Slurm NHC's check_rdmad; --json prints the verdict's JSON. When rdmad does not answer, rdmactl reads " +
+				"the inventory itself: a missing device, a down port, a missing verbs node or a degraded PCIe link is " +
+				"still a problem (1); otherwise the verdict is unknown (2).",
+			exits: "0 healthy; 1 a problem (a condition is a problem); 2 unknown (rdmad does not answer and the local " +
+				"checks found no problem, a condition is unknown, or a usage error)",
+			flags: []flagDef{
+				{long: "format", arg: "FORMAT", eg: "npd", help: "npd (one line of at most 80 bytes, the default) or nhc (a line per condition not ok)"},
+				{long: "timeout", arg: "DURATION", eg: "5s", help: "how long to wait for rdmad (default 10s, 100ms to 1m)"},
+			},
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdCheck,
 		},
 		{
 			name:    "reload",

@@ -18,6 +18,9 @@ var (
 		"github.com/rdmad/rdmad/client/apitype": true,
 		"github.com/rdmad/rdmad/doctor":         true,
 		"github.com/rdmad/rdmad/inventory":      true,
+		// The verdict, decided the same way when rdmad does not answer
+		// (rdmactl check): standard library and the wire types only.
+		"github.com/rdmad/rdmad/health": true,
 		// RDMA netlink over x/sys/unix, no netlink library: resources
 		// when rdmad does not answer.
 		"github.com/rdmad/rdmad/inventory/rdmares": true,
@@ -60,7 +63,7 @@ func TestDeps(t *testing.T) {
 		case strings.HasPrefix(p, "github.com/rdmad/rdmad/cmd/rdmactl"):
 		case strings.HasPrefix(p, "github.com/rdmad/rdmad/"):
 			if !allowedOwn[p] {
-				t.Errorf("rdmactl links %s: only the wire types, the client, the doctor and the inventory may be linked (see docs/ARCHITECTURE.md)", p)
+				t.Errorf("rdmactl links %s: only the wire types, the client, the verdict, the doctor and the inventory may be linked (see docs/ARCHITECTURE.md)", p)
 			}
 		case p == "golang.org/x/sys/unix":
 			// adjtimex for the doctor's clock check, TCGETS for the terminal check.

@@ -49,6 +49,8 @@ type Op string
 const (
 	// Status reads the state snapshot (GET /v1/status).
 	Status Op = "status"
+	// Health reads the health verdict (GET /v1/health, D-Bus Health).
+	Health Op = "health"
 	// Watch streams state changes (GET /v1/watch).
 	Watch Op = "watch"
 	// Metrics reads the Prometheus metrics (GET /metrics on the socket).
@@ -89,6 +91,7 @@ const (
 // the tests of this package keep them in step.
 var table = map[Op]Level{
 	Status:      Read,
+	Health:      Read,
 	Watch:       Read,
 	Metrics:     Read,
 	PolicyDiff:  Read,

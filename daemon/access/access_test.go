@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 // everything that changes state or makes the node act is admin.
 func TestTable(t *testing.T) {
 	want := map[Op]Level{
-		Status: Read, Watch: Read, Metrics: Read, PolicyDiff: Read, Properties: Read, Doctor: Read, Resources: Read,
+		Status: Read, Health: Read, Watch: Read, Metrics: Read, PolicyDiff: Read, Properties: Read, Doctor: Read, Resources: Read,
 		Reload: Admin, PolicyApply: Admin, Probe: Admin, Bandwidth: Admin,
 	}
 	if len(Ops()) != len(want) {

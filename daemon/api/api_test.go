@@ -97,7 +97,7 @@ func TestServeHTTP(t *testing.T) {
 		{"root", "POST", "/v1/status", 405, "use GET"},
 		{"root", "HEAD", "/v1/status", 200, ""},
 		{"root", "GET", "/v2/status", 404, "no route /v2/status"},
-		{"root", "GET", "/", 404, "routes: GET /v1/doctor, GET /v1/policy/diff, GET /v1/resources, GET /v1/status, POST /v1/bw, POST /v1/policy/apply, POST /v1/probe, POST /v1/reload"},
+		{"root", "GET", "/", 404, "routes: GET /v1/doctor, GET /v1/health, GET /v1/policy/diff, GET /v1/resources, GET /v1/status, POST /v1/bw, POST /v1/policy/apply, POST /v1/probe, POST /v1/reload"},
 		{"member", "GET", "/v1/policy/diff", 200, ""},
 		{"member", "POST", "/v1/policy/apply", 403, "may not change rdmad's state (/v1/policy/apply)"},
 		{"admin", "POST", "/v1/policy/apply", 200, ""},

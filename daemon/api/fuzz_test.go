@@ -181,6 +181,7 @@ type fzRoute struct {
 
 var fzRoutes = map[string]fzRoute{
 	"/v1/status":       {http.MethodGet, access.Status, access.Read, []string{"Snapshot"}},
+	"/v1/health":       {http.MethodGet, access.Health, access.Read, []string{"Snapshot"}},
 	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, access.Read, []string{"PolicyDiff", "Snapshot"}},
 	"/v1/reload":       {http.MethodPost, access.Reload, access.Admin, []string{"Reload"}},
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, access.Admin, []string{"PolicyApply"}},
@@ -399,6 +400,7 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 // and serves them as each kind of caller.
 func FuzzAPI(f *testing.F) {
 	f.Add(uint8(0), uint8(0), "GET", "/v1/status", "", "", "", []byte(nil))
+	f.Add(uint8(0), uint8(0), "GET", "/v1/health", "", "", "", []byte(nil))
 	f.Add(uint8(4), uint8(0), "POST", "/v1/reload", "", "Content-Type", "application/json", []byte("{}"))
 	f.Add(uint8(4), uint8(0), "POST", "/v1/probe", "peer=192.0.2.17", "", "", []byte(nil))
 	f.Add(uint8(2), uint8(1), "POST", "/v1/probe", "peer=%00expire%20x", "", "", []byte(nil))

@@ -104,6 +104,7 @@ type route struct {
 // routes is the whole API. Keep docs/API.md in step with it.
 var routes = map[string]route{
 	"/v1/status":       {http.MethodGet, access.Status, (*Server).serveStatus},
+	"/v1/health":       {http.MethodGet, access.Health, (*Server).serveHealth},
 	"/v1/reload":       {http.MethodPost, access.Reload, (*Server).serveReload},
 	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, (*Server).servePolicyDiff},
 	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, (*Server).servePolicyApply},
@@ -192,6 +193,13 @@ func (s *Server) routeList() string {
 
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.backend.Snapshot())
+}
+
+// serveHealth answers the verdict of the current snapshot, 200 whatever it
+// says: the body is the answer (docs/HEALTH.md), and a 503 would read as
+// "rdmad cannot answer" to a client that checks the status code only.
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.backend.Snapshot().Health)
 }
 
 func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {

@@ -40,6 +40,7 @@ type Config struct {
 	MRPool   MRPool   `toml:"mrpool" json:"mrpool"`
 	Probe    Probe    `toml:"probe" json:"probe"`
 	Peers    []Peer   `toml:"peer" json:"peers"`
+	Health   Health   `toml:"health" json:"health"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-" json:"files"`
@@ -75,6 +76,11 @@ type Policy struct {
 	QoS  *QoS  `toml:"qos" json:"qos,omitempty"`
 	RoCE *RoCE `toml:"roce" json:"roce,omitempty"`
 	ECN  *ECN  `toml:"ecn" json:"ecn,omitempty"`
+	// MinRate is the least link rate of the matched ports ("200Gb/s"): a
+	// port below it is LinkDegraded (docs/HEALTH.md). Nothing is set.
+	MinRate string `toml:"min_rate" json:"min_rate,omitempty"`
+	// MinRateGbps is MinRate parsed by validation.
+	MinRateGbps float64 `toml:"-" json:"-"`
 
 	src source
 }
@@ -318,6 +324,7 @@ func Default() *Config {
 			ResyncInterval: Duration{5 * time.Minute},
 		},
 		Memlock: Memlock{UsersDomain: "*", LimitsFile: memlock.DefaultLimitsPath},
+		Health:  defaultHealth(),
 		MRPool: MRPool{
 			Classes:        []PoolClass{{Size: 4 << 10, Count: 256}, {Size: 1 << 20, Count: 8}},
 			CanaryInterval: Duration{30 * time.Second},

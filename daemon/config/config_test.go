@@ -110,6 +110,7 @@ mtu = 2044
 		Memlock: Memlock{Daemon: &unlimited, Users: &mib64, UsersDomain: "@rdma", LimitsFile: memlock.DefaultLimitsPath},
 		MRPool:  Default().MRPool,
 		Probe:   Default().Probe,
+		Health:  Default().Health,
 		Files:   []string{p, filepath.Join(filepath.Dir(p), "rdmad.d", "10-site.toml")},
 	}
 	if diff := cmp.Diff(want, cfg, cmpIgnoreSrc); diff != "" {
@@ -216,7 +217,7 @@ mode = "v3"
 			want: []string{
 				`D/rdmad.toml:2: policy[0]: every [[policy]] needs a name (name = "fabric"); it identifies the policy in status and logs`,
 				`D/rdmad.toml:2: policy[0]: policy "" selects nothing; set netdevs = ["ens1f*"] and/or devices = ["mlx5_*"]`,
-				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos], [policy.ecn] or [policy.roce]`,
+				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce] or min_rate`,
 			},
 		},
 		{

@@ -499,6 +499,7 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 	}
 
 	errs = append(errs, c.validateProbe(locs, bad)...)
+	c.validateHealth(locs, bad)
 
 	if l := c.Metrics.Listen; l != "" {
 		if msg := checkListen(l); msg != "" {
@@ -539,8 +540,15 @@ func (c *Config) validate(locs map[string]*locator) (errs Errors) {
 		if p.MTU != 0 && (p.MTU < 68 || p.MTU > 65535) {
 			bad(f, key("mtu"), "%d is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)", p.MTU)
 		}
-		if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil {
-			bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos], [policy.ecn] or [policy.roce]", p.Name)
+		if p.MinRate != "" {
+			if v, err := ParseRate(p.MinRate); err != nil {
+				bad(f, key("min_rate"), "%v", err)
+			} else {
+				p.MinRateGbps = v
+			}
+		}
+		if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil && p.MinRate == "" {
+			bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce] or min_rate", p.Name)
 		}
 		if q := p.QoS; q != nil {
 			switch q.Trust {

@@ -31,6 +31,18 @@ type Diff struct {
 	Links   []LinkChange
 	Targets []TargetChange
 	Peers   []PeerChange
+	// Health are the verdict's conditions whose status or objects changed
+	// (docs/HEALTH.md).
+	Health []HealthChange
+}
+
+// A HealthChange is a condition of the health verdict whose status or
+// objects changed; From is "" for a condition the older snapshot lacks.
+type HealthChange struct {
+	Type     string
+	From, To string
+	// Cond is the newer condition.
+	Cond apitype.Condition
 }
 
 // A Transition is a value before and after.
@@ -175,17 +187,37 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 			d.Peers = append(d.Peers, PeerChange{Name: p.Name, From: p.State, Removed: true})
 		}
 	}
+	for _, n := range next.Health.Conditions {
+		p, _ := prev.Health.Condition(n.Type)
+		if p.Status == n.Status && slicesEqual(p.Objects, n.Objects) {
+			continue
+		}
+		d.Health = append(d.Health, HealthChange{Type: n.Type, From: p.Status, To: n.Status, Cond: n})
+	}
 	return d
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Empty reports whether nothing changed that Diff follows.
 func (d Diff) Empty() bool {
 	return d.Daemon == nil && d.Generation == nil && d.ConfigError == nil && len(d.Components) == 0 &&
-		len(d.Devices) == 0 && len(d.Links) == 0 && len(d.Targets) == 0 && len(d.Peers) == 0
+		len(d.Devices) == 0 && len(d.Links) == 0 && len(d.Targets) == 0 && len(d.Peers) == 0 &&
+		len(d.Health) == 0
 }
 
 // Events returns d as watch stream events, in a stable order: daemon,
-// config, components, links, policy targets, peers (docs/API.md).
+// config, components, links, policy targets, peers, health (docs/API.md).
 func (d Diff) Events(summary string) []apitype.Event {
 	var evs []apitype.Event
 	add := func(typ, obj, from, to, msg string) {
@@ -238,6 +270,13 @@ func (d Diff) Events(summary string) []apitype.Event {
 			to = apitype.Absent
 		}
 		add(apitype.EventPeer, c.Name, c.From, to, c.Reason)
+	}
+	for _, c := range d.Health {
+		from := c.From
+		if from == "" {
+			from = apitype.Absent
+		}
+		add(apitype.EventHealth, c.Type, from, c.To, c.Cond.Message)
 	}
 	return evs
 }

@@ -17,6 +17,8 @@ type Store struct {
 	cur     atomic.Pointer[apitype.Snapshot]
 	changed chan struct{}
 	now     func() time.Time
+	// finish runs in every Update after its function (SetFinish).
+	finish func(prev, next *apitype.Snapshot)
 }
 
 // NewStore returns a Store whose first snapshot is initial.
@@ -38,8 +40,12 @@ func (s *Store) Load() *apitype.Snapshot { return s.cur.Load() }
 func (s *Store) Update(f func(*apitype.Snapshot)) *apitype.Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := *s.cur.Load()
+	prev := s.cur.Load()
+	next := *prev
 	f(&next)
+	if s.finish != nil {
+		s.finish(prev, &next)
+	}
 	next.FillLists() // [] and {} in JSON, never null
 	next.Seq++
 	next.UpdatedAt = s.now()
@@ -47,6 +53,18 @@ func (s *Store) Update(f func(*apitype.Snapshot)) *apitype.Snapshot {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	return &next
+}
+
+// SetFinish installs f, which runs inside every Update after the caller's
+// function, on the snapshot about to be published (prev is the one it
+// replaces), under the writers' lock: what is derived from a whole
+// snapshot (the health verdict) is then decided for each one, whoever
+// wrote it. It publishes once, so that the current snapshot has it too.
+func (s *Store) SetFinish(f func(prev, next *apitype.Snapshot)) {
+	s.mu.Lock()
+	s.finish = f
+	s.mu.Unlock()
+	s.Update(func(*apitype.Snapshot) {})
 }
 
 // Changed returns a channel that is closed when the next snapshot is

@@ -24,6 +24,7 @@ var rules = []struct {
 	{"doctor/...", []string{"daemon", "policy", "verbs", "cmd"}},
 	{"client/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory"}},
 	{"internal/...", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory"}},
+	{"health/...", []string{"client", "daemon", "policy", "verbs", "cmd", "doctor", "inventory", "internal"}},
 }
 
 func TestArrowsPointDown(t *testing.T) {

@@ -4,7 +4,7 @@
 # go test ./cmd/rdmactl -run TestCompletionFiles -update
 _rdmactl() {
 	local cur prev words cword split
-	local commands='status reload policy peers qos probe bw doctor watch resources version help'
+	local commands='status check reload policy peers qos probe bw doctor watch resources version help'
 	_init_completion -s || return
 
 	# The value of a flag.
@@ -13,7 +13,7 @@ _rdmactl() {
 		_filedir
 		return
 		;;
-	--state | --group | --op | --size | --duration | --interval)
+	--format | --timeout | --state | --group | --op | --size | --duration | --interval)
 		return
 		;;
 	esac
@@ -24,7 +24,7 @@ _rdmactl() {
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s | --state | --group | --op | --size | --duration | --interval) ((i++)) ;;
+		--socket | -s | --format | --timeout | --state | --group | --op | --size | --duration | --interval) ((i++)) ;;
 		-*) ;;
 		*)
 			if [ -z "$cmd" ]; then
@@ -40,6 +40,7 @@ _rdmactl() {
 		local flags
 		case $cmd in
 		'') flags='--socket --json --full --help --version' ;;
+		check) flags='--format --timeout --socket --json --full --help' ;;
 		peers) flags='--state --group --socket --json --full --help' ;;
 		bw) flags='--op --size --duration --socket --json --full --help' ;;
 		doctor) flags='--interval --socket --json --full --help' ;;

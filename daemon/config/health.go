@@ -1,0 +1,109 @@
+package config
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Health holds the [health] table: how the verdict (GET /v1/health,
+// rdmactl check; docs/HEALTH.md) judges the node.
+type Health struct {
+	// Ignore lists devices ("mlx5_1") and ports ("mlx5_0/2") the verdict
+	// leaves out: an uncabled second port is not a fault.
+	Ignore []string `toml:"ignore"`
+	// FlapDowns downs of a port within FlapWindow make it flapping; it
+	// stays so until FlapQuiet passed without a transition.
+	FlapDowns  int      `toml:"flap_downs"`
+	FlapWindow Duration `toml:"flap_window"`
+	FlapQuiet  Duration `toml:"flap_quiet"`
+	// KernelFaultWindow is how long a kernel-log fault of a device counts
+	// after its last message.
+	KernelFaultWindow Duration `toml:"kernel_fault_window"`
+	// KernelLog switches following the kernel log (/dev/kmsg) on or off.
+	KernelLog bool `toml:"kernel_log"`
+}
+
+// Health defaults (docs/HEALTH.md says why).
+const (
+	DefaultFlapDowns         = 3
+	DefaultFlapWindow        = 10 * time.Minute
+	DefaultFlapQuiet         = 10 * time.Minute
+	DefaultKernelFaultWindow = 10 * time.Minute
+)
+
+func defaultHealth() Health {
+	return Health{FlapDowns: DefaultFlapDowns, FlapWindow: Duration{DefaultFlapWindow}, FlapQuiet: Duration{DefaultFlapQuiet},
+		KernelFaultWindow: Duration{DefaultKernelFaultWindow}, KernelLog: true}
+}
+
+// ignoreEntry is a device name or device/port, as the inventory names them.
+var ignoreEntry = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}(/[0-9]{1,3})?$`)
+
+func (c *Config) validateHealth(locs map[string]*locator, bad func(file, key, format string, args ...any)) {
+	main := c.Files[0]
+	h := &c.Health
+	at := func(key string) string { return lastSetter(c.Files, locs, "health."+key, main) }
+	for _, e := range h.Ignore {
+		if !ignoreEntry.MatchString(e) {
+			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl devices shows them", e)
+		}
+	}
+	if h.FlapDowns < 1 || h.FlapDowns > 1000 {
+		bad(at("flap_downs"), "health.flap_downs", "%d is out of range; use 1 to 1000 downs (default %d)", h.FlapDowns, DefaultFlapDowns)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+		def time.Duration
+	}{{"flap_window", h.FlapWindow.Duration, DefaultFlapWindow}, {"flap_quiet", h.FlapQuiet.Duration, DefaultFlapQuiet},
+		{"kernel_fault_window", h.KernelFaultWindow.Duration, DefaultKernelFaultWindow}} {
+		if d.v < time.Second || d.v > 7*24*time.Hour {
+			bad(at(d.key), "health."+d.key, "%s is out of range; use 1s to 168h (default %s)", d.v, d.def)
+		}
+	}
+}
+
+// ParseRate reads a link rate as [[policy]] min_rate writes it: "200Gb/s",
+// "200 Gb/s", "200G", "25Gbps", "400" (Gb/s), "800Mb/s". It returns Gb/s.
+func ParseRate(s string) (float64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	unit := 1.0
+	for _, u := range []struct {
+		suffix string
+		scale  float64
+	}{{"gb/s", 1}, {"gbps", 1}, {"gbit/s", 1}, {"g", 1}, {"mb/s", 1e-3}, {"mbps", 1e-3}, {"m", 1e-3}, {"tb/s", 1e3}, {"t", 1e3}} {
+		if n, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, unit = strings.TrimSpace(n), u.scale
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 || v > 1e5 {
+		return 0, fmt.Errorf("%q is not a link rate; write e.g. \"200Gb/s\" or \"100G\"", s)
+	}
+	return v * unit, nil
+}
+
+// MinRateFor is the rate policy p declares for a port of device dev over
+// netdev (0: none), matched as [policy.roce] is: a devices glob matching
+// the device or a netdevs glob matching the port's netdev.
+func (p Policy) MinRateFor(dev, netdev string) float64 {
+	if p.MinRateGbps == 0 {
+		return 0
+	}
+	for _, g := range p.Devices {
+		if ok, _ := path.Match(g, dev); ok {
+			return p.MinRateGbps
+		}
+	}
+	for _, g := range p.Netdevs {
+		if ok, _ := path.Match(g, netdev); ok && netdev != "" {
+			return p.MinRateGbps
+		}
+	}
+	return 0
+}

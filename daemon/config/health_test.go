@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHealthConfig(t *testing.T) {
+	p := write(t, map[string]string{"rdmad.toml": `
+[health]
+ignore = ["mlx5_1", "mlx5_0/2"]
+flap_downs = 4
+flap_window = "1m"
+
+[[policy]]
+name = "rate"
+devices = ["mlx5_*"]
+min_rate = "200Gb/s"
+`})
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Health
+	if len(h.Ignore) != 2 || h.FlapDowns != 4 || h.FlapWindow.Duration != time.Minute || h.FlapQuiet.Duration != DefaultFlapQuiet || !h.KernelLog {
+		t.Errorf("health %+v", h)
+	}
+	pol := cfg.Policies[0]
+	if pol.MinRateGbps != 200 || pol.MinRateFor("mlx5_0", "") != 200 || pol.MinRateFor("rxe0", "eth0") != 0 {
+		t.Errorf("min_rate %+v", pol)
+	}
+}
+
+func TestHealthConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device or port`},
+		{"[health]\nflap_downs = 0\n", "rdmad.toml:2: health.flap_downs: 0 is out of range; use 1 to 1000"},
+		{"[health]\nflap_window = \"10ms\"\n", "rdmad.toml:2: health.flap_window: 10ms is out of range"},
+		{"[[policy]]\nname = \"r\"\ndevices = [\"x\"]\nmin_rate = \"fast\"\n", `rdmad.toml:4: policy[0].min_rate: "fast" is not a link rate; write e.g. "200Gb/s"`},
+	} {
+		_, err := Load(write(t, map[string]string{"rdmad.toml": tc.body}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]float64{"200Gb/s": 200, "200 Gb/s": 200, "100G": 100, "25Gbps": 25, "400": 400,
+		"800Mb/s": 0.8, "1.6T": 1600} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "fast", "-1G", "0", "1e9G"} {
+		if _, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) accepted", in)
+		}
+	}
+}

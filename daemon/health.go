@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/health"
+)
+
+// healthPart decides the verdict of every published snapshot (the store's
+// finish hook) from the snapshot and what the main loop tracks beside it:
+// port flaps and the configuration's expectations. The main loop writes
+// its fields; the hook, which runs in whichever goroutine publishes,
+// reads them under mu.
+type healthPart struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	flaps  *health.Flaps
+	expect health.Expect
+	// minRates are the [[policy]] min_rate blocks in force, matched
+	// against the ports at every inventory read.
+	minRates []config.Policy
+	// timer fires when a flapping port's quiet window ends, so that the
+	// verdict clears without waiting for an event; main loop only.
+	timer *time.Timer
+}
+
+func newHealthPart(log *slog.Logger) *healthPart {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &healthPart{log: log, flaps: health.NewFlaps(health.FlapConfig{}), timer: t}
+}
+
+// configure takes a configuration in force. Main loop.
+func (h *healthPart) configure(cfg *config.Config) {
+	if h == nil {
+		return // a test's bare Daemon
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hc := cfg.Health
+	h.flaps.SetConfig(health.FlapConfig{Downs: hc.FlapDowns, Window: hc.FlapWindow.Duration, Quiet: hc.FlapQuiet.Duration})
+	h.expect.Ignore = append([]string(nil), hc.Ignore...)
+	h.minRates = h.minRates[:0]
+	for _, p := range cfg.Policies {
+		if p.MinRateGbps > 0 {
+			h.minRates = append(h.minRates, p)
+		}
+	}
+}
+
+// observe records the port states of an inventory read, fills each
+// port's transition count, and matches the min_rate policies against the
+// ports. Main loop; devs is the read about to be published.
+func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	present := map[string]bool{}
+	rates := map[string]float64{}
+	for i := range devs {
+		d := &devs[i]
+		for j := range d.Ports {
+			p := &d.Ports[j]
+			key := portKey(d.Name, p.Port)
+			present[key] = true
+			was := h.flaps.Port(key, now).Flapping
+			if h.flaps.Observe(key, p.State == "ACTIVE", now) {
+				if st := h.flaps.Port(key, now); st.Flapping && !was {
+					h.log.Warn("RDMA port flapping", apitype.MessageIDKey, apitype.MsgPortFlapping,
+						"port", key, "downs", st.Downs, "window", st.Window.String())
+				}
+			}
+			for _, pol := range h.minRates {
+				if r := pol.MinRateFor(d.Name, p.Netdev); r > 0 {
+					rates[key] = r // later policies win, as for every setting
+				}
+			}
+		}
+	}
+	h.flaps.Forget(func(k string) bool { return present[k] })
+	for i := range devs {
+		for j := range devs[i].Ports {
+			devs[i].Ports[j].Transitions = h.flaps.Port(portKey(devs[i].Name, devs[i].Ports[j].Port), now).Transitions
+		}
+	}
+	h.expect.MinRateGbps = rates
+	if next := h.flaps.NextChange(); !next.IsZero() {
+		h.timer.Reset(max(time.Until(next), 0) + 10*time.Millisecond)
+	}
+}
+
+// finish is the store's finish hook: it decides next's verdict, keeps the
+// daemon's state (running or degraded) and summary in line with it, and
+// logs each condition that changed.
+func (h *healthPart) finish(d *Daemon, prev, next *apitype.Snapshot) {
+	now := time.Now()
+	h.mu.Lock()
+	in := health.Input{Snap: next, Prev: prev.Health, Now: now, Expect: h.expect, Flaps: h.flaps.State(now)}
+	next.Health = health.Evaluate(in)
+	h.mu.Unlock()
+	if next.State == apitype.Running || next.State == apitype.Degraded {
+		d.summarise(next, apitype.Running)
+	}
+	if prev.Health.Status == "" {
+		return // the first verdict: "rdmad started" says how it stands
+	}
+	h.logChanges(prev.Health, next.Health)
+}
+
+// logChanges logs every condition whose status changed, a problem or
+// unknown at WARN, ok again at INFO, each with its MESSAGE_ID.
+func (h *healthPart) logChanges(prev, next apitype.Health) {
+	for _, c := range next.Conditions {
+		old, _ := prev.Condition(c.Type)
+		if old.Status == c.Status {
+			continue
+		}
+		attrs := []any{"condition", c.Type, "status", c.Status, "reason", c.Reason,
+			"objects", strings.Join(c.Objects, ","), "detail", c.Message}
+		if c.Status == apitype.ConditionOK {
+			h.log.Info("health condition ok again", append([]any{apitype.MessageIDKey, apitype.MsgHealthOK}, attrs...)...)
+		} else {
+			h.log.Warn("health condition "+c.Status, append([]any{apitype.MessageIDKey, apitype.MsgHealthProblem}, attrs...)...)
+		}
+	}
+}
+
+func portKey(dev string, port int) string { return dev + "/" + strconv.Itoa(port) }

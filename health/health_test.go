@@ -1,0 +1,242 @@
+package health
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// node is a healthy node: one device with one active port, verbs, a
+// passing loopback probe and a working pool.
+func node() *apitype.Snapshot {
+	return &apitype.Snapshot{
+		Config: apitype.Config{Generation: 1},
+		Components: map[string]apitype.Component{
+			apitype.ComponentInventory: {State: apitype.OK}, apitype.ComponentVerbs: {State: apitype.OK},
+			apitype.ComponentMRPool: {State: apitype.OK}, apitype.ComponentLoopback: {State: apitype.OK},
+			apitype.ComponentAPI: {State: apitype.OK},
+		},
+		Devices: []apitype.Device{{Name: "rxe0", Uverbs: "/dev/infiniband/uverbs0", Ports: []apitype.Port{
+			{Port: 1, State: "ACTIVE", PhysState: "LinkUp", Netdev: "eth0", RateGbps: 10, Width: "1X"}}}},
+		Loopback: []apitype.LoopbackPort{{Device: "rxe0", Port: 1, State: "ok"}},
+		MRPool:   []apitype.PoolDevice{{Device: "rxe0", Registered: true}},
+	}
+}
+
+func cond(t *testing.T, h apitype.Health, typ string) apitype.Condition {
+	t.Helper()
+	c, ok := h.Condition(typ)
+	if !ok {
+		t.Fatalf("no condition %s in %+v", typ, h)
+	}
+	return c
+}
+
+func TestEvaluateHealthyNode(t *testing.T) {
+	h := Evaluate(Input{Snap: node(), Now: t0, Flaps: map[string]FlapState{}})
+	if !h.Healthy || h.Status != apitype.ConditionOK {
+		t.Fatalf("healthy node: %+v", h)
+	}
+	var types []string
+	for _, c := range h.Conditions {
+		types = append(types, c.Type)
+		if c.Since != t0 || c.Reason == "" || c.Message == "" {
+			t.Errorf("%s: since %v reason %q message %q", c.Type, c.Since, c.Reason, c.Message)
+		}
+	}
+	if !slices.Equal(types, apitype.ConditionTypes) {
+		t.Errorf("types %v, want %v", types, apitype.ConditionTypes)
+	}
+}
+
+// TestEvaluateProblems: each fault makes its own condition a problem that
+// names the object, and leaves the others ok.
+func TestEvaluateProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mod     func(s *apitype.Snapshot, in *Input)
+		typ     string
+		objects []string
+		msg     string
+	}{
+		{"config rejected", func(s *apitype.Snapshot, _ *Input) { s.Config.Error = "rdmad.toml:3: bad\nmore" },
+			apitype.CondConfig, nil, "rdmad.toml:3: bad"},
+		{"no device", func(s *apitype.Snapshot, _ *Input) {
+			s.Devices, s.Loopback, s.MRPool = nil, nil, nil
+		}, apitype.CondNoDevice, nil, "no RDMA device"},
+		{"no uverbs node", func(s *apitype.Snapshot, _ *Input) { s.Devices[0].Uverbs = "" },
+			apitype.CondVerbs, []string{"rxe0"}, "modprobe ib_uverbs"},
+		{"verbs unavailable", func(s *apitype.Snapshot, _ *Input) {
+			s.Components[apitype.ComponentVerbs] = apitype.Component{State: apitype.Unavailable, Reason: "no libibverbs device"}
+		}, apitype.CondVerbs, []string{"rxe0"}, "no libibverbs device"},
+		{"port down", func(s *apitype.Snapshot, _ *Input) {
+			s.Devices[0].Ports[0].State, s.Devices[0].Ports[0].PhysState = "DOWN", "Disabled"
+		}, apitype.CondPortDown, []string{"rxe0/1"}, "rxe0/1 (eth0) is DOWN/Disabled"},
+		{"flapping", func(_ *apitype.Snapshot, in *Input) {
+			in.Flaps["rxe0/1"] = FlapState{Downs: 4, Window: time.Minute, Flapping: true}
+		}, apitype.CondPortFlapping, []string{"rxe0/1"}, "went down 4 times in 1m0s"},
+		{"rate below min_rate", func(_ *apitype.Snapshot, in *Input) {
+			in.Expect.MinRateGbps = map[string]float64{"rxe0/1": 25}
+		}, apitype.CondLinkDegraded, []string{"rxe0/1"}, "runs at 10 Gb/s 1X, below its min_rate 25 Gb/s"},
+		{"pcie degraded", func(s *apitype.Snapshot, _ *Input) {
+			s.Devices[0].PCIe = &apitype.PCIeLink{Address: "0000:03:00.0", Speed: 16, Width: 8, MaxSpeed: 16, MaxWidth: 16,
+				PathMaxSpeed: 16, PathMaxWidth: 16}
+		}, apitype.CondPCIeDegraded, []string{"rxe0"}, "16 GT/s x8, its path allows 16 GT/s x16"},
+		{"loopback fails", func(s *apitype.Snapshot, _ *Input) {
+			s.Loopback[0].State, s.Loopback[0].LastError = "failed", "work completion error"
+		}, apitype.CondLoopback, []string{"rxe0/1"}, "work completion error"},
+		{"canary fails", func(s *apitype.Snapshot, _ *Input) { s.MRPool[0].Canary.LastError = "Cannot allocate memory" },
+			apitype.CondMRPool, []string{"rxe0"}, "ulimit -l"},
+		{"memlock drifted", func(s *apitype.Snapshot, _ *Input) {
+			s.Policy.Policies = []apitype.PolicyStatus{{Name: "memlock", Targets: []apitype.Target{
+				{Kind: "memlock", Object: "rdmad", Desired: "unlimited", Actual: "64KiB", State: apitype.Drifted}}}}
+		}, apitype.CondMemlock, nil, "rdmad: 64KiB, declared unlimited"},
+		{"local fault", func(s *apitype.Snapshot, _ *Input) {
+			s.Peers.Ports = []apitype.PeerPort{{Key: "rxe0/1", LocalFault: "all 3 peers down"}}
+		}, apitype.CondPeers, []string{"rxe0/1"}, "all 3 peers down"},
+		{"kernel fault", func(s *apitype.Snapshot, _ *Input) {
+			s.KernelFaults = []apitype.KernelFault{{Device: "rxe0", Pattern: "err", Line: "infiniband rxe0: boom", Count: 2}}
+		}, apitype.CondKernelFault, []string{"rxe0"}, "infiniband rxe0: boom"},
+		{"policy error", func(s *apitype.Snapshot, _ *Input) {
+			s.Policy.Policies = []apitype.PolicyStatus{{Name: "fabric", Targets: []apitype.Target{
+				{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.TargetError, Error: "EPERM"}}}}
+		}, apitype.CondPolicy, []string{"eth0"}, "fabric mtu of eth0 is error"},
+		{"component error", func(s *apitype.Snapshot, _ *Input) {
+			s.Components[apitype.ComponentEventsUevent] = apitype.Component{State: apitype.Error, Error: "socket: EPERM"}
+		}, apitype.CondDaemon, nil, "events-uevent: socket: EPERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := node()
+			in := Input{Snap: s, Now: t0, Flaps: map[string]FlapState{}}
+			tc.mod(s, &in)
+			h := Evaluate(in)
+			if h.Healthy || h.Status != apitype.ConditionProblem {
+				t.Fatalf("verdict %v %s, want a problem", h.Healthy, h.Status)
+			}
+			c := cond(t, h, tc.typ)
+			if c.Status != apitype.ConditionProblem || !slices.Equal(c.Objects, tc.objects) || !strings.Contains(c.Message, tc.msg) {
+				t.Errorf("%s: %+v, want a problem about %v saying %q", tc.typ, c, tc.objects, tc.msg)
+			}
+			for _, o := range h.Conditions {
+				if o.Type != tc.typ && o.Status == apitype.ConditionProblem && !(tc.typ == apitype.CondNoDevice) {
+					t.Errorf("%s is a problem too: %+v", o.Type, o)
+				}
+			}
+			if w := h.Worst(); w == nil || w.Type != tc.typ {
+				t.Errorf("worst %+v, want %s", w, tc.typ)
+			}
+		})
+	}
+}
+
+func TestEvaluateIgnoreAndUnknown(t *testing.T) {
+	s := node()
+	s.Devices[0].Ports = append(s.Devices[0].Ports, apitype.Port{Port: 2, State: "DOWN", PhysState: "Polling"})
+	h := Evaluate(Input{Snap: s, Now: t0, Expect: Expect{Ignore: []string{"rxe0/2"}}})
+	if !h.Healthy {
+		t.Errorf("an ignored down port: %+v", cond(t, h, apitype.CondPortDown))
+	}
+	// Before the first inventory read nothing is known: unknown, not ok.
+	s = node()
+	delete(s.Components, apitype.ComponentInventory)
+	h = Evaluate(Input{Snap: s, Now: t0})
+	if h.Status != apitype.ConditionUnknown || cond(t, h, apitype.CondNoDevice).Reason != "NotReadYet" {
+		t.Errorf("before the inventory: %s %+v", h.Status, cond(t, h, apitype.CondNoDevice))
+	}
+	// rdmactl's local verdict: the inventory alone decides a problem;
+	// without one, what rdmad alone knows is unknown.
+	h = Evaluate(Input{Snap: node(), Now: t0, Local: true})
+	if h.Status != apitype.ConditionUnknown || cond(t, h, apitype.CondLoopback).Status != apitype.ConditionUnknown {
+		t.Errorf("local: %s", h.Status)
+	}
+	s = node()
+	s.Devices[0].Ports[0].State = "DOWN"
+	if h = Evaluate(Input{Snap: s, Now: t0, Local: true}); h.Status != apitype.ConditionProblem {
+		t.Errorf("local with a down port: %s", h.Status)
+	}
+}
+
+func TestEvaluateKeepsSince(t *testing.T) {
+	s := node()
+	h1 := Evaluate(Input{Snap: s, Now: t0})
+	s.Devices[0].Ports[0].State = "DOWN"
+	h2 := Evaluate(Input{Snap: s, Prev: h1, Now: t0.Add(time.Minute)})
+	if c := cond(t, h2, apitype.CondPortDown); c.Since != t0.Add(time.Minute) {
+		t.Errorf("changed condition since %v", c.Since)
+	}
+	if c := cond(t, h2, apitype.CondConfig); c.Since != t0 {
+		t.Errorf("unchanged condition since %v, want %v", c.Since, t0)
+	}
+}
+
+func TestForDevice(t *testing.T) {
+	s := node()
+	s.Devices = append(s.Devices, apitype.Device{Name: "rxe1", Uverbs: "/dev/infiniband/uverbs1",
+		Ports: []apitype.Port{{Port: 1, State: "DOWN"}}})
+	s.Config.Error = "bad"
+	h := Evaluate(Input{Snap: s, Now: t0})
+	d0, d1 := h.ForDevice("rxe0"), h.ForDevice("rxe1")
+	if c := cond(t, d0, apitype.CondPortDown); c.Status != apitype.ConditionOK {
+		t.Errorf("rxe0 sees rxe1's port: %+v", c)
+	}
+	if c := cond(t, d1, apitype.CondPortDown); c.Status != apitype.ConditionProblem || !slices.Equal(c.Objects, []string{"rxe1/1"}) {
+		t.Errorf("rxe1: %+v", c)
+	}
+	// The node's conditions concern every device.
+	if d0.Healthy || cond(t, d0, apitype.CondConfig).Status != apitype.ConditionProblem {
+		t.Errorf("rxe0 without the config error: %+v", d0)
+	}
+}
+
+func TestFlaps(t *testing.T) {
+	f := NewFlaps(FlapConfig{Downs: 3, Window: time.Minute, Quiet: 2 * time.Minute})
+	now := t0
+	if f.Observe("rxe0/1", true, now) {
+		t.Error("the first observation is a transition")
+	}
+	cycle := func() {
+		now = now.Add(5 * time.Second)
+		f.Observe("rxe0/1", false, now)
+		now = now.Add(5 * time.Second)
+		f.Observe("rxe0/1", true, now)
+	}
+	cycle()
+	cycle()
+	if st := f.State(now)["rxe0/1"]; st.Flapping || st.Downs != 2 || st.Transitions != 4 {
+		t.Fatalf("after 2 cycles: %+v", st)
+	}
+	cycle()
+	if st := f.State(now)["rxe0/1"]; !st.Flapping || st.Downs != 3 || st.Transitions != 6 {
+		t.Fatalf("after 3 cycles in 30 s: %+v", st)
+	}
+	if next := f.NextChange(); !next.Equal(now.Add(2 * time.Minute)) {
+		t.Errorf("next change %v", next)
+	}
+	// Still flapping within the quiet window, cleared after it.
+	if !f.State(now.Add(time.Minute))["rxe0/1"].Flapping {
+		t.Error("cleared before the quiet window")
+	}
+	if st := f.State(now.Add(2 * time.Minute)); st["rxe0/1"].Flapping || st["rxe0/1"].Downs != 0 {
+		t.Errorf("after the quiet window: %+v", st["rxe0/1"])
+	}
+	// Downs spread wider than the window never flap.
+	g := NewFlaps(FlapConfig{Downs: 3, Window: time.Minute})
+	g.Observe("p", true, t0)
+	for i := range 10 {
+		at := t0.Add(time.Duration(i) * 40 * time.Second)
+		g.Observe("p", false, at)
+		g.Observe("p", true, at.Add(time.Second))
+		if g.State(at.Add(time.Second))["p"].Flapping {
+			t.Fatalf("flapping after down %d at 40 s apart", i+1)
+		}
+	}
+	g.Forget(func(string) bool { return false })
+	if len(g.State(t0)) != 0 {
+		t.Error("Forget kept a port")
+	}
+}
