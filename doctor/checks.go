@@ -25,6 +25,7 @@ var Checks = []Check{
 	{"devices", "RDMA devices exist", checkDevices},
 	{"uverbs", "verbs character devices exist", checkUverbs},
 	{"ports", "ports are ACTIVE with the link up", checkPorts},
+	{"pcie", "PCIe links trained at the speed and width their slots allow", checkPCIe},
 	{"gid", "RoCE v2 GIDs cover the netdev's addresses", checkGIDs},
 	{"mtu", "netdev MTU, RDMA MTU and policy agree", checkMTU},
 	{"pfc", "PFC is on for the RoCE priority", checkPFC},

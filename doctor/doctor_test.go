@@ -20,6 +20,10 @@ import (
 
 const fixture = "../inventory/testdata/roce-ib"
 
+// pcieFixture has RDMA devices on the PCIe paths of real servers
+// (inventory/testdata/mkfixture.sh describes each).
+const pcieFixture = "../inventory/testdata/pcie"
+
 // tree copies the inventory's fake sysfs into a temporary root (symlinks
 // kept) and writes files (path relative to the root -> content) over it.
 func tree(t *testing.T, files map[string]string) string {
@@ -227,6 +231,26 @@ func TestChecks(t *testing.T) {
 			})
 			return &Env{SysRoot: root}
 		}, Fail, "rxe0/1 is DOWN, physical state Disabled (netdev eth0)", "ip link set eth0 up"},
+
+		{"pcie ok", "pcie", func(t *testing.T) *Env { return &Env{SysRoot: fixture} }, OK,
+			"mlx4_0 (0000:04:00.0): PCIe 8 GT/s x8, as its path allows; mlx5_0 (0000:03:00.0): PCIe 16 GT/s x16, as its path allows", ""},
+		{"pcie slot of an older generation", "pcie", func(t *testing.T) *Env { return &Env{SysRoot: pcieFixture} }, Fail,
+			"mlx5_0 (0000:01:00.0): PCIe 16 GT/s x16, as its path allows (limited by 0000:00:01.0); mlx5_1, mlx5_4 (0000:02:00.0)", ""},
+		{"pcie degraded by width", "pcie", func(t *testing.T) *Env { return &Env{SysRoot: pcieFixture} }, Fail,
+			"mlx5_1, mlx5_4 (0000:02:00.0): PCIe 16 GT/s x8, its path allows 16 GT/s x16",
+			"reseat the card or move it to a x16 Gen4 slot; check `lspci -vv -s 0000:02:00.0` LnkSta"},
+		{"pcie degraded by speed", "pcie", func(t *testing.T) *Env { return &Env{SysRoot: pcieFixture} }, Fail,
+			"mlx5_2 (0000:03:00.0): PCIe 8 GT/s x16, its path allows 16 GT/s x16; mlx5_3 (0000:06:00.0): PCIe 8 GT/s x16, as its path allows (limited by 0000:05:08.0)",
+			"check `lspci -vv -s 0000:03:00.0` LnkSta"},
+		{"pcie degraded bridge limit named", "pcie", func(t *testing.T) *Env {
+			root := tree(t, map[string]string{"sys/devices/pci0000:00/0000:00:02.0/max_link_speed": "8.0 GT/s PCIe",
+				"sys/devices/pci0000:00/0000:00:02.0/0000:03:00.0/current_link_speed": "2.5 GT/s PCIe"})
+			return &Env{SysRoot: root}
+		}, Fail, "mlx5_0 (0000:03:00.0): PCIe 2.5 GT/s x16, its path allows 8 GT/s x16 (limited by 0000:00:02.0)", "a x16 Gen3 slot"},
+		{"pcie software devices only", "pcie", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, map[string]string{"sys/class/infiniband/mlx4_0": "", "sys/class/infiniband/mlx5_0": ""})}
+		}, Skip, "no RDMA device on PCIe", ""},
+		{"pcie no devices", "pcie", func(t *testing.T) *Env { return &Env{SysRoot: t.TempDir()} }, Skip, "no RDMA devices (see the devices check)", ""},
 
 		{"gids cover addresses", "gid", func(t *testing.T) *Env { return &Env{SysRoot: fixture, Addrs: okAddrs} }, OK,
 			"mlx5_0/1: 1 routable RoCE v2 GID(s) for ens1f0np0; rxe0/1: 1 routable RoCE v2 GID(s) for eth0", ""},
@@ -528,7 +552,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "devices", "uverbs", "ports", "pcie", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

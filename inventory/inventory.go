@@ -86,6 +86,7 @@ func (r Reader) device(name string) (apitype.Device, error) {
 	if target, err := os.Readlink(filepath.Join(dir, "device")); err == nil {
 		d.Parent = filepath.Base(target)
 	}
+	d.PCIe = pcieLink(dir)
 	pents, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil {
 		return apitype.Device{}, fmt.Errorf("inventory: list ports of %s: %w", name, err)
@@ -112,6 +113,7 @@ func (r Reader) port(dev, dir string, n int) apitype.Port {
 	if f := strings.Fields(p.Rate); len(f) > 0 {
 		p.RateGbps, _ = strconv.ParseFloat(f[0], 64)
 	}
+	p.Width = rateWidth(p.Rate)
 	if p.LinkLayer == "InfiniBand" {
 		p.LID = readHex(dir, "lid")
 		p.SMLID = readHex(dir, "sm_lid")
@@ -125,6 +127,9 @@ func (r Reader) port(dev, dir string, n int) apitype.Port {
 	}
 	if p.Netdev == "" && p.LinkLayer == "InfiniBand" {
 		p.Netdev = r.ipoib(dev, n)
+	}
+	if p.LinkLayer == "Ethernet" {
+		p.NetdevSpeedMbps = r.netdevSpeed(p.Netdev)
 	}
 	p.Counters = readCounters(filepath.Join(dir, "counters"))
 	p.HWCounters = readCounters(filepath.Join(dir, "hw_counters"))

@@ -84,6 +84,151 @@ func TestReadFixtureFacts(t *testing.T) {
 	if rxe.Parent != "" || rxe.Ports[0].Netdev != "eth0" || rxe.Ports[0].GIDs[1].GID != "::ffff:192.168.77.1" {
 		t.Errorf("rxe0 = %+v", rxe)
 	}
+	wantPCIe := map[string]*apitype.PCIeLink{
+		"mlx5_0": {Address: "0000:03:00.0", Speed: 16, Width: 16, MaxSpeed: 16, MaxWidth: 16, PathMaxSpeed: 16, PathMaxWidth: 16},
+		// The x16 slot does not lower the x8 card's maximum.
+		"mlx4_0": {Address: "0000:04:00.0", Speed: 8, Width: 8, MaxSpeed: 8, MaxWidth: 8, PathMaxSpeed: 8, PathMaxWidth: 8},
+		"rxe0":   nil,
+	}
+	for name, want := range wantPCIe {
+		if diff := cmp.Diff(want, byName[name].PCIe); diff != "" {
+			t.Errorf("%s PCIe (-want +got):\n%s", name, diff)
+		}
+	}
+	for _, p := range []struct {
+		dev   string
+		i     int
+		width string
+	}{{"mlx5_0", 0, "4X"}, {"mlx5_0", 1, "4X"}, {"mlx4_0", 0, "4X"}, {"rxe0", 0, "1X"}} {
+		if got := byName[p.dev].Ports[p.i]; got.Width != p.width || got.NetdevSpeedMbps != 0 || got.Transitions != 0 {
+			t.Errorf("%s/%d: width %q, netdev speed %d, transitions %d; want %s, 0 (no netdev speed file), 0 (the daemon counts)",
+				p.dev, got.Port, got.Width, got.NetdevSpeedMbps, got.Transitions, p.width)
+		}
+	}
+}
+
+// TestReadPCIe reads testdata/pcie, whose devices sit on the PCIe paths of
+// real servers (mkfixture.sh describes each).
+func TestReadPCIe(t *testing.T) {
+	devs, err := Reader{Root: "testdata/pcie"}.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]apitype.Device{}
+	for _, d := range devs {
+		byName[d.Name] = d
+	}
+	tests := []struct {
+		dev       string
+		want      *apitype.PCIeLink
+		degraded  bool
+		width     string
+		speedMbps int
+	}{
+		// A Gen5 card in a Gen4 slot is expected at Gen4: the root port
+		// limits the path.
+		{"mlx5_0", &apitype.PCIeLink{Address: "0000:01:00.0", Speed: 16, Width: 16, MaxSpeed: 32, MaxWidth: 16,
+			PathMaxSpeed: 16, PathMaxWidth: 16, Limit: "0000:00:01.0"}, false, "4X", 400000},
+		{"mlx5_1", &apitype.PCIeLink{Address: "0000:02:00.0", Speed: 16, Width: 8, MaxSpeed: 16, MaxWidth: 16,
+			PathMaxSpeed: 16, PathMaxWidth: 16}, true, "4X", 200000},
+		// Its netdev's link is down: speed -1 is unknown.
+		{"mlx5_2", &apitype.PCIeLink{Address: "0000:03:00.0", Speed: 8, Width: 16, MaxSpeed: 16, MaxWidth: 16,
+			PathMaxSpeed: 16, PathMaxWidth: 16}, true, "2X", 0},
+		// Three bridges up (switch downstream port, upstream port, root
+		// port): the Gen3 downstream port limits; the switch's own x8
+		// upstream link is not the NIC's.
+		{"mlx5_3", &apitype.PCIeLink{Address: "0000:06:00.0", Speed: 8, Width: 16, MaxSpeed: 16, MaxWidth: 16,
+			PathMaxSpeed: 8, PathMaxWidth: 16, Limit: "0000:05:08.0"}, false, "4X", 100000},
+		// A VF has its PF's link.
+		{"mlx5_4", &apitype.PCIeLink{Address: "0000:02:00.0", Speed: 16, Width: 8, MaxSpeed: 16, MaxWidth: 16,
+			PathMaxSpeed: 16, PathMaxWidth: 16}, true, "4X", 200000},
+		// Software and virtual devices have none, even with a device link
+		// into a PCI function.
+		{"rxe0", nil, false, "4X", 400000},
+		{"virt0", nil, false, "", 0},
+	}
+	if len(devs) != len(tests) {
+		t.Errorf("got %d devices, want %d", len(devs), len(tests))
+	}
+	for _, tt := range tests {
+		d, ok := byName[tt.dev]
+		if !ok {
+			t.Errorf("%s missing", tt.dev)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, d.PCIe); diff != "" {
+			t.Errorf("%s PCIe (-want +got):\n%s", tt.dev, diff)
+		}
+		if d.PCIe != nil && d.PCIe.Degraded() != tt.degraded {
+			t.Errorf("%s: Degraded() = %v, want %v", tt.dev, d.PCIe.Degraded(), tt.degraded)
+		}
+		if p := d.Ports[0]; p.Width != tt.width || p.NetdevSpeedMbps != tt.speedMbps {
+			t.Errorf("%s/1: width %q, netdev speed %d Mb/s; want %q, %d", tt.dev, p.Width, p.NetdevSpeedMbps, tt.width, tt.speedMbps)
+		}
+	}
+}
+
+// TestPCIeUnreadable: a function without link attributes (conventional
+// PCI, or sysfs that does not say) has no link; one whose bridges say
+// nothing keeps its own maxima.
+func TestPCIeUnreadable(t *testing.T) {
+	root := t.TempDir()
+	fn := filepath.Join(root, "sys/devices/pci0000:00/0000:00:1c.0/0000:07:00.0")
+	dev := filepath.Join(root, "sys/class/infiniband/qib0")
+	for _, d := range []string{fn, dev} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:07:00.0", filepath.Join(dev, "device")); err != nil {
+		t.Fatal(err)
+	}
+	if l := pcieLink(dev); l != nil {
+		t.Errorf("function without link files: %+v, want nil", l)
+	}
+	for name, v := range map[string]string{"current_link_speed": "Unknown", "current_link_width": "0",
+		"max_link_speed": "8.0 GT/s PCIe", "max_link_width": "4"} {
+		if err := os.WriteFile(filepath.Join(fn, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := &apitype.PCIeLink{Address: "0000:07:00.0", MaxSpeed: 8, MaxWidth: 4, PathMaxSpeed: 8, PathMaxWidth: 4}
+	l := pcieLink(dev)
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("link (-want +got):\n%s", diff)
+	}
+	if l != nil && l.Degraded() {
+		t.Errorf("an unknown current link counts as degraded: %+v", l)
+	}
+}
+
+func TestParseLink(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want float64
+	}{
+		{"16.0 GT/s PCIe\n", 16}, {"32.0 GT/s PCIe", 32}, {"8.0 GT/s", 8}, {"8 GT/s", 8}, {"2.5 GT/s", 2.5},
+		{"5.0 GT/s PCIe", 5}, {"64.0 GT/s PCIe", 64}, {"Unknown", 0}, {"Unknown speed", 0}, {"", 0}, {"16", 0},
+		{"fast GT/s", 0}, {"-8 GT/s", 0}, {"8 Gb/s", 0},
+	} {
+		if got := parseLinkSpeed(tt.in); got != tt.want {
+			t.Errorf("parseLinkSpeed(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	for in, want := range map[string]int{"16\n": 16, "8": 8, "x4": 4, "0": 0, "": 0, "-1": 0, "wide": 0} {
+		if got := parseLinkWidth(in); got != want {
+			t.Errorf("parseLinkWidth(%q) = %d, want %d", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"100 Gb/sec (4X EDR)": "4X", "10 Gb/sec (1X QDR)": "1X", "400 Gb/sec (4X NDR)": "4X", "300 Gb/sec (12X EDR)": "12X",
+		"2.5 Gb/sec (1X SDR)": "1X", "25 Gb/sec (1X EDR)": "1X", "100 Gb/sec": "", "Unknown": "", "": "", "10 Gb/sec (X QDR)": "",
+		"10 Gb/sec ()": "", "10 Gb/sec (4x QDR)": "", "10 Gb/sec (4X)": "4X",
+	} {
+		if got := rateWidth(in); got != want {
+			t.Errorf("rateWidth(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestReadNoRDMA(t *testing.T) {

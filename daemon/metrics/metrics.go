@@ -161,8 +161,21 @@ var (
 		"Non-numeric data of an RDMA device; always 1.",
 		[]string{"device", "board_id", "firmware_version", "hca_type", "node_guid"}, nil)
 	portInfo = prometheus.NewDesc("rdmad_infiniband_port_info",
-		"Non-numeric data of an RDMA port; always 1.",
-		[]string{"device", "port", "link_layer", "netdev"}, nil)
+		"Non-numeric data of an RDMA port: its rate and width as sysfs says them, the PCI function whose link its device uses (rdmad_pcie_link_*'s pci); always 1.",
+		[]string{"device", "port", "link_layer", "netdev", "rate", "width", "pci"}, nil)
+	portTransitions = prometheus.NewDesc("rdmad_port_state_transitions_total",
+		"Times the port went into or out of ACTIVE since rdmad started.", []string{"device", "port"}, nil)
+	netdevSpeed = prometheus.NewDesc("rdmad_infiniband_netdev_speed_bytes_per_second",
+		"Speed of a RoCE port's network device in bytes per second (/sys/class/net/<netdev>/speed); absent while unknown (link down).",
+		[]string{"device", "port", "netdev"}, nil)
+	pcieSpeed = prometheus.NewDesc("rdmad_pcie_link_speed_gts",
+		"Speed the PCIe link of the RDMA device's PCI function trained at, in GT/s (a VF's is its PF's); absent while unknown.", []string{"device", "pci"}, nil)
+	pcieWidth = prometheus.NewDesc("rdmad_pcie_link_width",
+		"Lanes the PCIe link of the RDMA device's PCI function trained at; absent while unknown.", []string{"device", "pci"}, nil)
+	pcieMaxSpeed = prometheus.NewDesc("rdmad_pcie_link_max_speed_gts",
+		"Most the PCIe link can train to, in GT/s: the smallest maximum of the function and every bridge up to the root port.", []string{"device", "pci"}, nil)
+	pcieMaxWidth = prometheus.NewDesc("rdmad_pcie_link_max_width",
+		"Most lanes the PCIe link can train to: the smallest maximum of the function and every bridge up to the root port.", []string{"device", "pci"}, nil)
 	portState = prometheus.NewDesc("rdmad_infiniband_state_id",
 		"State of the port: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER (0 unknown).", []string{"device", "port"}, nil)
 	portPhys = prometheus.NewDesc("rdmad_infiniband_physical_state_id",
@@ -302,10 +315,12 @@ var physStateIDs = map[string]int{"Sleep": 1, "Polling": 2, "Disabled": 3, "Port
 	"LinkUp": 5, "LinkErrorRecovery": 6, "Phy Test": 7}
 
 var deviceSection = section{
-	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, netdevMTU, activeMTU, hwCounter, hwResources, hwLifespan, otherCounter},
+	descs: []*prometheus.Desc{devInfo, portInfo, portState, portPhys, portRate, portTransitions, netdevMTU, netdevSpeed, activeMTU,
+		hwCounter, hwResources, hwLifespan, otherCounter, pcieSpeed, pcieWidth, pcieMaxSpeed, pcieMaxWidth},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, d := range s.Devices {
 			ch <- gauge(devInfo, 1, d.Name, d.BoardID, d.FWVer, d.HCAType, d.NodeGUID)
+			collectPCIe(d, ch)
 			for _, p := range d.Ports {
 				c.collectPort(d, p, ch)
 			}
@@ -313,13 +328,39 @@ var deviceSection = section{
 	},
 }
 
+// collectPCIe exports the PCIe link of d's function. Unknown figures (0)
+// are left out rather than exported as 0, so that a comparison of the
+// trained link with the path's maximum never flags what sysfs did not say.
+func collectPCIe(d apitype.Device, ch chan<- prometheus.Metric) {
+	l := d.PCIe
+	if l == nil {
+		return
+	}
+	for _, m := range []struct {
+		desc *prometheus.Desc
+		v    float64
+	}{{pcieSpeed, l.Speed}, {pcieWidth, float64(l.Width)}, {pcieMaxSpeed, l.PathMaxSpeed}, {pcieMaxWidth, float64(l.PathMaxWidth)}} {
+		if m.v > 0 {
+			ch <- gauge(m.desc, m.v, d.Name, l.Address)
+		}
+	}
+}
+
 func (c *Collector) collectPort(d apitype.Device, p apitype.Port, ch chan<- prometheus.Metric) {
 	port := strconv.Itoa(p.Port)
-	ch <- gauge(portInfo, 1, d.Name, port, p.LinkLayer, p.Netdev)
+	pci := ""
+	if d.PCIe != nil {
+		pci = d.PCIe.Address
+	}
+	ch <- gauge(portInfo, 1, d.Name, port, p.LinkLayer, p.Netdev, p.Rate, p.Width, pci)
 	ch <- gauge(portState, float64(portStateIDs[p.State]), d.Name, port)
 	ch <- gauge(portPhys, float64(physStateIDs[p.PhysState]), d.Name, port)
+	ch <- counter(portTransitions, float64(p.Transitions), d.Name, port)
 	if p.RateGbps > 0 {
 		ch <- gauge(portRate, p.RateGbps*1e9/8, d.Name, port)
+	}
+	if p.NetdevSpeedMbps > 0 && p.Netdev != "" {
+		ch <- gauge(netdevSpeed, float64(p.NetdevSpeedMbps)*1e6/8, d.Name, port, p.Netdev)
 	}
 	if p.Netdev != "" {
 		if mtu, ok := readMTU(c.opts.SysfsRoot, p.Netdev); ok {

@@ -41,6 +41,9 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 	// lifespan (milliseconds), every counters/ file and one rdmad has no
 	// metric for; a bnxt_re port with its gauges.
 	for i := range devs {
+		if devs[i].Name == "mlx4_0" && devs[i].PCIe != nil {
+			devs[i].PCIe.Speed = 0 // sysfs said Unknown
+		}
 		if devs[i].Name != "mlx5_0" {
 			continue
 		}
@@ -48,6 +51,14 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 		if p.Port != 1 || p.HWCounters == nil || p.Counters == nil {
 			t.Fatalf("fixture: mlx5_0's first port is %d with hw_counters %v, counters %v", p.Port, p.HWCounters, p.Counters)
 		}
+		// The daemon counts transitions and reads the netdev's speed
+		// where sysfs has it (the fixture has no class/net/ens1f0np0).
+		p.Transitions, p.NetdevSpeedMbps = 3, 100000
+		if devs[i].PCIe == nil {
+			t.Fatal("fixture: mlx5_0 has no PCIe link")
+		}
+		// A Gen4 card that trained at x8 in a Gen4 x16 path.
+		devs[i].PCIe.Width = 8
 		for k, v := range map[string]uint64{"rp_cnp_handled": 40, "np_ecn_marked_roce_packets": 41, "local_ack_timeout_err": 3,
 			"rnr_nak_retry_err": 4, "out_of_buffer": 5, "duplicate_request": 6, "req_cqe_error": 8, "resp_cqe_error": 9,
 			"req_rnr_retries_exceeded": 11, "lifespan": 10, "implied_nak_seq_err": 15, "req_cqe_flush_error": 16,
@@ -196,6 +207,17 @@ func TestValues(t *testing.T) {
 		`rdmad_infiniband_netdev_mtu_bytes{device="mlx5_0",netdev="ens1f0np0",port="1"} 9000`,
 		`rdmad_infiniband_active_mtu_bytes{device="mlx5_0",port="1"} 4096`,
 		`rdmad_infiniband_active_mtu_bytes{device="rxe0",port="1"} 1024`,
+		`rdmad_infiniband_port_info{device="mlx5_0",link_layer="Ethernet",netdev="ens1f0np0",pci="0000:03:00.0",port="1",rate="100 Gb/sec (4X EDR)",width="4X"} 1`,
+		`rdmad_infiniband_port_info{device="rxe0",link_layer="Ethernet",netdev="eth0",pci="",port="1",rate="10 Gb/sec (1X QDR)",width="1X"} 1`,
+		`rdmad_port_state_transitions_total{device="mlx5_0",port="1"} 3`,
+		`rdmad_port_state_transitions_total{device="mlx5_0",port="2"} 0`,
+		// 100000 Mb/s are 12.5 GB/s, as a 100 Gb/s rate is.
+		`rdmad_infiniband_netdev_speed_bytes_per_second{device="mlx5_0",netdev="ens1f0np0",port="1"} 1.25e+10`,
+		`rdmad_pcie_link_speed_gts{device="mlx5_0",pci="0000:03:00.0"} 16`,
+		`rdmad_pcie_link_width{device="mlx5_0",pci="0000:03:00.0"} 8`,
+		`rdmad_pcie_link_max_speed_gts{device="mlx5_0",pci="0000:03:00.0"} 16`,
+		`rdmad_pcie_link_max_width{device="mlx5_0",pci="0000:03:00.0"} 16`,
+		`rdmad_pcie_link_width{device="mlx4_0",pci="0000:04:00.0"} 8`,
 		`rdmad_component_up{component="config"} 0`,
 		`rdmad_component_up{component="inventory"} 1`,
 		`rdmad_config_generation 3`,
@@ -263,6 +285,14 @@ func TestValues(t *testing.T) {
 	}
 	if strings.Contains(out, `rdmad_infiniband_active_mtu_bytes{device="mlx4_0"`) {
 		t.Error("scrape has a RoCE active MTU for the InfiniBand port mlx4_0/1")
+	}
+	// An unknown PCIe figure is left out, not exported as 0; a software
+	// device has no PCIe link.
+	if strings.Contains(out, `rdmad_pcie_link_speed_gts{device="mlx4_0"`) {
+		t.Error("scrape has a PCIe speed for mlx4_0, whose speed is unknown")
+	}
+	if strings.Contains(out, `rdmad_pcie_link_width{device="rxe0"`) || strings.Contains(out, `rdmad_pcie_link_max_width{device="rxe0"`) {
+		t.Error("scrape has a PCIe link for the software device rxe0")
 	}
 	// A counter with a metric of its own is not also in the generic
 	// family, and gauges and lifespan are in no counter family.
