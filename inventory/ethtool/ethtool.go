@@ -17,8 +17,8 @@
 // once instead of failing on every read.
 //
 // The package imports nothing of the daemon; the doctor reaches it through a
-// function the daemon passes (doctor.Env.NetCounters), so that rdmactl does
-// not link netlink.
+// function rdmad passes, and rdmactl when rdmad does not answer
+// (doctor.Env.NetCounters), so that the doctor package links no netlink.
 package ethtool
 
 import (
