@@ -270,7 +270,6 @@ func TestReadWrongSequence(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			k := fixtureKernel(t)
-			k.more = nil
 			nl := nltest.Dial(func(reqs []netlink.Message) ([]netlink.Message, error) {
 				msgs, err := k.serve(reqs)
 				if len(msgs) > 0 {
