@@ -100,8 +100,9 @@ type Env struct {
 	// rx_discards_phy, ...) and the standard pause frames as
 	// tx_pause_frames and rx_pause_frames (ethtool -I -a's names). An
 	// error matching errors.ErrUnsupported means the netdev has none of
-	// them. rdmad sets it (inventory/ethtool, over netlink and ioctls,
-	// which rdmactl does not link); nil skips the packet-loss check. It
+	// them. rdmad sets it, and rdmactl when it runs the table itself
+	// (inventory/ethtool, over netlink and ioctls, which this package
+	// does not link); nil skips the packet-loss check. It
 	// is called with the devices' reads (Devices, Later) when Interval is
 	// set, so that its counters span the same interval.
 	NetCounters func(netdev string) (map[string]uint64, error)

@@ -72,7 +72,7 @@ func roceNetdevs(devs []apitype.Device) []string {
 // discard.
 func checkPacketLoss(e *Env) Result {
 	if e.NetCounters == nil {
-		return skip("rdmad reads the pause and discard counters (ethtool netlink and ioctls); rdmactl does not: run rdmactl doctor with rdmad running")
+		return skip("the pause and discard counters (ethtool netlink and ioctls) are read on the host itself, not for a fixture tree")
 	}
 	if _, r := devicesOrSkip(e); r != nil {
 		return *r

@@ -12,6 +12,7 @@ import (
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/doctor"
+	"github.com/rdmad/rdmad/inventory/ethtool"
 	"github.com/rdmad/rdmad/inventory/rdmares"
 )
 
@@ -57,7 +58,12 @@ func cmdDoctor(ctx context.Context, g *globals, c *client.Client, x call) int {
 		// rdmad is down, unreachable or too old to run the doctor: run the
 		// table here; its daemon check says why rdmad's view is missing.
 		env.DaemonErr = err
+		// The packet-loss check reads the RoCE netdevs' pause and discard
+		// counters here, as rdmad would have.
+		net := &localNet{open: ethtool.Open}
+		env.NetCounters = net.read
 		rep.Checks = doctor.Run(env, doctor.Checks)
+		net.close()
 	}
 	rep.Checks = append(rep.Checks, doctor.Run(env, doctor.CallerChecks)...)
 	if ctx.Err() != nil {
@@ -118,4 +124,34 @@ func doctorResources(ctx context.Context, g *globals, c *client.Client) (apitype
 		}
 	}
 	return rdmares.Read(ctx, rdmares.Options{})
+}
+
+// localNet reads the pause and discard counters of this host's netdevs
+// (inventory/ethtool, as rdmad does) for the doctor when rdmad does not
+// answer. Its sockets are opened at the first read, so that a host without
+// RoCE netdevs opens none; the error of a failed open answers every read.
+type localNet struct {
+	open func(*ethtool.Config) (*ethtool.Reader, error)
+
+	r      *ethtool.Reader
+	err    error
+	opened bool
+}
+
+func (l *localNet) read(netdev string) (map[string]uint64, error) {
+	if !l.opened {
+		l.opened = true
+		l.r, l.err = l.open(nil)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return l.r.FlatCounters(netdev)
+}
+
+// close closes the sockets, if read opened them.
+func (l *localNet) close() {
+	if l.r != nil {
+		l.r.Close()
+	}
 }

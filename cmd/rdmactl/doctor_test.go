@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/doctor"
+	"github.com/rdmad/rdmad/inventory/ethtool"
 )
 
 // TestDoctorPipedIsWhole: rdmactl doctor | cat prints every line of a
@@ -70,4 +71,36 @@ func TestDoctorPipedIsWhole(t *testing.T) {
 	check("piped", out)
 	_, out = onTerminal(t, "--socket", sock, "doctor", "--interval", "0")
 	check("on a terminal", out)
+}
+
+// TestLocalNet: when rdmad does not answer, rdmactl doctor reads the pause
+// and discard counters itself: its sockets are opened at the first read
+// only, a failed open answers every read, and a read of this host's
+// loopback (no pause parameters, no ethtool -S statistics) goes through
+// ethtool netlink and the ioctls to an unsupported netdev, as rdmad's does.
+func TestLocalNet(t *testing.T) {
+	opens := 0
+	failing := &localNet{open: func(*ethtool.Config) (*ethtool.Reader, error) {
+		opens++
+		return nil, errors.New("no generic netlink here")
+	}}
+	failing.close() // nothing opened: nothing to close
+	if opens != 0 {
+		t.Fatalf("%d opens before the first read", opens)
+	}
+	for range 2 {
+		if _, err := failing.read("ens1f0np0"); err == nil || !strings.Contains(err.Error(), "no generic netlink here") {
+			t.Errorf("read after a failed open: %v, want the open's error", err)
+		}
+	}
+	if opens != 1 {
+		t.Errorf("%d opens for two reads, want 1", opens)
+	}
+
+	real := &localNet{open: ethtool.Open}
+	defer real.close()
+	_, err := real.read("lo")
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "lo") {
+		t.Errorf("read of lo: %v, want an unsupported netdev named lo", err)
+	}
 }

@@ -17,8 +17,8 @@
 // once instead of failing on every read.
 //
 // The package imports nothing of the daemon; the doctor reaches it through a
-// function the daemon passes (doctor.Env.NetCounters), so that rdmactl does
-// not link netlink.
+// function rdmad passes, and rdmactl when rdmad does not answer
+// (doctor.Env.NetCounters), so that the doctor package links no netlink.
 package ethtool
 
 import (
@@ -69,7 +69,15 @@ func Open(cfg *Config) (*Reader, error) {
 		gc.Close()
 		return nil, err
 	}
+	return newReader(gc, fd)
+}
+
+// newReader returns a Reader over an open generic netlink connection (the
+// tests' genltest kernels) and an ioctl socket (-1 for none), looking up
+// the ethtool family; it closes both on failure.
+func newReader(gc *genetlink.Conn, fd int) (*Reader, error) {
 	r := &Reader{gc: gc, fd: fd}
+	var err error
 	r.family, err = gc.GetFamily(genlName)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -79,12 +87,6 @@ func Open(cfg *Config) (*Reader, error) {
 		return nil, fmt.Errorf("ethtool: look up the generic netlink family %q: %w", genlName, err)
 	}
 	return r, nil
-}
-
-// newReader wraps an open generic netlink connection with a resolved
-// family, and an ioctl socket (-1 for none): the fixture tests.
-func newReader(gc *genetlink.Conn, family genetlink.Family, fd int) *Reader {
-	return &Reader{gc: gc, family: family, fd: fd}
 }
 
 // Close closes the sockets.

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mdlayher/genetlink"
+	"github.com/mdlayher/genetlink/genltest"
 	"github.com/mdlayher/netlink"
-	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/internal/hexdump"
@@ -29,10 +30,12 @@ func readHex(t *testing.T, name string) []byte {
 // testFamily is the ethtool family as the fixture kernel registered it.
 var testFamily = genetlink.Family{ID: 0x1b, Name: genlName, Version: genlVersion}
 
-// kernel answers ETHTOOL_MSG_PAUSE_GET requests with reply(flags), where
-// flags are the request header's ETHTOOL_A_HEADER_FLAGS: a netlink message
-// (the fixture's bytes) or an error. It checks the request as the kernel
-// would see it and counts the requests.
+// kernel is a generic netlink kernel (genltest) that registers testFamily
+// and answers ETHTOOL_MSG_PAUSE_GET requests with reply(flags), where flags
+// are the request header's ETHTOOL_A_HEADER_FLAGS: a netlink message (the
+// fixture's bytes), or an errno it answers with NLMSG_ERROR, or another
+// error the connection returns. It checks the request as the kernel would
+// see it and counts the requests.
 type kernel struct {
 	t        *testing.T
 	netdev   string
@@ -40,65 +43,75 @@ type kernel struct {
 	requests int
 }
 
-func (k *kernel) conn() *genetlink.Conn {
-	return genetlink.NewConn(nltest.Dial(func(reqs []netlink.Message) ([]netlink.Message, error) {
-		k.requests++
-		if len(reqs) != 1 {
-			k.t.Fatalf("%d messages in one request", len(reqs))
+// reader returns a Reader of k, which looks the family up as Open does;
+// the test closes it.
+func (k *kernel) reader() *Reader {
+	k.t.Helper()
+	gc := genltest.Dial(genltest.ServeFamily(testFamily,
+		genltest.CheckRequest(testFamily.ID, msgPauseGet, netlink.Request, k.serve)))
+	r, err := newReader(gc, -1)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if diff := cmp.Diff(testFamily, r.family); diff != "" {
+		k.t.Errorf("family (-want +got):\n%s", diff)
+	}
+	k.t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func (k *kernel) serve(greq genetlink.Message, _ netlink.Message) ([]genetlink.Message, error) {
+	k.requests++
+	if greq.Header.Version != genlVersion {
+		k.t.Errorf("generic netlink header %+v: want version %d", greq.Header, genlVersion)
+	}
+	name, flags := "", uint32(0)
+	ad, err := netlink.NewAttributeDecoder(greq.Data)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	for ad.Next() {
+		if ad.Type() != attrPauseHeader {
+			k.t.Errorf("request attribute %d: want only ETHTOOL_A_PAUSE_HEADER", ad.Type())
+			continue
 		}
-		req := reqs[0]
-		if req.Header.Type != netlink.HeaderType(testFamily.ID) || req.Header.Flags&netlink.Request == 0 {
-			k.t.Errorf("request header %+v: want type %d (the ethtool family) and NLM_F_REQUEST", req.Header, testFamily.ID)
-		}
-		var gm genetlink.Message
-		if err := gm.UnmarshalBinary(req.Data); err != nil {
-			k.t.Fatal(err)
-		}
-		if gm.Header.Command != msgPauseGet || gm.Header.Version != genlVersion {
-			k.t.Errorf("generic netlink header %+v: want command ETHTOOL_MSG_PAUSE_GET (%d), version %d", gm.Header, msgPauseGet, genlVersion)
-		}
-		name, flags := "", uint32(0)
-		ad, err := netlink.NewAttributeDecoder(gm.Data)
-		if err != nil {
-			k.t.Fatal(err)
-		}
-		for ad.Next() {
-			if ad.Type() != attrPauseHeader {
-				k.t.Errorf("request attribute %d: want only ETHTOOL_A_PAUSE_HEADER", ad.Type())
-				continue
-			}
-			ad.Nested(func(nad *netlink.AttributeDecoder) error {
-				for nad.Next() {
-					switch nad.Type() {
-					case attrHeaderDevName:
-						name = nad.String()
-					case attrHeaderFlags:
-						flags = nad.Uint32()
-					default:
-						k.t.Errorf("request header attribute %d", nad.Type())
-					}
+		ad.Nested(func(nad *netlink.AttributeDecoder) error {
+			for nad.Next() {
+				switch nad.Type() {
+				case attrHeaderDevName:
+					name = nad.String()
+				case attrHeaderFlags:
+					flags = nad.Uint32()
+				default:
+					k.t.Errorf("request header attribute %d", nad.Type())
 				}
-				return nil
-			})
-		}
-		if err := ad.Err(); err != nil {
-			k.t.Fatal(err)
-		}
-		if name != k.netdev {
-			k.t.Errorf("request for %q, want %q", name, k.netdev)
-		}
-		b, err := k.reply(flags)
-		if err != nil {
-			return nil, err
-		}
-		var m netlink.Message
-		if err := m.UnmarshalBinary(b); err != nil {
-			k.t.Fatalf("fixture: %v", err)
-		}
-		// The kernel answers with the request's sequence and port id.
-		m.Header.Sequence, m.Header.PID = req.Header.Sequence, req.Header.PID
-		return []netlink.Message{m}, nil
-	}))
+			}
+			return nil
+		})
+	}
+	if err := ad.Err(); err != nil {
+		k.t.Fatal(err)
+	}
+	if name != k.netdev {
+		k.t.Errorf("request for %q, want %q", name, k.netdev)
+	}
+	b, err := k.reply(flags)
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return nil, genltest.Error(int(errno))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m netlink.Message
+	if err := m.UnmarshalBinary(b); err != nil {
+		k.t.Fatalf("fixture: %v", err)
+	}
+	var gm genetlink.Message
+	if err := gm.UnmarshalBinary(m.Data); err != nil {
+		k.t.Fatalf("fixture: %v", err)
+	}
+	return []genetlink.Message{gm}, nil
 }
 
 // statsOnly returns the fixture to a request with ETHTOOL_FLAG_STATS and
@@ -128,8 +141,7 @@ func TestPauseFixtures(t *testing.T) {
 		t.Run(tt.file, func(t *testing.T) {
 			k := &kernel{t: t, netdev: tt.netdev}
 			k.reply = statsOnly(t, readHex(t, tt.file))
-			r := newReader(k.conn(), testFamily, -1)
-			defer r.Close()
+			r := k.reader()
 			got, err := r.Pause(tt.netdev)
 			if err != nil {
 				t.Fatal(err)
@@ -159,8 +171,7 @@ func TestPauseOldKernel(t *testing.T) {
 		}
 		return fixture, nil
 	}}
-	r := newReader(k.conn(), testFamily, -1)
-	defer r.Close()
+	r := k.reader()
 	got, err := r.Pause("eno1")
 	if err != nil {
 		t.Fatal(err)
@@ -178,8 +189,7 @@ func TestPauseOldKernel(t *testing.T) {
 // errors.ErrUnsupported.
 func TestPauseUnsupported(t *testing.T) {
 	k := &kernel{t: t, netdev: "veth0", reply: func(uint32) ([]byte, error) { return nil, unix.EOPNOTSUPP }}
-	r := newReader(k.conn(), testFamily, -1)
-	defer r.Close()
+	r := k.reader()
 	_, err := r.Pause("veth0")
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Pause: %v, want an error matching errors.ErrUnsupported", err)
@@ -190,9 +200,26 @@ func TestPauseUnsupported(t *testing.T) {
 		}
 	}
 
-	noFamily := &Reader{gc: k.conn(), fd: -1, famErr: errors.Join(errors.New("no family"), errors.ErrUnsupported)}
-	if _, err := noFamily.Pause("veth0"); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "veth0") {
+	// A kernel without the family (before 5.6, or without
+	// CONFIG_ETHTOOL_NETLINK): the controller answers ENOENT.
+	noFamily, err := newReader(genltest.Dial(func(greq genetlink.Message, nreq netlink.Message) ([]genetlink.Message, error) {
+		if nreq.Header.Type != unix.GENL_ID_CTRL || greq.Header.Command != unix.CTRL_CMD_GETFAMILY {
+			t.Errorf("request %+v %+v to a kernel without the family", nreq.Header, greq.Header)
+		}
+		return nil, genltest.Error(int(unix.ENOENT))
+	}), -1)
+	if err != nil {
+		t.Fatalf("a kernel without the family: %v, want a Reader that says so", err)
+	}
+	defer noFamily.Close()
+	if _, err := noFamily.Pause("veth0"); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "veth0") || !strings.Contains(err.Error(), "no ethtool netlink interface") {
 		t.Errorf("Pause without the ethtool family: %v", err)
+	}
+	// Another failure of the lookup fails newReader.
+	if _, err := newReader(genltest.Dial(func(genetlink.Message, netlink.Message) ([]genetlink.Message, error) {
+		return nil, genltest.Error(int(unix.EPERM))
+	}), -1); !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `family "ethtool"`) {
+		t.Errorf("newReader when the lookup fails: %v, want EPERM naming the family", err)
 	}
 }
 
@@ -221,16 +248,14 @@ func TestPauseErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			k := &kernel{t: t, netdev: tt.netdev, reply: tt.reply}
-			r := newReader(k.conn(), testFamily, -1)
-			defer r.Close()
+			r := k.reader()
 			_, err := r.Pause(tt.netdev)
 			if err == nil || errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), tt.netdev) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Pause(%s): %v; want an error naming it and saying %q", tt.netdev, err, tt.want)
 			}
 		})
 	}
-	r := newReader((&kernel{t: t}).conn(), testFamily, -1)
-	defer r.Close()
+	r := (&kernel{t: t}).reader()
 	for _, bad := range []string{"", "a/b", "sixteen-bytes-xx", "x y"} {
 		if _, err := r.Pause(bad); err == nil {
 			t.Errorf("Pause(%q) accepted a name no netdev can have", bad)

@@ -7,12 +7,15 @@
 // RDMA_NLDEV_CMD_RES_GET dumps the devices, and RDMA_NLDEV_CMD_RES_QP_GET,
 // _CQ_GET, _MR_GET and _PD_GET dump each device's objects.
 //
-// The package speaks netlink over x/sys/unix alone, without cgo or a netlink
-// library, so that rdmactl can link it and read the kernel itself when rdmad
-// does not answer (cmd/rdmactl/deps_test.go keeps netlink libraries out of
-// rdmactl). Every constant is checked against the uapi header
-// (testdata/rdma_netlink.h, Linux 6.1), and the decoder against netlink
-// bytes built as the kernel's nldev.c builds them, hostile ones included.
+// The socket is mdlayher/netlink's (netlink.Conn: the dumps' multipart
+// answers, the sequence and port id checks, the kernel's error codes, the
+// context's deadline and cancellation on the socket); the attributes are
+// this package's own decoder. Without cgo, so that rdmactl links it and
+// reads the kernel itself when rdmad does not answer (cmd/rdmactl/deps_test.go
+// allows mdlayher/netlink and bounds rdmactl's size). Every constant is
+// checked against the uapi header (testdata/rdma_netlink.h, Linux 6.1), the
+// decoder against netlink bytes built as the kernel's nldev.c builds them,
+// hostile ones included, and the dumps against nltest's scripted kernel.
 //
 // What the kernel tells, and what it does not:
 //   - A process's object carries a pid (RDMA_NLDEV_ATTR_RES_PID) in the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,8 +15,6 @@ type dump struct {
 	// summary: the dump is RDMA_NLDEV_CMD_RES_GET; otherwise kind's.
 	summary bool
 	kind    Kind
-	// seq is the request's sequence number, which every reply carries.
-	seq uint32
 
 	devices []Device
 	objects []Object
@@ -29,49 +28,28 @@ func (d *dump) cmd() uint16 {
 	return tables[d.kind].cmd
 }
 
-// feed decodes one datagram of the kernel's answer: netlink messages, each
-// a reply, or the NLMSG_DONE that ends the dump (done), or an NLMSG_ERROR.
-// A kernel error is returned as its syscall.Errno, wrapped.
-func (d *dump) feed(b []byte) (done bool, err error) {
+// message decodes one message of the kernel's answer: a reply, or the
+// NLMSG_DONE or acknowledgement that ends the dump (done). netlink.Conn has
+// checked its framing, its sequence number and port id, and turned a
+// kernel error (NLMSG_ERROR's or NLMSG_DONE's code) into an error.
+func (d *dump) message(m netlink.Message) (done bool, err error) {
 	want := msgType(clientNLDEV, int(d.cmd()))
-	for len(b) > 0 {
-		if len(b) < unix.SizeofNlMsghdr {
-			return false, malformed("%d stray bytes after the last message", len(b))
-		}
-		n := int(binary.NativeEndian.Uint32(b[0:4]))
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		seq := binary.NativeEndian.Uint32(b[8:12])
-		if n < unix.SizeofNlMsghdr || n > len(b) {
-			return false, malformed("message claims %d bytes, %d left", n, len(b))
-		}
-		payload := b[unix.SizeofNlMsghdr:n]
-		adv := nlmsgAlign(n)
-		if adv > len(b) {
-			adv = len(b)
-		}
-		b = b[adv:]
-		if seq != d.seq {
-			return false, malformed("a reply to request %d while waiting for %d", seq, d.seq)
-		}
-		switch typ {
-		case unix.NLMSG_NOOP:
-			continue
-		case unix.NLMSG_DONE:
-			return true, doneError(payload)
-		case unix.NLMSG_ERROR:
-			if err := doneError(payload); err != nil {
-				return true, err
-			}
-			return true, nil // an acknowledgement ends it too
-		case want:
-			if err := d.reply(payload); err != nil {
-				return false, err
-			}
-		default:
-			return false, malformed("message type %#x, want %#x (RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, %d))", typ, want, d.cmd())
-		}
+	switch typ := uint16(m.Header.Type); typ {
+	case unix.NLMSG_NOOP:
+		return false, nil
+	case unix.NLMSG_DONE:
+		// Without NLM_F_MULTI (netlink.Conn ends the dump at a
+		// multipart one, checking its code): the end too.
+		return true, doneError(m.Data)
+	case unix.NLMSG_ERROR:
+		// An acknowledgement (netlink.Conn returns the others as
+		// errors): the end too.
+		return true, nil
+	case want:
+		return false, d.reply(m.Data)
+	default:
+		return false, malformed("message type %#x, want %#x (RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, %d))", typ, want, d.cmd())
 	}
-	return false, nil
 }
 
 func (d *dump) reply(payload []byte) error {
@@ -91,11 +69,9 @@ func (d *dump) reply(payload []byte) error {
 	return nil
 }
 
-func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
-
-// doneError returns the error code at the start of an NLMSG_DONE or
-// NLMSG_ERROR payload (a negative errno; 0 is none). An NLMSG_DONE without
-// one (older kernels) means success.
+// doneError returns the error code at the start of an NLMSG_DONE payload
+// (a negative errno; 0 is none). An NLMSG_DONE without one (older kernels)
+// means success.
 func doneError(payload []byte) error {
 	if len(payload) < 4 {
 		return nil

@@ -4,7 +4,8 @@ import (
 	"testing"
 )
 
-// FuzzDecodeResources feeds arbitrary datagrams to every dump's decoder:
+// FuzzDecodeResources feeds the messages of arbitrary datagrams to every
+// dump's decoder:
 // it must return an error or objects, never panic, and every object it
 // returns must be whole (a kind, a device, one owner at most, a length
 // only on a memory region).
@@ -13,16 +14,26 @@ func FuzzDecodeResources(f *testing.F) {
 		f.Add(readHex(f, name))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		sd := &dump{summary: true, seq: fixtureSeq}
-		sd.feed(b)
+		// The messages netlink.Conn would split the datagram into (the
+		// framing is its to check).
+		msgs, _ := splitMessages(b)
+		feedMsgs := func(d *dump) {
+			for _, m := range msgs {
+				if done, err := d.message(m); done || err != nil {
+					return
+				}
+			}
+		}
+		sd := &dump{summary: true}
+		feedMsgs(sd)
 		for _, dev := range sd.devices {
 			if len(dev.Tracked) > 64 || len(dev.Name) > 4*maxString {
 				t.Fatalf("device %+v beyond the bounds", dev)
 			}
 		}
 		for _, k := range Kinds {
-			d := &dump{kind: k, seq: fixtureSeq}
-			d.feed(b)
+			d := &dump{kind: k}
+			feedMsgs(d)
 			for _, o := range d.objects {
 				if o.Kind != k || (o.PID != 0 && o.KernName != "") || (o.Length != 0 && k != MR) {
 					t.Fatalf("%v dump returned %+v", k, o)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -39,17 +40,24 @@ func Read(ctx context.Context, opts Options) (apitype.Resources, error) {
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	devs, objs, err := readObjects(ctx)
+	devs, objs, err := readObjects(ctx, dialKernel, (*netlink.Conn).SetDeadline)
 	if err != nil {
 		return apitype.Resources{}, err
 	}
 	return Aggregate(devs, objs, procReader(opts.ProcRoot)), nil
 }
 
-// readObjects dumps the devices, then each kind's objects per device.
-func readObjects(ctx context.Context) ([]Device, []Object, error) {
-	c, err := dial()
+// readObjects dumps the devices, then each kind's objects per device, over
+// one connection from dial. setDeadline sets a connection's deadline
+// ((*netlink.Conn).SetDeadline but in tests).
+func readObjects(ctx context.Context, dial func() (*netlink.Conn, error), setDeadline func(*netlink.Conn, time.Time) error) ([]Device, []Object, error) {
+	nl, err := dial()
 	if err != nil {
+		return nil, nil, err
+	}
+	c, err := newConn(ctx, nl, func(t time.Time) error { return setDeadline(nl, t) })
+	if err != nil {
+		nl.Close()
 		return nil, nil, err
 	}
 	defer c.close()

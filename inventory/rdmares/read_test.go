@@ -23,11 +23,11 @@ import (
 // objects of the per-kind dumps.
 func fixtureObjects(t *testing.T) ([]Device, []Object) {
 	t.Helper()
-	dd := &dump{summary: true, seq: fixtureSeq}
+	dd := &dump{summary: true}
 	feedAll(t, dd, readHex(t, "res-get.hex"))
 	var objs []Object
 	for file, kind := range map[string]Kind{"res-qp.hex": QP, "res-cq.hex": CQ, "res-mr.hex": MR, "res-mr-pad.hex": MR, "res-pd.hex": PD} {
-		d := &dump{kind: kind, seq: fixtureSeq}
+		d := &dump{kind: kind}
 		feedAll(t, d, readHex(t, file))
 		objs = append(objs, d.objects...)
 	}
@@ -155,7 +155,13 @@ func TestResourcesJSON(t *testing.T) {
 // dumps need (nldev.c answers EINVAL without it).
 func TestRequest(t *testing.T) {
 	idx := uint32(3)
-	got := request(cmdResMRGet, 9, &idx)
+	m := request(cmdResMRGet, &idx)
+	m.Header.Sequence = 9 // as netlink.Conn.Send numbers and sizes it
+	m.Header.Length = uint32(unix.SizeofNlMsghdr + len(m.Data))
+	got, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []byte{
 		24, 0, 0, 0, 0x0d, 0x14, 0x01, 0x03, 9, 0, 0, 0, 0, 0, 0, 0, // len 24, type 0x140d, flags REQUEST|DUMP (0x301), seq 9
 		8, 0, 1, 0, 3, 0, 0, 0, // RDMA_NLDEV_ATTR_DEV_INDEX u32 3
@@ -163,8 +169,8 @@ func TestRequest(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
-	if got := request(cmdResGet, 1, nil); len(got) != 16 {
-		t.Errorf("the device dump request has %d bytes, want the bare 16-byte header", len(got))
+	if got := request(cmdResGet, nil); len(got.Data) != 0 {
+		t.Errorf("the device dump request has %d bytes of payload, want the bare header", len(got.Data))
 	}
 }
 

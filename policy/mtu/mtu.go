@@ -6,15 +6,19 @@
 // reconciler observes the MTU, compares it with the declared value and sets
 // it; this package gives it precise errors, including the device's valid
 // range when the kernel rejects a value.
+//
+// A Client keeps one rtnetlink socket (mdlayher/netlink) for all three: one
+// RTM_GETLINK by name answers the MTU and its range (IFLA_MTU, IFLA_MIN_MTU,
+// IFLA_MAX_MTU, which vishvananda/netlink does not decode), and
+// RTM_SETLINK sets it.
 package mtu
 
 import (
 	"errors"
 	"fmt"
 
-	mdnetlink "github.com/mdlayher/netlink"
+	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nlenc"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -30,47 +34,88 @@ type Options struct {
 // A Client reads and changes interface MTUs in one network namespace. It is
 // safe for use by one goroutine at a time.
 type Client struct {
-	h  *netlink.Handle
-	ns int // netns fd for the range query, 0 for the caller's
+	conn *netlink.Conn
 }
 
-// Open returns a Client; Close releases its netlink sockets.
+// Open returns a Client; Close releases its netlink socket.
 func Open(opts Options) (*Client, error) {
-	var (
-		h   *netlink.Handle
-		err error
-		ns  int
-	)
+	cfg := &netlink.Config{}
 	if opts.NetNS != nil {
-		h, err = netlink.NewHandleAt(*opts.NetNS)
-		ns = int(*opts.NetNS)
-	} else {
-		h, err = netlink.NewHandle()
+		cfg.NetNS = int(*opts.NetNS)
 	}
+	conn, err := netlink.Dial(unix.NETLINK_ROUTE, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mtu: open rtnetlink: %w", err)
 	}
-	return &Client{h: h, ns: ns}, nil
+	// The kernel's reason for a refusal ("mtu greater than device
+	// maximum"), for the errors. A kernel without extended
+	// acknowledgements (before 4.12) still answers the errno.
+	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
+	return newClient(conn), nil
 }
 
-// Close releases the Client's sockets.
+// newClient returns a Client over conn (the tests' nltest kernels).
+func newClient(conn *netlink.Conn) *Client { return &Client{conn: conn} }
+
+// Close releases the Client's socket.
 func (c *Client) Close() error {
-	c.h.Close()
-	return nil
+	return c.conn.Close()
 }
 
-func (c *Client) link(op, ifname string) (netlink.Link, error) {
-	l, err := c.h.LinkByName(ifname)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			// The library hides the errno; restore it so callers can
-			// match unix.ENODEV.
-			return nil, fmt.Errorf("mtu: %s: no network interface %q: %w", op, ifname, unix.ENODEV)
-		}
-		return nil, fmt.Errorf("mtu: %s: look up %s: %w", op, ifname, err)
+// A link is what RTM_GETLINK tells of an interface.
+type link struct {
+	index, mtu int
+	// min and max are IFLA_MIN_MTU and IFLA_MAX_MTU: see Range.
+	min, max int
+}
+
+// kernelError returns the errno of a netlink error with the kernel's
+// extended acknowledgement message, if any, after it.
+func kernelError(err error) error {
+	var oe *netlink.OpError
+	var errno unix.Errno
+	if !errors.As(err, &oe) || !errors.As(oe.Err, &errno) {
+		return err
 	}
-	return l, nil
+	if oe.Message != "" {
+		return fmt.Errorf("%w: %s", errno, oe.Message)
+	}
+	return errno
+}
+
+// link looks ifname up (RTM_GETLINK by IFLA_IFNAME).
+func (c *Client) link(op, ifname string) (link, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.IFLA_IFNAME, ifname)
+	attrs, err := ae.Encode()
+	if err != nil {
+		return link{}, fmt.Errorf("mtu: %s: look up %s: %w", op, ifname, err)
+	}
+	// struct ifinfomsg (family, pad, type, index, flags, change) with
+	// index 0: the kernel looks the name up.
+	req := append(make([]byte, unix.SizeofIfInfomsg), attrs...)
+	msgs, err := c.conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request},
+		Data:   req,
+	})
+	if errors.Is(err, unix.ENODEV) {
+		return link{}, fmt.Errorf("mtu: %s: no network interface %q: %w", op, ifname, unix.ENODEV)
+	}
+	if err != nil {
+		return link{}, fmt.Errorf("mtu: %s: look up %s: %w", op, ifname, kernelError(err))
+	}
+	for _, m := range msgs {
+		if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
+			continue
+		}
+		l, err := parseLink(m.Data[unix.SizeofIfInfomsg:])
+		if err != nil {
+			return link{}, fmt.Errorf("mtu: %s: look up %s: %w", op, ifname, err)
+		}
+		l.index = int(int32(nlenc.NativeEndian().Uint32(m.Data[4:8])))
+		return l, nil
+	}
+	return link{}, fmt.Errorf("mtu: %s: look up %s: no RTM_NEWLINK in the kernel's answer", op, ifname)
 }
 
 // Observe returns the current MTU of ifname. A missing interface gives an
@@ -80,7 +125,7 @@ func (c *Client) Observe(ifname string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return l.Attrs().MTU, nil
+	return l.mtu, nil
 }
 
 // Set sets the MTU of ifname. It does nothing when the MTU already has the
@@ -96,25 +141,44 @@ func (c *Client) Set(ifname string, mtu int) error {
 	if err != nil {
 		return err
 	}
-	if l.Attrs().MTU == mtu {
+	if l.mtu == mtu {
 		return nil
 	}
-	err = c.h.LinkSetMTU(l, mtu)
+	err = c.setMTU(l.index, mtu)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EINVAL):
-		lo, hi, rerr := c.Range(ifname)
-		if rerr != nil || (lo == 0 && hi == 0) {
+		// The range came with the lookup: the device's, which a
+		// refused MTU does not change.
+		if l.min == 0 && l.max == 0 {
 			return fmt.Errorf("mtu: %s: the device or its driver rejects this MTU (check the NIC's maximum, e.g. with `ip -d link show %s`): %w", op, ifname, err)
 		}
-		return fmt.Errorf("mtu: %s: out of range for this device (%s): %w", op, rangeText(lo, hi), err)
+		return fmt.Errorf("mtu: %s: out of range for this device (%s): %w", op, rangeText(l.min, l.max), err)
 	case errors.Is(err, unix.EPERM):
 		return fmt.Errorf("mtu: %s: %w (rdmad needs CAP_NET_ADMIN; check CapabilityBoundingSet= in rdmad.service)", op, err)
 	case errors.Is(err, unix.ENODEV):
 		return fmt.Errorf("mtu: %s: interface disappeared: %w", op, err)
 	}
 	return fmt.Errorf("mtu: %s: %w", op, err)
+}
+
+// setMTU sends RTM_SETLINK with IFLA_MTU for the interface index and waits
+// for the kernel's acknowledgement; a refusal is its errno (kernelError).
+func (c *Client) setMTU(index, mtu int) error {
+	ae := netlink.NewAttributeEncoder()
+	ae.Uint32(unix.IFLA_MTU, uint32(mtu))
+	attrs, err := ae.Encode()
+	if err != nil {
+		return err
+	}
+	req := make([]byte, unix.SizeofIfInfomsg)
+	putIfIndex(req, index)
+	_, err = c.conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: unix.RTM_SETLINK, Flags: netlink.Request | netlink.Acknowledge},
+		Data:   append(req, attrs...),
+	})
+	return kernelError(err)
 }
 
 func rangeText(lo, hi int) string {
@@ -132,52 +196,33 @@ func (c *Client) Range(ifname string) (lo, hi int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	// vishvananda/netlink does not decode IFLA_MIN_MTU/IFLA_MAX_MTU, so
-	// ask for the link once more and read the attributes ourselves.
-	conn, err := mdnetlink.Dial(unix.NETLINK_ROUTE, &mdnetlink.Config{NetNS: c.ns})
-	if err != nil {
-		return 0, 0, fmt.Errorf("mtu: read MTU range of %s: open rtnetlink: %w", ifname, err)
-	}
-	defer conn.Close()
-	// struct ifinfomsg: family, pad, type, index, flags, change.
-	req := make([]byte, unix.SizeofIfInfomsg)
-	putIfIndex(req, l.Attrs().Index)
-	msgs, err := conn.Execute(mdnetlink.Message{
-		Header: mdnetlink.Header{Type: unix.RTM_GETLINK, Flags: mdnetlink.Request},
-		Data:   req,
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("mtu: read MTU range of %s: %w", ifname, err)
-	}
-	for _, m := range msgs {
-		if m.Header.Type != unix.RTM_NEWLINK || len(m.Data) < unix.SizeofIfInfomsg {
-			continue
-		}
-		return parseRange(m.Data[unix.SizeofIfInfomsg:])
-	}
-	return 0, 0, fmt.Errorf("mtu: read MTU range of %s: no RTM_NEWLINK in the kernel's answer", ifname)
+	return l.min, l.max, nil
 }
 
 func putIfIndex(ifinfomsg []byte, index int) {
 	nlenc.NativeEndian().PutUint32(ifinfomsg[4:8], uint32(int32(index)))
 }
 
-// parseRange reads IFLA_MIN_MTU and IFLA_MAX_MTU from link attributes.
-func parseRange(attrs []byte) (lo, hi int, err error) {
-	ad, err := mdnetlink.NewAttributeDecoder(attrs)
+// parseLink reads IFLA_MTU, IFLA_MIN_MTU and IFLA_MAX_MTU from link
+// attributes.
+func parseLink(attrs []byte) (link, error) {
+	var l link
+	ad, err := netlink.NewAttributeDecoder(attrs)
 	if err != nil {
-		return 0, 0, fmt.Errorf("mtu: decode link attributes: %w", err)
+		return link{}, fmt.Errorf("mtu: decode link attributes: %w", err)
 	}
 	for ad.Next() {
 		switch ad.Type() {
+		case unix.IFLA_MTU:
+			l.mtu = int(ad.Uint32())
 		case unix.IFLA_MIN_MTU:
-			lo = int(ad.Uint32())
+			l.min = int(ad.Uint32())
 		case unix.IFLA_MAX_MTU:
-			hi = int(ad.Uint32())
+			l.max = int(ad.Uint32())
 		}
 	}
 	if err := ad.Err(); err != nil {
-		return 0, 0, fmt.Errorf("mtu: decode link attributes: %w", err)
+		return link{}, fmt.Errorf("mtu: decode link attributes: %w", err)
 	}
-	return lo, hi, nil
+	return l, nil
 }
