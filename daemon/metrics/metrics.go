@@ -108,7 +108,9 @@ var (
 	startTime = prometheus.NewDesc("rdmad_start_time_seconds",
 		"When rdmad started, in seconds since the Unix epoch.", nil, nil)
 	healthy = prometheus.NewDesc("rdmad_healthy",
-		"1 when nothing needs an operator (configuration loaded, at least one RDMA device, no component or policy target in error or drifted), else 0.", nil, nil)
+		"1 when the health verdict is ok (GET /v1/health, rdmactl check exit 0: every condition ok), else 0.", nil, nil)
+	healthCond = prometheus.NewDesc("rdmad_health_condition",
+		"1 for the current status (ok, unknown, problem) of each condition of the health verdict (docs/HEALTH.md), 0 for the others.", []string{"type", "status"}, nil)
 	snapshotSeq = prometheus.NewDesc("rdmad_state_updates_total",
 		"State snapshots rdmad has published (the seq of GET /v1/status).", nil, nil)
 	daemonState = prometheus.NewDesc("rdmad_state",
@@ -128,14 +130,20 @@ var (
 )
 
 var daemonStates = []string{apitype.Starting, apitype.Running, apitype.Degraded, apitype.Reloading, apitype.Stopping}
+var conditionStatuses = []string{apitype.ConditionOK, apitype.ConditionUnknown, apitype.ConditionProblem}
 var componentStates = []string{apitype.OK, apitype.Error, apitype.Unavailable, apitype.Disabled}
 
 var daemonSection = section{
-	descs: []*prometheus.Desc{buildInfo, startTime, healthy, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
+	descs: []*prometheus.Desc{buildInfo, startTime, healthy, healthCond, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		ch <- gauge(buildInfo, 1, s.Version, c.opts.GoVersion)
 		ch <- gauge(startTime, float64(s.StartedAt.UnixNano())/1e9)
 		ch <- gauge(healthy, b2f(s.Healthy()))
+		for _, cond := range s.Health.Conditions {
+			for _, st := range conditionStatuses {
+				ch <- gauge(healthCond, b2f(cond.Status == st), cond.Type, st)
+			}
+		}
 		ch <- counter(snapshotSeq, float64(s.Seq))
 		for _, st := range daemonStates {
 			ch <- gauge(daemonState, b2f(s.State == st), st)

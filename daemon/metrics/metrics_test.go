@@ -120,6 +120,13 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 			"inventory": {State: apitype.OK, Since: t0},
 			"dbus":      {State: apitype.Unavailable, Error: "no system bus", Since: t0},
 		},
+		// Two conditions of each status are enough for the three series
+		// of rdmad_health_condition (the daemon fills all of them).
+		Health: apitype.Health{Status: apitype.ConditionProblem, Conditions: []apitype.Condition{
+			{Type: apitype.CondConfig, Status: apitype.ConditionProblem},
+			{Type: apitype.CondPortDown, Status: apitype.ConditionOK},
+			{Type: apitype.CondLoopback, Status: apitype.ConditionUnknown},
+		}},
 	}
 }
 
