@@ -112,6 +112,10 @@ var agentIntrospection = introspect.Interface{
 			arg("old_state", "s"), arg("new_state", "s"), arg("desired", "s"), arg("actual", "s"), arg("error", "s")}},
 		{Name: "PeerStateChanged", Args: []introspect.Arg{arg("peer", "s"), arg("old_state", "s"), arg("new_state", "s"),
 			arg("reason", "s")}},
+		{Name: "HealthChanged", Args: []introspect.Arg{arg("condition", "s"), arg("old_status", "s"), arg("new_status", "s"),
+			arg("reason", "s"), arg("message", "s"), arg("objects", "as")}},
+		{Name: "ProbeFailed", Args: []introspect.Arg{arg("device", "o"), arg("probe", "s"), arg("peer", "s"), arg("error", "s")}},
+		{Name: "ProbeRecovered", Args: []introspect.Arg{arg("device", "o"), arg("probe", "s"), arg("peer", "s")}},
 	},
 	Properties: []introspect.Property{
 		ro("Version", "s"),
@@ -130,6 +134,8 @@ var agentIntrospection = introspect.Interface{
 		ro("FleetMismatches", "a(sssssss)"),
 		ro("PeerGroupFaults", "a(ss)"),
 		ro("QoS", "a(ssbssaua(uu)aua(uus))"),
+		ro("HealthStatus", "s"),
+		ro("Health", "a{sv}"),
 	},
 }
 
@@ -147,6 +153,10 @@ var deviceIntrospection = introspect.Interface{
 		ro("Netdevs", "as"),
 		ro("PolicyState", "s"),
 		ro("PolicyTargets", "a(sssssss)"),
+		ro("HealthStatus", "s"),
+		ro("Health", "a{sv}"),
+		ro("ProbeState", "s"),
+		quiet(ro("ProbeResults", "a(ssbtts)")),
 	},
 }
 

@@ -482,8 +482,14 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	for k, v := range all {
 		got[k] = v.Value()
 	}
+	// A snapshot without a verdict (the daemon always decides one) is
+	// unknown on the bus, with no conditions.
+	if h, ok := got["Health"].(map[string]dbus.Variant); !ok || h["status"].Value() != "unknown" || h["healthy"].Value() != false {
+		t.Errorf("Health %v", got["Health"])
+	}
+	delete(got, "Health")
 	want := map[string]any{
-		"Version": "test", "State": "running", "Summary": "running", "Healthy": true,
+		"Version": "test", "State": "running", "Summary": "running", "Healthy": true, "HealthStatus": "unknown",
 		"ConfigGeneration": uint64(1), "ConfigError": "", "ConfigPath": "/etc/rdmad/rdmad.toml",
 		"Devices":    []dbus.ObjectPath{"/org/rdmad/Agent1/device/rxe0"},
 		"PortsTotal": uint32(1), "PortsActive": uint32(1),

@@ -168,7 +168,9 @@ func newView(s *apitype.Snapshot) *view {
 	for _, d := range s.Devices {
 		p := DevicePath(d.Name)
 		paths = append(paths, p)
-		v.objects[p] = &object{path: p, props: props{DeviceInterface: deviceProps(d, targets)}}
+		dp := deviceProps(d, targets)
+		healthDeviceProps(dp, s, d)
+		v.objects[p] = &object{path: p, props: props{DeviceInterface: dp}}
 		for _, port := range d.Ports {
 			total++
 			if port.State == "ACTIVE" {
@@ -202,6 +204,8 @@ func newView(s *apitype.Snapshot) *view {
 		"FleetMismatches":  dbus.MakeVariant(fleetMismatches(s)),
 		"PeerGroupFaults":  dbus.MakeVariant(peerGroupFaults(s)),
 		"QoS":              dbus.MakeVariant(qosEntries(s)),
+		"HealthStatus":     dbus.MakeVariant(orUnknown(s.Health.Status)),
+		"Health":           dbus.MakeVariant(healthDict(s.Health)),
 	}}}
 	for p := range v.objects {
 		v.addNodes(p)
@@ -349,6 +353,8 @@ func changes(old, cur *view) []signal {
 	sigs = append(sigs, linkChanges(d)...)
 	sigs = append(sigs, policyChanges(d)...)
 	sigs = append(sigs, peerChanges(d)...)
+	sigs = append(sigs, healthChanges(d)...)
+	sigs = append(sigs, probeChanges(old.snap, cur.snap)...)
 	for _, p := range sortedPaths(old.objects) {
 		if _, ok := cur.objects[p]; !ok {
 			sigs = append(sigs, signal{Path, ObjectManagerInterface + ".InterfacesRemoved",

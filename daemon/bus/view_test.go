@@ -470,9 +470,11 @@ func TestPeerChanges(t *testing.T) {
 
 // TestQuietProperties checks that the properties the view leaves out of
 // PropertiesChanged are exactly those the introspection marks
-// EmitsChangedSignal=false: Peers, and nothing that clients follow.
+// EmitsChangedSignal=false: Peers and the devices' ProbeResults (each
+// round's figures; ProbeState, ProbeFailed and ProbeRecovered carry the
+// changes clients follow), and nothing else.
 func TestQuietProperties(t *testing.T) {
-	want := map[string]bool{Interface + ".Peers": true}
+	want := map[string]bool{Interface + ".Peers": true, DeviceInterface + ".ProbeResults": true}
 	if diff := cmp.Diff(want, quietProps); diff != "" {
 		t.Errorf("quiet properties -want +got:\n%s", diff)
 	}
