@@ -53,6 +53,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 		fmt.Fprintln(w, indent(s.Config.Error))
 	}
 	printRestartNeeded(w, s.Config.PendingRestart, "  ")
+	printHealth(w, s.Health, sh)
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -131,6 +132,26 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 		row(tw, n, c.State, ago(c.Since), sh.cell(c.Detail(), 160))
 	}
 	tw.Flush()
+}
+
+// printHealth prints the verdict's line and each condition that is not ok
+// (rdmactl check and GET /v1/health have all of them).
+func printHealth(w io.Writer, h apitype.Health, sh *shortener) {
+	if h.Status == "" {
+		return // an rdmad that predates the verdict
+	}
+	if h.Healthy {
+		fmt.Fprintf(w, "health: ok (%d conditions; rdmactl check)\n", len(h.Conditions))
+		return
+	}
+	fmt.Fprintf(w, "health: %s\n", strings.ToUpper(h.Status))
+	for _, st := range []string{apitype.ConditionProblem, apitype.ConditionUnknown} {
+		for _, c := range h.Conditions {
+			if c.Status == st {
+				fmt.Fprintf(w, "  %s %s (%s): %s\n", c.Type, c.Status, c.Reason, sh.cell(c.Message, 160))
+			}
+		}
+	}
 }
 
 // printRestartNeeded prints a line per configuration key whose new value
