@@ -1,0 +1,121 @@
+package kmsg
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// rec is a Record with strings, for comparing.
+type rec struct {
+	Priority, Facility int
+	Seq, TS            uint64
+	Message            string
+	Subsystem, Device  string
+}
+
+func toRec(r Record) rec {
+	return rec{r.Priority, r.Facility, r.Seq, r.TS, string(r.Message), string(r.Subsystem), string(r.Device)}
+}
+
+func TestParseRecord(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want rec
+	}{
+		{"plain", "6,339,5140900,-;NET: Registered PF_INET6 protocol family\n",
+			rec{Priority: 6, Seq: 339, TS: 5140900, Message: "NET: Registered PF_INET6 protocol family"}},
+		{"dev_printk with dictionary",
+			"3,1204,17982092,-;mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count\n SUBSYSTEM=pci\n DEVICE=+pci:0000:41:00.0\n",
+			rec{Priority: 3, Seq: 1204, TS: 17982092,
+				Message:   "mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count",
+				Subsystem: "pci", Device: "+pci:0000:41:00.0"}},
+		{"written by root: facility user", "11,341,698900438,-;infiniband rxe0: test\n",
+			rec{Priority: 3, Facility: 1, Seq: 341, TS: 698900438, Message: "infiniband rxe0: test"}},
+		{"caller field (CONFIG_PRINTK_CALLER)", "4,12,3000,-,caller=T1;msg\n",
+			rec{Priority: 4, Seq: 12, TS: 3000, Message: "msg"}},
+		{"continuation flag", "4,13,3001,c;more\n", rec{Priority: 4, Seq: 13, TS: 3001, Message: "more"}},
+		{"no trailing newline", "2,1,2,-;x", rec{Priority: 2, Seq: 1, TS: 2, Message: "x"}},
+		{"empty message", "2,1,2,-;\n", rec{Priority: 2, Seq: 1, TS: 2}},
+		{"escaped text kept as is", `3,5,6,-;a\x0ab\x5cc` + "\n", rec{Priority: 3, Seq: 5, TS: 6, Message: `a\x0ab\x5cc`}},
+		{"netdev device, unknown keys", "6,9,9,-;eth0: up\n SUBSYSTEM=net\n DEVICE=n2\n X=y\n",
+			rec{Priority: 6, Seq: 9, TS: 9, Message: "eth0: up", Subsystem: "net", Device: "n2"}},
+		{"semicolon in message", "3,1,1,-;a;b\n", rec{Priority: 3, Seq: 1, TS: 1, Message: "a;b"}},
+		{"dictionary line without '=' skipped", "3,1,1,-;m\n junk\n DEVICE=+infiniband:rxe0\n",
+			rec{Priority: 3, Seq: 1, TS: 1, Message: "m", Device: "+infiniband:rxe0"}},
+		{"dictionary ends at a line without a space", "3,1,1,-;m\nDEVICE=+pci:x\n", rec{Priority: 3, Seq: 1, TS: 1, Message: "m"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := ParseRecord([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("ParseRecord(%q): %v", tt.in, err)
+			}
+			if diff := cmp.Diff(tt.want, toRec(r)); diff != "" {
+				t.Errorf("ParseRecord(%q) (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+func TestParseRecordMalformed(t *testing.T) {
+	for _, in := range []string{
+		"",
+		"no header at all",
+		"6,339,5140900;three fields\n",
+		"6,339;two\n",
+		";\n",
+		",,,;\n",
+		"x,1,2,-;bad pri\n",
+		"6,-1,2,-;negative seq\n",
+		"6,1,2x,-;bad ts\n",
+		"6,99999999999999999999,1,-;seq overflows\n",
+		"6,1,99999999999999999999,-;ts overflows\n",
+		"99999,1,1,-;pri too large\n",
+	} {
+		_, err := ParseRecord([]byte(in))
+		if !errors.Is(err, errRecord) {
+			t.Errorf("ParseRecord(%q) = %v, want an error matching errRecord", in, err)
+		}
+	}
+}
+
+// TestParseRecordNoAlloc: parsing is on the path of every record.
+func TestParseRecordNoAlloc(t *testing.T) {
+	b := []byte("3,1204,17982092,-;mlx5_core 0000:41:00.0: x\n SUBSYSTEM=pci\n DEVICE=+pci:0000:41:00.0\n")
+	if n := testing.AllocsPerRun(100, func() { ParseRecord(b) }); n != 0 {
+		t.Errorf("ParseRecord allocates %v times per record, want 0", n)
+	}
+}
+
+// FuzzParseRecord: any input parses or fails with errRecord, never
+// panics, and a parsed record's parts are slices of the input.
+func FuzzParseRecord(f *testing.F) {
+	f.Add([]byte("3,1204,17982092,-;mlx5_core 0000:41:00.0: x\n SUBSYSTEM=pci\n DEVICE=+pci:0000:41:00.0\n"))
+	f.Add([]byte("11,341,698900438,-,caller=T1;infiniband rxe0: test\n"))
+	f.Add([]byte("6,9,9,-;eth0: up\n DEVICE=n2\n"))
+	f.Add([]byte(";;;\n \n=\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseRecord(b)
+		if err != nil {
+			if !errors.Is(err, errRecord) {
+				t.Fatalf("error %v does not match errRecord", err)
+			}
+			return
+		}
+		if r.Priority < 0 || r.Priority > 7 || r.Facility < 0 {
+			t.Fatalf("priority %d facility %d", r.Priority, r.Facility)
+		}
+		if len(r.Message)+len(r.Subsystem)+len(r.Device) > len(b) {
+			t.Fatalf("parts longer than the input")
+		}
+		// Matching never panics on what parses.
+		ix := newIndex([]Device{{Name: "rxe0", PCI: "0000:41:00.0", Netdevs: []string{"eth0"}, Ifindexes: []int{2}}})
+		_, nd := ix.identify(&r)
+		classify(&r, nd)
+		checkPrintable(t, printable(nil, r.Message, MaxLine))
+		checkPrintable(t, printable(nil, b, MaxLine))
+	})
+}
