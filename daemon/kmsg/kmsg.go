@@ -315,7 +315,7 @@ func (f *Follower) handle(b []byte) {
 		return
 	}
 	f.records.Add(1)
-	if r.Facility != facilityKern && r.Facility != facilityUser || r.Priority > 6 {
+	if r.Priority > maxPriority {
 		return
 	}
 	// The record's age by the kernel's clock dates it on the wall clock.
@@ -326,11 +326,7 @@ func (f *Follower) handle(b []byte) {
 	if age >= f.opts.Window {
 		return // before the window: from boot or before a restart
 	}
-	device, netdev := f.ix.Load().identify(&r)
-	if device == "" {
-		return
-	}
-	pattern, ok := classify(&r, netdev)
+	device, pattern, ok := f.ix.Load().match(&r)
 	if !ok {
 		return
 	}

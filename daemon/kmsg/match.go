@@ -242,6 +242,25 @@ func trimPunct(w []byte) []byte {
 	return w
 }
 
+// match returns the device and pattern r is a fault of; ok is false when
+// it is none: a record of another facility than kern and user, of
+// severity debug, that names no device, or that matches no pattern at its
+// severity.
+func (ix *index) match(r *Record) (device, pattern string, ok bool) {
+	if r.Facility != facilityKern && r.Facility != facilityUser || r.Priority > maxPriority {
+		return "", "", false
+	}
+	device, netdev := ix.identify(r)
+	if device == "" {
+		return "", "", false
+	}
+	pattern, ok = classify(r, netdev)
+	return device, pattern, ok
+}
+
+// maxPriority is the least severe priority any pattern applies at (info).
+const maxPriority = 6
+
 // classify returns the pattern r is a fault of once it names a device, or
 // "" when it is none: the first catalogued pattern that applies at r's
 // priority and matches, else PatternErr at err or worse.

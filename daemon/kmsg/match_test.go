@@ -69,14 +69,9 @@ func TestMatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			device, patt := "", ""
-			if r.Facility <= facilityUser && r.Priority <= 6 {
-				d, nd := ix.identify(&r)
-				if d != "" {
-					if p, ok := classify(&r, nd); ok {
-						device, patt = d, p
-					}
-				}
+			device, patt, ok := ix.match(&r)
+			if !ok {
+				device, patt = "", ""
 			}
 			if device != tt.device || patt != tt.patt {
 				t.Errorf("%q: fault on %q pattern %q, want %q %q", tt.in, device, patt, tt.device, tt.patt)
