@@ -15,7 +15,9 @@
 // skipped.
 //
 // Costs: every record is one read(2) and a parse without allocation; only
-// records that name a device are matched against the catalog; the faults
+// records that name a device are matched against the catalog (each
+// pattern's regular expression only behind a substring prefilter), and a
+// repeated line is not escaped again (BenchmarkFlood); the faults
 // are at most Options.MaxFaults, each with a line of at most MaxLine
 // bytes; a flood of matching messages updates counts and is published at
 // most once per Options.PublishInterval, a new fault at once (at most

@@ -25,7 +25,22 @@ type Pattern struct {
 	// message about another netdev of the same PCI function, such as a
 	// switchdev representor, is not the RDMA port's).
 	Netdev bool
-	Re     *regexp.Regexp
+	// Any are literals one of which every match of Re contains: the
+	// regular expression runs only on a message that has one (a flood of
+	// messages costs a few substring searches each, not a backtracking
+	// match per pattern; FuzzParseRecord checks the promise).
+	Any []string
+	Re  *regexp.Regexp
+}
+
+// prefilter reports whether msg contains one of p.Any.
+func (p *Pattern) prefilter(msg []byte) bool {
+	for _, a := range p.Any {
+		if bytes.Contains(msg, []byte(a)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Catalog is the shipped table of known fault messages, tried in order
@@ -45,12 +60,12 @@ var Catalog = []Pattern{
 	// temperature), and "PCI slot is unavailable";
 	// mlx5_health_try_recover's "health recovery flow aborted" and
 	// "health recovery failed" (err).
-	{Name: "mlx5-health", MaxPriority: 4, Re: regexp.MustCompile(
+	{Name: "mlx5-health", MaxPriority: 4, Any: []string{"ealth ", "PCI slot", "synd 0x"}, Re: regexp.MustCompile(
 		`health compromised|Health issue observed|PCI slot is unavailable|health recovery (flow aborted|failed)|\bsynd 0x[0-9a-f]+: `)},
 	// mlx5 fatal errors (health.c): poll_health's "Fatal error %u
 	// detected" (a fatal sensor: PCI or firmware) and the fw_fatal
 	// reporter's "Driver is in error state. Unloading" (err).
-	{Name: "mlx5-fw-fatal", MaxPriority: 4, Re: regexp.MustCompile(
+	{Name: "mlx5-fw-fatal", MaxPriority: 4, Any: []string{"Fatal error ", "Driver is in error state"}, Re: regexp.MustCompile(
 		`Fatal error [0-9]+ detected|Driver is in error state`)},
 	// mlx5 firmware command timeouts (drivers/net/ethernet/mellanox/
 	// mlx5/core/cmd.c): wait_func's and cb_timeout_handler's "<CMD>(0x..)
@@ -58,13 +73,13 @@ var Catalog = []Pattern{
 	// wait_func_handle_exec_timeout's "No done completion" and
 	// mlx5_cmd_comp_handler's "Command completion arrived after timeout",
 	// all mlx5_core_warn (warning).
-	{Name: "mlx5-cmd-timeout", MaxPriority: 4, Re: regexp.MustCompile(
+	{Name: "mlx5-cmd-timeout", MaxPriority: 4, Any: []string{"Will cause a leak", "No done completion", "arrived after timeout"}, Re: regexp.MustCompile(
 		`timeout\. Will cause a leak of a command resource|No done completion|Command completion arrived after timeout`)},
 	// mlx5 failed firmware commands (cmd.c, mlx5_cmd_out_err /
 	// mlx5_cmd_check): "<CMD>(0x..) op_mod(0x..) failed, status <s>(0x..),
 	// syndrome (0x..)" (err, rate limited; commands of user contexts only
 	// at debug).
-	{Name: "mlx5-cmd-failed", MaxPriority: errPriority, Re: regexp.MustCompile(
+	{Name: "mlx5-cmd-failed", MaxPriority: errPriority, Any: []string{"), syndrome (0x"}, Re: regexp.MustCompile(
 		`failed, status [^,]*\(0x[0-9a-f]+\), syndrome \(0x[0-9a-f]+\)`)},
 	// PCIe AER uncorrectable errors (drivers/pci/pcie/aer.c):
 	// aer_print_error's "PCIe Bus Error: severity=Uncorrected
@@ -75,20 +90,21 @@ var Catalog = []Pattern{
 	// names the NIC only in its text. Corrected errors are left out:
 	// the link corrected them, and they come at warning or info in
 	// bursts.
-	{Name: "pcie-aer", MaxPriority: 6, Re: regexp.MustCompile(
+	{Name: "pcie-aer", MaxPriority: 6, Any: []string{"Bus Error: severity=Uncorrect", "AER: "}, Re: regexp.MustCompile(
 		`(PCIe|CXL) Bus Error: severity=Uncorrect|AER: (Multiple )?Uncorrect(ed|able) \((Non-)?Fatal\) error`)},
 	// Link down of an RDMA netdev, at info: mlx5e_update_carrier's "Link
 	// down" (drivers/net/ethernet/mellanox/mlx5/core/en_main.c) and the
 	// "NIC Link is Down" of Intel's (e1000e, ixgbe, i40e, ice) and
 	// Broadcom's (bnxt_en) drivers; "Link is Down" covers the drivers
 	// that log it without "NIC".
-	{Name: "link-down", MaxPriority: 6, Netdev: true, Re: regexp.MustCompile(
+	{Name: "link-down", MaxPriority: 6, Netdev: true, Any: []string{"Link is ", "Link down"}, Re: regexp.MustCompile(
 		`\b(NIC )?Link is [Dd]own\b|\bLink down\b`)},
 	// Any other fatal or catastrophic report about an RDMA device
 	// ("infiniband mlx5_0: ... fatal", an IB_EVENT_DEVICE_FATAL, mlx4's
-	// "catastrophic error"), at warning or worse.
-	{Name: "rdma-fatal", MaxPriority: 4, Re: regexp.MustCompile(
-		`(?i)\bfatal\b|\bcatastrophic\b`)},
+	// "catastrophic error"; as a word, in lower, capitalised or upper
+	// case), at warning or worse.
+	{Name: "rdma-fatal", MaxPriority: 4, Any: []string{"atal", "ATAL", "atastrophic", "ATASTROPHIC"}, Re: regexp.MustCompile(
+		`\b([Ff]atal|FATAL|[Cc]atastrophic|CATASTROPHIC)\b`)},
 }
 
 // A Device is an RDMA device as the matcher knows it: what a kernel
@@ -270,7 +286,7 @@ func classify(r *Record, netdev bool) (string, bool) {
 		if r.Priority > p.MaxPriority || p.Netdev && !netdev {
 			continue
 		}
-		if p.Re.Match(r.Message) {
+		if p.prefilter(r.Message) && p.Re.Match(r.Message) {
 			return p.Name, true
 		}
 	}

@@ -97,7 +97,25 @@ func FuzzParseRecord(f *testing.F) {
 	f.Add([]byte("11,341,698900438,-,caller=T1;infiniband rxe0: test\n"))
 	f.Add([]byte("6,9,9,-;eth0: up\n DEVICE=n2\n"))
 	f.Add([]byte(";;;\n \n=\n"))
+	f.Add([]byte("4,1,1,-;mlx5_core 0000:41:00.0: wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource\n DEVICE=+pci:0000:41:00.0\n"))
+	f.Add([]byte("6,1,1,-;pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:41:00.0\n"))
+	f.Add([]byte("3,1,1,-;infiniband rxe0: FATAL \u202e catastrophic Link is Down synd 0x8: x\n"))
+	ix := newIndex([]Device{{Name: "rxe0", PCI: "0000:41:00.0", Netdevs: []string{"eth0"}, Ifindexes: []int{2}}})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The literals of each pattern are in every message it matches.
+		for i := range Catalog {
+			if p := &Catalog[i]; p.Re.Match(b) && !p.prefilter(b) {
+				t.Fatalf("pattern %s matches %q, which has none of its literals %q", p.Name, b, p.Any)
+			}
+		}
+		// Escaping is printable, bounded, and needs only the first
+		// MaxLine+1 bytes.
+		full := printable(nil, b, MaxLine)
+		checkPrintable(t, full)
+		if cut := printable(nil, b[:min(len(b), MaxLine+1)], MaxLine); string(cut) != string(full) {
+			t.Fatalf("printable of %q: %q, of its first %d bytes %q", b, full, MaxLine+1, cut)
+		}
+
 		r, err := ParseRecord(b)
 		if err != nil {
 			if !errors.Is(err, errRecord) {
@@ -112,11 +130,8 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("parts longer than the input")
 		}
 		// Matching never panics on what parses.
-		ix := newIndex([]Device{{Name: "rxe0", PCI: "0000:41:00.0", Netdevs: []string{"eth0"}, Ifindexes: []int{2}}})
 		if d, p, ok := ix.match(&r); ok && (d == "" || p == "") {
 			t.Fatalf("match ok with device %q pattern %q", d, p)
 		}
-		checkPrintable(t, printable(nil, r.Message, MaxLine))
-		checkPrintable(t, printable(nil, b, MaxLine))
 	})
 }

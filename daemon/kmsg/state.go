@@ -20,31 +20,45 @@ type key struct{ device, pattern string }
 // them: a new one evicts the one seen least recently.
 type table struct {
 	max     int
-	entries map[key]*apitype.KernelFault
+	entries map[key]*entry
 	scratch []byte // the escaped line being compared, reused
 }
 
+// An entry is a fault and the hash of the raw line it holds, so that a
+// flood of one message is not escaped again for each copy (a collision,
+// one in 2^64, would keep the previous line).
+type entry struct {
+	apitype.KernelFault
+	raw uint64
+}
+
 func newTable(max int) *table {
-	return &table{max: max, entries: make(map[key]*apitype.KernelFault, max), scratch: make([]byte, 0, MaxLine)}
+	return &table{max: max, entries: make(map[key]*entry, max), scratch: make([]byte, 0, MaxLine)}
 }
 
 // add counts one matching record seen at at and reports whether it made a
 // new entry (so the set of faults changed, not only a count). Adding to an
 // existing entry does not allocate unless the line differs from the last.
 func (t *table) add(device, pattern string, priority int, line []byte, at time.Time) (isNew, evicted bool) {
-	t.scratch = printable(t.scratch[:0], line, MaxLine)
 	e, ok := t.entries[key{device, pattern}]
 	if !ok {
 		if len(t.entries) >= t.max {
 			t.evictOldest()
 			evicted = true
 		}
-		e = &apitype.KernelFault{Device: device, Pattern: pattern, First: at, Last: at}
+		e = &entry{KernelFault: apitype.KernelFault{Device: device, Pattern: pattern, First: at, Last: at}}
 		t.entries[key{device, pattern}] = e
 		isNew = true
 	}
-	if string(t.scratch) != e.Line {
-		e.Line = string(t.scratch)
+	// Only the first MaxLine+1 bytes can show (every byte takes at least
+	// one), so they are what is hashed and escaped.
+	line = line[:min(len(line), MaxLine+1)]
+	if h := fnv1a(line); isNew || h != e.raw {
+		t.scratch = printable(t.scratch[:0], line, MaxLine)
+		if string(t.scratch) != e.Line {
+			e.Line = string(t.scratch)
+		}
+		e.raw = h
 	}
 	e.Priority = priority
 	e.Count++
@@ -109,7 +123,7 @@ func (t *table) forget(device string) bool {
 func (t *table) list() []apitype.KernelFault {
 	out := make([]apitype.KernelFault, 0, len(t.entries))
 	for _, e := range t.entries {
-		out = append(out, *e)
+		out = append(out, e.KernelFault)
 	}
 	slices.SortFunc(out, func(a, b apitype.KernelFault) int {
 		if c := strings.Compare(a.Device, b.Device); c != 0 {
@@ -118,6 +132,16 @@ func (t *table) list() []apitype.KernelFault {
 		return strings.Compare(a.Pattern, b.Pattern)
 	})
 	return out
+}
+
+// fnv1a is the 64-bit FNV-1a hash of b.
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
 }
 
 // printable appends b to dst as printable text of at most max bytes:
@@ -133,6 +157,12 @@ func printable(dst, b []byte, max int) []byte {
 	var buf [10]byte
 	used := 0
 	for i := 0; i < len(b); {
+		if c := b[i]; c >= 0x20 && c < 0x7f && used < max-len(ellipsis) {
+			dst = append(dst, c)
+			used++
+			i++
+			continue
+		}
 		p, size := nextPiece(b, i, &buf)
 		if used+len(p) > max-len(ellipsis) && !fits(b[i:], max-used) {
 			return append(dst, ellipsis...)
@@ -164,6 +194,9 @@ func fits(b []byte, room int) bool {
 // such as the bidirectional overrides, separators, unassigned code
 // points) as \uNNNN or \UNNNNNNNN.
 func nextPiece(b []byte, i int, buf *[10]byte) ([]byte, int) {
+	if c := b[i]; c >= 0x20 && c < 0x7f {
+		return b[i : i+1], 1 // printable ASCII: all the kernel writes
+	}
 	r, size := utf8.DecodeRune(b[i:])
 	switch {
 	case r == utf8.RuneError && size <= 1:
