@@ -3,7 +3,10 @@ package kmsg
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strconv"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // PatternErr is the pattern of a record of severity err or worse that
@@ -120,6 +123,24 @@ type Device struct {
 	// DEVICE is "n<ifindex>"; optional (0 or missing: matched by name
 	// only).
 	Ifindexes []int
+}
+
+// DevicesOf returns what the matcher needs of the inventory's devices:
+// each one's name, its PCI function (Parent; "" for software devices) and
+// its ports' netdevs. Interface indexes are left out (DEVICE=n<ifindex>
+// is rare for RDMA netdevs: their drivers log through the PCI function).
+func DevicesOf(devs []apitype.Device) []Device {
+	out := make([]Device, 0, len(devs))
+	for _, d := range devs {
+		nd := Device{Name: d.Name, PCI: d.Parent}
+		for _, p := range d.Ports {
+			if p.Netdev != "" && !slices.Contains(nd.Netdevs, p.Netdev) {
+				nd.Netdevs = append(nd.Netdevs, p.Netdev)
+			}
+		}
+		out = append(out, nd)
+	}
+	return out
 }
 
 // A hit says which device a name belongs to.

@@ -2,6 +2,10 @@ package kmsg
 
 import (
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // testDevices: two mlx5 functions of one NIC, a Soft-RoCE device on eth1,
@@ -102,5 +106,16 @@ func TestCatalogNames(t *testing.T) {
 			}
 		}
 		seen[p.Name] = true
+	}
+}
+
+func TestDevicesOf(t *testing.T) {
+	got := DevicesOf([]apitype.Device{
+		{Name: "mlx5_0", Parent: "0000:03:00.0", Ports: []apitype.Port{{Port: 1, Netdev: "ens1f0np0"}}},
+		{Name: "rxe0", Ports: []apitype.Port{{Port: 1, Netdev: "eth1"}, {Port: 2, Netdev: "eth1"}, {Port: 3}}},
+	})
+	want := []Device{{Name: "mlx5_0", PCI: "0000:03:00.0", Netdevs: []string{"ens1f0np0"}}, {Name: "rxe0", Netdevs: []string{"eth1"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("DevicesOf (-want +got):\n%s", diff)
 	}
 }
