@@ -153,8 +153,9 @@ func New(opts Options) *Follower {
 // the daemon calls it whenever its inventory changes. Faults of devices
 // that left the set stay until their window ends (a device that a fatal
 // error removed is the one to report). Run reads no record before the
-// first call, so the records of the window before it are matched against
-// the first inventory, not against none.
+// first call (make it with an empty inventory too), so the records of the
+// window before it are matched against the first inventory, not against
+// none.
 func (f *Follower) SetDevices(devs []Device) {
 	f.ix.Store(newIndex(devs))
 	f.readyOnce.Do(func() { close(f.ready) })
@@ -204,6 +205,9 @@ func (f *Follower) wakeLocked() {
 // Run with that error. Run starts no goroutine that outlives it.
 func (f *Follower) Run(ctx context.Context) error {
 	src, err := f.open(f.opts.Path)
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("kmsg: open %s: %w (reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict=1, and in a systemd unit ProtectKernelLogs=no and DeviceAllow=/dev/kmsg r)", f.opts.Path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("kmsg: open %s: %w", f.opts.Path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -298,5 +299,18 @@ func TestRunOpenError(t *testing.T) {
 	err := f.Run(context.Background())
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Run = %v, want an error matching ErrNotExist", err)
+	}
+}
+
+// TestRunPermissionHint: an open refused for permission says what the
+// kernel log needs.
+func TestRunPermissionHint(t *testing.T) {
+	f := New(Options{})
+	f.open = func(path string) (source, error) {
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EPERM}
+	}
+	err := f.Run(context.Background())
+	if !errors.Is(err, os.ErrPermission) || !strings.Contains(err.Error(), "CAP_SYSLOG") {
+		t.Errorf("Run = %v, want a permission error that names CAP_SYSLOG", err)
 	}
 }
