@@ -10,22 +10,29 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 // TestIntegrationKmsg follows the real /dev/kmsg: a line written to it
 // naming a device raises a fault on that device within 2 s, lines naming
 // other devices do not, a Follower started afterwards replays it from the
 // kernel's buffer (the start-up window), and one whose window is shorter
-// than the line's age does not. Writing to /dev/kmsg needs root; the test
-// writes three lines with a unique token ("rdmadtest"), well under the
-// kernel's rate limit for writers (10 per 5 s).
+// than the line's age does not. Writing to /dev/kmsg needs root (the test
+// skips without it; as root, under make test, a missing /dev/kmsg fails
+// it); it writes three lines with a unique token ("rdmadtest"), well
+// under the kernel's rate limit for writers (10 per 5 s).
 func TestIntegrationKmsg(t *testing.T) {
 	w, err := os.OpenFile(DefaultPath, os.O_WRONLY, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrPermission) || errors.Is(err, os.ErrNotExist) {
-			t.Skipf("cannot write %s (%v): the test needs root and the kernel log device", DefaultPath, err)
-		}
-		t.Fatal(err)
+	switch {
+	case err == nil:
+	case os.Geteuid() != 0:
+		t.Skipf("cannot write %s (%v): the test needs root", DefaultPath, err)
+	case errors.Is(err, os.ErrNotExist) && !testenv.Strict():
+		// A container without the kernel log; make test's machines
+		// have it.
+		t.Skipf("no %s: %v", DefaultPath, err)
+	default:
+		t.Fatalf("root cannot write %s: %v", DefaultPath, err)
 	}
 	defer w.Close()
 	token := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano())
