@@ -2,9 +2,11 @@ package kmsg
 
 import (
 	"bytes"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/rdmad/rdmad/client/apitype"
 )
@@ -126,9 +128,9 @@ type Device struct {
 }
 
 // DevicesOf returns what the matcher needs of the inventory's devices:
-// each one's name, its PCI function (Parent; "" for software devices) and
-// its ports' netdevs. Interface indexes are left out (DEVICE=n<ifindex>
-// is rare for RDMA netdevs: their drivers log through the PCI function).
+// each one's name, its PCI function (Parent; "" for software devices),
+// its ports' netdevs and their interface indexes from sysfs (0 where
+// there is none: a netdev that went away).
 func DevicesOf(devs []apitype.Device) []Device {
 	out := make([]Device, 0, len(devs))
 	for _, d := range devs {
@@ -136,11 +138,32 @@ func DevicesOf(devs []apitype.Device) []Device {
 		for _, p := range d.Ports {
 			if p.Netdev != "" && !slices.Contains(nd.Netdevs, p.Netdev) {
 				nd.Netdevs = append(nd.Netdevs, p.Netdev)
+				nd.Ifindexes = append(nd.Ifindexes, ifindex(p.Netdev))
 			}
 		}
 		out = append(out, nd)
 	}
 	return out
+}
+
+// sysClassNet is where ifindex reads interface indexes.
+const sysClassNet = "/sys/class/net"
+
+// ifindex returns the interface index of netdev, 0 when sysfs does not
+// say.
+func ifindex(netdev string) int {
+	if strings.ContainsRune(netdev, '/') || netdev == "." || netdev == ".." {
+		return 0
+	}
+	b, err := os.ReadFile(sysClassNet + "/" + netdev + "/ifindex")
+	if err != nil {
+		return 0
+	}
+	i, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || i < 0 {
+		return 0
+	}
+	return i
 }
 
 // A hit says which device a name belongs to.

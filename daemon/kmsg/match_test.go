@@ -111,10 +111,14 @@ func TestCatalogNames(t *testing.T) {
 
 func TestDevicesOf(t *testing.T) {
 	got := DevicesOf([]apitype.Device{
-		{Name: "mlx5_0", Parent: "0000:03:00.0", Ports: []apitype.Port{{Port: 1, Netdev: "ens1f0np0"}}},
-		{Name: "rxe0", Ports: []apitype.Port{{Port: 1, Netdev: "eth1"}, {Port: 2, Netdev: "eth1"}, {Port: 3}}},
+		{Name: "mlx5_0", Parent: "0000:03:00.0", Ports: []apitype.Port{{Port: 1, Netdev: "rdmad-no-such-netdev"}}},
+		{Name: "rxe0", Ports: []apitype.Port{{Port: 1, Netdev: "lo"}, {Port: 2, Netdev: "lo"}, {Port: 3}}},
 	})
-	want := []Device{{Name: "mlx5_0", PCI: "0000:03:00.0", Netdevs: []string{"ens1f0np0"}}, {Name: "rxe0", Netdevs: []string{"eth1"}}}
+	want := []Device{
+		{Name: "mlx5_0", PCI: "0000:03:00.0", Netdevs: []string{"rdmad-no-such-netdev"}, Ifindexes: []int{0}},
+		// The loopback device is interface 1 in every namespace.
+		{Name: "rxe0", Netdevs: []string{"lo"}, Ifindexes: []int{1}},
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("DevicesOf (-want +got):\n%s", diff)
 	}
