@@ -34,6 +34,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmad/rdmad/daemon/kmsg"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
 	"github.com/rdmad/rdmad/policy/roce"
@@ -241,7 +242,7 @@ func TestPackageSandboxInEffect(t *testing.T) {
 			st[k] = strings.TrimSpace(v)
 		}
 	}
-	const capBnd = 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_SYS_RESOURCE
+	const capBnd = 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_SYS_RESOURCE | 1<<unix.CAP_SYSLOG
 	got := map[string]string{"CapBnd": st["CapBnd"], "CapEff": st["CapEff"], "NoNewPrivs": st["NoNewPrivs"], "Seccomp": st["Seccomp"]}
 	want := map[string]string{"CapBnd": fmt.Sprintf("%016x", capBnd), "CapEff": fmt.Sprintf("%016x", capBnd), "NoNewPrivs": "1", "Seccomp": "2"}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -373,13 +374,13 @@ type pkgStep struct {
 
 // pkgSandboxSteps are the needs of rdmad that the sandbox must allow, each
 // done the way rdmad does it (its own packages where they exist), plus
-// two that it must refuse. Their names say which hardening lines they
+// three that it must refuse. Their names say which hardening lines they
 // prove harmless.
 var pkgSandboxSteps = []string{
 	"sysfs-read", "uverbs-open", "ibv_devinfo", "rdma-netlink", "rtnetlink-mtu", "uevent-netlink",
 	"configfs-rdma_cm", "memlock-mlock", "memlock-raise", "limits.d-write", "state-dir-write",
 	"af-unix-dbus", "af-inet-loopback", "af-inet-node-address", "af-inet6-loopback",
-	"denied-write-usr", "denied-mount",
+	"kmsg-read", "denied-write-usr", "denied-mount", "denied-kmsg-write",
 }
 
 // TestPackageSandbox runs TestPackageSandboxHelper (this test binary) as a
@@ -716,6 +717,34 @@ func TestPackageSandboxHelper(t *testing.T) {
 		}
 		if !errors.Is(err, syscall.EPERM) {
 			return "", fmt.Errorf("mount: %w, want EPERM", err)
+		}
+		return "EPERM", nil
+	})
+	step("kmsg-read", func() (string, error) {
+		// rdmad's kernel fault follower: /dev/kmsg bound into the
+		// private /dev, readable (CAP_SYSLOG under dmesg_restrict=1).
+		f := kmsg.New(kmsg.Options{})
+		f.SetDevices(nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := f.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			return "", fmt.Errorf("follow the kernel log: %v", err)
+		}
+		st := f.Stats()
+		if st.Records == 0 {
+			return "", errors.New("read no record of the kernel's buffer")
+		}
+		return fmt.Sprintf("%d records", st.Records), nil
+	})
+	step("denied-kmsg-write", func() (string, error) {
+		// DeviceAllow=/dev/kmsg r: reading only.
+		f, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+			return "", errors.New("opened /dev/kmsg for writing: DeviceAllow=/dev/kmsg r not in effect")
+		}
+		if !errors.Is(err, syscall.EPERM) {
+			return "", fmt.Errorf("open /dev/kmsg for writing: %w, want EPERM", err)
 		}
 		return "EPERM", nil
 	})

@@ -1,0 +1,377 @@
+// Package kmsg follows the kernel log (/dev/kmsg) and turns the messages
+// about RDMA devices into faults: any message of severity err or worse
+// that names a device (its name, its PCI function, one of its netdevs, or
+// the DEVICE field dev_printk adds), and the known NIC fault messages of
+// Catalog, some of which come at warning or info. A Follower keeps one
+// apitype.KernelFault per device and pattern, bounded in number, and drops
+// each a window after its last message or when the device is recreated
+// (docs/HEALTH-kernel.md).
+//
+// Start-up: a Follower reads the kernel's whole buffer once and keeps the
+// records of the last window, by their kernel timestamps, so a restart of
+// rdmad neither loses a fresh fault nor raises an old one again; a fault
+// expires at the same time whether rdmad restarted or not. Records older
+// than the window (from boot, or from before the last restart) are
+// skipped.
+//
+// Costs: every record is one read(2) and a parse without allocation; only
+// records that name a device are matched against the catalog (each
+// pattern's regular expression only behind a substring prefilter), and a
+// repeated line is not escaped again (BenchmarkFlood); the faults
+// are at most Options.MaxFaults, each with a line of at most MaxLine
+// bytes; a flood of matching messages updates counts and is published at
+// most once per Options.PublishInterval, a new fault at once (at most
+// every tenth of a second). Nothing ever blocks the kernel: when rdmad
+// falls behind, the kernel overwrites the oldest records, and the
+// Follower counts the loss (Stats.Lost) and goes on.
+package kmsg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/client/apitype"
+)
+
+// DefaultPath is the kernel log device.
+const DefaultPath = "/dev/kmsg"
+
+// Defaults of Options.
+const (
+	DefaultWindow          = 10 * time.Minute
+	DefaultMaxFaults       = 64
+	DefaultPublishInterval = time.Second
+	// urgentInterval paces the publication of new and dropped faults,
+	// which otherwise go out at once.
+	urgentInterval = 100 * time.Millisecond
+)
+
+// recordBuffer holds one record: the kernel formats at most 8 KiB
+// (CONSOLE_EXT_LOG_MAX; 2 KiB, PRINTK_MESSAGE_MAX, since 6.1) and fails a
+// smaller read with EINVAL without moving on.
+const recordBuffer = 8 << 10
+
+// Options configure a Follower. The zero value follows /dev/kmsg with the
+// defaults.
+type Options struct {
+	// Path is the kernel log device; "" means DefaultPath.
+	Path string
+	// Window is how long a fault stays after its last message
+	// ([health] kernel_fault_window); 0 means DefaultWindow.
+	Window time.Duration
+	// MaxFaults bounds the faults kept; a new one evicts the one seen
+	// least recently. 0 means DefaultMaxFaults.
+	MaxFaults int
+	// PublishInterval is the least time between two calls of OnChange
+	// for changes of counts and lines only; 0 means
+	// DefaultPublishInterval.
+	PublishInterval time.Duration
+	// Now returns the wall clock; nil means time.Now.
+	Now func() time.Time
+	// OnChange, if set, is called from Run's goroutine with the faults
+	// (a new slice, ordered by device and pattern) whenever they
+	// changed. It should return quickly: the kernel does not wait.
+	OnChange func([]apitype.KernelFault)
+}
+
+// Stats count what a Follower read, for metrics.
+type Stats struct {
+	// Records parsed; Malformed records skipped.
+	Records, Malformed uint64
+	// Lost counts the times the kernel overwrote records before they
+	// were read (EPIPE).
+	Lost uint64
+	// Matched counts the records that became (or added to) a fault;
+	// Evicted the faults dropped to make room for a new one.
+	Matched, Evicted uint64
+}
+
+// A source is what Run reads records from: /dev/kmsg as an *os.File (in
+// the runtime poller, so deadlines wake a blocked Read), or a test's
+// stand-in.
+type source interface {
+	io.ReadCloser
+	SetReadDeadline(time.Time) error
+}
+
+// A Follower follows the kernel log. Its methods may be called from any
+// goroutine; Run at most once.
+type Follower struct {
+	opts Options
+	// open opens the source positioned at the oldest record; mono
+	// returns the kernel's timestamp clock (CLOCK_MONOTONIC). Tests
+	// replace both.
+	open func(path string) (source, error)
+	mono func() time.Duration
+
+	ix        atomic.Pointer[index]
+	ready     chan struct{} // closed by the first SetDevices
+	readyOnce sync.Once
+
+	records, malformed, lost, matched, evicted atomic.Uint64
+
+	mu      sync.Mutex
+	tab     *table
+	src     source // while Run reads, for wakeups
+	urgent  bool   // the set of faults changed: publish soon
+	dirty   bool   // counts or lines changed: publish within the interval
+	lastPub time.Time
+}
+
+// New returns a Follower; call SetDevices, then Run.
+func New(opts Options) *Follower {
+	if opts.Path == "" {
+		opts.Path = DefaultPath
+	}
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.MaxFaults <= 0 {
+		opts.MaxFaults = DefaultMaxFaults
+	}
+	if opts.PublishInterval <= 0 {
+		opts.PublishInterval = DefaultPublishInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	f := &Follower{opts: opts, open: openKmsg, mono: monotonic, ready: make(chan struct{}), tab: newTable(opts.MaxFaults)}
+	f.ix.Store(newIndex(nil))
+	return f
+}
+
+// SetDevices replaces the RDMA devices that records are matched against;
+// the daemon calls it whenever its inventory changes. Faults of devices
+// that left the set stay until their window ends (a device that a fatal
+// error removed is the one to report). Run reads no record before the
+// first call (make it with an empty inventory too), so the records of the
+// window before it are matched against the first inventory, not against
+// none.
+func (f *Follower) SetDevices(devs []Device) {
+	f.ix.Store(newIndex(devs))
+	f.readyOnce.Do(func() { close(f.ready) })
+}
+
+// Forget drops the faults of device: the daemon calls it when the device
+// is (re)created, whose faults were about its previous instance.
+func (f *Follower) Forget(device string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tab.forget(device) {
+		f.urgent = true
+		f.wakeLocked()
+	}
+}
+
+// Faults returns the faults in force, ordered by device and pattern.
+func (f *Follower) Faults() []apitype.KernelFault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tab.expire(f.opts.Now(), f.opts.Window) {
+		// Run publishes the drop too.
+		f.urgent = true
+		f.wakeLocked()
+	}
+	return f.tab.list()
+}
+
+// Stats returns the counters.
+func (f *Follower) Stats() Stats {
+	return Stats{Records: f.records.Load(), Malformed: f.malformed.Load(), Lost: f.lost.Load(),
+		Matched: f.matched.Load(), Evicted: f.evicted.Load()}
+}
+
+// wakeLocked makes a blocked Read of Run return, so that it publishes.
+func (f *Follower) wakeLocked() {
+	if f.src != nil {
+		f.src.SetReadDeadline(time.Now())
+	}
+}
+
+// Run follows the kernel log until ctx is done, then returns ctx.Err().
+// It opens Options.Path first (an error says why it cannot: missing,
+// permission), waits for the first SetDevices, reads the buffer's records
+// of the last window and then every new one. Lost records (EPIPE) are
+// counted, malformed ones skipped and counted; another read error ends
+// Run with that error. Run starts no goroutine that outlives it.
+func (f *Follower) Run(ctx context.Context) error {
+	src, err := f.open(f.opts.Path)
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("kmsg: open %s: %w (reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict=1, and in a systemd unit ProtectKernelLogs=no and DeviceAllow=/dev/kmsg r)", f.opts.Path, err)
+	}
+	if err != nil {
+		return fmt.Errorf("kmsg: open %s: %w", f.opts.Path, err)
+	}
+	defer src.Close()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.ready:
+	}
+
+	f.mu.Lock()
+	f.src = src
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.src = nil
+		f.mu.Unlock()
+	}()
+	// Cancellation wakes a blocked Read through its deadline; Run waits
+	// for the callback when it started, so nothing outlives Run.
+	woken := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(woken)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		src.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer func() {
+		if !stop() {
+			<-woken
+		}
+	}()
+
+	buf := make([]byte, recordBuffer)
+	for {
+		pub := f.tick()
+		if pub != nil && f.opts.OnChange != nil {
+			f.opts.OnChange(pub)
+		}
+		// After tick set the deadline: a cancellation before it is seen
+		// here, one after it moved the deadline to the past.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := src.Read(buf)
+		switch {
+		case err == nil && n == 0:
+			return fmt.Errorf("kmsg: read %s: %w", f.opts.Path, io.ErrUnexpectedEOF)
+		case err == nil:
+			f.handle(buf[:n])
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, syscall.EPIPE):
+			// The kernel overwrote records we had not read; the next
+			// read returns the oldest one left.
+			f.lost.Add(1)
+		default:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("kmsg: read %s: %w", f.opts.Path, err)
+		}
+	}
+}
+
+// tick expires faults, returns the faults to publish if it is time
+// (nil if not), and sets the source's read deadline to the next thing to
+// do: an expiry or a paced publication.
+func (f *Follower) tick() []apitype.KernelFault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.opts.Now()
+	if f.tab.expire(now, f.opts.Window) {
+		f.urgent = true
+	}
+	var pub []apitype.KernelFault
+	if f.urgent && !now.Before(f.lastPub.Add(urgentInterval)) ||
+		f.dirty && !now.Before(f.lastPub.Add(f.opts.PublishInterval)) {
+		pub = f.tab.list()
+		f.lastPub = now
+		f.urgent, f.dirty = false, false
+	}
+	next := f.tab.nextExpiry(f.opts.Window)
+	soon := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if f.urgent {
+		soon(f.lastPub.Add(urgentInterval))
+	}
+	if f.dirty {
+		soon(f.lastPub.Add(f.opts.PublishInterval))
+	}
+	var deadline time.Time // none
+	if !next.IsZero() {
+		// The source's deadlines are on the real clock; Now may be a
+		// test's.
+		deadline = time.Now().Add(max(next.Sub(now), time.Millisecond))
+	}
+	if f.src != nil {
+		f.src.SetReadDeadline(deadline)
+	}
+	return pub
+}
+
+// handle turns one record into a fault if it is one.
+func (f *Follower) handle(b []byte) {
+	r, err := ParseRecord(b)
+	if err != nil {
+		f.malformed.Add(1)
+		return
+	}
+	f.records.Add(1)
+	if r.Priority > maxPriority {
+		return
+	}
+	// The record's age by the kernel's clock dates it on the wall clock.
+	age := f.mono() - time.Duration(r.TS)*time.Microsecond
+	if age < 0 {
+		age = 0
+	}
+	if age >= f.opts.Window {
+		return // before the window: from boot or before a restart
+	}
+	device, pattern, ok := f.ix.Load().match(&r)
+	if !ok {
+		return
+	}
+	f.matched.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	isNew, evicted := f.tab.add(device, pattern, r.Priority, r.Message, f.opts.Now().Add(-age))
+	if evicted {
+		f.evicted.Add(1)
+	}
+	if isNew {
+		f.urgent = true
+	} else {
+		f.dirty = true
+	}
+}
+
+// openKmsg opens the kernel log for reading, non-blocking so that the
+// runtime poller (epoll; /dev/kmsg supports poll) waits for records and
+// deadlines interrupt the wait, at the oldest record in the buffer
+// (SEEK_SET; SEEK_END would skip the window's records at a restart).
+func openKmsg(path string) (source, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seek to the oldest record: %w", err)
+	}
+	return f, nil
+}
+
+// monotonic reads CLOCK_MONOTONIC, the clock of the records' TS_USEC
+// (printk's local_clock, which like it stops during suspend).
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
