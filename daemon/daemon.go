@@ -116,6 +116,8 @@ type Daemon struct {
 	qos *qosObserver
 	// health decides every snapshot's verdict (health.go).
 	health *healthPart
+	// klog follows the kernel log for faults of the devices (kernellog.go).
+	klog *kernelLog
 }
 
 // Run runs rdmad until ctx is cancelled (SIGINT/SIGTERM in cmd/rdmad) and
@@ -214,6 +216,9 @@ func Run(ctx context.Context, opts Options) error {
 		defer d.qos.close()
 	}
 	ev := d.startEvents()
+	d.klog = &kernelLog{d: d}
+	d.klog.apply(d.cfg)
+	defer d.klog.close()
 	d.startPeers()
 
 	d.parts.Go(func(ctx context.Context) {
@@ -349,6 +354,7 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 		d.reconcile(nil)
 		d.reloadPeers()
 		d.verbs.apply(cfg)
+		d.klog.apply(cfg)
 		pending = d.restartNeeded(cfg)
 	}
 	snap := d.store.Update(func(s *apitype.Snapshot) {
@@ -491,6 +497,12 @@ func (d *Daemon) refresh(why string) {
 		return
 	}
 	d.log.Debug("inventory read", "why", why, "devices", len(devs))
+	if d.klog != nil {
+		if !first {
+			d.klog.added(prev, devs)
+		}
+		d.klog.setDevices(devs)
+	}
 	if !first {
 		// The first read at start finds what is there: "rdmad started"
 		// counts the devices.

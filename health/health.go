@@ -451,6 +451,7 @@ func (e evaluator) kernel() apitype.Condition {
 		return unknown(t, "DaemonNotAnswering", "rdmad does not answer: it follows the kernel log")
 	}
 	var objs, msgs []string
+	c, followed := e.s.Components[apitype.ComponentKernelLog]
 	for _, f := range e.s.KernelFaults {
 		if e.in.Expect.ignored(f.Device, -1) {
 			continue
@@ -462,7 +463,13 @@ func (e evaluator) kernel() apitype.Condition {
 		msgs = append(msgs, m)
 	}
 	if len(objs) > 0 {
-		return problem(t, "KernelReported", objs, list(msgs))
+		return problem(t, "KernelReported", objs, list(msgs)+"; `journalctl -k` has the context")
+	}
+	switch {
+	case followed && c.State == apitype.Error:
+		return unknown(t, "KernelLogUnreadable", "the kernel log cannot be followed: "+c.Detail())
+	case followed && c.State == apitype.Disabled:
+		return ok(t, "NotMonitored", "the kernel log is not followed: "+c.Detail())
 	}
 	return ok(t, "NoFaults", "the kernel log reported no fault of an RDMA device")
 }
@@ -495,7 +502,8 @@ func (e evaluator) policy() apitype.Condition {
 // daemonParts are the components whose error is rdmad's own trouble: the
 // others have a condition of their own.
 var daemonParts = map[string]bool{apitype.ComponentConfig: false, apitype.ComponentInventory: false,
-	apitype.ComponentVerbs: false, apitype.ComponentMRPool: false, apitype.ComponentLoopback: false}
+	apitype.ComponentVerbs: false, apitype.ComponentMRPool: false, apitype.ComponentLoopback: false,
+	apitype.ComponentKernelLog: false}
 
 func (e evaluator) daemon() apitype.Condition {
 	const t = apitype.CondDaemon

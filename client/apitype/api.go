@@ -29,6 +29,9 @@ const (
 	// while one is in error.
 	ComponentEventsRtnetlink = "events-rtnetlink"
 	ComponentEventsUevent    = "events-uevent"
+	// ComponentKernelLog follows the kernel log for faults of RDMA
+	// devices (docs/HEALTH.md, "Kernel faults").
+	ComponentKernelLog = "kernel-log"
 )
 
 // ApplyResult is the answer of POST /v1/policy/apply.

@@ -111,6 +111,8 @@ var (
 		"1 when the health verdict is ok (GET /v1/health, rdmactl check exit 0: every condition ok), else 0.", nil, nil)
 	healthCond = prometheus.NewDesc("rdmad_health_condition",
 		"1 for the current status (ok, unknown, problem) of each condition of the health verdict (docs/HEALTH.md), 0 for the others.", []string{"type", "status"}, nil)
+	kernelFault = prometheus.NewDesc("rdmad_kernel_fault_messages",
+		"Kernel log messages of one fault of an RDMA device (device, pattern: docs/HEALTH.md) within its window; the series goes when the fault's window ends.", []string{"device", "pattern"}, nil)
 	snapshotSeq = prometheus.NewDesc("rdmad_state_updates_total",
 		"State snapshots rdmad has published (the seq of GET /v1/status).", nil, nil)
 	daemonState = prometheus.NewDesc("rdmad_state",
@@ -134,11 +136,14 @@ var conditionStatuses = []string{apitype.ConditionOK, apitype.ConditionUnknown, 
 var componentStates = []string{apitype.OK, apitype.Error, apitype.Unavailable, apitype.Disabled}
 
 var daemonSection = section{
-	descs: []*prometheus.Desc{buildInfo, startTime, healthy, healthCond, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
+	descs: []*prometheus.Desc{buildInfo, startTime, healthy, healthCond, kernelFault, snapshotSeq, daemonState, configGen, configError, configLoaded, componentUp, componentState},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		ch <- gauge(buildInfo, 1, s.Version, c.opts.GoVersion)
 		ch <- gauge(startTime, float64(s.StartedAt.UnixNano())/1e9)
 		ch <- gauge(healthy, b2f(s.Healthy()))
+		for _, f := range s.KernelFaults {
+			ch <- gauge(kernelFault, float64(f.Count), f.Device, f.Pattern)
+		}
 		for _, cond := range s.Health.Conditions {
 			for _, st := range conditionStatuses {
 				ch <- gauge(healthCond, b2f(cond.Status == st), cond.Type, st)

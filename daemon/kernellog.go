@@ -1,0 +1,106 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/kmsg"
+)
+
+// kernelLog follows the kernel log for faults of the RDMA devices
+// (daemon/kmsg; docs/HEALTH.md, "Kernel faults"): the follower runs in a
+// part of its own and posts the faults to the mailbox; the main loop tells
+// it the devices and restarts it when [health] changes. Main loop only.
+type kernelLog struct {
+	d      *Daemon
+	f      *kmsg.Follower
+	stop   func()
+	window time.Duration
+	// devices is the device set the follower was last told, as a key, so
+	// that an inventory read that changed nothing tells it nothing.
+	devices string
+}
+
+// apply starts, restarts or stops the follower for cfg. Only a node's own
+// sysfs has a kernel log to follow: a fixture tree (tests) has none.
+func (k *kernelLog) apply(cfg *config.Config) {
+	on := cfg.Health.KernelLog && (k.d.inv.Root == "" || k.d.inv.Root == "/")
+	w := cfg.Health.KernelFaultWindow.Duration
+	if k.f != nil && on && w == k.window {
+		return
+	}
+	if k.stop != nil {
+		k.stop()
+		k.stop, k.f = nil, nil
+	}
+	if !on {
+		why := errors.New("[health] kernel_log = false")
+		if cfg.Health.KernelLog {
+			why = errors.New("the inventory is a fixture tree, not this node's sysfs")
+		}
+		k.d.setComponent(apitype.ComponentKernelLog, apitype.Disabled, why)
+		k.d.store.Update(func(s *apitype.Snapshot) { s.KernelFaults = []apitype.KernelFault{} })
+		return
+	}
+	k.window = w
+	k.devices = ""
+	d := k.d
+	f := kmsg.New(kmsg.Options{Window: w, OnChange: func(faults []apitype.KernelFault) {
+		d.mail.post("kernel-faults", func(s *apitype.Snapshot) { s.KernelFaults = faults })
+	}})
+	k.f = f
+	d.setComponent(apitype.ComponentKernelLog, apitype.OK, nil)
+	k.stop = d.parts.Start(func(ctx context.Context) {
+		if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			d.log.Warn("kernel log not followed: kernel faults of RDMA devices go unseen", "err", err)
+			d.report(apitype.ComponentKernelLog, apitype.Error, err)
+		}
+	})
+	k.setDevices(d.store.Load().Devices)
+}
+
+// setDevices tells the follower the devices of an inventory read.
+func (k *kernelLog) setDevices(devs []apitype.Device) {
+	if k.f == nil {
+		return
+	}
+	var b strings.Builder
+	for _, d := range devs {
+		b.WriteString(d.Name + "\x00" + d.Parent)
+		for _, p := range d.Ports {
+			b.WriteString("\x00" + p.Netdev)
+		}
+		b.WriteByte('\n')
+	}
+	if key := b.String(); key != k.devices || k.devices == "" {
+		k.devices = key
+		k.f.SetDevices(kmsg.DevicesOf(devs))
+	}
+}
+
+// added drops the faults of devices that are new in next: a recreated
+// device's faults were about its previous instance.
+func (k *kernelLog) added(prev, next []apitype.Device) {
+	if k.f == nil {
+		return
+	}
+	for _, d := range next {
+		if !slices.ContainsFunc(prev, func(p apitype.Device) bool { return p.Name == d.Name }) {
+			k.f.Forget(d.Name)
+		}
+	}
+}
+
+// close stops the follower (the supervisor's stop would too; Run's
+// deferred wait is the one that matters).
+func (k *kernelLog) close() {
+	if k.stop != nil {
+		k.stop()
+		k.stop, k.f = nil, nil
+	}
+}
