@@ -5,7 +5,7 @@
 // Catalog, some of which come at warning or info. A Follower keeps one
 // apitype.KernelFault per device and pattern, bounded in number, and drops
 // each a window after its last message or when the device is recreated
-// (docs/HEALTH-kernel.md).
+// (docs/HEALTH.md, "Kernel faults").
 //
 // Start-up: a Follower reads the kernel's whole buffer once and keeps the
 // records of the last window, by their kernel timestamps, so a restart of

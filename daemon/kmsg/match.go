@@ -53,7 +53,7 @@ func (p *Pattern) prefilter(msg []byte) bool {
 // fault only at err or worse, as PatternErr). Every entry is matched only
 // against records that name an RDMA device, its PCI function or its
 // netdev. The texts are the drivers' own, as of Linux 6.x; the comments
-// say where each comes from. docs/HEALTH-kernel.md lists them for
+// say where each comes from. docs/HEALTH.md, "Kernel faults" lists them for
 // operators.
 var Catalog = []Pattern{
 	// mlx5 health poller and its health buffer dump
