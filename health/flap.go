@@ -70,8 +70,20 @@ func NewFlaps(cfg FlapConfig) *Flaps {
 	return &Flaps{cfg: cfg.withDefaults(), ports: map[string]*flapPort{}}
 }
 
-// SetConfig changes the thresholds (a reload); what was counted stays.
-func (f *Flaps) SetConfig(cfg FlapConfig) { f.cfg = cfg.withDefaults() }
+// SetConfig changes the thresholds (a reload). New thresholds count anew:
+// downs and flapping judged by the old ones are dropped (the transition
+// counts and each port's state stay), so that a port is never flapping by
+// rules that were not in force when it went down.
+func (f *Flaps) SetConfig(cfg FlapConfig) {
+	cfg = cfg.withDefaults()
+	if cfg == f.cfg {
+		return
+	}
+	f.cfg = cfg
+	for _, p := range f.ports {
+		p.downs, p.flapping = nil, false
+	}
+}
 
 // Observe records that port key is up (ACTIVE) or not at now, and reports
 // whether that is a transition. The first observation of a port is its

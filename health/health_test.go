@@ -235,6 +235,18 @@ func TestFlaps(t *testing.T) {
 			t.Fatalf("flapping after down %d at 40 s apart", i+1)
 		}
 	}
+	// New thresholds count anew; the same ones keep what was counted.
+	f.SetConfig(FlapConfig{Downs: 3, Window: time.Minute, Quiet: 2 * time.Minute})
+	cycle()
+	cycle()
+	cycle()
+	if !f.State(now)["rxe0/1"].Flapping {
+		t.Fatal("same thresholds: the count was dropped")
+	}
+	f.SetConfig(FlapConfig{Downs: 3, Window: time.Minute, Quiet: time.Minute})
+	if st := f.State(now)["rxe0/1"]; st.Flapping || st.Downs != 0 || st.Transitions != 12 {
+		t.Errorf("after new thresholds: %+v, want no downs, not flapping, 12 transitions", st)
+	}
 	g.Forget(func(string) bool { return false })
 	if len(g.State(t0)) != 0 {
 		t.Error("Forget kept a port")
