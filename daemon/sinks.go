@@ -26,7 +26,7 @@ import (
 // (setMetricsListen).
 func (d *Daemon) addSinks() {
 	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch")})
-	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot}
+	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, DBusRefused: d.busRefused.Refused}
 	if root := d.opts.SysfsRoot; root == "" || root == "/" {
 		// The pause and discard counters of the RoCE netdevs, read at
 		// scrape time (a netdev without them is logged once); not for a
