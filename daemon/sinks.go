@@ -40,13 +40,13 @@ func (d *Daemon) addSinks() {
 		opts.Resources = d.scrapeResources
 	}
 	col := metrics.NewCollector(opts)
-	h := metrics.Handler(metrics.NewRegistry(col, true))
+	h, tcp := metrics.Handlers(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
 	d.api.Handle("/v1/watch", http.MethodGet, access.Watch, hub)
 
 	d.parts.Go(hub.Run)
 
-	d.metrics.handler = h
+	d.metrics.handler = tcp
 	if d.cfg.Metrics.Listen == "" {
 		d.setComponent(apitype.ComponentMetrics, apitype.OK, nil)
 		return

@@ -287,8 +287,13 @@ type Peer struct {
 // on the Unix socket is always there; Listen adds a TCP listener.
 type Metrics struct {
 	// Listen is a TCP host:port ("127.0.0.1:9879") serving GET /metrics;
-	// empty (the default) opens no port. It takes effect at start only.
+	// empty (the default) opens no port. It follows reloads.
 	Listen string `toml:"listen" json:"listen,omitempty"`
+	// ListenAny allows a Listen without a host or with a wildcard one
+	// (":9879", "0.0.0.0:9879", "[::]:9879"), which serves every
+	// interface: the metrics tell anyone who reaches the port the node's
+	// devices, peers and their states, so it must be asked for.
+	ListenAny bool `toml:"listen_any" json:"listen_any,omitempty"`
 }
 
 // A Duration is a time.Duration written as a Go duration string ("5m").

@@ -524,11 +524,18 @@ func (c *Config) validateMRPool(k *checker) {
 
 // validateMetrics checks [metrics].
 func (c *Config) validateMetrics(k *checker) {
-	if l := c.Metrics.Listen; l != "" {
-		if msg := checkListen(l); msg != "" {
-			k.bad(k.setter("metrics.listen"), "metrics.listen",
-				"%q %s; write host:port, e.g. \"127.0.0.1:9879\" (or remove the key to serve metrics on the socket only)", l, msg)
-		}
+	l := c.Metrics.Listen
+	if l == "" {
+		return
+	}
+	if msg := checkListen(l); msg != "" {
+		k.bad(k.setter("metrics.listen"), "metrics.listen",
+			"%q %s; write host:port, e.g. \"127.0.0.1:9879\" (or remove the key to serve metrics on the socket only)", l, msg)
+		return
+	}
+	if host, _, _ := net.SplitHostPort(l); !c.Metrics.ListenAny && isWildcard(host) {
+		k.bad(k.setter("metrics.listen"), "metrics.listen",
+			"%q listens on every interface, and the metrics tell whoever reaches the port this node's devices and peers; name one address, e.g. \"127.0.0.1:9879\" or the node's management address, or set listen_any = true in [metrics] if every interface is meant", l)
 	}
 }
 
@@ -671,6 +678,15 @@ func checkListen(addr string) string {
 	return ""
 }
 
+// isWildcard reports whether a listen host binds every interface.
+func isWildcard(host string) bool {
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsUnspecified()
+}
+
 // lastSetter reports the last of files that sets key, or def.
 func lastSetter(files []string, locs map[string]*locator, key, def string) string {
 	for i := len(files) - 1; i >= 0; i-- {
@@ -705,8 +721,8 @@ func (c *Config) validateProbe(k *checker) {
 	if pr.Port < 1 || pr.Port > 65535 || pr.Port == 4791 {
 		bad(at("port"), "probe.port", "%d cannot be the control port; use 1 to 65535 except 4791 (RoCE v2's own port); default %d", pr.Port, DefaultProbePort)
 	}
-	if strings.ContainsAny(pr.Group, " \t\n") {
-		bad(at("group"), "probe.group", "%q: a group label has no spaces, e.g. \"tor-a\"", pr.Group)
+	if msg := CheckGroupLabel(pr.Group); msg != "" {
+		bad(at("group"), "probe.group", "%s", msg)
 	}
 	iv := pr.PeerInterval.Duration
 	if iv < 10*time.Millisecond || iv > time.Hour {
@@ -761,8 +777,8 @@ func (c *Config) validateProbe(k *checker) {
 		if msg := CheckPeerAddress(p.Address); msg != "" {
 			bad(p.src.file, key+".address", "%s", msg)
 		}
-		if strings.ContainsAny(p.Group, " \t\n") {
-			bad(p.src.file, key+".group", "%q: a group label has no spaces, e.g. \"tor-a\"", p.Group)
+		if msg := CheckGroupLabel(p.Group); msg != "" {
+			bad(p.src.file, key+".group", "%s", msg)
 		}
 	}
 }
@@ -781,5 +797,20 @@ func CheckPeerAddress(a string) string {
 	}
 	return ""
 }
+
+// CheckGroupLabel returns what is wrong with a group label ([probe] group,
+// [[peer]] group, the second field of a peers_file line), or "" if nothing
+// is; "" is no group. A label travels into rdmactl peers, metric labels
+// and D-Bus strings (which must be valid UTF-8), so it is checked like an
+// address: a few printable ASCII characters, nothing a terminal or a
+// parser could take for anything else.
+func CheckGroupLabel(g string) string {
+	if g == "" || groupRE.MatchString(g) {
+		return ""
+	}
+	return fmt.Sprintf("%.70q is not a group label; use 1 to 64 letters, digits and . _ - : / starting with a letter or digit, e.g. \"tor-a\"", g)
+}
+
+var groupRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
