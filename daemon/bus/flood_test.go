@@ -135,3 +135,31 @@ func TestIntegrationRefusalFlood(t *testing.T) {
 		t.Errorf("a second flood: %s, want LimitsExceeded answers", res.Value)
 	}
 }
+
+// TestIntegrationProbeArgLoggedAfterCheck is issue #24's forged journal
+// lines: an admin's Probe argument was logged before it was checked, so
+// "\n" and ESC in it reached root's journal. A refused argument is not
+// logged at all; a valid one is, once checked.
+func TestIntegrationProbeArgLoggedAfterCheck(t *testing.T) {
+	requireRoot(t)
+	startBus(t, "")
+	store := newStore()
+	pb := newProbeBackend(store)
+	var logs syncbuf.Buffer
+	startRunOpts(t, Options{Store: store, Backend: pb, Roles: func() access.Roles { return access.Roles{} },
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))}).waitFor(t, 0, apitype.OK, "")
+	obj := rootConn(t).Object(Name, Path)
+	forged := "x\nlevel=INFO msg=\"configuration loaded\"\x1b[2J"
+	if err := obj.Call(Interface+".Probe", 0, forged).Err; !isDBusError(err, ErrInvalidArgs) {
+		t.Fatalf("Probe(%q): %v, want InvalidArgs", forged, err)
+	}
+	if strings.Contains(logs.String(), "D-Bus method call") || strings.Contains(logs.String(), "\x1b") {
+		t.Errorf("the refused argument reached the log:\n%s", logs.String())
+	}
+	if err := obj.Call(Interface+".Probe", 0, upPeer.Name).Err; err != nil {
+		t.Fatalf("Probe(%s): %v", upPeer.Name, err)
+	}
+	if want := "msg=\"D-Bus method call\" method=Probe sender="; !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "peer="+upPeer.Name) {
+		t.Errorf("the valid Probe is not logged with its peer:\n%s", logs.String())
+	}
+}
