@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -117,12 +118,17 @@ func (g *gate) caller(c call) (access.Caller, error) {
 			g.mu.Unlock()
 		}
 		close(l.done)
+		return l.caller, l.err
+	}
+	var gone <-chan struct{}
+	if c.conn != nil {
+		gone = c.conn.Context().Done()
 	}
 	select {
 	case <-l.done:
 		return l.caller, l.err
-	case <-c.conn.Context().Done():
-		return access.Caller{}, c.conn.Context().Err()
+	case <-gone:
+		return access.Caller{}, errors.New("the connection to the bus closed while the caller's credentials were asked")
 	}
 }
 
