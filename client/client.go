@@ -134,11 +134,11 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("rdmad at %s: %w", c.Socket, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("rdmad at %s: read answer: %w", c.Socket, err)
-	}
 	if resp.StatusCode/100 != 2 {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		if err != nil {
+			return fmt.Errorf("rdmad at %s: read the %d answer to %s: %w", c.Socket, resp.StatusCode, path, err)
+		}
 		var eb apitype.ErrorBody
 		if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
 			eb.Error = string(body)
@@ -154,7 +154,13 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	// Decoded as it is read, within the bounds of an answer (bound.go).
+	in := &boundedReader{r: resp.Body, maxBytes: MaxAnswerBytes, maxValues: MaxAnswerValues,
+		tooLarge: func(what string) error { return &AnswerTooLargeError{Socket: c.Socket, Path: path, What: what} }}
+	if err := json.NewDecoder(in).Decode(out); err != nil {
+		if in.err != nil {
+			return in.err
+		}
 		return fmt.Errorf("rdmad at %s: decode %s: %w", c.Socket, path, err)
 	}
 	return nil

@@ -105,9 +105,12 @@ func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxMetricsBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("rdmad at %s: read /metrics: %w", c.Socket, err)
+	}
+	if len(b) > MaxMetricsBytes {
+		return nil, &AnswerTooLargeError{Socket: c.Socket, Path: "/metrics", What: fmt.Sprintf("%d MiB", MaxMetricsBytes>>20)}
 	}
 	return b, nil
 }
@@ -133,7 +136,7 @@ func (c *Client) open(ctx context.Context, path string) (*http.Response, error) 
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var eb apitype.ErrorBody
 	if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
 		eb.Error = string(body)

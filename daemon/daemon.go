@@ -75,8 +75,10 @@ const ShutdownGrace = 3 * time.Second
 // unless noted.
 type Daemon struct {
 	opts Options
-	// doctorRuns holds a token per doctor run in progress (backend.Doctor).
-	doctorRuns chan struct{}
+	// doctorRuns hands out the doctor runs (backend.Doctor).
+	doctorRuns doctorSlots
+	// busRefused counts the D-Bus service's refusals, for the metrics.
+	busRefused *bus.Counters
 	log        *slog.Logger
 	level      *slog.LevelVar
 	notify     notifier
@@ -134,7 +136,7 @@ func Run(ctx context.Context, opts Options) error {
 		level: new(slog.LevelVar),
 		inv:   inventoryReader(opts.SysfsRoot),
 
-		doctorRuns: make(chan struct{}, maxDoctorRuns),
+		busRefused: &bus.Counters{},
 		reqs:       make(chan func(), 8),
 		mail:       newMailbox(),
 	}
@@ -222,7 +224,7 @@ func Run(ctx context.Context, opts Options) error {
 	d.startPeers()
 
 	d.parts.Go(func(ctx context.Context) {
-		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"),
+		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"), Counters: d.busRefused,
 			Report: func(st string, err error) { d.report(apitype.ComponentDBus, st, err) }})
 	})
 

@@ -193,9 +193,15 @@ func fieldName(k string) string {
 	return s
 }
 
+// quoteIfNeeded quotes a value of the MESSAGE text when it has a blank,
+// a quote or an '=' (which would make key=value ambiguous), or anything
+// strconv.Quote would change: a newline would forge a second line in
+// journalctl's output, an ESC would reach the terminal of whoever reads
+// it, invalid UTF-8 or a bidi control would hide what follows. The field
+// itself keeps the value as it is (a journal field may hold any bytes).
 func quoteIfNeeded(s string) string {
-	if strings.ContainsAny(s, " \t\"=") || s == "" {
-		return fmt.Sprintf("%q", s)
+	if q := strconv.Quote(s); s == "" || strings.ContainsAny(s, " \"=") || q[1:len(q)-1] != s {
+		return q
 	}
 	return s
 }

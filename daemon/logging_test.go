@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,6 +202,25 @@ func TestJournalNative(t *testing.T) {
 	}
 	if stderr.Len() != 0 {
 		t.Errorf("the entry went to the journal socket and also to stderr: %q", stderr.String())
+	}
+}
+
+// TestJournalMessageQuotes is issue #24's forged journal lines: a value
+// with a newline, an ESC, invalid UTF-8 or a bidi control appears in
+// MESSAGE quoted (one line, nothing a terminal acts on), while its field
+// keeps the bytes.
+func TestJournalMessageQuotes(t *testing.T) {
+	j := newFakeJournal(t)
+	log := newLogger(io.Discard, new(slog.LevelVar))
+	forged := "192.0.2.17\nrdmad[1]:configuration-loaded\x1b[2J\xff\u202e" // no blank: quoted for its controls alone
+	log.Info("D-Bus method call", "peer", forged, "plain", "tor-a")
+	e := j.next(t, 5*time.Second, map[string]string{"PEER": forged})
+	want := "D-Bus method call peer=" + strconv.Quote(forged) + " plain=tor-a"
+	if e["MESSAGE"] != want {
+		t.Errorf("MESSAGE %q, want %q", e["MESSAGE"], want)
+	}
+	if strings.ContainsAny(e["MESSAGE"], "\n\x1b\u202e") {
+		t.Errorf("MESSAGE %q carries a raw newline, ESC or bidi control", e["MESSAGE"])
 	}
 }
 

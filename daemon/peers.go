@@ -388,9 +388,11 @@ const maxPeersFileBytes = 8 << 20
 
 // readPeersFile reads "address [group]" lines; '#' starts a comment. The
 // file is read with safefile: a FIFO or a device there is an error naming
-// it, not a main loop blocked forever in open(2).
+// it, not a main loop blocked forever in open(2). It must be root's and
+// writable by nobody else, like the key file: its peers are let through
+// the control endpoint's allow list.
 func readPeersFile(path string) ([]pingmesh.Spec, error) {
-	data, err := safefile.ReadRegular(path, maxPeersFileBytes)
+	data, _, err := safefile.Read(path, safefile.Options{Max: maxPeersFileBytes, RootWritable: true})
 	if err != nil {
 		return nil, fmt.Errorf("read [probe] peers_file: %w", err)
 	}
@@ -419,6 +421,10 @@ func readPeersFile(path string) ([]pingmesh.Spec, error) {
 		}
 		sp := pingmesh.Spec{Name: fields[0]}
 		if len(fields) == 2 {
+			if msg := config.CheckGroupLabel(fields[1]); msg != "" {
+				bad = append(bad, fmt.Sprintf("line %d: %s", line, msg))
+				continue
+			}
 			sp.Group = fields[1]
 		}
 		out = append(out, sp)

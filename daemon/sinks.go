@@ -26,7 +26,7 @@ import (
 // (setMetricsListen).
 func (d *Daemon) addSinks() {
 	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch")})
-	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot}
+	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, DBusRefused: d.busRefused.Refused}
 	if root := d.opts.SysfsRoot; root == "" || root == "/" {
 		// The pause and discard counters of the RoCE netdevs, read at
 		// scrape time (a netdev without them is logged once); not for a
@@ -40,13 +40,13 @@ func (d *Daemon) addSinks() {
 		opts.Resources = d.scrapeResources
 	}
 	col := metrics.NewCollector(opts)
-	h := metrics.Handler(metrics.NewRegistry(col, true))
+	h, tcp := metrics.Handlers(metrics.NewRegistry(col, true))
 	d.api.Handle("/metrics", http.MethodGet, access.Metrics, h)
 	d.api.Handle("/v1/watch", http.MethodGet, access.Watch, hub)
 
 	d.parts.Go(hub.Run)
 
-	d.metrics.handler = h
+	d.metrics.handler = tcp
 	if d.cfg.Metrics.Listen == "" {
 		d.setComponent(apitype.ComponentMetrics, apitype.OK, nil)
 		return

@@ -38,6 +38,12 @@ type globals struct {
 
 // run is rdmactl without the process around it, for tests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Everything printed passes through a safeWriter (escape.go): most of
+	// it is rdmad's data, or whatever answers on the socket.
+	stdout, flushOut := newSafeWriter(stdout)
+	stderr, flushErr := newSafeWriter(stderr)
+	defer flushErr()
+	defer flushOut()
 	p, err := parse(args)
 	if p.help && !errors.Is(err, errUnknownCommand) {
 		if p.cmd != nil {

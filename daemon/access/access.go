@@ -14,6 +14,7 @@
 package access
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -291,4 +292,20 @@ func (d *Denied) Error() string {
 			who, verb, what, d.Roles.AdminGID, d.Caller.groupList())
 	}
 	return fmt.Sprintf("%s may not do %s: it is not in rdmad's access table; this is a bug in rdmad, please report it", who, what)
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c, the caller a transport checked: the
+// backend's bounds per caller (the doctor runs) read it with CallerFrom,
+// whichever transport the call came by.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller WithCaller stored in ctx; ok is false when
+// there is none.
+func CallerFrom(ctx context.Context) (c Caller, ok bool) {
+	c, ok = ctx.Value(callerKey{}).(Caller)
+	return c, ok
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/throttle"
 )
 
 // A Class is how the connection limits treat a peer. The listener decides it
@@ -120,11 +121,12 @@ type limitListener struct {
 	perUID    map[uint32]int // connections held by each limited uid
 	lingering map[uint32]int // refused connections still open, per uid
 	lingers   int            // their sum
-	lastLog   time.Time      // of the last refusal logged
-	unlogged  int            // refusals since then
 	closed    bool           // no refusal starts after Close
 	wg        sync.WaitGroup // refusals in progress
 	closeOnce sync.Once
+
+	// refusals lets one refusal log line through every refusalLogEvery.
+	refusals *throttle.Log[struct{}]
 }
 
 func newLimitListener(ln net.Listener, lim limits, classify func(Peer) Class, log *slog.Logger) *limitListener {
@@ -132,7 +134,7 @@ func newLimitListener(ln net.Listener, lim limits, classify func(Peer) Class, lo
 		log = slog.Default()
 	}
 	return &limitListener{Listener: ln, lim: lim, classify: classify, log: log,
-		perUID: map[uint32]int{}, lingering: map[uint32]int{}}
+		perUID: map[uint32]int{}, lingering: map[uint32]int{}, refusals: throttle.NewLog[struct{}](refusalLogEvery)}
 }
 
 // Accept returns the next connection within its peer's bounds. Reading
@@ -257,16 +259,10 @@ func answerRefused(c net.Conn, why string) {
 }
 
 func (l *limitListener) logRefusal(p Peer, why string) {
-	l.mu.Lock()
-	now := time.Now()
-	if !l.lastLog.IsZero() && now.Sub(l.lastLog) < refusalLogEvery {
-		l.unlogged++
-		l.mu.Unlock()
+	ok, earlier := l.refusals.Allow(struct{}{}, time.Now())
+	if !ok {
 		return
 	}
-	earlier := l.unlogged
-	l.lastLog, l.unlogged = now, 0
-	l.mu.Unlock()
 	uid := fmt.Sprint(p.UID)
 	if !p.Known {
 		uid = "unknown"

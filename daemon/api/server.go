@@ -288,7 +288,8 @@ func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
 		}
 		interval = d
 	}
-	rep, err := s.backend.Doctor(r.Context(), interval)
+	// The caller goes along for the backend's bounds per caller.
+	rep, err := s.backend.Doctor(access.WithCaller(r.Context(), PeerFrom(r.Context()).Caller()), interval)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return

@@ -24,6 +24,7 @@ func (h *handler) bandwidth(ctx context.Context, c call) ([]any, error) {
 	if err != nil {
 		return nil, dbusError(ErrInvalidArgs, "Bandwidth: %v; e.g. Bandwidth ssuu 192.0.2.17 write 65536 5000", err)
 	}
+	h.logCall(ctx, "peer", peer, "op", op, "size", size, "duration_ms", ms)
 	res, err := api.RunBandwidth(ctx, h.backend, req)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):

@@ -44,11 +44,13 @@ type handler struct {
 	probeTimeout time.Duration
 	// roles is the access roles in force (Options.Policy).
 	roles func() access.Roles
+	// gate bounds what refused callers cost (refuse.go).
+	gate *gate
 }
 
 func newHandler(b api.Backend, log *slog.Logger) *handler {
 	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout,
-		roles: func() access.Roles { return access.Roles{} }}
+		roles: func() access.Roles { return access.Roles{} }, gate: newGate(log)}
 }
 
 // LookupObject implements dbus.Handler.
@@ -280,17 +282,22 @@ func (o serverObject) managedObjects(call) ([]any, error) {
 // that counts.
 func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context, c call) ([]any, error)) func(call) ([]any, error) {
 	return func(c call) ([]any, error) {
-		caller, err := callerOf(c)
+		caller, err := h.gate.caller(c)
 		if err != nil {
-			h.log.Warn("D-Bus call refused: cannot tell who the caller is", "method", name, "sender", c.sender, "err", err)
+			h.gate.refused(RefusedUnverified, name, c.sender, access.Caller{}, err)
 			return nil, dbusError(ErrAccessDenied, "%s: cannot verify the caller %s: %v; try again, and check that the system bus is dbus-daemon or dbus-broker", name, c.sender, err)
 		}
-		if err := h.roles().Decide(caller, op); err != nil {
+		roles := h.roles()
+		if !h.gate.take(roles, caller) {
+			h.gate.refused(RefusedBudget, name, c.sender, caller, errOverBudget)
+			return nil, dbusError(ErrLimitsExceeded, "%s: uid %d made more than %d calls in a burst (%d a second after it); slow down and try again", name, caller.UID, callBurst, callRate)
+		}
+		if err := roles.Decide(caller, op); err != nil {
 			var d *access.Denied
 			if errors.As(err, &d) {
 				d.Target = name
 			}
-			h.log.Warn("D-Bus call refused", "method", name, "sender", c.sender, "uid", caller.UID, "groups", caller.Groups, "err", err)
+			h.gate.refused(RefusedDenied, name, c.sender, caller, err)
 			// "Access denied" first, as busctl and gdbus users know it from
 			// the bus's own refusals.
 			return nil, dbusError(ErrAccessDenied, "Access denied: %v", err)
@@ -307,10 +314,17 @@ func (h *handler) guarded(name string, op access.Op, f func(ctx context.Context,
 		defer h.calls.Leave()
 		ctx, cancel := context.WithTimeout(c.conn.Context(), CallTimeout)
 		defer cancel()
-		h.log.Info("D-Bus method call", "method", name, "sender", c.sender, "uid", caller.UID, "args", c.args)
+		ctx = access.WithCaller(ctx, caller)
+		ctx = context.WithValue(ctx, callKey{}, callInfo{method: name, sender: c.sender, caller: caller})
+		if len(c.args) == 0 {
+			// A method with arguments logs the call once it checked them.
+			h.logCall(ctx)
+		}
 		return f(ctx, c)
 	}
 }
+
+var errOverBudget = errors.New("over the uid's call budget")
 
 // callerOf asks the bus who sent c: GetConnectionCredentials gives the uid
 // and, from dbus-daemon 1.13.10 (Linux 4.13) and dbus-broker, the groups the bus captured
@@ -379,6 +393,7 @@ func (h *handler) doctor(ctx context.Context, c call) ([]any, error) {
 	if interval > MaxDoctorInterval {
 		return nil, dbusError(ErrInvalidArgs, "Doctor: interval_ms %d is over %d; use e.g. 2000 (0 skips the rising-counter checks)", ms, MaxDoctorInterval.Milliseconds())
 	}
+	h.logCall(ctx, "interval_ms", ms)
 	rep, err := h.backend.Doctor(ctx, interval)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, dbusError(ErrNotSupported, "Doctor: this rdmad cannot run the doctor; use rdmactl doctor")
@@ -407,6 +422,7 @@ func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
 		// on into the backend's messages and the reply.
 		return nil, dbusError(ErrInvalidArgs, "Probe: %.64q is not an IP address or host name; use a name from the Peers property", name)
 	}
+	h.logCall(ctx, "peer", name)
 	ctx, cancel := context.WithTimeout(ctx, h.probeTimeout)
 	defer cancel()
 	peer, err := h.backend.Probe(ctx, name)

@@ -40,6 +40,9 @@ const (
 	ErrInvalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
 	// ErrAccessDenied is the bus's standard error for a refused caller.
 	ErrAccessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+	// ErrLimitsExceeded is the specification's error for a caller over a
+	// bound: here a uid over its budget of guarded calls.
+	ErrLimitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
 
 	PropertiesInterface     = "org.freedesktop.DBus.Properties"
 	IntrospectableInterface = "org.freedesktop.DBus.Introspectable"

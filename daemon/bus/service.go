@@ -55,6 +55,8 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// ProbeTimeout bounds one Probe call (default DefaultProbeTimeout).
 	ProbeTimeout time.Duration
+	// Counters, when set, counts the refused calls (for the metrics).
+	Counters *Counters
 }
 
 // DefaultProbeTimeout bounds a Probe call when Options.ProbeTimeout is
@@ -107,6 +109,9 @@ func Run(ctx context.Context, o Options) error {
 		s.h.roles = o.Roles
 	}
 	s.h.probeTimeout = o.ProbeTimeout
+	if o.Counters != nil {
+		s.h.gate.counters = o.Counters
+	}
 	wait := o.MinBackoff
 	var lastErr string
 	for {

@@ -81,6 +81,8 @@ func dbusHelper(op, arg string) int {
 			return c.Err
 		case "set":
 			return obj.SetProperty(Interface+"."+arg, dbus.MakeVariant("x"))
+		case "flood":
+			return flood(obj, arg, &res)
 		case "own":
 			r, err := conn.RequestName(Name, dbus.NameFlagDoNotQueue)
 			res.Value = r.String()
@@ -415,7 +417,9 @@ func startRunOpts(t *testing.T, o Options) *reports {
 	t.Helper()
 	r := &reports{}
 	o.Report = r.add
-	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
 	o.MinBackoff, o.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

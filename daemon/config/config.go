@@ -40,7 +40,7 @@ type Config struct {
 	MRPool   MRPool   `toml:"mrpool" json:"mrpool"`
 	Probe    Probe    `toml:"probe" json:"probe"`
 	Peers    []Peer   `toml:"peer" json:"peers"`
-	Health   Health   `toml:"health" json:"health"`
+	Health   Health   `toml:"health"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-" json:"files"`
@@ -78,9 +78,9 @@ type Policy struct {
 	ECN  *ECN  `toml:"ecn" json:"ecn,omitempty"`
 	// MinRate is the least link rate of the matched ports ("200Gb/s"): a
 	// port below it is LinkDegraded (docs/HEALTH.md). Nothing is set.
-	MinRate string `toml:"min_rate" json:"min_rate,omitempty"`
+	MinRate string `toml:"min_rate"`
 	// MinRateGbps is MinRate parsed by validation.
-	MinRateGbps float64 `toml:"-" json:"-"`
+	MinRateGbps float64 `toml:"-"`
 
 	src source
 }
@@ -293,8 +293,13 @@ type Peer struct {
 // on the Unix socket is always there; Listen adds a TCP listener.
 type Metrics struct {
 	// Listen is a TCP host:port ("127.0.0.1:9879") serving GET /metrics;
-	// empty (the default) opens no port. It takes effect at start only.
+	// empty (the default) opens no port. It follows reloads.
 	Listen string `toml:"listen" json:"listen,omitempty"`
+	// ListenAny allows a Listen without a host or with a wildcard one
+	// (":9879", "0.0.0.0:9879", "[::]:9879"), which serves every
+	// interface: the metrics tell anyone who reaches the port the node's
+	// devices, peers and their states, so it must be asked for.
+	ListenAny bool `toml:"listen_any" json:"listen_any,omitempty"`
 }
 
 // A Duration is a time.Duration written as a Go duration string ("5m").

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -244,7 +245,7 @@ mode = "v3"
 				`D/rdmad.toml:5: probe.peer_timeout: 2s is out of range; use 1ms up to peer_interval (1s)`,
 				`D/rdmad.toml:6: probe.max_peers: 0 is out of range; use 1 to 4096`,
 				`D/rdmad.toml:9: peer[0].address: "not a host" is neither an IP address nor a host name`,
-				`D/rdmad.toml:11: peer[1].group: "tor a": a group label has no spaces, e.g. "tor-a"`,
+				`D/rdmad.toml:11: peer[1].group: "tor a" is not a group label; use 1 to 64 letters, digits and . _ - : / starting with a letter or digit, e.g. "tor-a"`,
 			},
 		},
 		{
@@ -345,16 +346,70 @@ func FuzzLoad(f *testing.F) {
 }
 
 func TestLoadMetricsListen(t *testing.T) {
-	for _, addr := range []string{"127.0.0.1:9879", "[::1]:9879", "localhost:9879", ":9879", "0.0.0.0:65535"} {
-		t.Run(addr, func(t *testing.T) {
-			p := write(t, map[string]string{"rdmad.toml": "[metrics]\nlisten = \"" + addr + "\"\n"})
+	for _, tt := range []struct {
+		addr string
+		any  bool
+	}{{"127.0.0.1:9879", false}, {"[::1]:9879", false}, {"localhost:9879", false}, {"192.0.2.7:9879", false},
+		{":9879", true}, {"0.0.0.0:65535", true}, {"[::]:9879", true}} {
+		t.Run(tt.addr, func(t *testing.T) {
+			conf := "[metrics]\nlisten = \"" + tt.addr + "\"\n"
+			if tt.any {
+				conf += "listen_any = true\n"
+			}
+			p := write(t, map[string]string{"rdmad.toml": conf})
 			cfg, err := Load(p)
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			if diff := cmp.Diff(Metrics{Listen: addr}, cfg.Metrics); diff != "" {
+			if diff := cmp.Diff(Metrics{Listen: tt.addr, ListenAny: tt.any}, cfg.Metrics); diff != "" {
 				t.Errorf("[metrics] (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLoadMetricsListenAny is issue #24's silent wildcard: ":9879" bound
+// every interface. A listen address without a host, or with 0.0.0.0 or ::,
+// is refused with file:line unless [metrics] listen_any = true says so.
+func TestLoadMetricsListenAny(t *testing.T) {
+	for _, addr := range []string{":9879", "0.0.0.0:9879", "[::]:9879", "[0:0::0]:9879"} {
+		t.Run(addr, func(t *testing.T) {
+			p := write(t, map[string]string{"rdmad.toml": "[metrics]\nlisten = \"" + addr + "\"\n"})
+			_, err := Load(p)
+			want := fmt.Sprintf(`rdmad.toml:2: metrics.listen: %q listens on every interface`, addr)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set listen_any = true") {
+				t.Errorf("Load: %v; want %s, naming listen_any", err, want)
+			}
+		})
+	}
+}
+
+// TestGroupLabels is issue #24's labels: [probe] group and [[peer]] group
+// took anything but blanks, so escape sequences reached rdmactl peers and
+// the metric labels, and one invalid UTF-8 byte broke D-Bus GetAll for
+// every client. They are checked like addresses now.
+func TestGroupLabels(t *testing.T) {
+	for _, g := range []string{"tor-a", "pod1/rack-7", "a", "x_y.z:1", strings.Repeat("a", 64)} {
+		if msg := CheckGroupLabel(g); msg != "" {
+			t.Errorf("CheckGroupLabel(%q) = %q, want accepted", g, msg)
+		}
+	}
+	for _, g := range []string{"tor a", "\x1b[31mred", "a\nb", "\xff", "tor\u202e", "-a", "é", strings.Repeat("a", 65), "a\x00"} {
+		if CheckGroupLabel(g) == "" {
+			t.Errorf("CheckGroupLabel(%q) accepted it", g)
+		}
+	}
+	for _, conf := range []string{
+		"[probe]\ngroup = \"\\u001b[2J\"\n",
+		"[[peer]]\naddress = \"192.0.2.1\"\ngroup = \"tor\\u202ea\"\n",
+	} {
+		_, err := Load(write(t, map[string]string{"rdmad.toml": conf}))
+		if err == nil || !strings.Contains(err.Error(), "is not a group label") {
+			t.Errorf("Load(%q): %v, want the group label refused", conf, err)
+			continue
+		}
+		if strings.ContainsAny(err.Error(), "\x1b\u202e") {
+			t.Errorf("the error carries the raw label: %q", err)
+		}
 	}
 }

@@ -43,10 +43,11 @@ func defaultHealth() Health {
 // ignoreEntry is a device name or device/port, as the inventory names them.
 var ignoreEntry = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}(/[0-9]{1,3})?$`)
 
-func (c *Config) validateHealth(locs map[string]*locator, bad func(file, key, format string, args ...any)) {
-	main := c.Files[0]
+// validateHealth checks [health].
+func (c *Config) validateHealth(k *checker) {
 	h := &c.Health
-	at := func(key string) string { return lastSetter(c.Files, locs, "health."+key, main) }
+	bad := k.bad
+	at := func(key string) string { return k.setter("health." + key) }
 	for _, e := range h.Ignore {
 		if !ignoreEntry.MatchString(e) {
 			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl devices shows them", e)

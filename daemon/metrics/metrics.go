@@ -43,6 +43,10 @@ type Options struct {
 	// timeout); a result with Error set exports none. nil exports none of
 	// the rdmad_rdma_ metrics.
 	Resources func() apitype.Resources
+	// DBusRefused, when set, returns the D-Bus method calls rdmad refused
+	// since it started, by reason (daemon/bus Counters.Refused); nil
+	// exports no rdmad_dbus_calls_refused_total.
+	DBusRefused func() map[string]uint64
 }
 
 // A Collector is a prometheus.Collector over rdmad's snapshots.
@@ -74,6 +78,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		}
 	}
 	ch <- configFailures
+	ch <- dbusRefused
 }
 
 // Collect implements prometheus.Collector.
@@ -83,7 +88,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		sec.collect(c, s, ch)
 	}
 	ch <- prometheus.MustNewConstMetric(configFailures, prometheus.CounterValue, float64(s.Config.Failures))
+	if c.opts.DBusRefused != nil {
+		refused := c.opts.DBusRefused()
+		for _, reason := range slices.Sorted(maps.Keys(refused)) {
+			ch <- counter(dbusRefused, float64(refused[reason]), reason)
+		}
+	}
 }
+
+// dbusRefused is not in the snapshot: the D-Bus service counts its
+// refusals itself (a flood of them must not publish snapshots).
+var dbusRefused = prometheus.NewDesc("rdmad_dbus_calls_refused_total",
+	"D-Bus method calls rdmad refused since it started, by reason: denied (the access table), budget (the caller's uid over its call budget), unverified (the bus could not say who called).",
+	[]string{"reason"}, nil)
 
 func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
 	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)

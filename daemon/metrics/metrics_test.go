@@ -151,7 +151,8 @@ func scrape(t *testing.T, c *Collector) []byte {
 func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
 	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x",
-		NetStats: fixtureNetStats(t), Resources: fixtureResources})
+		NetStats: fixtureNetStats(t), Resources: fixtureResources,
+		DBusRefused: func() map[string]uint64 { return map[string]uint64{"budget": 4963, "denied": 37, "unverified": 0} }})
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with

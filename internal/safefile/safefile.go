@@ -53,6 +53,11 @@ type Options struct {
 	// permission bits for group or others (ErrInsecure): a key that others
 	// can read is not secret, and one they can write is not the admin's.
 	Secret bool
+	// RootWritable requires the opened file to be owned by root and to
+	// have no write permission for group or others (ErrInsecure): for a
+	// file that decides whom rdmad trusts (the peers file sets the allow
+	// list), which others may read but only root may change.
+	RootWritable bool
 }
 
 // ReadRegular reads the regular file at path (following symlinks), at most
@@ -125,6 +130,12 @@ func Read(path string, o Options) ([]byte, fs.FileInfo, error) {
 	if o.Secret && (st.Uid != 0 || st.Mode&0o077 != 0) {
 		return nil, nil, &Error{Path: path,
 			Msg: fmt.Sprintf("is owned by uid %d with mode %04o; a secret must be owned by root and private: chown root: %s && chmod 600 %s",
+				st.Uid, st.Mode&0o7777, path, path),
+			Err: ErrInsecure}
+	}
+	if o.RootWritable && (st.Uid != 0 || st.Mode&0o022 != 0) {
+		return nil, nil, &Error{Path: path,
+			Msg: fmt.Sprintf("is owned by uid %d with mode %04o; it decides whom rdmad trusts, so only root may write it: chown root: %s && chmod go-w %s",
 				st.Uid, st.Mode&0o7777, path, path),
 			Err: ErrInsecure}
 	}

@@ -213,3 +213,30 @@ func TestReadSecret(t *testing.T) {
 	within(t, 2*time.Second, func() { _, err = ReadSecret(fifo, 64) })
 	wantErr(t, err, ErrNotRegular)
 }
+
+// TestReadRootWritable: a file that decides whom rdmad trusts (the peers
+// file) may be read by others but written by root alone.
+func TestReadRootWritable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make root-owned and foreign-owned files (CI runs as root)")
+	}
+	p := filepath.Join(t.TempDir(), "peers")
+	os.WriteFile(p, []byte("192.0.2.17\n"), 0o600)
+	read := func() error {
+		_, _, err := Read(p, Options{Max: 64, RootWritable: true})
+		return err
+	}
+	for _, mode := range []os.FileMode{0o644, 0o600, 0o444, 0o755} {
+		os.Chmod(p, mode)
+		if err := read(); err != nil {
+			t.Errorf("Read(root %04o, RootWritable) = %v, want read", mode, err)
+		}
+	}
+	for _, mode := range []os.FileMode{0o664, 0o646, 0o666, 0o620} {
+		os.Chmod(p, mode)
+		wantErr(t, read(), ErrInsecure, p, "chmod go-w")
+	}
+	os.Chmod(p, 0o644)
+	os.Chown(p, 65534, 0)
+	wantErr(t, read(), ErrInsecure, p, "uid 65534", "chown root")
+}
