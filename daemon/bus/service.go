@@ -64,10 +64,6 @@ type Options struct {
 // rdmad's error rather than a NoReply.
 const DefaultProbeTimeout = 20 * time.Second
 
-// ComponentName is the name under which the daemon should record Report's
-// health in the snapshot.
-const ComponentName = "dbus"
-
 // connectTimeout bounds connecting, authenticating and requesting the name.
 const connectTimeout = 10 * time.Second
 
