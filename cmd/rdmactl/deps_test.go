@@ -22,6 +22,8 @@ var (
 		// when rdmad does not answer.
 		"github.com/rdmad/rdmad/inventory/rdmares": true,
 		"github.com/rdmad/rdmad/internal/size":     true,
+		// The doctor's memlock checks read /proc/PID/limits through it.
+		"github.com/rdmad/rdmad/internal/memlimit": true,
 	}
 	// forbidden are modules rdmactl must never link: cgo verbs, policy
 	// and netlink libraries, the metrics, config and bus libraries.
