@@ -214,8 +214,8 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveDoctor runs the troubleshooting table: ?interval= (a Go duration,
-// 0 to service.MaxDoctorInterval, default service.DefaultDoctorInterval) is the wait
-// between the counter reads.
+// 0 to service.MaxDoctorInterval, default service.DefaultDoctorInterval)
+// is the wait between the counter reads.
 func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
 	interval := service.DefaultDoctorInterval
 	if v := r.URL.Query().Get("interval"); v != "" {
