@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/verbs/bw"
 	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
@@ -55,7 +55,7 @@ func (b *bandwidthParts) set(cfg *config.Config, auth []byte) {
 
 // Bandwidth serves POST /v1/bw and D-Bus Bandwidth: an RC bandwidth test
 // from this node to another rdmad node, through its control endpoint.
-func (b backend) Bandwidth(ctx context.Context, req api.BandwidthRequest) (apitype.BandwidthResult, error) {
+func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (apitype.BandwidthResult, error) {
 	r := b.d.peers.Load()
 	if r == nil || r.bw == nil {
 		return apitype.BandwidthResult{}, errors.New("bandwidth tests go through the peer probes' control endpoint, which is not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")

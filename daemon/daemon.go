@@ -29,6 +29,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/bus"
 	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/inventory"
 	"github.com/rdmad/rdmad/inventory/rdmares"
@@ -646,8 +647,17 @@ func faultSwitch() <-chan os.Signal {
 	return c
 }
 
-// backend serves the API from the daemon.
+// backend serves the API and D-Bus from the daemon.
 type backend struct{ d *Daemon }
+
+// The daemon's backend does every operation of the service contract, the
+// optional ones too: a method renamed on one side would otherwise leave
+// both transports answering "not supported".
+var (
+	_ service.Backend         = backend{}
+	_ service.ResourceReader  = backend{}
+	_ service.BandwidthTester = backend{}
+)
 
 func (b backend) Snapshot() *apitype.Snapshot { return b.d.store.Load() }
 

@@ -31,8 +31,6 @@ func (n notifier) reloading() error {
 	return n.send(sd.SdNotifyReloading, fmt.Sprintf("MONOTONIC_USEC=%d", usec))
 }
 
-func (n notifier) status(s string) error { return n.send("STATUS=" + s) }
-
 func (n notifier) stopping() error { return n.send(sd.SdNotifyStopping, "STATUS=stopping") }
 
 func (n notifier) watchdog() error { return n.send(sd.SdNotifyWatchdog) }

@@ -66,3 +66,22 @@ func TestResultGate(t *testing.T) {
 		t.Error("a result minResultGap after the last publish was held")
 	}
 }
+
+// TestResultGateStop: stop cancels a held signal, so no timer outlives the
+// verbs parts, and the gate signals nothing for results that still come.
+func TestResultGateStop(t *testing.T) {
+	sig := make(chan struct{}, 16)
+	g := newResultGate(func() { sig <- struct{}{} })
+	res := loopback.PortResult{Device: "rxe0", Port: 1, State: loopback.StateOK}
+	g.take(res, time.Now())
+	<-sig
+	g.take(res, time.Now()) // held: a timer is set
+	g.stop()
+	res.State = loopback.StateFailed
+	g.take(res, time.Now()) // a state change, after stop
+	time.Sleep(minResultGap + 200*time.Millisecond)
+	if n := len(sig); n != 0 {
+		t.Errorf("the gate signalled %d times after stop, want none", n)
+	}
+	g.stop() // twice is harmless
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/metrics"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
@@ -25,7 +26,7 @@ import (
 // The TCP listener follows [metrics] listen on every reload
 // (setMetricsListen).
 func (d *Daemon) addSinks() {
-	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch")})
+	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch"), Identify: watcherOf})
 	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, DBusRefused: d.busRefused.Refused}
 	if root := d.opts.SysfsRoot; root == "" || root == "/" {
 		// The pause and discard counters of the RoCE netdevs, read at
@@ -52,6 +53,13 @@ func (d *Daemon) addSinks() {
 		return
 	}
 	d.setMetricsListen(d.cfg.Metrics.Listen)
+}
+
+// watcherOf is who sent a GET /v1/watch, for the hub's bounds: the peer's
+// credentials and class as the API's listener recorded them at connect.
+func watcherOf(r *http.Request) watch.Watcher {
+	p := api.PeerFrom(r.Context())
+	return watch.Watcher{UID: p.UID, Known: p.Known, PID: p.PID, Admin: api.ClassFrom(r.Context()) == api.ClassAdmin}
 }
 
 // metricsTCP is the TCP listener of [metrics] listen. Owned by the main

@@ -269,6 +269,8 @@ func (v *verbsParts) stop() {
 	if v.stopPool != nil {
 		v.stopPool()
 	}
+	// After the prober: no result comes that could set a new timer.
+	v.gate.stop()
 }
 
 func toLoopback(ps []loopback.PortResult) []apitype.LoopbackPort {

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bufio"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/memlimit"
 	"github.com/rdmad/rdmad/internal/size"
 )
 
@@ -454,39 +454,10 @@ func (e *Env) memlockNeed() (size.Size, string) {
 	return DefaultMinMemlock, "the kernel default"
 }
 
-// readMemlock reads the "Max locked memory" line of a /proc/<pid>/limits.
+// readMemlock reads the RLIMIT_MEMLOCK of a /proc/<pid>/limits.
 func readMemlock(path string) (soft, hard size.Size, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "Max locked memory") {
-			continue
-		}
-		fs := strings.Fields(strings.TrimPrefix(line, "Max locked memory"))
-		if len(fs) < 2 {
-			break
-		}
-		parse := func(s string) (size.Size, error) {
-			if s == "unlimited" {
-				return size.Unlimited, nil
-			}
-			v, err := strconv.ParseUint(s, 10, 64)
-			return size.Size(v), err
-		}
-		if soft, err = parse(fs[0]); err == nil {
-			hard, err = parse(fs[1])
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("parse %s: %q: %w", path, line, err)
-		}
-		return soft, hard, nil
-	}
-	return 0, 0, fmt.Errorf("%s has no Max locked memory line", path)
+	l, err := memlimit.ReadProc(path)
+	return l.Soft, l.Hard, err
 }
 
 // checkMemlock checks rdmad's own limit, which its MR pool and probes

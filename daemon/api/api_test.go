@@ -14,50 +14,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
-
-type fakeBackend struct {
-	reloads atomic.Int32
-	fail    bool
-}
-
-func (f *fakeBackend) Snapshot() *apitype.Snapshot {
-	return &apitype.Snapshot{Version: "test", State: apitype.Running, Seq: 7}
-}
-
-func (f *fakeBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
-	n := f.reloads.Add(1)
-	if f.fail {
-		return apitype.ReloadResult{OK: false, Generation: 1, Error: "x.toml:1: bad"}, nil
-	}
-	return apitype.ReloadResult{OK: true, Generation: uint64(n) + 1}, nil
-}
-
-func (f *fakeBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
-	return []apitype.Change{{Policy: "p", Kind: "mtu", Object: "x", From: "1500", To: "4200", Action: "apply"}}, nil
-}
-
-func (f *fakeBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
-	if peer != "192.0.2.17" {
-		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
-	}
-	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
-}
-
-func (f *fakeBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
-	return apitype.DoctorReport{Worst: apitype.VerdictOK, Checks: []apitype.DoctorCheck{{ID: "daemon", Verdict: apitype.VerdictOK, Message: fmt.Sprintf("interval %s", interval)}}}, nil
-}
-
-func (f *fakeBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
-	f.reloads.Add(100)
-	return apitype.ApplyResult{}, nil
-}
 
 func TestServeHTTP(t *testing.T) {
 	const self, member, admin, stranger = 1000, 1001, 1002, 1003
@@ -119,7 +83,7 @@ func TestServeHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer+" "+tt.method+" "+tt.path, func(t *testing.T) {
-			b := &fakeBackend{}
+			b := &servicetest.Backend{Peers: map[string]apitype.Peer{"192.0.2.17": {Name: "192.0.2.17", State: apitype.PeerUp}}}
 			s := NewServer(b, pol)
 			r := httptest.NewRequest(tt.method, tt.path, nil)
 			r = r.WithContext(context.WithValue(r.Context(), peerKey{}, peers[tt.peer]))
@@ -137,22 +101,27 @@ func TestServeHTTP(t *testing.T) {
 			if tt.code == 405 && w.Header().Get("Allow") == "" {
 				t.Error("405 without an Allow header")
 			}
-			wantReloads := int32(0)
+			wantReloads, wantApplies := 0, 0
 			if tt.path == "/v1/reload" && tt.code == 200 {
 				wantReloads = 1
 			}
 			if tt.path == "/v1/policy/apply" && tt.code == 200 {
-				wantReloads = 100
+				wantApplies = 1
 			}
-			if got := b.reloads.Load(); got != wantReloads {
+			if got := b.Count("Reload"); got != wantReloads {
 				t.Errorf("backend reloaded %d times, want %d", got, wantReloads)
+			}
+			if got := b.Count("PolicyApply"); got != wantApplies {
+				t.Errorf("backend applied the policy %d times, want %d", got, wantApplies)
 			}
 		})
 	}
 }
 
 func TestReloadRejected(t *testing.T) {
-	s := NewServer(&fakeBackend{fail: true}, access.Roles{})
+	b := &servicetest.Backend{}
+	b.SetReject("x.toml:1: bad")
+	s := NewServer(b, access.Roles{})
 	r := httptest.NewRequest("POST", "/v1/reload", nil)
 	r = r.WithContext(context.WithValue(r.Context(), peerKey{}, Peer{UID: 0, Known: true}))
 	w := httptest.NewRecorder()
@@ -167,7 +136,7 @@ func TestReloadRejected(t *testing.T) {
 }
 
 // serve starts a Server on a real socket in a temp dir.
-func serve(t *testing.T, b Backend, pol access.Roles) (path string, stop func()) {
+func serve(t *testing.T, b service.Backend, pol access.Roles) (path string, stop func()) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "rdmad.sock")
 	ln, err := Listen(path, SocketAccess{})
@@ -194,7 +163,7 @@ func unixClient(path string) *http.Client {
 func TestSocketPeerCredentials(t *testing.T) {
 	// The test process is the peer: SO_PEERCRED must report our own uid,
 	// which the policy admits as the daemon's own user.
-	path, stop := serve(t, &fakeBackend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
+	path, stop := serve(t, &servicetest.Backend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	resp, err := unixClient(path).Get("http://rdmad/v1/status")
 	if err != nil {
@@ -259,7 +228,7 @@ func TestListenStaleAndLive(t *testing.T) {
 }
 
 func TestMalformedRequests(t *testing.T) {
-	b := &fakeBackend{}
+	b := &servicetest.Backend{}
 	path, stop := serve(t, b, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 
@@ -299,7 +268,7 @@ func TestMalformedRequests(t *testing.T) {
 // freed slot is used again. The test runs as root (an admin), whose limit
 // includes the reserved connections; limit_test.go has the per-uid bounds.
 func TestConnectionLimit(t *testing.T) {
-	path, stop := serve(t, &fakeBackend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
+	path, stop := serve(t, &servicetest.Backend{}, access.Roles{SelfUID: uint32(os.Geteuid())})
 	defer stop()
 	// Fill every slot with an idle connection that never sends a request.
 	var conns []net.Conn
@@ -343,28 +312,24 @@ func TestConnectionLimit(t *testing.T) {
 	}
 }
 
-// policyBackend has two policies in force, one matching nothing, and the
+// policySnap has two policies in force, one matching nothing, and the
 // [memlock] section's pseudo-policy.
-type policyBackend struct{ fakeBackend }
-
-func (*policyBackend) Snapshot() *apitype.Snapshot {
-	return &apitype.Snapshot{Version: "test", State: apitype.Running, Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{
-		{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{{Kind: "mtu", Object: "ens1f0", State: apitype.InSync}}},
-		{Name: "storage", Mode: "observe", Targets: []apitype.Target{}},
-		{Name: "memlock", Mode: "enforce", Targets: []apitype.Target{{Kind: "memlock", Object: "rdmad", State: apitype.InSync}}},
-	}}}
-}
+var policySnap = &apitype.Snapshot{Version: "test", State: apitype.Running, Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{
+	{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{{Kind: "mtu", Object: "ens1f0", State: apitype.InSync}}},
+	{Name: "storage", Mode: "observe", Targets: []apitype.Target{}},
+	{Name: "memlock", Mode: "enforce", Targets: []apitype.Target{{Kind: "memlock", Object: "rdmad", State: apitype.InSync}}},
+}}}
 
 // TestPolicyDiffNamesUnmatched: the diff names the declared policies and
 // those that match nothing here, with [] rather than null for none.
 func TestPolicyDiffNamesUnmatched(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
-		b                   Backend
+		b                   service.Backend
 		policies, unmatched []string
 	}{
-		{"policies", &policyBackend{}, []string{"fabric", "storage"}, []string{"storage"}},
-		{"none", &fakeBackend{}, []string{}, []string{}},
+		{"policies", &servicetest.Backend{Snap: policySnap}, []string{"fabric", "storage"}, []string{"storage"}},
+		{"none", &servicetest.Backend{}, []string{}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewServer(tc.b, access.Roles{})

@@ -11,22 +11,11 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
-// bwBackend is a fakeBackend that also runs bandwidth tests, recording
-// what reached it.
-type bwBackend struct {
-	fakeBackend
-	got []BandwidthRequest
-	err error
-}
-
-func (b *bwBackend) Bandwidth(_ context.Context, r BandwidthRequest) (apitype.BandwidthResult, error) {
-	b.got = append(b.got, r)
-	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Duration: r.Duration, Gbps: 1.5, MsgRate: 2861}, b.err
-}
-
-func postBW(t *testing.T, b Backend, p Peer, query string) *httptest.ResponseRecorder {
+func postBW(t *testing.T, b service.Backend, p Peer, query string) *httptest.ResponseRecorder {
 	t.Helper()
 	s := NewServer(b, access.Roles{ReadGID: access.GID(500), AdminGID: access.GID(600)})
 	r := httptest.NewRequest("POST", "/v1/bw"+query, nil)
@@ -39,14 +28,14 @@ func postBW(t *testing.T, b Backend, p Peer, query string) *httptest.ResponseRec
 func TestServeBandwidth(t *testing.T) {
 	admin := Peer{UID: 1002, GID: 1002, Groups: []uint32{600}, Known: true}
 	member := Peer{UID: 1001, GID: 1001, Groups: []uint32{500}, Known: true}
-	b := &bwBackend{}
+	b := &servicetest.Backend{}
 
 	// A socket-group member may read, never make the node fill a link.
 	if w := postBW(t, b, member, "?peer=192.0.2.17"); w.Code != 403 || !strings.Contains(w.Body.String(), "run a bandwidth test") {
 		t.Errorf("socket group member: %d %s, want 403", w.Code, w.Body)
 	}
-	if len(b.got) != 0 {
-		t.Fatalf("a refused request reached the backend: %+v", b.got)
+	if got := b.Requests(); len(got) != 0 {
+		t.Fatalf("a refused request reached the backend: %+v", got)
 	}
 
 	w := postBW(t, b, admin, "?peer=192.0.2.17")
@@ -60,16 +49,16 @@ func TestServeBandwidth(t *testing.T) {
 	if !strings.Contains(w.Body.String(), `"gbps"`) || !strings.Contains(w.Body.String(), `"msg_rate"`) {
 		t.Errorf("body %s lacks gbps and msg_rate", w.Body)
 	}
-	want := BandwidthRequest{Peer: "192.0.2.17", Op: "write", Size: 65536, Duration: 5 * time.Second}
-	if len(b.got) != 1 || b.got[0] != want {
-		t.Errorf("backend got %+v; want the defaults %+v", b.got, want)
+	want := service.BandwidthRequest{Peer: "192.0.2.17", Op: "write", Size: 65536, Duration: 5 * time.Second}
+	if got := b.Requests(); len(got) != 1 || got[0] != want {
+		t.Errorf("backend got %+v; want the defaults %+v", got, want)
 	}
 	postBW(t, b, admin, "?peer=node2&op=read&size=4096&duration=3s")
-	if last := b.got[len(b.got)-1]; last != (BandwidthRequest{Peer: "node2", Op: "read", Size: 4096, Duration: 3 * time.Second}) {
-		t.Errorf("backend got %+v", last)
+	if got := b.Requests(); got[len(got)-1] != (service.BandwidthRequest{Peer: "node2", Op: "read", Size: 4096, Duration: 3 * time.Second}) {
+		t.Errorf("backend got %+v", got[len(got)-1])
 	}
 
-	n := len(b.got)
+	n := len(b.Requests())
 	for _, tt := range []struct{ q, want string }{
 		{"", "say which peer"},
 		{"?peer=a%00b", "is not an IP address or host name"},
@@ -87,15 +76,15 @@ func TestServeBandwidth(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 saying %q", tt.q, w.Code, w.Body, tt.want)
 		}
 	}
-	if len(b.got) != n {
-		t.Errorf("bad requests reached the backend: %+v", b.got[n:])
+	if got := b.Requests(); len(got) != n {
+		t.Errorf("bad requests reached the backend: %+v", got[n:])
 	}
 
-	b.err = errors.New("bw: 192.0.2.17 refused the bandwidth test: bandwidth tests are disabled there; set [probe] bandwidth = true")
+	b.SetErr("Bandwidth", errors.New("bw: 192.0.2.17 refused the bandwidth test: bandwidth tests are disabled there; set [probe] bandwidth = true"))
 	if w := postBW(t, b, admin, "?peer=192.0.2.17"); w.Code != 422 || !strings.Contains(w.Body.String(), "[probe] bandwidth = true") {
 		t.Errorf("refused: %d %s, want 422 with the reason", w.Code, w.Body)
 	}
-	if w := postBW(t, &fakeBackend{}, admin, "?peer=192.0.2.17"); w.Code != 501 {
+	if w := postBW(t, servicetest.CoreOnly(&servicetest.Backend{}), admin, "?peer=192.0.2.17"); w.Code != 501 {
 		t.Errorf("no tester: %d %s, want 501", w.Code, w.Body)
 	}
 	if w := postBW(t, b, admin, ""); w.Code != 400 {

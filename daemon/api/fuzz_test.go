@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -15,16 +14,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 // The fuzz targets of the API play every kind of caller against
@@ -43,10 +41,11 @@ import (
 //   - a probe or bandwidth test whose arguments are out of bounds is a 400
 //     and reaches nothing.
 //
-// The oracle's tables (fzRoutes, the methods of fzBackend) are kept in step
-// with the server's by TestFuzzRoutesKnowServer and
-// TestFuzzBackendKnowsEveryMethod, so that a new route or backend method
-// fails a test until the oracle knows it.
+// The oracle's tables (fzRoutes, from servicetest.Operations, the table of
+// the D-Bus fuzz targets too, and servicetest.Backend's methods) are kept in
+// step with the server's by TestFuzzRoutesKnowServer and servicetest's
+// TestBackendKnowsEveryMethod, so that a new route or backend method fails
+// a test until the oracle knows it.
 
 // fzRoles is the access roles of the fuzz targets.
 var fzRoles = access.Roles{SelfUID: 1000, ReadGID: access.GID(500), AdminGID: access.GID(600)}
@@ -71,107 +70,9 @@ var fzCallers = []struct {
 	{"unknown-root", Peer{UID: 0, GID: 0, Groups: []uint32{600}, Known: false}, 0},
 }
 
-// fzBackend records every call. fail makes the calls that can fail fail;
-// reject makes Reload report a rejected configuration.
-type fzBackend struct {
-	fail, reject bool
-
-	mu    sync.Mutex
-	calls []string
-	peers []string
-}
-
-func (b *fzBackend) record(name string) {
-	b.mu.Lock()
-	b.calls = append(b.calls, name)
-	b.mu.Unlock()
-}
-
-func (b *fzBackend) Snapshot() *apitype.Snapshot {
-	b.record("Snapshot")
-	return &apitype.Snapshot{Version: "fuzz", State: apitype.Running, Seq: 1}
-}
-
-func (b *fzBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
-	b.record("Reload")
-	if b.fail {
-		return apitype.ReloadResult{}, errors.New("fuzz: reload failed")
-	}
-	if b.reject {
-		return apitype.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
-	}
-	return apitype.ReloadResult{OK: true, Generation: 2}, nil
-}
-
-func (b *fzBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
-	b.record("PolicyDiff")
-	if b.fail {
-		return nil, errors.New("fuzz: diff failed")
-	}
-	return nil, nil
-}
-
-func (b *fzBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
-	b.record("PolicyApply")
-	if b.fail {
-		return apitype.ApplyResult{}, errors.New("fuzz: apply failed")
-	}
-	return apitype.ApplyResult{}, nil
-}
-
-func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
-	b.record("Doctor")
-	if interval < 0 || interval > MaxDoctorInterval {
-		return apitype.DoctorReport{}, fmt.Errorf("fuzz: interval %s reached the backend", interval)
-	}
-	if b.fail {
-		return apitype.DoctorReport{}, errors.New("fuzz: 2 doctor runs are already in progress")
-	}
-	return apitype.DoctorReport{Worst: apitype.VerdictOK, Checks: []apitype.DoctorCheck{{ID: "daemon", Verdict: apitype.VerdictOK}}}, nil
-}
-
-// Resources is the ResourceReader's method.
-func (b *fzBackend) Resources(ctx context.Context) (apitype.Resources, error) {
-	b.record("Resources")
-	if b.fail {
-		return apitype.Resources{}, errors.New("fuzz: another read of the RDMA resources is in progress; try again later")
-	}
-	return apitype.Resources{Processes: []apitype.ProcessResources{{PID: 42, Comm: "ib_write_bw", Devices: []string{"mlx5_0"}, ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}}}, nil
-}
-
-// Bandwidth is the BandwidthTester's method. A request out of the API's
-// bounds fails the target: the server must have refused it.
-func (b *fzBackend) Bandwidth(ctx context.Context, r BandwidthRequest) (apitype.BandwidthResult, error) {
-	b.record("Bandwidth")
-	b.mu.Lock()
-	b.peers = append(b.peers, r.Peer)
-	b.mu.Unlock()
-	if !peerShaped(r.Peer) || (r.Op != "write" && r.Op != "read" && r.Op != "send") ||
-		r.Size < 1 || r.Size > 1<<20 || r.Duration < 100*time.Millisecond || r.Duration > 30*time.Second {
-		return apitype.BandwidthResult{}, fmt.Errorf("fuzz: request %+v out of bounds reached the backend", r)
-	}
-	if b.fail {
-		return apitype.BandwidthResult{}, errors.New("fuzz: the peer refused: bandwidth tests are disabled there")
-	}
-	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Duration: r.Duration, Gbps: 97.5, MsgRate: 186000}, nil
-}
-
-func (b *fzBackend) Probe(ctx context.Context, peer string) (apitype.Peer, error) {
-	b.record("Probe")
-	b.mu.Lock()
-	b.peers = append(b.peers, peer)
-	b.mu.Unlock()
-	if b.fail {
-		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
-	}
-	// The name comes back in the answer, as the real backend does.
-	return apitype.Peer{Name: peer, State: apitype.PeerUp}, nil
-}
-
 // fzRoute is what the fuzz targets expect of a path: its method, the
-// access table's operation, the level the oracle expects (written here, not
-// read from the table, so that a change of the table fails the targets)
-// and the backend calls an allowed request makes, in order.
+// access table's operation, the level the oracle expects and the backend
+// calls an allowed request makes, in order.
 type fzRoute struct {
 	method string
 	op     access.Op
@@ -179,75 +80,55 @@ type fzRoute struct {
 	calls  []string
 }
 
-var fzRoutes = map[string]fzRoute{
-	"/v1/status":       {http.MethodGet, access.Status, access.Read, []string{"Snapshot"}},
-	"/v1/health":       {http.MethodGet, access.Health, access.Read, []string{"Snapshot"}},
-	"/v1/policy/diff":  {http.MethodGet, access.PolicyDiff, access.Read, []string{"PolicyDiff", "Snapshot"}},
-	"/v1/reload":       {http.MethodPost, access.Reload, access.Admin, []string{"Reload"}},
-	"/v1/policy/apply": {http.MethodPost, access.PolicyApply, access.Admin, []string{"PolicyApply"}},
-	"/v1/probe":        {http.MethodPost, access.Probe, access.Admin, []string{"Probe"}},
-	"/v1/bw":           {http.MethodPost, access.Bandwidth, access.Admin, []string{"Bandwidth"}},
-	"/v1/doctor":       {http.MethodGet, access.Doctor, access.Read, []string{"Doctor"}},
-	"/v1/resources":    {http.MethodGet, access.Resources, access.Read, []string{"Resources"}},
-	// Handle's routes, as the daemon adds them (daemon/sinks.go); fzServe
-	// adds every route here that server.go's table lacks, its handler
-	// recording the call named here.
-	"/metrics":  {http.MethodGet, access.Metrics, access.Read, []string{"metrics"}},
-	"/v1/watch": {http.MethodGet, access.Watch, access.Read, []string{"watch"}},
-}
-
-// peerShaped is the oracle of a peer's name: an address or host name
-// (letters, digits, '.', ':', '%', '_', '-', starting with a letter or
-// digit), at most 253 bytes.
-func peerShaped(name string) bool {
-	if name == "" || len(name) > 253 {
-		return false
+// fzRoutes are the operations of the service contract as the socket serves
+// them (servicetest.Operations, the table the D-Bus fuzz targets read
+// too), and the routes the daemon adds with Handle.
+var fzRoutes = func() map[string]fzRoute {
+	m := map[string]fzRoute{
+		// Handle's routes, as the daemon adds them (daemon/sinks.go);
+		// fzServe adds every route here that server.go's table lacks, its
+		// handler recording the call named here.
+		"/metrics":  {http.MethodGet, access.Metrics, access.Read, []string{"metrics"}},
+		"/v1/watch": {http.MethodGet, access.Watch, access.Read, []string{"watch"}},
 	}
-	for i, c := range []byte(name) {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || !strings.ContainsRune(".:%_-", rune(c))) {
-			return false
-		}
+	for _, o := range servicetest.Operations {
+		m[o.Path] = fzRoute{o.Method, o.Op, o.Level, o.Calls}
 	}
-	return true
-}
+	return m
+}()
 
-// bandwidthQueryOK is the oracle of POST /v1/bw's query: a peer with the
-// shape of a name; op write, read or send (absent: write); size a number
-// of bytes from 1 to 1 MiB (absent: 64 KiB); duration a Go duration from
-// 100ms to 30s in whole milliseconds (absent: 5s). The first value of each
-// counts.
+// bandwidthQueryOK is the oracle of POST /v1/bw's query: the parameters
+// servicetest.BandwidthOK takes, with size a number of bytes and duration a
+// Go duration, each absent for the default, never 0 or below (which the
+// query cannot mean as the default). The first value of each counts.
 func bandwidthQueryOK(q url.Values) bool {
-	if !peerShaped(q.Get("peer")) {
-		return false
-	}
-	if op := q.Get("op"); op != "" && op != "write" && op != "read" && op != "send" {
-		return false
-	}
+	size := 0
 	if v := q.Get("size"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1<<20 {
+		if err != nil || n < 1 {
 			return false
 		}
+		size = n
 	}
+	var d time.Duration
 	if v := q.Get("duration"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 100*time.Millisecond || d > 30*time.Second || d%time.Millisecond != 0 {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil || d <= 0 {
 			return false
 		}
 	}
-	return true
+	return servicetest.BandwidthOK(q.Get("peer"), q.Get("op"), size, d)
 }
 
 // doctorQueryOK is the oracle of GET /v1/doctor's query: interval absent,
-// or a Go duration from 0 to 10s.
+// or a Go duration servicetest.DoctorIntervalOK takes.
 func doctorQueryOK(q url.Values) bool {
 	v := q.Get("interval")
 	if v == "" {
 		return true
 	}
 	d, err := time.ParseDuration(v)
-	return err == nil && d >= 0 && d <= 10*time.Second
+	return err == nil && servicetest.DoctorIntervalOK(d)
 }
 
 // adminCalls are the backend methods only an admin may reach: those of the
@@ -277,16 +158,21 @@ var adminCalls = func() map[string]bool {
 func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 	t.Helper()
 	caller := fzCallers[int(who)%len(fzCallers)]
-	b := &fzBackend{fail: mode%3 == 1, reject: mode%3 == 2}
+	b := &servicetest.Backend{Fail: mode%3 == 1}
+	reject := mode%3 == 2
+	if reject {
+		b.SetReject("rdmad.toml:1: fuzz")
+	}
 	s := NewServer(b, fzRoles)
 	// The routes the daemon adds with Handle, each with a handler that
-	// records its name.
+	// records its name (ServeHTTP runs it on this goroutine).
+	var handled []string
 	for path, rt := range fzRoutes {
 		if _, ok := routes[path]; ok {
 			continue
 		}
 		s.Handle(path, rt.method, rt.op, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b.record(rt.calls[0])
+			handled = append(handled, rt.calls[0])
 			if rt.calls[0] == "metrics" {
 				io.WriteString(w, "# metrics\n")
 				return
@@ -300,10 +186,8 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, r)
 
-	b.mu.Lock()
-	calls := append([]string(nil), b.calls...)
-	peers := append([]string(nil), b.peers...)
-	b.mu.Unlock()
+	calls := append(b.Calls(), handled...)
+	peers := b.Asked()
 
 	// Privileges first: what the caller made the daemon do.
 	for _, c := range calls {
@@ -332,7 +216,7 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 			t.Fatalf("%s: %d with body %q, want JSON with a non-empty \"error\" (%v)", desc, code, body, err)
 		}
 	}
-	if code >= 500 && !b.fail {
+	if code >= 500 && !b.Fail {
 		t.Fatalf("%s: %d although the backend did not fail: %s", desc, code, body)
 	}
 
@@ -361,7 +245,7 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 	}
 	// Allowed: the route's own calls, once each, and nothing else.
 	call := rt.calls[0]
-	if call == "Probe" && !peerShaped(r.URL.Query().Get("peer")) {
+	if call == "Probe" && !servicetest.PeerShaped(r.URL.Query().Get("peer")) {
 		if code != http.StatusBadRequest || len(calls) != 0 {
 			t.Fatalf("%s: probe without a peer, or of a name without the shape of one: %d, calls %q; want 400 and no call", desc, code, calls)
 		}
@@ -380,13 +264,13 @@ func fzServe(t *testing.T, who uint8, mode uint8, r *http.Request) int {
 		return code
 	}
 	// A backend that fails ends the request at the failing call.
-	if want := rt.calls; !slices.Equal(calls, want) && !(b.fail && len(calls) > 0 && slices.Equal(calls, want[:min(len(calls), len(want))])) {
+	if want := rt.calls; !slices.Equal(calls, want) && !(b.Fail && len(calls) > 0 && slices.Equal(calls, want[:min(len(calls), len(want))])) {
 		t.Fatalf("%s: calls %q, want exactly %q (or a start of it when the backend fails)", desc, calls, want)
 	}
 	if (call == "Probe" || call == "Bandwidth") && (len(peers) != 1 || peers[0] != r.URL.Query().Get("peer")) {
 		t.Fatalf("%s: asked the backend about %q, want %q", desc, peers, r.URL.Query().Get("peer"))
 	}
-	if !b.fail && !(b.reject && call == "Reload") && code != http.StatusOK {
+	if !b.Fail && !(reject && call == "Reload") && code != http.StatusOK {
 		t.Fatalf("%s: %d from a backend that did not fail, want 200: %s", desc, code, body)
 	}
 	if code < 400 && call != "metrics" && !json.Valid(body) {
@@ -592,58 +476,6 @@ func daemonHandles(t *testing.T) map[string]route {
 		t.Fatal("found no Handle(path, http.MethodX, access.Op, h) in package daemon: the parse of ../*.go is stale")
 	}
 	return found
-}
-
-// fzInterfaces are the interfaces of this package a backend implements:
-// Backend and the optional ones the server looks for.
-var fzInterfaces = []reflect.Type{
-	reflect.TypeFor[Backend](),
-	reflect.TypeFor[ResourceReader](),
-	reflect.TypeFor[BandwidthTester](),
-}
-
-// TestFuzzBackendKnowsEveryMethod keeps fzBackend in step with what a
-// backend may implement: every interface of this package is in
-// fzInterfaces, fzBackend implements each, and each method is the call of
-// a route in fzRoutes. A backend method fzBackend lacked would answer 501
-// on its route, a false failure, and its access level would go unchecked.
-func TestFuzzBackendKnowsEveryMethod(t *testing.T) {
-	known := map[string]bool{}
-	for _, it := range fzInterfaces {
-		known[it.Name()] = true
-	}
-	fset := token.NewFileSet()
-	for _, f := range parseSources(t, fset, ".") {
-		for _, d := range f.Decls {
-			gd, ok := d.(*ast.GenDecl)
-			if !ok || gd.Tok != token.TYPE {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				ts := spec.(*ast.TypeSpec)
-				if _, ok := ts.Type.(*ast.InterfaceType); ok && !known[ts.Name.Name] {
-					t.Errorf("%s: interface %s is not in fzInterfaces: if a backend may implement it, give fzBackend its methods, fzRoutes the route that calls them, and list it there", fset.Position(ts.Pos()), ts.Name.Name)
-				}
-			}
-		}
-	}
-	routeCalls := map[string]bool{}
-	for _, rt := range fzRoutes {
-		for _, c := range rt.calls {
-			routeCalls[c] = true
-		}
-	}
-	fb := reflect.TypeFor[*fzBackend]()
-	for _, it := range fzInterfaces {
-		if !fb.Implements(it) {
-			t.Errorf("fzBackend does not implement %s: the fuzz targets never reach its methods", it.Name())
-		}
-		for i := range it.NumMethod() {
-			if m := it.Method(i).Name; !routeCalls[m] {
-				t.Errorf("%s.%s is the call of no route in fzRoutes", it.Name(), m)
-			}
-		}
-	}
 }
 
 // parseSources parses the Go files of dir, tests left out.

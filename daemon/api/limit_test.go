@@ -31,6 +31,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/daemon/watch"
 	"github.com/rdmad/rdmad/internal/syncbuf"
@@ -51,25 +52,6 @@ const (
 	floodKeepAlives = 32
 	floodIdle       = 400
 )
-
-// storeBackend serves a real state.Store; the tests change it to make
-// watch events.
-type storeBackend struct{ store *state.Store }
-
-func (b storeBackend) Snapshot() *apitype.Snapshot { return b.store.Load() }
-func (b storeBackend) Reload(context.Context) (apitype.ReloadResult, error) {
-	return apitype.ReloadResult{OK: true, Generation: 1}, nil
-}
-func (b storeBackend) PolicyDiff(context.Context) ([]apitype.Change, error) { return nil, nil }
-func (b storeBackend) Doctor(context.Context, time.Duration) (apitype.DoctorReport, error) {
-	return apitype.DoctorReport{}, errors.New("no doctor in this test")
-}
-func (b storeBackend) PolicyApply(context.Context) (apitype.ApplyResult, error) {
-	return apitype.ApplyResult{}, nil
-}
-func (b storeBackend) Probe(_ context.Context, peer string) (apitype.Peer, error) {
-	return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", peer)
-}
 
 // env is what the attack tests share: a directory every uid can enter
 // holding the socket and a copy of this test binary, and unused ids.
@@ -135,8 +117,13 @@ func (e *env) serve(t *testing.T, lim api.Limits, hopts watch.Options) *server {
 	srv := &server{store: state.NewStore(apitype.Snapshot{Version: "test", State: apitype.Running}), logs: &syncbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(srv.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	hopts.Logger = log
+	// As the daemon identifies watchers (daemon/sinks.go).
+	hopts.Identify = func(r *http.Request) watch.Watcher {
+		p := api.PeerFrom(r.Context())
+		return watch.Watcher{UID: p.UID, Known: p.Known, PID: p.PID, Admin: api.ClassFrom(r.Context()) == api.ClassAdmin}
+	}
 	srv.hub = watch.NewHub(srv.store, hopts)
-	s := api.NewServer(storeBackend{srv.store},
+	s := api.NewServer(&servicetest.Backend{Store: srv.store},
 		access.Roles{SelfUID: 0, ReadGID: access.GID(e.sockGID), AdminGID: access.GID(e.adminGID)})
 	s.SetLogger(log)
 	s.Handle("/v1/watch", http.MethodGet, access.Watch, srv.hub)

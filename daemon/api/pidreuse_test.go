@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 // The pid-reuse attack (issue #13, item 1): a member of the socket group
@@ -177,7 +178,7 @@ func pidReuseArena() int {
 			time.Sleep(10 * time.Millisecond)
 		}
 
-		b := &fakeBackend{}
+		b := &servicetest.Backend{}
 		pol := access.Roles{ReadGID: access.GID(arenaSockGID), AdminGID: access.GID(arenaAdminGID)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -195,7 +196,7 @@ func pidReuseArena() int {
 		code, body, _ := strings.Cut(strings.TrimSpace(line), " ")
 		res.Code, _ = strconv.Atoi(code)
 		res.Body = body
-		res.Reloads = b.reloads.Load()
+		res.Reloads = int32(b.Count("Reload"))
 		return nil
 	}()
 	if err != nil {

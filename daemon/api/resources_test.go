@@ -10,18 +10,11 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
-// resBackend is a fakeBackend that also reads resources.
-type resBackend struct {
-	fakeBackend
-	res apitype.Resources
-	err error
-}
-
-func (b *resBackend) Resources(context.Context) (apitype.Resources, error) { return b.res, b.err }
-
-func getResources(t *testing.T, b Backend, p Peer) *httptest.ResponseRecorder {
+func getResources(t *testing.T, b service.Backend, p Peer) *httptest.ResponseRecorder {
 	t.Helper()
 	s := NewServer(b, access.Roles{ReadGID: access.GID(500)})
 	r := httptest.NewRequest("GET", "/v1/resources", nil)
@@ -33,7 +26,7 @@ func getResources(t *testing.T, b Backend, p Peer) *httptest.ResponseRecorder {
 
 func TestServeResources(t *testing.T) {
 	member := Peer{UID: 1001, GID: 1001, Groups: []uint32{500}, Known: true}
-	b := &resBackend{res: apitype.Resources{Processes: []apitype.ProcessResources{
+	b := &servicetest.Backend{Res: apitype.Resources{Processes: []apitype.ProcessResources{
 		{PID: 4242, Comm: "ibv_rc_pingpong", Devices: []string{"rxe0"}, ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 4096}}}}}
 	w := getResources(t, b, member)
 	if w.Code != 200 {
@@ -52,13 +45,13 @@ func TestServeResources(t *testing.T) {
 		t.Errorf("stranger: %d, want 403", w.Code)
 	}
 
-	b.err = errors.New("rdmares: another read of the RDMA resources is in progress for over 10s; try again later")
+	b.SetErr("Resources", errors.New("rdmares: another read of the RDMA resources is in progress for over 10s; try again later"))
 	if w := getResources(t, b, member); w.Code != 503 || !strings.Contains(w.Body.String(), "try again") {
 		t.Errorf("busy: %d %s, want 503 saying to try again", w.Code, w.Body)
 	}
 
 	// A backend that cannot read them says so.
-	if w := getResources(t, &fakeBackend{}, member); w.Code != 501 || !strings.Contains(w.Body.String(), "rdmactl resources") {
+	if w := getResources(t, servicetest.CoreOnly(&servicetest.Backend{}), member); w.Code != 501 || !strings.Contains(w.Body.String(), "rdmactl resources") {
 		t.Errorf("no reader: %d %s, want 501 naming rdmactl resources", w.Code, w.Body)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/metrics"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"github.com/rdmad/rdmad/test/bench/peersnap"
 )
 
@@ -28,14 +29,6 @@ import (
 // ns/op is one request, answer read to the end; ms/req the same in
 // milliseconds (goal: under 50 ms each), bytes the answer's size.
 
-// snapBackend serves one snapshot.
-type snapBackend struct {
-	fakeBackend
-	snap *apitype.Snapshot
-}
-
-func (b *snapBackend) Snapshot() *apitype.Snapshot { return b.snap }
-
 // serveSnapshot serves s with the metrics route on a socket and returns a
 // client of it.
 func serveSnapshot(tb testing.TB, s *apitype.Snapshot) *http.Client {
@@ -45,7 +38,7 @@ func serveSnapshot(tb testing.TB, s *apitype.Snapshot) *http.Client {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b := &snapBackend{snap: s}
+	b := &servicetest.Backend{Snap: s}
 	srv := NewServer(b, access.Roles{SelfUID: uint32(os.Getuid())})
 	col := metrics.NewCollector(metrics.Options{Snapshot: b.Snapshot, SysfsRoot: tb.TempDir()})
 	srv.Handle("/metrics", http.MethodGet, access.Metrics, metrics.Handler(metrics.NewRegistry(col, true)))

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/internal/inflight"
 )
 
@@ -48,51 +48,6 @@ const (
 	MaxBodyBytes        = 64 << 10
 )
 
-// A Backend is what the API serves; the daemon implements it.
-type Backend interface {
-	// Snapshot returns the current state. It must not block.
-	Snapshot() *apitype.Snapshot
-	// Reload loads the configuration again. A config error is reported in
-	// the result, not as an error: the daemon keeps the last good config.
-	Reload(ctx context.Context) (apitype.ReloadResult, error)
-	// PolicyDiff returns what a policy pass would change, changing nothing.
-	PolicyDiff(ctx context.Context) ([]apitype.Change, error)
-	// PolicyApply runs a full policy pass now.
-	PolicyApply(ctx context.Context) (apitype.ApplyResult, error)
-	// Probe probes a configured peer now (a one-shot peer probe).
-	Probe(ctx context.Context, peer string) (apitype.Peer, error)
-	// Doctor runs the troubleshooting table on the node; interval
-	// separates the two counter reads of the rising-counter checks (0
-	// skips them). An error means it could not run (busy, stopping).
-	Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error)
-}
-
-// A ResourceReader is a Backend that also reads the RDMA objects the
-// kernel tracks (GET /v1/resources, D-Bus Resources); the daemon's is one.
-// A Backend without it answers those requests "not supported".
-type ResourceReader interface {
-	// Resources reads the RDMA objects per process and device. A kernel
-	// that cannot be read is reported in the result's Error; an error
-	// means the read could not run (busy, stopping).
-	Resources(ctx context.Context) (apitype.Resources, error)
-}
-
-// ReadResources calls b's Resources (GET /v1/resources, D-Bus Resources),
-// or fails with errors.ErrUnsupported when b is no ResourceReader.
-func ReadResources(ctx context.Context, b Backend) (apitype.Resources, error) {
-	rr, ok := b.(ResourceReader)
-	if !ok {
-		return apitype.Resources{}, errors.ErrUnsupported
-	}
-	return rr.Resources(ctx)
-}
-
-// Doctor intervals: the default of GET /v1/doctor and the most it takes.
-const (
-	DefaultDoctorInterval = 2 * time.Second
-	MaxDoctorInterval     = 10 * time.Second
-)
-
 type route struct {
 	method string
 	// op names the route in the access table (daemon/access), which
@@ -116,14 +71,14 @@ var routes = map[string]route{
 
 // A Server is the local API.
 type Server struct {
-	backend Backend
+	backend service.Backend // the operations, the same as D-Bus serves
 	policy  atomic.Pointer[access.Roles]
 	extra   map[string]route
 	log     *slog.Logger // for the connection limits; see SetLogger
 }
 
 // NewServer returns a Server for b with access roles p.
-func NewServer(b Backend, p access.Roles) *Server {
+func NewServer(b service.Backend, p access.Roles) *Server {
 	s := &Server{backend: b, extra: map[string]route{}}
 	s.policy.Store(&p)
 	return s
@@ -251,7 +206,7 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "say which peer: POST /v1/probe?peer=ADDRESS (a configured peer)")
 		return
 	}
-	if !ValidPeerName(name) {
+	if !service.ValidPeerName(name) {
 		// Not even the shape of an address or host name: never a
 		// configured peer, and text (a NUL, say) that must not travel on
 		// into the backend's messages and the answer.
@@ -266,24 +221,15 @@ func (s *Server) serveProbe(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
-// peerNameRE is the shape of a peer's name: an IPv4 or IPv6 address (with
-// a zone) or a host name, at most 253 characters.
-var peerNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:%_-]{0,252}$`)
-
-// ValidPeerName reports whether name has the shape of a peer's name, as
-// the socket and D-Bus require of every peer a caller names (POST
-// /v1/probe and /v1/bw, Probe and Bandwidth).
-func ValidPeerName(name string) bool { return peerNameRE.MatchString(name) }
-
 // serveDoctor runs the troubleshooting table: ?interval= (a Go duration,
-// 0 to MaxDoctorInterval, default DefaultDoctorInterval) is the wait
-// between the counter reads.
+// 0 to service.MaxDoctorInterval, default service.DefaultDoctorInterval)
+// is the wait between the counter reads.
 func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
-	interval := DefaultDoctorInterval
+	interval := service.DefaultDoctorInterval
 	if v := r.URL.Query().Get("interval"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > MaxDoctorInterval {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("interval %.40q is not a duration from 0 to %s; use e.g. ?interval=2s (0 skips the rising-counter checks)", v, MaxDoctorInterval))
+		if err != nil || !service.ValidDoctorInterval(d) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("interval %.40q is not a duration from 0 to %s; use e.g. ?interval=2s (0 skips the rising-counter checks)", v, service.MaxDoctorInterval))
 			return
 		}
 		interval = d
@@ -300,7 +246,7 @@ func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
 // serveResources reads the RDMA objects the kernel tracks (RDMA netlink)
 // and counts them per process and device.
 func (s *Server) serveResources(w http.ResponseWriter, r *http.Request) {
-	res, err := ReadResources(r.Context(), s.backend)
+	res, err := service.ReadResources(r.Context(), s.backend)
 	if errors.Is(err, errors.ErrUnsupported) {
 		writeError(w, http.StatusNotImplemented, "this rdmad cannot read the RDMA resources; run rdmactl resources as root on the node")
 		return

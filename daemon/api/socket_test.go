@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 const (
@@ -33,7 +34,7 @@ var (
 
 // serveShared serves the API on a socket in a directory every uid can
 // enter, with the given socket access and the matching policy.
-func serveShared(t *testing.T, a SocketAccess) (sock, bin string, ln *Listener, b *fakeBackend) {
+func serveShared(t *testing.T, a SocketAccess) (sock, bin string, ln *Listener, b *servicetest.Backend) {
 	t.Helper()
 	dir, bin := sharedDir(t)
 	sock = filepath.Join(dir, "rdmad.sock")
@@ -48,7 +49,7 @@ func serveShared(t *testing.T, a SocketAccess) (sock, bin string, ln *Listener, 
 	if g, _ := LookupGID(a.AdminGroup); g >= 0 {
 		pol.AdminGID = access.GID(uint32(g))
 	}
-	b = &fakeBackend{}
+	b = &servicetest.Backend{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- NewServer(b, pol).Serve(ctx, ln, time.Second) }()
@@ -97,7 +98,7 @@ func TestSocketAccessRealUsers(t *testing.T) {
 			}
 		})
 	}
-	if n := b.reloads.Load(); n != 1 {
+	if n := b.Count("Reload"); n != 1 {
 		t.Errorf("backend reloaded %d times, want 1 (the admin's)", n)
 	}
 	// root does everything.

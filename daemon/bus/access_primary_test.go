@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 // TestIntegrationPrimaryGroupCounts: on D-Bus as on the socket, the admin
@@ -20,20 +21,20 @@ func TestIntegrationPrimaryGroupCounts(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, "")
 	store := newStore()
-	fb := &fakeBackend{store: store}
+	fb := servicetest.ReloadOnly(store)
 	startWithRoles(t, store, fb, access.Roles{ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
 
 	res := b.asUser(readerUID, socketGroup, nil, "call", "Reload")
 	if want := fmt.Sprintf("the caller has groups %d;", socketGroup); res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, want) {
 		t.Errorf("Reload by uid %d with the socket group as its primary group only: %q %q, want AccessDenied saying %q (the bus reports the primary gid)", readerUID, res.ErrName, res.ErrMsg, want)
 	}
-	if n := fb.reloads(); n != 0 {
+	if n := fb.Count("Reload"); n != 0 {
 		t.Fatalf("backend reloaded %d times for a reader, want 0", n)
 	}
 	if res := b.asUser(adminUID, adminGroup, nil, "call", "Reload"); res.ErrMsg != "" || res.Value != "[2]" {
 		t.Errorf("Reload by uid %d with the admin group as its primary group only: %+v, want generation 2", adminUID, res)
 	}
-	if n := fb.reloads(); n != 1 {
+	if n := fb.Count("Reload"); n != 1 {
 		t.Errorf("backend reloaded %d times, want 1 (the admin's)", n)
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -26,7 +27,7 @@ const (
 
 // startWithRoles runs the service on store and backend with fixed access
 // roles and waits until it owns the name.
-func startWithRoles(t *testing.T, store *state.Store, backend api.Backend, roles access.Roles) {
+func startWithRoles(t *testing.T, store *state.Store, backend service.Backend, roles access.Roles) {
 	t.Helper()
 	startRunOpts(t, Options{Store: store, Backend: backend, Roles: func() access.Roles { return roles }}).waitFor(t, 0, apitype.OK, "")
 }
@@ -42,16 +43,13 @@ func TestIntegrationAccessTable(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	pb := newProbeBackend(store)
-	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
+	pb.SetErr("PolicyApply", nil)
+	fb := pb
 	var pol atomic.Pointer[access.Roles]
 	pol.Store(&access.Roles{SelfUID: 0, ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)})
 	startRunOpts(t, Options{Store: store, Backend: fb, Roles: func() access.Roles { return *pol.Load() }}).waitFor(t, 0, apitype.OK, "")
 
-	applies := func() int {
-		fb.mu.Lock()
-		defer fb.mu.Unlock()
-		return fb.applies
-	}
+	applies := func() int { return fb.Count("PolicyApply") }
 	reader := func(op, arg string) helperResult {
 		return b.asUser(readerUID, readerGID, []int{socketGroup}, op, arg)
 	}
@@ -77,8 +75,8 @@ func TestIntegrationAccessTable(t *testing.T) {
 			}
 		})
 	}
-	if fb.reloads() != 0 || applies() != 0 || pb.probes() != 0 {
-		t.Fatalf("the socket-group member made the backend run %d reloads, %d applies, %d probes; want none", fb.reloads(), applies(), pb.probes())
+	if fb.Count("Reload") != 0 || applies() != 0 || pb.probes() != 0 {
+		t.Fatalf("the socket-group member made the backend run %d reloads, %d applies, %d probes; want none", fb.Count("Reload"), applies(), pb.probes())
 	}
 
 	t.Run("admin group Reload", func(t *testing.T) {
@@ -96,8 +94,8 @@ func TestIntegrationAccessTable(t *testing.T) {
 			t.Errorf("Probe as an admin-group member: %+v", res)
 		}
 	})
-	if fb.reloads() != 1 || applies() != 1 || pb.probes() != 1 {
-		t.Errorf("the admin-group member made the backend run %d reloads, %d applies, %d probes; want one each", fb.reloads(), applies(), pb.probes())
+	if fb.Count("Reload") != 1 || applies() != 1 || pb.probes() != 1 {
+		t.Errorf("the admin-group member made the backend run %d reloads, %d applies, %d probes; want one each", fb.Count("Reload"), applies(), pb.probes())
 	}
 
 	// A reload that drops admin_group: the next call is refused.
@@ -105,8 +103,8 @@ func TestIntegrationAccessTable(t *testing.T) {
 	if res := admin("call", "Reload"); res.ErrName != ErrAccessDenied || !strings.Contains(res.ErrMsg, "admin_group, none") {
 		t.Errorf("Reload by the former admin group after the policy changed: %q %q", res.ErrName, res.ErrMsg)
 	}
-	if fb.reloads() != 1 {
-		t.Errorf("backend reloaded %d times, want still 1", fb.reloads())
+	if fb.Count("Reload") != 1 {
+		t.Errorf("backend reloaded %d times, want still 1", fb.Count("Reload"))
 	}
 }
 
@@ -117,7 +115,7 @@ func TestIntegrationNoGroupIsNotRoot(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, "")
 	store := newStore()
-	fb := &fakeBackend{store: store}
+	fb := servicetest.ReloadOnly(store)
 	startWithRoles(t, store, fb, access.Roles{AdminGID: access.GID(0)})
 	if res := b.asUser(readerUID, readerGID, nil, "call", "Reload"); res.ErrName != ErrAccessDenied {
 		t.Errorf("Reload by uid %d without groups, admin_group root: %q %q, want AccessDenied", readerUID, res.ErrName, res.ErrMsg)
@@ -125,7 +123,7 @@ func TestIntegrationNoGroupIsNotRoot(t *testing.T) {
 	if res := b.asUser(readerUID, readerGID, []int{0}, "call", "Reload"); res.ErrMsg != "" {
 		t.Errorf("Reload by uid %d in group 0, admin_group root: %q %q, want success", readerUID, res.ErrName, res.ErrMsg)
 	}
-	if fb.reloads() != 1 {
-		t.Errorf("backend reloaded %d times, want 1", fb.reloads())
+	if fb.Count("Reload") != 1 {
+		t.Errorf("backend reloaded %d times, want 1", fb.Count("Reload"))
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
 )
 
 // bandwidth serves Bandwidth(s peer, s op, u size, u duration_ms) -> (d
@@ -17,15 +17,15 @@ import (
 func (h *handler) bandwidth(ctx context.Context, c call) ([]any, error) {
 	peer, op := c.args[0].(string), c.args[1].(string)
 	size, ms := c.args[2].(uint32), c.args[3].(uint32)
-	if size > api.MaxBandwidthSize {
-		return nil, dbusError(ErrInvalidArgs, "Bandwidth: size %d is out of range; use 1 to %d bytes (0: 65536)", size, api.MaxBandwidthSize)
+	if size > service.MaxBandwidthSize {
+		return nil, dbusError(ErrInvalidArgs, "Bandwidth: size %d is out of range; use 1 to %d bytes (0: 65536)", size, service.MaxBandwidthSize)
 	}
-	req, err := api.ParseBandwidthRequest(peer, op, int(size), time.Duration(ms)*time.Millisecond)
+	req, err := service.ParseBandwidthRequest(peer, op, int(size), time.Duration(ms)*time.Millisecond)
 	if err != nil {
 		return nil, dbusError(ErrInvalidArgs, "Bandwidth: %v; e.g. Bandwidth ssuu 192.0.2.17 write 65536 5000", err)
 	}
 	h.logCall(ctx, "peer", peer, "op", op, "size", size, "duration_ms", ms)
-	res, err := api.RunBandwidth(ctx, h.backend, req)
+	res, err := service.RunBandwidth(ctx, h.backend, req)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		return nil, dbusError(ErrNotSupported, "Bandwidth: this rdmad runs no bandwidth tests")

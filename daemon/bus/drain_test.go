@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 // slowDoctor is a backend whose Doctor holds the call until its context
 // ends, then takes a while to clean up.
 type slowDoctor struct {
-	*fakeBackend
+	*servicetest.Backend
 	entered  chan struct{}
 	returned atomic.Bool
 }
@@ -34,7 +35,7 @@ func TestIntegrationRunWaitsForCalls(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	sd := &slowDoctor{fakeBackend: &fakeBackend{store: store}, entered: make(chan struct{})}
+	sd := &slowDoctor{Backend: servicetest.ReloadOnly(store), entered: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

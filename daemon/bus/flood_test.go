@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"io"
 	"log/slog"
 	"strconv"
@@ -77,7 +78,7 @@ func TestIntegrationRefusalFlood(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, "")
 	store := newStore()
-	fb := &fakeBackend{store: store}
+	fb := servicetest.ReloadOnly(store)
 	var logs syncbuf.Buffer
 	counters := &Counters{}
 	roles := access.Roles{ReadGID: access.GID(socketGroup), AdminGID: access.GID(adminGroup)}
@@ -96,8 +97,8 @@ func TestIntegrationRefusalFlood(t *testing.T) {
 	if got[ErrAccessDenied]+got[ErrLimitsExceeded] != calls || got[ErrLimitsExceeded] == 0 {
 		t.Errorf("answers %v; want all %d AccessDenied or LimitsExceeded, some of them LimitsExceeded (the budget)", got, calls)
 	}
-	if fb.reloads() != 0 {
-		t.Fatalf("the flood reached the backend: %d reloads", fb.reloads())
+	if fb.Count("Reload") != 0 {
+		t.Fatalf("the flood reached the backend: %d reloads", fb.Count("Reload"))
 	}
 	refused := counters.Refused()
 	if refused[RefusedDenied]+refused[RefusedBudget] != calls || refused[RefusedBudget] != uint64(got[ErrLimitsExceeded]) {
@@ -124,8 +125,8 @@ func TestIntegrationRefusalFlood(t *testing.T) {
 	if err := rootConn(t).Object(Name, Path).Call(Interface+".Reload", 0).Err; err != nil {
 		t.Errorf("root's Reload after the flood: %v", err)
 	}
-	if fb.reloads() != 2 {
-		t.Errorf("backend reloaded %d times, want 2", fb.reloads())
+	if fb.Count("Reload") != 2 {
+		t.Errorf("backend reloaded %d times, want 2", fb.Count("Reload"))
 	}
 	if n := strings.Count(logs.String(), `msg="D-Bus method call" method=Reload`); n != 2 {
 		t.Errorf("%d \"D-Bus method call\" lines for the two real Reloads, want 2:\n%s", n, logs.String())

@@ -3,9 +3,7 @@ package bus
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,7 +17,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 // The D-Bus fuzz targets dispatch method calls the way godbus does
@@ -33,9 +31,12 @@ import (
 //     (a plain Go error would reach the caller as a generic Failed);
 //   - arguments of the wrong number or types are InvalidArgs, and reach
 //     neither a property nor the backend;
-//   - Reload, Apply and Probe reach the backend only for a sender the access
-//     table makes admin, and then exactly once; everyone else gets
-//     AccessDenied;
+//   - the methods of org.rdmad.Agent1 reach the backend only for a sender
+//     at the level servicetest.Operations (the table the socket's fuzz
+//     targets read too) gives them, and then exactly once; everyone else
+//     gets AccessDenied;
+//   - a Probe, Bandwidth or Doctor whose arguments are out of bounds is
+//     InvalidArgs and reaches nothing;
 //   - a successful call returns the method's declared out types, in a reply
 //     that encodes and decodes as a valid D-Bus message.
 
@@ -183,78 +184,10 @@ func fzBusConn(t *testing.T) *dbus.Conn {
 	return fzConn
 }
 
-// fzBackend records the privileged calls.
-type fzBackend struct {
-	mu    sync.Mutex
-	calls []string
-	fail  bool
-}
-
-func (b *fzBackend) record(s string) {
-	b.mu.Lock()
-	b.calls = append(b.calls, s)
-	b.mu.Unlock()
-}
-
-func (b *fzBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
-	b.record("Reload")
-	if b.fail {
-		return apitype.ReloadResult{OK: false, Generation: 1, Error: "rdmad.toml:1: fuzz"}, nil
-	}
-	return apitype.ReloadResult{OK: true, Generation: 2}, nil
-}
-
-func (b *fzBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
-	b.record("Apply")
-	if b.fail {
-		return apitype.ApplyResult{}, errors.New("fuzz: apply failed")
-	}
-	return apitype.ApplyResult{}, nil
-}
-
-// Snapshot and PolicyDiff complete api.Backend; no D-Bus method calls them.
-func (b *fzBackend) Snapshot() *apitype.Snapshot { return fzView().snap }
-func (b *fzBackend) PolicyDiff(ctx context.Context) ([]apitype.Change, error) {
-	b.record("PolicyDiff")
-	return nil, nil
-}
-
-func (b *fzBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
-	b.record("Probe")
-	if b.fail {
-		return apitype.Peer{}, fmt.Errorf("peers: %q is not a configured peer", name)
-	}
-	// The name comes back, as the real backend's Reason may quote it.
-	return apitype.Peer{Name: name, State: apitype.PeerDown, Reason: "no answer from " + name,
-		Paths: []apitype.PeerPath{{RTTP50: time.Millisecond, LastRTT: 2 * time.Millisecond, LossPct: 50}}}, nil
-}
-
-func (b *fzBackend) Resources(ctx context.Context) (apitype.Resources, error) {
-	b.record("Resources")
-	if b.fail {
-		return apitype.Resources{}, errors.New("fuzz: a read of the RDMA resources is already running; try again")
-	}
-	return apitype.Resources{Processes: []apitype.ProcessResources{{PID: 42, Comm: "ib_write_bw", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}},
-		Devices: []apitype.DeviceResources{{Device: "mlx5_0", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}}}, nil
-}
-
-func (b *fzBackend) Bandwidth(ctx context.Context, r api.BandwidthRequest) (apitype.BandwidthResult, error) {
-	b.record("Bandwidth")
-	if b.fail {
-		return apitype.BandwidthResult{}, errors.New("fuzz: the peer refused: bandwidth tests are disabled there")
-	}
-	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Gbps: 97.5, MsgRate: 186000, Local: "mlx5_0/1"}, nil
-}
-
-func (b *fzBackend) Doctor(ctx context.Context, interval time.Duration) (apitype.DoctorReport, error) {
-	b.record("Doctor")
-	if b.fail {
-		return apitype.DoctorReport{}, errors.New("fuzz: 2 doctor runs are already in progress")
-	}
-	return apitype.DoctorReport{Worst: apitype.VerdictWarn, Checks: []apitype.DoctorCheck{
-		{ID: "daemon", Title: "rdmad answers", Verdict: apitype.VerdictOK, Message: "ok"},
-		{ID: "clock", Title: "clock", Verdict: apitype.VerdictWarn, Message: "not synchronised", Fix: "start chronyd"}}}, nil
-}
+// fzResources is what the fuzz targets' backend reads as the RDMA
+// objects: a process and a device, so that Resources' reply has rows.
+var fzResources = apitype.Resources{Processes: []apitype.ProcessResources{{PID: 42, Comm: "ib_write_bw", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}},
+	Devices: []apitype.DeviceResources{{Device: "mlx5_0", ResourceCounts: apitype.ResourceCounts{QPs: 1, MRs: 1, PinnedBytes: 65536}}}}
 
 // fzView is the view the handler serves: the agent, two devices, a peer.
 var fzView = sync.OnceValue(func() *view {
@@ -283,34 +216,40 @@ var fzMethods = [][2]string{
 	{Interface, "Doctor"}, {Interface, "Resources"}, {Interface, "Bandwidth"},
 }
 
-// fzSignatures are the in signatures of the methods, for the oracle.
-var fzSignatures = map[string]string{
-	"Get": "ss", "GetAll": "s", "Set": "ssv", "Introspect": "", "GetManagedObjects": "",
-	"Reload": "", "Apply": "", "Probe": "s", "Doctor": "u", "Resources": "", "Bandwidth": "ssuu",
-}
+// fzSignatures and fzOut are the in and out signatures of the methods,
+// for the oracle: the standard interfaces' here, org.rdmad.Agent1's from
+// servicetest.Operations, the table of the socket's fuzz targets too.
+var fzSignatures, fzOut = func() (in, out map[string]string) {
+	in = map[string]string{"Get": "ss", "GetAll": "s", "Set": "ssv", "Introspect": "", "GetManagedObjects": ""}
+	out = map[string]string{"Get": "v", "GetAll": "a{sv}", "Set": "", "Introspect": "s", "GetManagedObjects": "a{oa{sa{sv}}}"}
+	for _, o := range servicetest.Operations {
+		if o.DBus != "" {
+			in[o.DBus], out[o.DBus] = o.DBusIn, o.DBusOut
+		}
+	}
+	return in, out
+}()
 
-// fzOut are the out signatures of the methods.
-var fzOut = map[string]string{
-	"Get": "v", "GetAll": "a{sv}", "Set": "", "Introspect": "s", "GetManagedObjects": "a{oa{sa{sv}}}",
-	"Reload": "t", "Apply": "", "Probe": "stds", "Doctor": "sa(sssss)",
-	"Resources": "a(usbuuuut)a(suuuut)s", "Bandwidth": "ddttts",
-}
-
-// privileged are the methods rdmad guards itself, with the level each
-// needs (the access table's).
-var privileged = map[string]access.Level{"Reload": access.Admin, "Apply": access.Admin, "Probe": access.Admin, "Doctor": access.Read,
-	"Resources": access.Read, "Bandwidth": access.Admin}
+// callLevel is the level each backend call needs: the lowest of the
+// operations that make it (servicetest.Operations).
+var callLevel = func() map[string]access.Level {
+	m := map[string]access.Level{}
+	for _, o := range servicetest.Operations {
+		for _, c := range o.Calls {
+			if l, ok := m[c]; !ok || o.Level < l {
+				m[c] = o.Level
+			}
+		}
+	}
+	return m
+}()
 
 // validBandwidthArgs is the oracle of Bandwidth's arguments (peer, op,
-// size, duration in ms): a peer with the shape of a name, an op of write, read or
-// send ("" the default), a size up to 1 MiB and a duration up to 30 s (0
-// for either: the default).
+// size, duration in ms), servicetest.BandwidthOK's with 0 the default.
 func validBandwidthArgs(body []any) bool {
 	peer, op := body[0].(string), body[1].(string)
 	size, ms := body[2].(uint32), body[3].(uint32)
-	okOp := op == "" || op == "write" || op == "read" || op == "send"
-	okDur := ms == 0 || (ms >= 100 && ms <= 30000)
-	return api.ValidPeerName(peer) && okOp && size <= 1<<20 && okDur
+	return size <= 1<<20 && servicetest.BandwidthOK(peer, op, int(size), time.Duration(ms)*time.Millisecond)
 }
 
 // fzErrorNames are the errors a call may answer.
@@ -336,10 +275,13 @@ type fzOutcome struct {
 
 // fzDispatch is Conn.handleCall without the connection: it dispatches one
 // method call to a fresh handler and checks the outcome's invariants.
-func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
+func fzDispatch(t *testing.T, fail, reject bool, msg *dbus.Message) fzOutcome {
 	t.Helper()
 	conn := fzBusConn(t)
-	b := &fzBackend{fail: fail}
+	b := &servicetest.Backend{Fail: fail, Res: fzResources}
+	if reject {
+		b.SetReject("rdmad.toml:1: fuzz")
+	}
 	h := newHandler(b, slog.New(slog.DiscardHandler))
 	h.roles = func() access.Roles { return fzRoles }
 	h.probeTimeout = 5 * time.Second
@@ -406,9 +348,7 @@ func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
 			t.Fatalf("%s: returned %s, but the method declares %s", desc, got, want)
 		}
 	}()
-	b.mu.Lock()
-	out.calls = append([]string(nil), b.calls...)
-	b.mu.Unlock()
+	out.calls = b.Calls()
 
 	if out.errName != "" && out.stage != "object" && out.stage != "interface" && out.stage != "method" {
 		if !fzErrorNames[out.errName] {
@@ -422,16 +362,17 @@ func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
 	// Privileges.
 	level := fzSenderLevel(sender)
 	for _, c := range out.calls {
-		if level < privileged[c] {
+		if level < callLevel[c] {
 			t.Fatalf("%s: a sender at level %v reached the backend's %s (outcome %+v)", desc, level, c, out)
 		}
 	}
 	if len(out.calls) > 1 {
 		t.Fatalf("%s: one call reached the backend %d times: %q", desc, len(out.calls), out.calls)
 	}
-	need, guarded := privileged[member]
+	op, guarded := servicetest.ByDBus(member)
+	need := op.Level
 	isPriv := guarded && (ifaceName == Interface || ifaceName == "") && path == Path
-	if len(out.calls) == 1 && (!isPriv || out.calls[0] != member) {
+	if len(out.calls) == 1 && (!isPriv || out.calls[0] != op.Calls[0]) {
 		t.Fatalf("%s: reached the backend's %s", desc, out.calls[0])
 	}
 
@@ -457,11 +398,11 @@ func fzDispatch(t *testing.T, fail bool, msg *dbus.Message) fzOutcome {
 		switch {
 		case level < need && out.errName != ErrAccessDenied:
 			t.Fatalf("%s: call of %s (level %v) by a sender at level %v answered %+v, want AccessDenied", desc, member, need, level, out)
-		case level >= need && member == "Doctor" && time.Duration(msg.Body[0].(uint32))*time.Millisecond > MaxDoctorInterval:
+		case level >= need && member == "Doctor" && !servicetest.DoctorIntervalOK(time.Duration(msg.Body[0].(uint32))*time.Millisecond):
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Doctor over the interval bound answered %+v, want InvalidArgs and no run", desc, out)
 			}
-		case level >= access.Admin && member == "Probe" && (strings.TrimSpace(msg.Body[0].(string)) == "" || !api.ValidPeerName(msg.Body[0].(string))):
+		case level >= need && member == "Probe" && !servicetest.PeerShaped(msg.Body[0].(string)):
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Probe of a blank or malformed peer name answered %+v, want InvalidArgs and no probe", desc, out)
 			}
@@ -653,7 +594,7 @@ func FuzzDBusCall(f *testing.F) {
 			// interface or string arguments that are not valid).
 			return
 		}
-		fzDispatch(t, who >= 128, msg)
+		fzDispatch(t, who >= 128, who >= 64 && who < 128, msg)
 	})
 }
 
@@ -693,7 +634,7 @@ func FuzzDBusMessage(f *testing.F) {
 		if iface, _ := msg.Headers[dbus.FieldInterface].Value().(string); iface == "org.freedesktop.DBus.Peer" {
 			return
 		}
-		fzDispatch(t, fail, msg)
+		fzDispatch(t, fail, false, msg)
 	})
 }
 

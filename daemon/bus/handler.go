@@ -13,7 +13,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/internal/inflight"
 )
 
@@ -34,7 +34,7 @@ const credTimeout = 5 * time.Second
 // unexporting anything.
 type handler struct {
 	cur     atomic.Pointer[view]
-	backend api.Backend
+	backend service.Backend
 	log     *slog.Logger
 	sem     chan struct{}
 	// calls counts the guarded calls in progress: a session waits for
@@ -48,7 +48,7 @@ type handler struct {
 	gate *gate
 }
 
-func newHandler(b api.Backend, log *slog.Logger) *handler {
+func newHandler(b service.Backend, log *slog.Logger) *handler {
 	return &handler{backend: b, log: log, sem: make(chan struct{}, MaxCalls), probeTimeout: DefaultProbeTimeout,
 		roles: func() access.Roles { return access.Roles{} }, gate: newGate(log)}
 }
@@ -381,17 +381,14 @@ type doctorRow struct {
 	ID, Title, Verdict, Message, Fix string
 }
 
-// MaxDoctorInterval bounds Doctor's interval_ms, as GET /v1/doctor's.
-const MaxDoctorInterval = 10 * time.Second
-
 // doctor serves Doctor(u interval_ms) -> (s worst, a(sssss) checks): the
 // troubleshooting table as rdmad runs it on the node; interval_ms
 // separates the counter reads of the rising-counter checks (0 skips them).
 func (h *handler) doctor(ctx context.Context, c call) ([]any, error) {
 	ms := c.args[0].(uint32)
 	interval := time.Duration(ms) * time.Millisecond
-	if interval > MaxDoctorInterval {
-		return nil, dbusError(ErrInvalidArgs, "Doctor: interval_ms %d is over %d; use e.g. 2000 (0 skips the rising-counter checks)", ms, MaxDoctorInterval.Milliseconds())
+	if !service.ValidDoctorInterval(interval) {
+		return nil, dbusError(ErrInvalidArgs, "Doctor: interval_ms %d is over %d; use e.g. 2000 (0 skips the rising-counter checks)", ms, service.MaxDoctorInterval.Milliseconds())
 	}
 	h.logCall(ctx, "interval_ms", ms)
 	rep, err := h.backend.Doctor(ctx, interval)
@@ -416,7 +413,7 @@ func (h *handler) probe(ctx context.Context, c call) ([]any, error) {
 	if strings.TrimSpace(name) == "" {
 		return nil, dbusError(ErrInvalidArgs, "Probe: say which peer, e.g. Probe s 192.0.2.17: a configured [[peer]] address (see the Peers property)")
 	}
-	if !api.ValidPeerName(name) {
+	if !service.ValidPeerName(name) {
 		// Not even the shape of an address or host name: never a
 		// configured peer, and text (a NUL, say) that must not travel
 		// on into the backend's messages and the reply.

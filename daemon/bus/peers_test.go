@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
@@ -25,10 +26,12 @@ func peersOf(ps ...apitype.Peer) apitype.Peers {
 	return apitype.Peers{Configured: len(ps), Peers: ps}
 }
 
-// probeBackend is a fakeBackend with the daemon's Probe: it answers for the
-// peers it knows and refuses the others with the daemon's messages.
+// probeBackend is servicetest.ReloadOnly with the daemon's Probe: it
+// answers for the peers it knows and refuses the others with the daemon's
+// messages.
 type probeBackend struct {
-	*fakeBackend
+	*servicetest.Backend
+	mu sync.Mutex
 	// known maps a configured peer to the result of probing it.
 	known map[string]apitype.Peer
 	// stopped makes Probe answer like a daemon whose peer probes do not
@@ -38,7 +41,7 @@ type probeBackend struct {
 }
 
 func newProbeBackend(store *state.Store) *probeBackend {
-	return &probeBackend{fakeBackend: &fakeBackend{store: store}, known: map[string]apitype.Peer{upPeer.Name: upPeer}}
+	return &probeBackend{Backend: servicetest.ReloadOnly(store), known: map[string]apitype.Peer{upPeer.Name: upPeer}}
 }
 
 func (p *probeBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
@@ -69,16 +72,6 @@ func (p *probeBackend) set(f func(p *probeBackend)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f(p)
-}
-
-// applyProbeBackend has Reload, Apply and Probe, like the daemon's.
-type applyProbeBackend struct {
-	*applyBackend
-	pb *probeBackend
-}
-
-func (a *applyProbeBackend) Probe(ctx context.Context, name string) (apitype.Peer, error) {
-	return a.pb.Probe(ctx, name)
 }
 
 func TestIntegrationProbe(t *testing.T) {
@@ -158,7 +151,7 @@ func TestIntegrationProbeNotSupported(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
+	startRun(t, store, servicetest.ReloadOnly(store)).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 	err := obj.Call(Interface+".Probe", 0, upPeer.Name).Err
 	if !isDBusError(err, ErrNotSupported) || !strings.Contains(err.Error(), `"192.0.2.17"`) {

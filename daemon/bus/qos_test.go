@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
 func qosFixture() []apitype.NetdevQoS {
@@ -61,7 +62,7 @@ func TestIntegrationQoSProperty(t *testing.T) {
 	startBus(t, "")
 	store := newStore()
 	store.Update(func(s *apitype.Snapshot) { s.QoS = qosFixture() })
-	r := startRun(t, store, &fakeBackend{store: store})
+	r := startRun(t, store, servicetest.ReloadOnly(store))
 	r.waitFor(t, 0, apitype.OK, "")
 
 	var got []QoSEntry

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
 )
 
 // A processRow is one process of Resources' answer: (pid, comm, kernel,
@@ -30,7 +30,7 @@ type deviceRow struct {
 // /v1/resources reads them; error is the reason the kernel could not be
 // read (the lists are then empty), "" otherwise.
 func (h *handler) resources(ctx context.Context, _ call) ([]any, error) {
-	res, err := api.ReadResources(ctx, h.backend)
+	res, err := service.ReadResources(ctx, h.backend)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, dbusError(ErrNotSupported, "Resources: this rdmad cannot read the RDMA resources; run rdmactl resources as root on the node")
 	}

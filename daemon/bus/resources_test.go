@@ -11,19 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 )
 
-// resBackend is a fakeBackend that also reads resources.
-type resBackend struct {
-	fakeBackend
-	res apitype.Resources
-	err error
-}
-
-func (b *resBackend) Resources(context.Context) (apitype.Resources, error) { return b.res, b.err }
-
 func TestResourcesMethod(t *testing.T) {
-	b := &resBackend{res: apitype.Resources{
+	b := &servicetest.Backend{Res: apitype.Resources{
 		Processes: []apitype.ProcessResources{
 			{PID: 4242, Comm: "ibv_rc_pingpong", Devices: []string{"rxe0"}, ResourceCounts: apitype.ResourceCounts{QPs: 1, CQs: 1, MRs: 1, PDs: 1, PinnedBytes: 4096}},
 			{Comm: "ib_core", Kernel: true, ResourceCounts: apitype.ResourceCounts{QPs: 1}},
@@ -48,14 +40,14 @@ func TestResourcesMethod(t *testing.T) {
 		t.Errorf("signature %s, want a(usbuuuut)a(suuuut)s", got)
 	}
 
-	b.err = errors.New("rdmares: another read of the RDMA resources is in progress for over 10s; try again later")
+	b.SetErr("Resources", errors.New("rdmares: another read of the RDMA resources is in progress for over 10s; try again later"))
 	_, err = h.resources(context.Background(), call{})
 	var de *dbus.Error
 	if !errors.As(err, &de) || de.Name != ErrFailed || !strings.Contains(de.Error(), "try again") {
 		t.Errorf("busy: %v, want %s saying to try again", err, ErrFailed)
 	}
 
-	h = newHandler(&fakeBackend{}, slog.New(slog.DiscardHandler))
+	h = newHandler(servicetest.CoreOnly(&servicetest.Backend{}), slog.New(slog.DiscardHandler))
 	if _, err := h.resources(context.Background(), call{}); !errors.As(err, &de) || de.Name != ErrNotSupported {
 		t.Errorf("a backend without resources: %v, want %s", err, ErrNotSupported)
 	}

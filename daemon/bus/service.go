@@ -26,19 +26,19 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Options configure Run.
 type Options struct {
 	// Store is read for snapshots; Changed drives the signals. Required.
-	Store *state.Store
-	// Backend serves the methods: the same operations as the Unix socket
-	// API's (api.Backend). An operation it cannot do answers an error
-	// wrapping errors.ErrUnsupported, which the caller gets as
-	// ErrNotSupported. Required.
-	Backend api.Backend
+	Store state.Reader
+	// Backend serves the methods: the operations of the service contract
+	// (daemon/service), as the Unix socket API serves them. An operation
+	// it cannot do answers an error wrapping errors.ErrUnsupported, which
+	// the caller gets as ErrNotSupported. Required.
+	Backend service.Backend
 	// Roles returns the access roles in force (daemon/access, the same
 	// as the socket API's); it is asked on every method call, so a reload
 	// takes effect at once. Nil admits root only.
@@ -65,10 +65,6 @@ type Options struct {
 // sd-bus, busctl) wait for a reply by default, so that the caller reads
 // rdmad's error rather than a NoReply.
 const DefaultProbeTimeout = 20 * time.Second
-
-// ComponentName is the name under which the daemon should record Report's
-// health in the snapshot.
-const ComponentName = "dbus"
 
 // connectTimeout bounds connecting, authenticating and requesting the name.
 const connectTimeout = 10 * time.Second
@@ -104,7 +100,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
-	s := &service{o: o, h: newHandler(o.Backend, o.Logger)}
+	s := &server{o: o, h: newHandler(o.Backend, o.Logger)}
 	if o.Roles != nil {
 		s.h.roles = o.Roles
 	}
@@ -144,15 +140,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// A service is Run's state across sessions.
-type service struct {
+// A server is Run's state across sessions.
+type server struct {
 	o Options
 	h *handler
 }
 
 // session connects once and serves until the connection or the name is
 // lost or ctx is done. owned reports whether it held the name.
-func (s *service) session(ctx context.Context) (owned bool, err error) {
+func (s *server) session(ctx context.Context) (owned bool, err error) {
 	// The objects are served from the moment the connection exists, so
 	// they are exported before RequestName: a client that sees the name
 	// appear finds them.

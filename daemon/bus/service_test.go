@@ -21,7 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/api"
+	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/daemon/service/servicetest"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/testenv"
 )
@@ -291,63 +292,6 @@ func (b *testBus) asUser(uid, gid int, groups []int, op, arg string) helperResul
 	return res
 }
 
-// fakeBackend counts reloads and publishes a new generation on each good
-// one, like the daemon does.
-type fakeBackend struct {
-	store *state.Store
-	mu    sync.Mutex
-	n     int
-	// reject, when set, is the error of the next loads.
-	reject string
-}
-
-func (f *fakeBackend) Reload(ctx context.Context) (apitype.ReloadResult, error) {
-	f.mu.Lock()
-	f.n++
-	reject := f.reject
-	f.mu.Unlock()
-	if reject != "" {
-		s := f.store.Update(func(s *apitype.Snapshot) { s.Config.Error = reject })
-		return apitype.ReloadResult{OK: false, Generation: s.Config.Generation, Error: reject}, nil
-	}
-	s := f.store.Update(func(s *apitype.Snapshot) { s.Config.Generation++; s.Config.Error = "" })
-	return apitype.ReloadResult{OK: true, Generation: s.Config.Generation}, nil
-}
-
-// The other operations of api.Backend: this fake cannot do them.
-func (f *fakeBackend) Snapshot() *apitype.Snapshot { return f.store.Load() }
-func (f *fakeBackend) PolicyDiff(context.Context) ([]apitype.Change, error) {
-	return nil, fmt.Errorf("policy diff: %w", errors.ErrUnsupported)
-}
-func (f *fakeBackend) PolicyApply(context.Context) (apitype.ApplyResult, error) {
-	return apitype.ApplyResult{}, fmt.Errorf("policy apply: %w", errors.ErrUnsupported)
-}
-func (f *fakeBackend) Probe(_ context.Context, name string) (apitype.Peer, error) {
-	return apitype.Peer{}, fmt.Errorf("probe %q: %w", name, errors.ErrUnsupported)
-}
-func (f *fakeBackend) Doctor(context.Context, time.Duration) (apitype.DoctorReport, error) {
-	return apitype.DoctorReport{}, fmt.Errorf("doctor: %w", errors.ErrUnsupported)
-}
-
-func (f *fakeBackend) reloads() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
-
-// applyBackend is a fakeBackend with PolicyApply.
-type applyBackend struct {
-	*fakeBackend
-	applies int
-}
-
-func (a *applyBackend) PolicyApply(ctx context.Context) (apitype.ApplyResult, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.applies++
-	return apitype.ApplyResult{}, nil
-}
-
 // A report is one call of Options.Report.
 type report struct {
 	st  string
@@ -406,7 +350,7 @@ func newStore() *state.Store {
 }
 
 // startRun runs Run with b as backend until the test ends.
-func startRun(t *testing.T, store *state.Store, b api.Backend) *reports {
+func startRun(t *testing.T, store *state.Store, b service.Backend) *reports {
 	t.Helper()
 	return startRunOpts(t, Options{Store: store, Backend: b})
 }
@@ -469,7 +413,7 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	r := startRun(t, store, &fakeBackend{store: store})
+	r := startRun(t, store, servicetest.ReloadOnly(store))
 	r.waitFor(t, 0, apitype.OK, "")
 
 	conn := rootConn(t)
@@ -612,7 +556,7 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 	b := startBus(t, "")
 	store := newStore()
 	pb := newProbeBackend(store)
-	fb := pb.fakeBackend
+	fb := pb.Backend
 	startRun(t, store, pb).waitFor(t, 0, apitype.OK, "")
 
 	tests := []struct {
@@ -664,7 +608,7 @@ func TestIntegrationUnprivilegedCaller(t *testing.T) {
 			}
 		})
 	}
-	if n := fb.reloads(); n != 0 {
+	if n := fb.Count("Reload"); n != 0 {
 		t.Errorf("backend reloaded %d times for nobody, want 0", n)
 	}
 	if n := pb.probes(); n != 0 {
@@ -679,7 +623,8 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 	b := startBus(t, `<policy user="nobody"><allow send_destination="org.rdmad.Agent1"/></policy>`)
 	store := newStore()
 	pb := newProbeBackend(store)
-	fb := &applyProbeBackend{applyBackend: &applyBackend{fakeBackend: pb.fakeBackend}, pb: pb}
+	pb.SetErr("PolicyApply", nil)
+	fb := pb
 	startRun(t, store, fb).waitFor(t, 0, apitype.OK, "")
 	for _, tt := range []struct{ op, arg, method string }{
 		{"call", "Reload", "Reload"},
@@ -693,11 +638,9 @@ func TestIntegrationDaemonChecksUID(t *testing.T) {
 			}
 		})
 	}
-	fb.mu.Lock()
-	applies := fb.applies
-	fb.mu.Unlock()
-	if fb.reloads() != 0 || applies != 0 || pb.probes() != 0 {
-		t.Errorf("backend ran %d reloads, %d applies and %d probes for nobody, want none", fb.reloads(), applies, pb.probes())
+	applies := fb.Count("PolicyApply")
+	if fb.Count("Reload") != 0 || applies != 0 || pb.probes() != 0 {
+		t.Errorf("backend ran %d reloads, %d applies and %d probes for nobody, want none", fb.Count("Reload"), applies, pb.probes())
 	}
 }
 
@@ -705,7 +648,7 @@ func TestIntegrationRootMethods(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	fb := &fakeBackend{store: store}
+	fb := servicetest.ReloadOnly(store)
 	startRun(t, store, fb).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 
@@ -719,9 +662,7 @@ func TestIntegrationRootMethods(t *testing.T) {
 	// The property follows once the service published the new snapshot.
 	waitProperty(t, obj, "ConfigGeneration", uint64(2))
 
-	fb.mu.Lock()
-	fb.reject = "/etc/rdmad/rdmad.toml:3: mtu: 12 is below the minimum 68"
-	fb.mu.Unlock()
+	fb.SetReject("/etc/rdmad/rdmad.toml:3: mtu: 12 is below the minimum 68")
 	err := obj.Call(Interface+".Reload", 0).Err
 	if !isDBusError(err, ErrConfigRejected) || !strings.Contains(err.Error(), "below the minimum 68") ||
 		!strings.Contains(err.Error(), "generation 2 stays in force") {
@@ -731,7 +672,7 @@ func TestIntegrationRootMethods(t *testing.T) {
 	if v, _ := obj.GetProperty(Interface + ".ConfigGeneration"); v.Value() != uint64(2) {
 		t.Errorf("ConfigGeneration after a rejected load = %v, want 2", v.Value())
 	}
-	if n := fb.reloads(); n != 2 {
+	if n := fb.Count("Reload"); n != 2 {
 		t.Errorf("backend reloads = %d, want 2", n)
 	}
 	if err := obj.Call(Interface+".Apply", 0).Err; !isDBusError(err, ErrNotSupported) {
@@ -743,15 +684,14 @@ func TestIntegrationApply(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	ab := &applyBackend{fakeBackend: &fakeBackend{store: store}}
+	ab := servicetest.ReloadOnly(store)
+	ab.SetErr("PolicyApply", nil)
 	startRun(t, store, ab).waitFor(t, 0, apitype.OK, "")
 	if err := rootConn(t).Object(Name, Path).Call(Interface+".Apply", 0).Err; err != nil {
 		t.Fatalf("Apply as root: %v", err)
 	}
-	ab.mu.Lock()
-	defer ab.mu.Unlock()
-	if ab.applies != 1 {
-		t.Errorf("backend applies = %d, want 1", ab.applies)
+	if n := ab.Count("PolicyApply"); n != 1 {
+		t.Errorf("backend applies = %d, want 1", n)
 	}
 }
 
@@ -803,7 +743,7 @@ func TestIntegrationSignals(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
+	startRun(t, store, servicetest.ReloadOnly(store)).waitFor(t, 0, apitype.OK, "")
 	sigs := subscribe(t, rootConn(t))
 
 	store.Update(func(s *apitype.Snapshot) { s.State = apitype.Degraded })
@@ -868,7 +808,7 @@ func TestIntegrationCoalesces(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
+	startRun(t, store, servicetest.ReloadOnly(store)).waitFor(t, 0, apitype.OK, "")
 	conn := rootConn(t)
 	sigs := subscribe(t, conn)
 	const n = 500
@@ -908,7 +848,7 @@ func TestIntegrationPacesViews(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
 	store := newStore()
-	startRun(t, store, &fakeBackend{store: store}).waitFor(t, 0, apitype.OK, "")
+	startRun(t, store, servicetest.ReloadOnly(store)).waitFor(t, 0, apitype.OK, "")
 	conn := rootConn(t)
 	sigs := subscribe(t, conn)
 	start, n := time.Now(), 0
@@ -944,9 +884,9 @@ func TestIntegrationPacesViews(t *testing.T) {
 }
 
 // blockingBackend holds every Reload until release is closed; it does
-// nothing else (fakeBackend's other operations, with a nil store).
+// nothing else (servicetest.ReloadOnly's other operations, with a nil store).
 type blockingBackend struct {
-	*fakeBackend
+	*servicetest.Backend
 	started chan struct{}
 	release chan struct{}
 }
@@ -966,7 +906,7 @@ func (b *blockingBackend) Reload(ctx context.Context) (apitype.ReloadResult, err
 func TestIntegrationCallLimit(t *testing.T) {
 	requireRoot(t)
 	startBus(t, "")
-	bb := &blockingBackend{fakeBackend: &fakeBackend{}, started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
+	bb := &blockingBackend{Backend: servicetest.ReloadOnly(nil), started: make(chan struct{}, MaxCalls), release: make(chan struct{})}
 	startRun(t, newStore(), bb).waitFor(t, 0, apitype.OK, "")
 	obj := rootConn(t).Object(Name, Path)
 	calls := make([]*dbus.Call, MaxCalls)
@@ -1001,7 +941,7 @@ func TestIntegrationNameTaken(t *testing.T) {
 		t.Fatalf("squatter RequestName = %v, %v", r, err)
 	}
 	store := newStore()
-	r := startRun(t, store, &fakeBackend{store: store})
+	r := startRun(t, store, servicetest.ReloadOnly(store))
 	r.waitFor(t, 0, apitype.Error, "another rdmad (or another program) owns it")
 	// It keeps trying: a second failure shows the retry loop runs.
 	n := r.len()
@@ -1021,7 +961,7 @@ func TestIntegrationBusRestart(t *testing.T) {
 	requireRoot(t)
 	b := startBus(t, "")
 	store := newStore()
-	r := startRun(t, store, &fakeBackend{store: store})
+	r := startRun(t, store, servicetest.ReloadOnly(store))
 	r.waitFor(t, 0, apitype.OK, "")
 
 	b.stop()
@@ -1041,7 +981,7 @@ func TestIntegrationBusAbsent(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "no-bus"))
 	store := newStore()
-	r := startRun(t, store, &fakeBackend{store: store})
+	r := startRun(t, store, servicetest.ReloadOnly(store))
 	rep := r.waitFor(t, 0, apitype.Unavailable, "no-bus")
 	if !strings.Contains(rep.err, "dbus.service running") {
 		t.Errorf("report %q does not say what to do", rep.err)

@@ -7,7 +7,6 @@
 package config
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -33,49 +32,49 @@ const (
 // A Config is the merged, validated configuration. It is never mutated after
 // Load returns it; the daemon replaces it as a whole on reload.
 type Config struct {
-	Daemon   Daemon   `toml:"daemon" json:"daemon"`
-	Policies []Policy `toml:"policy" json:"policies"`
-	Memlock  Memlock  `toml:"memlock" json:"memlock"`
-	Metrics  Metrics  `toml:"metrics" json:"metrics"`
-	MRPool   MRPool   `toml:"mrpool" json:"mrpool"`
-	Probe    Probe    `toml:"probe" json:"probe"`
-	Peers    []Peer   `toml:"peer" json:"peers"`
+	Daemon   Daemon   `toml:"daemon"`
+	Policies []Policy `toml:"policy"`
+	Memlock  Memlock  `toml:"memlock"`
+	Metrics  Metrics  `toml:"metrics"`
+	MRPool   MRPool   `toml:"mrpool"`
+	Probe    Probe    `toml:"probe"`
+	Peers    []Peer   `toml:"peer"`
 	Health   Health   `toml:"health"`
 
 	// Files lists the files that were merged, main file first.
-	Files []string `toml:"-" json:"files"`
+	Files []string `toml:"-"`
 }
 
 // Daemon holds the [daemon] table.
 type Daemon struct {
 	// Socket is the path of the Unix socket API.
-	Socket string `toml:"socket" json:"socket"`
+	Socket string `toml:"socket"`
 	// SocketGroup may read from the socket. Empty: only root.
-	SocketGroup string `toml:"socket_group" json:"socket_group"`
+	SocketGroup string `toml:"socket_group"`
 	// AdminGroup may also change state (reload, apply). Empty: only root.
-	AdminGroup string `toml:"admin_group" json:"admin_group"`
+	AdminGroup string `toml:"admin_group"`
 	// LogLevel is one of debug, info, warn, error.
-	LogLevel string `toml:"log_level" json:"log_level"`
+	LogLevel string `toml:"log_level"`
 	// ResyncInterval is how often every object is reconciled even without
 	// an event, to catch anything a lost event hid.
-	ResyncInterval Duration `toml:"resync_interval" json:"resync_interval"`
+	ResyncInterval Duration `toml:"resync_interval"`
 }
 
 // A Policy is one [[policy]] block: settings declared for the netdevs and
 // RDMA devices its selectors match.
 type Policy struct {
-	Name string `toml:"name" json:"name"`
+	Name string `toml:"name"`
 	// Netdevs and Devices are shell globs (path.Match syntax) over netdev
 	// names and RDMA device names.
-	Netdevs []string `toml:"netdevs" json:"netdevs,omitempty"`
-	Devices []string `toml:"devices" json:"devices,omitempty"`
+	Netdevs []string `toml:"netdevs"`
+	Devices []string `toml:"devices"`
 	// Mode is "enforce" (apply differences) or "observe" (report drift only).
-	Mode string `toml:"mode" json:"mode"`
+	Mode string `toml:"mode"`
 	// MTU of matched netdevs; 0 leaves it unmanaged.
-	MTU  int   `toml:"mtu" json:"mtu,omitempty"`
-	QoS  *QoS  `toml:"qos" json:"qos,omitempty"`
-	RoCE *RoCE `toml:"roce" json:"roce,omitempty"`
-	ECN  *ECN  `toml:"ecn" json:"ecn,omitempty"`
+	MTU  int   `toml:"mtu"`
+	QoS  *QoS  `toml:"qos"`
+	RoCE *RoCE `toml:"roce"`
+	ECN  *ECN  `toml:"ecn"`
 	// MinRate is the least link rate of the matched ports ("200Gb/s"): a
 	// port below it is LinkDegraded (docs/HEALTH.md). Nothing is set.
 	MinRate string `toml:"min_rate"`
@@ -92,39 +91,39 @@ type ECN struct {
 	// NP lists the priorities (0-7) on which the notification point is
 	// enabled (the receiver answers ECN-marked packets with CNPs); the
 	// others are disabled. Absent leaves it unmanaged; [] disables all.
-	NP []int `toml:"np" json:"np"`
+	NP []int `toml:"np"`
 	// RP lists the priorities on which the reaction point is enabled (the
 	// sender slows down on CNPs), likewise.
-	RP []int `toml:"rp" json:"rp"`
+	RP []int `toml:"rp"`
 }
 
 // QoS holds [policy.qos]: data-centre bridging for the matched netdevs.
 type QoS struct {
 	// Trust is "pcp" or "dscp"; empty leaves it unmanaged.
-	Trust string `toml:"trust" json:"trust,omitempty"`
+	Trust string `toml:"trust"`
 	// PFC lists the priorities (0-7) with priority flow control enabled;
 	// the others are disabled. Absent leaves PFC unmanaged; [] disables all.
-	PFC []int `toml:"pfc" json:"pfc"`
+	PFC []int `toml:"pfc"`
 	// DSCPToPrio maps DSCP code points (0-63) to priorities (0-7).
-	DSCPToPrio map[int]int `toml:"-" json:"dscp_to_prio,omitempty"`
+	DSCPToPrio map[int]int `toml:"-"`
 
-	RawDSCPToPrio map[string]int `toml:"dscp_to_prio" json:"-"`
+	RawDSCPToPrio map[string]int `toml:"dscp_to_prio"`
 }
 
 // RoCE holds [policy.roce]: RDMA-CM defaults for the matched devices' ports.
 type RoCE struct {
 	// TOS is the default type of service for RDMA-CM connections (0-255);
 	// nil leaves it unmanaged.
-	TOS *int `toml:"tos" json:"tos,omitempty"`
+	TOS *int `toml:"tos"`
 	// Mode is "v1" or "v2" (RoCE version RDMA-CM uses); empty leaves it
 	// unmanaged.
-	Mode string `toml:"mode" json:"mode,omitempty"`
+	Mode string `toml:"mode"`
 }
 
 // A PoolClass is one [[mrpool.classes]] entry: Count buffers of Size bytes.
 type PoolClass struct {
-	Size  size.Size `toml:"size" json:"size"`
-	Count int       `toml:"count" json:"count"`
+	Size  size.Size `toml:"size"`
+	Count int       `toml:"count"`
 }
 
 // source records where a block came from, for error messages.
@@ -142,13 +141,13 @@ type Memlock struct {
 	// Daemon is the RLIMIT_MEMLOCK rdmad raises for itself at start and on
 	// reload ("unlimited", "64MiB"); nil leaves it as systemd set it
 	// (LimitMEMLOCK=).
-	Daemon *memlock.Size `toml:"daemon" json:"daemon,omitempty"`
+	Daemon *memlock.Size `toml:"daemon"`
 	// Users, when set, makes rdmad keep LimitsFile with memlock rules for
 	// UsersDomain, so that RDMA applications of users get a usable limit
 	// at their next login.
-	Users       *memlock.Size `toml:"users" json:"users,omitempty"`
-	UsersDomain string        `toml:"users_domain" json:"users_domain"`
-	LimitsFile  string        `toml:"limits_file" json:"limits_file"`
+	Users       *memlock.Size `toml:"users"`
+	UsersDomain string        `toml:"users_domain"`
+	LimitsFile  string        `toml:"limits_file"`
 }
 
 // MRPool holds [mrpool]: memory regions registered ahead of use on every
@@ -156,73 +155,73 @@ type Memlock struct {
 type MRPool struct {
 	// Classes are the size classes, in the operator's priority order: when
 	// the memlock budget is short, earlier classes are filled first.
-	Classes []PoolClass `toml:"classes" json:"classes"`
+	Classes []PoolClass `toml:"classes"`
 	// CanaryInterval is how often a buffer is registered and deregistered
 	// to time registration and catch memlock trouble early.
-	CanaryInterval Duration `toml:"canary_interval" json:"canary_interval"`
+	CanaryInterval Duration `toml:"canary_interval"`
 }
 
 // Probe holds [probe]: probes that move real data over verbs.
 type Probe struct {
 	// Loopback enables the loopback probe on every ACTIVE port.
-	Loopback bool `toml:"loopback" json:"loopback"`
+	Loopback bool `toml:"loopback"`
 	// LoopbackInterval is the time between loopback rounds on each port.
-	LoopbackInterval Duration `toml:"loopback_interval" json:"loopback_interval"`
+	LoopbackInterval Duration `toml:"loopback_interval"`
 	// Poll is how the loopback probe waits for its completions: "event"
 	// (poll for up to 1 ms, then sleep on the completion channel) or
 	// "busy" (poll until the completion, up to 100 ms per wait: no wakeup
 	// in the RTT, a core held while each operation runs).
-	Poll string `toml:"poll" json:"poll"`
+	Poll string `toml:"poll"`
 	// TrafficClass is the GRH traffic class (RoCE v2: the IP ToS byte,
 	// DSCP<<2 | ECN) of the loopback and peer probes, 0 to 255. Nil: the
 	// [policy.roce] tos in force for the probing port, else 0.
-	TrafficClass *int `toml:"traffic_class" json:"traffic_class,omitempty"`
+	TrafficClass *int `toml:"traffic_class"`
 
 	// Peer probes (docs/PROBES.md). Peers enables them: UD probes to the
 	// [[peer]] entries and PeersFile, and answers to other nodes.
-	Peers bool `toml:"peers" json:"peers"`
+	Peers bool `toml:"peers"`
 	// PeersFile lists more peers, one address or host name per line
 	// (optionally followed by a group label); it is re-read on every
 	// reload and when it changes (checked every 30s).
-	PeersFile string `toml:"peers_file" json:"peers_file,omitempty"`
+	PeersFile string `toml:"peers_file"`
 	// Port is the UDP port of the control endpoint.
-	Port int `toml:"port" json:"port"`
+	Port int `toml:"port"`
 	// Allow lists networks (CIDRs) whose nodes may query the control
 	// endpoint besides the configured peers.
-	Allow Networks `toml:"allow" json:"allow"`
+	Allow Networks `toml:"allow"`
 	// Group is this node's group label (ToR, pod).
-	Group string `toml:"group" json:"group,omitempty"`
+	Group string `toml:"group"`
 	// PeerInterval is the time between probes to one peer (jittered
 	// ±10%); PeerTimeout is when an unanswered probe counts as lost.
-	PeerInterval Duration `toml:"peer_interval" json:"peer_interval"`
-	PeerTimeout  Duration `toml:"peer_timeout" json:"peer_timeout"`
+	PeerInterval Duration `toml:"peer_interval"`
+	PeerTimeout  Duration `toml:"peer_timeout"`
 	// DownAfter lost probes in a row make a peer down; UpAfter answers in
 	// a row bring it back.
-	DownAfter int `toml:"down_after" json:"down_after"`
-	UpAfter   int `toml:"up_after" json:"up_after"`
+	DownAfter int `toml:"down_after"`
+	UpAfter   int `toml:"up_after"`
 	// LossThreshold (percent over Window probes) and RTTThreshold (p99,
 	// 0 disables) make a peer degraded.
-	LossThreshold float64  `toml:"loss_threshold" json:"loss_threshold"`
-	RTTThreshold  Duration `toml:"rtt_threshold" json:"rtt_threshold"`
-	Window        int      `toml:"window" json:"window"`
+	LossThreshold float64  `toml:"loss_threshold"`
+	RTTThreshold  Duration `toml:"rtt_threshold"`
+	Window        int      `toml:"window"`
 	// MaxPeers bounds the peers probed at once; Rotate is how often the
 	// selection moves on when there are more.
-	MaxPeers int      `toml:"max_peers" json:"max_peers"`
-	Rotate   Duration `toml:"rotate" json:"rotate"`
+	MaxPeers int      `toml:"max_peers"`
+	Rotate   Duration `toml:"rotate"`
 	// KeyFile holds the fleet key that authenticates control messages and
 	// probes (HMAC-SHA256): a root-owned file without group or other
 	// permissions, at least 16 bytes after trimming whitespace. Empty:
 	// no authentication.
-	KeyFile string `toml:"key_file" json:"key_file,omitempty"`
+	KeyFile string `toml:"key_file"`
 	// Auth is "require" (the default with a key: nothing unauthenticated
 	// is answered or believed) or "prefer" (for rollouts: peers without
 	// the key are still answered and probed, and flagged).
-	Auth string `toml:"auth" json:"auth,omitempty"`
+	Auth string `toml:"auth"`
 	// Bandwidth lets the configured peers and [probe] allow networks run
 	// RC bandwidth tests against this node (rdmactl bw on theirs): one at
 	// a time, at most 30 s each, with the fleet key when there is one.
 	// Off by default: a test fills the link.
-	Bandwidth bool `toml:"bandwidth" json:"bandwidth"`
+	Bandwidth bool `toml:"bandwidth"`
 }
 
 // Networks is a list of CIDRs. It is kept as one canonical string so that
@@ -269,22 +268,13 @@ func (n Networks) Prefixes() []netip.Prefix {
 	return out
 }
 
-// MarshalJSON writes the networks as a JSON array.
-func (n Networks) MarshalJSON() ([]byte, error) {
-	list := []string{}
-	if n.list != "" {
-		list = strings.Split(n.list, ",")
-	}
-	return json.Marshal(list)
-}
-
 // A Peer is one [[peer]] block: another node whose rdmad answers probes.
 type Peer struct {
 	// Address is an IP address or a host name.
-	Address string `toml:"address" json:"address"`
+	Address string `toml:"address"`
 	// Group is a label such as the ToR switch; peers of this node's own
 	// group are all probed, other groups through rotating representatives.
-	Group string `toml:"group" json:"group,omitempty"`
+	Group string `toml:"group"`
 
 	src source
 }
@@ -294,12 +284,12 @@ type Peer struct {
 type Metrics struct {
 	// Listen is a TCP host:port ("127.0.0.1:9879") serving GET /metrics;
 	// empty (the default) opens no port. It follows reloads.
-	Listen string `toml:"listen" json:"listen,omitempty"`
+	Listen string `toml:"listen"`
 	// ListenAny allows a Listen without a host or with a wildcard one
 	// (":9879", "0.0.0.0:9879", "[::]:9879"), which serves every
 	// interface: the metrics tell anyone who reaches the port the node's
 	// devices, peers and their states, so it must be asked for.
-	ListenAny bool `toml:"listen_any" json:"listen_any,omitempty"`
+	ListenAny bool `toml:"listen_any"`
 }
 
 // A Duration is a time.Duration written as a Go duration string ("5m").

@@ -11,6 +11,20 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
+// A Reader is the read side of a Store: what the parts that only follow
+// the state (D-Bus, the watch hub) are given, so that the compiler keeps
+// the main loop the one writer.
+type Reader interface {
+	// Load returns the current snapshot. Callers must not modify it.
+	Load() *apitype.Snapshot
+	// Changed returns a channel that is closed when the next snapshot is
+	// published. Take it before Load, so that a snapshot published in
+	// between is not missed.
+	Changed() <-chan struct{}
+}
+
+var _ Reader = (*Store)(nil)
+
 // A Store publishes snapshots.
 type Store struct {
 	mu      sync.Mutex // serialises writers; readers never take it

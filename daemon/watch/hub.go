@@ -1,7 +1,7 @@
 // Package watch serves GET /v1/watch: a newline-delimited JSON stream of
 // changes of rdmad's state.
 //
-// One goroutine per Hub (not per client) follows the state.Store, turns
+// One goroutine per Hub (not per client) follows the state, turns
 // each snapshot it sees into events with state.Compare (the diff D-Bus
 // signals use too) and fans them out to the clients through bounded
 // per-client queues. A client that falls behind is dropped with a final
@@ -20,14 +20,13 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/api"
 	"github.com/rdmad/rdmad/daemon/state"
 )
 
 // Defaults of Options.
 const (
-	// DefaultMaxClients stays well below api.MaxConns so that watchers
-	// cannot take every connection of the API.
+	// DefaultMaxClients stays well below the API's MaxConns (daemon/api)
+	// so that watchers cannot take every connection of the API.
 	DefaultMaxClients = 32
 	// DefaultReserved more watches are kept for root and the admin group,
 	// so that readers holding every general watch do not lock them out.
@@ -75,11 +74,16 @@ type Options struct {
 	Heartbeat time.Duration
 	// Logger gets a line for every client dropped; slog.Default() if nil.
 	Logger *slog.Logger
+	// Identify says who sent a request to ServeHTTP, for the bounds on
+	// watches; the server that hands the hub its requests knows (the API
+	// reads the peer's credentials at connect). Nil treats every request
+	// as a peer without credentials outside the admin group.
+	Identify func(*http.Request) Watcher
 }
 
-// A Hub turns the snapshots of a Store into events for its clients.
+// A Hub turns the snapshots of a store into events for its clients.
 type Hub struct {
-	store *state.Store
+	store state.Reader
 	opts  Options
 	done  chan struct{} // closed when Run returns
 
@@ -101,6 +105,8 @@ type Watcher struct {
 	// Admin is root, rdmad's own user or the admin group: not bounded per
 	// uid, and the reserved watches are theirs.
 	Admin bool
+	// PID is the peer's pid, for logs only.
+	PID int32
 }
 
 // A Sub is one client's subscription.
@@ -123,7 +129,7 @@ type Sub struct {
 func (s *Sub) Dropped() <-chan struct{} { return s.dropped }
 
 // NewHub returns a Hub following store; it produces events once Run runs.
-func NewHub(store *state.Store, opts Options) *Hub {
+func NewHub(store state.Reader, opts Options) *Hub {
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = DefaultMaxClients
 	}
@@ -144,6 +150,9 @@ func NewHub(store *state.Store, opts Options) *Hub {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Identify == nil {
+		opts.Identify = func(*http.Request) Watcher { return Watcher{} }
 	}
 	return &Hub{store: store, opts: opts, done: make(chan struct{}), prev: store.Load(),
 		clients: map[*Sub]struct{}{}, perUID: map[uint32]int{}}
@@ -296,10 +305,9 @@ func (h *Hub) Clients() int {
 // written within Options.WriteTimeout), falls behind (a final "dropped"
 // line) or rdmad stops (a final "bye" line).
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	peer := api.PeerFrom(r.Context())
-	who := Watcher{UID: peer.UID, Known: peer.Known, Admin: api.ClassFrom(r.Context()) == api.ClassAdmin}
-	log := h.opts.Logger.With("uid", peer.UID, "pid", peer.PID)
-	if !peer.Known {
+	who := h.opts.Identify(r)
+	log := h.opts.Logger.With("uid", who.UID, "pid", who.PID)
+	if !who.Known {
 		log = h.opts.Logger.With("uid", "unknown")
 	}
 	s, err := h.SubscribeAs(who)
@@ -310,7 +318,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg = "rdmad is stopping; reconnect when it is back"
 		case errors.Is(err, ErrTooManyForUID):
 			msg = fmt.Sprintf("uid %d already has %d watches open, the limit for a user outside [daemon] admin_group; close one of them or poll GET /v1/status instead",
-				peer.UID, h.opts.MaxPerUID)
+				who.UID, h.opts.MaxPerUID)
 		case who.Admin:
 			msg = fmt.Sprintf("%d clients already watch rdmad (the limit, including %d reserved for root and [daemon] admin_group); close one or poll GET /v1/status instead",
 				h.opts.MaxClients+h.opts.Reserved, h.opts.Reserved)

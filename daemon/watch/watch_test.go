@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -558,4 +559,36 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"type":"component"`) {
 		t.Fatalf("NextRaw after heartbeats: %s, %v; want the component event of seq %d", b, err, seq)
 	}
+}
+
+// TestHTTPIdentify: the hub bounds HTTP watchers as Options.Identify says
+// who they are (the daemon passes the API's credentials): a reader's
+// second watch beyond MaxPerUID is refused naming its uid, while an admin's
+// is not bounded per uid.
+func TestHTTPIdentify(t *testing.T) {
+	store := newStore()
+	var admin atomic.Bool
+	h := watch.NewHub(store, watch.Options{MaxClients: 4, MaxPerUID: 1, Identify: func(*http.Request) watch.Watcher {
+		return watch.Watcher{UID: 1000, Known: true, PID: 42, Admin: admin.Load()}
+	}})
+	runHub(t, h)
+	sock := serve(t, h)
+	c := client.New(sock)
+	ctx := context.Background()
+	st, err := c.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = c.Watch(ctx)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, "uid 1000 already has 1 watches") {
+		t.Fatalf("the reader's second watch: %v; want a 503 naming uid 1000's limit", err)
+	}
+	admin.Store(true)
+	st2, err := c.Watch(ctx)
+	if err != nil {
+		t.Fatalf("an admin's second watch of the same uid: %v", err)
+	}
+	st2.Close()
 }

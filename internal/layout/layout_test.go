@@ -1,5 +1,6 @@
 // Package layout holds the test that keeps docs/ARCHITECTURE.md's arrows pointing
-// down: policy and verbs know nothing of the daemon or of each other, and
+// down: policy and verbs know nothing of the daemon or of each other, the
+// daemon's transports share daemon/service rather than import each other, and
 // the wire types (client/apitype, which cmd/rdmactl's deps test keeps a
 // leaf) may be used by every layer.
 package layout
@@ -28,6 +29,14 @@ var rules = []struct {
 	// The kernel log follower is a self-contained source the daemon
 	// wires in: it knows no other daemon package.
 	{"daemon/kmsg/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory"}},
+	// The transports (the socket API, D-Bus) share the service contract
+	// (daemon/service), never each other's code; the watch stream follows
+	// the store's read side and knows neither transport; the contract
+	// knows none of them.
+	{"daemon/api/...", []string{"daemon/bus"}},
+	{"daemon/bus/...", []string{"daemon/api"}},
+	{"daemon/watch/...", []string{"daemon/api", "daemon/bus"}},
+	{"daemon/service/...", []string{"daemon/api", "daemon/bus", "daemon/watch"}},
 }
 
 func TestArrowsPointDown(t *testing.T) {

@@ -5,24 +5,21 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/internal/memlimit"
 )
 
-// A Limit is a soft/hard RLIMIT_MEMLOCK pair. The kernel enforces the soft
-// limit; an unprivileged process may raise its soft limit up to the hard
-// limit, and may lower but not raise its hard limit.
-type Limit struct {
-	Soft, Hard Size
-}
-
-func (l Limit) String() string { return fmt.Sprintf("soft %s, hard %s", l.Soft, l.Hard) }
+// A Limit is a soft/hard RLIMIT_MEMLOCK pair (internal/memlimit, the one
+// reader of the limit, which the doctor uses too).
+type Limit = memlimit.Limit
 
 // Observe returns the process's RLIMIT_MEMLOCK.
 func Observe() (Limit, error) {
-	var r unix.Rlimit
-	if err := unix.Prlimit(0, unix.RLIMIT_MEMLOCK, nil, &r); err != nil {
-		return Limit{}, fmt.Errorf("memlock: read RLIMIT_MEMLOCK: %w", err)
+	l, err := memlimit.Own()
+	if err != nil {
+		return Limit{}, fmt.Errorf("memlock: %w", err)
 	}
-	return Limit{Soft: Size(r.Cur), Hard: Size(r.Max)}, nil
+	return l, nil
 }
 
 // Set sets the process's RLIMIT_MEMLOCK to exactly l. Raising the hard limit

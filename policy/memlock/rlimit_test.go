@@ -84,7 +84,7 @@ func TestIntegrationRaiseHard(t *testing.T) {
 	if got, err := Raise(target); err != nil || got != want {
 		t.Fatalf("Raise(%s) = %v, %v; want %v", target, got, err, want)
 	}
-	if got, err := Raise(Unlimited); err != nil || got != (Limit{Unlimited, Unlimited}) {
+	if got, err := Raise(Unlimited); err != nil || got != (Limit{Soft: Unlimited, Hard: Unlimited}) {
 		t.Errorf("Raise(unlimited) = %v, %v", got, err)
 	}
 }
