@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs/bw"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // bwControl starts a control endpoint on 127.0.0.2 that allows only
@@ -21,8 +21,8 @@ func bwControl(t *testing.T, auth Auth, enabled bool) (*Control, *bw.Node, *atom
 	node.SetEnabled(enabled)
 	calls := new(atomic.Int64)
 	c, err := ListenControl("127.0.0.2:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
-		Ports: func() []peer.LocalPort { return nil },
-		Admit: func(string, peer.Endpoint, netip.Addr, time.Time) error { return nil },
+		Ports: func() []ud.LocalPort { return nil },
+		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil },
 		Bandwidth: func(from netip.AddrPort, m wire.Message) (wire.Message, bool) {
 			calls.Add(1)
 			return node.Handle(from, m)

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/probe/ud"
 )
 
 // publishEvery bounds how often the state is rebuilt while nothing changed
@@ -58,7 +58,7 @@ func (m *Manager) publish(now time.Time) time.Time {
 		m.changed = true
 		m.refreshFingerprint(now, true)
 	}
-	if !slices.EqualFunc(ports, m.local, func(x, y peer.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
+	if !slices.EqualFunc(ports, m.local, func(x, y ud.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
 		m.local, m.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
 	}
 	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
@@ -132,8 +132,8 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func samePorts(a, b []peer.LocalPort) bool {
-	return slices.EqualFunc(a, b, func(x, y peer.LocalPort) bool { return x.Key == y.Key && x.Endpoint == y.Endpoint })
+func samePorts(a, b []ud.LocalPort) bool {
+	return slices.EqualFunc(a, b, func(x, y ud.LocalPort) bool { return x.Key == y.Key && x.Endpoint == y.Endpoint })
 }
 
 // State builds the peers' state. Called on the manager's goroutine.

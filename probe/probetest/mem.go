@@ -1,13 +1,13 @@
-// Package pingmeshtest holds the stand-ins the peer engine is measured
-// with on a host without RDMA: MemTransport, a pingmesh.Transport that
+// Package probetest holds the stand-ins the peer engine is measured
+// with on a host without RDMA: MemTransport, a probe.Transport that
 // answers probes in memory, and FakeFleet, the peers' control endpoints in
-// a process of their own. The benchmarks of verbs/pingmesh
+// a process of their own. The benchmarks of probe
 // (BenchmarkPeers*At1Hz) and the soak (test/soak) use them; production
 // code never does.
 //
-// The package does not import verbs/pingmesh, so that pingmesh's own tests
+// The package does not import probe, so that probe's own tests
 // can use it.
-package pingmeshtest
+package probetest
 
 import (
 	"context"
@@ -18,11 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
-// A MemTransport is a pingmesh.Transport in memory: every probe is
+// A MemTransport is a probe.Transport in memory: every probe is
 // answered after a delay, except a share of them (the loss), by one
 // goroutine (Run) that delivers the replies due together, as verbs/peer's
 // completion loop takes a batch, woken once per batch by a timer that
@@ -30,9 +30,9 @@ import (
 type MemTransport struct {
 	// OnReply receives every reply, from Run's goroutine; set it before
 	// Run starts. It must not block.
-	OnReply func(peer.Reply)
+	OnReply func(ud.Reply)
 
-	ports []peer.LocalPort
+	ports []ud.LocalPort
 	delay time.Duration
 	loss  uint64 // probes without reply per 2^32
 
@@ -48,7 +48,7 @@ type MemTransport struct {
 }
 
 type pendingReply struct {
-	r    peer.Reply
+	r    ud.Reply
 	sent time.Time
 }
 
@@ -63,25 +63,25 @@ func NewMemTransport(ports int, delay time.Duration, loss float64) *MemTransport
 	t.timer.Stop()
 	t.rng.Seed(1, 2)
 	for i := range ports {
-		t.ports = append(t.ports, peer.LocalPort{Key: fmt.Sprintf("mem%d/1", i), Device: fmt.Sprintf("mem%d", i), Port: 1, LinkLayer: "Ethernet",
-			Endpoint: peer.Endpoint{GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 0, 15: byte(i + 1)}, QPN: uint32(0x10 + i), QKey: 0x1234}})
+		t.ports = append(t.ports, ud.LocalPort{Key: fmt.Sprintf("mem%d/1", i), Device: fmt.Sprintf("mem%d", i), Port: 1, LinkLayer: "Ethernet",
+			Endpoint: ud.Endpoint{GID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 0, 14: 0, 15: byte(i + 1)}, QPN: uint32(0x10 + i), QKey: 0x1234}})
 	}
 	return t
 }
 
 // Ports returns the local probe ports; never an error.
-func (t *MemTransport) Ports() ([]peer.LocalPort, error) { return t.ports, nil }
+func (t *MemTransport) Ports() ([]ud.LocalPort, error) { return t.ports, nil }
 
 // Admit counts the admission; the memory transport answers nobody else's
 // probes.
-func (t *MemTransport) Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error {
+func (t *MemTransport) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
 	t.admits.Add(1)
 	return nil
 }
 
 // ProbeBatch takes every probe of ts and queues its reply, unless it is
 // lost.
-func (t *MemTransport) ProbeBatch(local string, ts []peer.Target) int {
+func (t *MemTransport) ProbeBatch(local string, ts []ud.Target) int {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -99,7 +99,7 @@ func (t *MemTransport) ProbeBatch(local string, ts []peer.Target) int {
 			}
 			t.q, t.head = q, 0
 		}
-		t.q[(t.head+t.n)%len(t.q)] = pendingReply{r: peer.Reply{Local: local, From: peer.Endpoint{GID: ts[i].Dst.GID, QPN: ts[i].Dst.QPN},
+		t.q[(t.head+t.n)%len(t.q)] = pendingReply{r: ud.Reply{Local: local, From: ud.Endpoint{GID: ts[i].Dst.GID, QPN: ts[i].Dst.QPN},
 			Seq: ts[i].Seq, ResponderDelay: ResponderDelay, Authenticated: ts[i].Auth}, sent: now}
 		t.n++
 	}
@@ -160,7 +160,7 @@ func (t *MemTransport) Admits() uint64 { return t.admits.Load() }
 // Fingerprint is the fingerprint of a node with the given probe ports in
 // a homogeneous fleet (every fake peer sends it): the benchmarks give it
 // to the node as well, so that no peer differs.
-func Fingerprint(ports []peer.LocalPort) wire.Fingerprint {
+func Fingerprint(ports []ud.LocalPort) wire.Fingerprint {
 	f := wire.Fingerprint{Version: "0.0.0-bench", Kernel: "6.1.0-bench-amd64"}
 	for i, lp := range ports {
 		f.Ports = append(f.Ports, wire.FingerprintPort{Index: uint8(i), Key: lp.Key, Netdev: fmt.Sprintf("eth%d", i), NetdevMTU: 4200, ActiveMTU: 4096,

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // fpSource is a node's fingerprint whose MTU and firmware a test changes.
@@ -30,7 +30,7 @@ func newFPSource(mtu uint32, fw string) *fpSource {
 	return s
 }
 
-func (s *fpSource) build(ports []peer.LocalPort) wire.Fingerprint {
+func (s *fpSource) build(ports []ud.LocalPort) wire.Fingerprint {
 	f := wire.Fingerprint{Version: "test", Kernel: "6.1.0"}
 	for i, lp := range ports {
 		f.Ports = append(f.Ports, wire.FingerprintPort{Index: uint8(i), Key: lp.Key, NetdevMTU: s.mtu.Load(), ActiveMTU: 1024,
@@ -42,7 +42,7 @@ func (s *fpSource) build(ports []peer.LocalPort) wire.Fingerprint {
 // startNodeFP starts a node whose fingerprint comes from src.
 func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte, src *fpSource) *node {
 	t.Helper()
-	var fp func([]peer.LocalPort) wire.Fingerprint
+	var fp func([]ud.LocalPort) wire.Fingerprint
 	if src != nil {
 		fp = src.build
 	}
@@ -50,7 +50,7 @@ func startNodeFP(t *testing.T, f *fabric, addr, other string, port int, id byte,
 }
 
 // startNodeFPFunc starts a node whose fingerprint comes from fp (nil: none).
-func startNodeFPFunc(t *testing.T, f *fabric, addr, other string, port int, id byte, fp func([]peer.LocalPort) wire.Fingerprint) *node {
+func startNodeFPFunc(t *testing.T, f *fabric, addr, other string, port int, id byte, fp func([]ud.LocalPort) wire.Fingerprint) *node {
 	t.Helper()
 	n := &node{pr: f.newTransport(id), done: make(chan error, 1)}
 	s := Settings{Peers: []Spec{{Name: other}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
@@ -185,10 +185,10 @@ func TestControlFingerprintSize(t *testing.T) {
 	}
 	ctl, err := ListenControl(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port)).String(), ControlOptions{
 		NodeID: 7,
-		Ports: func() []peer.LocalPort {
-			return []peer.LocalPort{{Key: "fake0/1", Endpoint: peer.Endpoint{QPN: 0x21, QKey: 5}}}
+		Ports: func() []ud.LocalPort {
+			return []ud.LocalPort{{Key: "fake0/1", Endpoint: ud.Endpoint{QPN: 0x21, QKey: 5}}}
 		},
-		Admit: func(string, peer.Endpoint, netip.Addr, time.Time) error { return nil },
+		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestLocalFingerprint(t *testing.T) {
 			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: apitype.InSync},
 			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: apitype.Drifted},
 		}}}}}
-	ports := []peer.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1, LinkLayer: "Ethernet"}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
+	ports := []ud.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1, LinkLayer: "Ethernet"}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
 	var asked []int
 	f := LocalFingerprint(snap, ports, root, "6.1.0-18", func(dev string, port, netdevMTU int) int {
 		asked = append(asked, netdevMTU)
@@ -302,7 +302,7 @@ func TestFingerprintObservedQoS(t *testing.T) {
 			{Netdev: "eth0", Supported: false, Error: "no dcbnl"},
 		},
 	}
-	ports := []peer.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1}, {Key: "mlx5_1/1", Device: "mlx5_1", Port: 1}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
+	ports := []ud.LocalPort{{Key: "mlx5_0/1", Device: "mlx5_0", Port: 1}, {Key: "mlx5_1/1", Device: "mlx5_1", Port: 1}, {Key: "rxe0/1", Device: "rxe0", Port: 1}}
 	f := LocalFingerprint(snap, ports, t.TempDir(), "6.1", nil)
 	for i, want := range []struct{ trust, pfc string }{{"dscp", "3,4"}, {"pcp", "none"}, {"", ""}} {
 		if p := f.Ports[i]; p.Trust != want.trust || p.PFC != want.pfc {
@@ -375,7 +375,7 @@ func TestFingerprintBeforeFirstAnswer(t *testing.T) {
 	src := newFPSource(1500, "22.39.1002")
 	release := make(chan struct{})
 	var first sync.Once
-	n := startNodeFPFunc(t, f, "127.0.0.3", "127.0.0.2", port, 3, func(ports []peer.LocalPort) wire.Fingerprint {
+	n := startNodeFPFunc(t, f, "127.0.0.3", "127.0.0.2", port, 3, func(ports []ud.LocalPort) wire.Fingerprint {
 		first.Do(func() { <-release }) // the first look at the ports takes a while
 		return src.build(ports)
 	})

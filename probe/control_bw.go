@@ -1,10 +1,10 @@
-package pingmesh
+package probe
 
 import (
 	"net/netip"
 	"time"
 
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // serveBW admits a bandwidth test message and hands it to the Bandwidth

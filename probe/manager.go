@@ -1,10 +1,10 @@
-// Package pingmesh probes other rdmad nodes: it keeps the peer set from the
+// Package probe probes other rdmad nodes: it keeps the peer set from the
 // configuration, selects a bounded share of it ([probe] max_peers), finds
 // each peer's probe QP through the peer's control endpoint, schedules UD
 // probes with jitter, and turns answers and timeouts into per-path states
 // with hysteresis (up, degraded, down). The probes themselves go through a
 // Prober: verbs/peer on RDMA hardware.
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -23,20 +23,20 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // A Transport sends probes and answers them; *peer.Engine is one.
 type Transport interface {
-	Ports() ([]peer.LocalPort, error)
+	Ports() ([]ud.LocalPort, error)
 	// ProbeBatch sends the probes of one local port together and
 	// reports, in each target's Err, the ones that did not go.
-	ProbeBatch(local string, ts []peer.Target) int
+	ProbeBatch(local string, ts []ud.Target) int
 	// Admit lets src probe the local port until the time until; from is
 	// the address its control query came from (admissions are bounded
 	// per address).
-	Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error
+	Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error
 }
 
 // A Spec is one configured peer.
@@ -75,7 +75,7 @@ type Options struct {
 	// second unless a state changed; called from the manager's goroutine.
 	OnState func(apitype.Peers)
 	// ProberCounters, if set, adds the prober's counters to the state.
-	ProberCounters func() peer.Stats
+	ProberCounters func() ud.Stats
 	// Lookup resolves a peer's host name; default net.DefaultResolver.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	Logger *slog.Logger
@@ -135,7 +135,7 @@ type Manager struct {
 	// first, so a queued answer is never counted as lost. repKick wakes
 	// the manager at once only while a one-shot probe waits (urgent).
 	repMu   sync.Mutex
-	repBuf  []peer.Reply
+	repBuf  []ud.Reply
 	repKick chan struct{}
 	urgent  atomic.Bool
 	// Control answers (and the queries this node answered, for their
@@ -159,7 +159,7 @@ type Manager struct {
 	seq      uint64
 	nonces   map[uint64]*mpeer // outstanding control queries by nonce
 	epoch    uint64
-	local    []peer.LocalPort
+	local    []ud.LocalPort
 	localGen uint32 // counts the changes of local
 	localErr error
 	localIPs map[netip.Addr]bool
@@ -191,12 +191,12 @@ type Manager struct {
 	resolving int
 	// lookups counts the resolve goroutines; Run waits for them.
 	lookups  sync.WaitGroup
-	outbox   map[string][]peer.Target // probes of this tick by local port
-	repSpare []peer.Reply             // the other reply buffer
-	ansSpare []answer                 // the other answer buffer
-	batched  int                      // probes and queries of this pass
-	waiting  int                      // one-shot probes waiting
-	faults   map[suspect]string       // local port or group -> why it is the suspect
+	outbox   map[string][]ud.Target // probes of this tick by local port
+	repSpare []ud.Reply             // the other reply buffer
+	ansSpare []answer               // the other answer buffer
+	batched  int                    // probes and queries of this pass
+	waiting  int                    // one-shot probes waiting
+	faults   map[suspect]string     // local port or group -> why it is the suspect
 	// The control endpoint in force (m.ctl), its Serve goroutine's end,
 	// the port it is bound to, and why that is not the configured one.
 	// Endpoints that replace each other share the counters.
@@ -324,7 +324,7 @@ func (p *mpeer) removeQuery(i int) {
 // it must (the statistics are computed when published, not kept).
 type path struct {
 	local    string
-	remote   peer.Endpoint
+	remote   ud.Endpoint
 	gidStr   string // remote.GID as text, for the state ("" until made)
 	resolved bool
 	asked    time.Time
@@ -357,7 +357,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger,
 		settings: make(chan Settings, 1), repKick: make(chan struct{}, 1),
 		resolved: make(chan resolution, 64), oneshots: make(chan *oneshot, 16), expired: make(chan *oneshot, maxWaiting),
-		peers: map[string]*mpeer{}, outbox: map[string][]peer.Target{}, nonces: map[uint64]*mpeer{},
+		peers: map[string]*mpeer{}, outbox: map[string][]ud.Target{}, nonces: map[uint64]*mpeer{},
 		fps: map[string]*sharedFP{}}
 	m.cfg = s
 	return m, nil
@@ -384,7 +384,7 @@ const maxQueuedReplies = 8192
 
 // OnReply takes an answered probe from the prober. It never blocks; a reply
 // that finds the queue full is dropped and the probe counts as lost.
-func (m *Manager) OnReply(r peer.Reply) {
+func (m *Manager) OnReply(r ud.Reply) {
 	m.repMu.Lock()
 	if len(m.repBuf) < maxQueuedReplies {
 		m.repBuf = append(m.repBuf, r)
@@ -572,7 +572,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	ctl, err := ListenControl(addr, ControlOptions{
 		NodeID:   m.opts.NodeID,
-		Ports:    func() []peer.LocalPort { p, _ := m.opts.Transport.Ports(); return p },
+		Ports:    func() []ud.LocalPort { p, _ := m.opts.Transport.Ports(); return p },
 		Admit:    m.opts.Transport.Admit,
 		AdmitFor: 3 * m.cfg.Resolve,
 		Auth:     m.cfg.Auth,
@@ -933,7 +933,7 @@ func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
 	m.batched++
 	pa.inflight++
 	m.flights.push(m.seq, flight{p: p, pa: pa, sent: now})
-	m.outbox[pa.local] = append(m.outbox[pa.local], peer.Target{Dst: pa.remote, Seq: m.seq, Auth: m.probeAuth(p)})
+	m.outbox[pa.local] = append(m.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: m.seq, Auth: m.probeAuth(p)})
 }
 
 // flush posts the queued probes, one batch per local port. A probe that
@@ -987,7 +987,7 @@ func (m *Manager) expire(now time.Time) {
 	}
 }
 
-func (m *Manager) onReply(r peer.Reply) {
+func (m *Manager) onReply(r ud.Reply) {
 	f := m.flights.get(r.Seq)
 	// A reply counts only from the endpoint the path probes, GID and QPN:
 	// one that names another (the prober matched on less, or someone
@@ -1167,7 +1167,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		}
 		return
 	}
-	ep := peer.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
+	ep := ud.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
 	pa.remoteIdx = a.m.Index
 	if pa.remote != ep {
 		// A new QP (the peer restarted): probes to the old one are

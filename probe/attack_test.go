@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // These tests perform the attacks of issue #13 on the control plane with
@@ -296,10 +296,10 @@ func controlFor(t *testing.T, addr string, auth Auth) (*Control, func() map[neti
 	t.Helper()
 	var mu sync.Mutex
 	admitted := map[netip.Addr]int{}
-	local := peer.LocalPort{Key: "rxe0/1", Endpoint: peer.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
+	local := ud.LocalPort{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
 	c, err := ListenControl(addr, ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
-		Ports: func() []peer.LocalPort { return []peer.LocalPort{local} },
-		Admit: func(_ string, _ peer.Endpoint, from netip.Addr, _ time.Time) error {
+		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
+		Admit: func(_ string, _ ud.Endpoint, from netip.Addr, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			admitted[from]++
@@ -420,7 +420,7 @@ func TestControlAuth(t *testing.T) {
 		var mu sync.Mutex
 		var got []wire.Message
 		c, err := ListenControl("127.0.0.2:0", ControlOptions{Auth: Auth{Key: fleetKey, Require: true},
-			Ports:    func() []peer.LocalPort { return nil },
+			Ports:    func() []ud.LocalPort { return nil },
 			OnAnswer: func(_ netip.AddrPort, m wire.Message) { mu.Lock(); got = append(got, m); mu.Unlock() }})
 		if err != nil {
 			t.Fatal(err)

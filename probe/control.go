@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // A Control is the control endpoint: one UDP socket that answers other
@@ -72,10 +72,10 @@ type ControlOptions struct {
 	// NodeID is sent in every message.
 	NodeID uint64
 	// Ports returns the local probe ports to advertise.
-	Ports func() []peer.LocalPort
+	Ports func() []ud.LocalPort
 	// Admit lets a querier's port be answered by local port key.
 	// from is the query's source address.
-	Admit func(local string, src peer.Endpoint, from netip.Addr, until time.Time) error
+	Admit func(local string, src ud.Endpoint, from netip.Addr, until time.Time) error
 	// AdmitFor is how long an admission lasts; queriers refresh it.
 	AdmitFor time.Duration
 	// OnAnswer receives answers to this node's queries; it must not block.
@@ -337,7 +337,7 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
 	if len(ports) > 0 {
 		p := ports[int(q.Index)%len(ports)]
-		src := peer.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
+		src := ud.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
 		if err := c.opts.Admit(p.Key, src, from.Addr(), time.Now().Add(c.opts.AdmitFor)); err != nil {
 			c.n.refused.Add(1)
 			return out, false

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"fmt"
@@ -8,27 +8,27 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // sinkTransport takes every probe and answers none; the test answers.
-type sinkTransport struct{ ports []peer.LocalPort }
+type sinkTransport struct{ ports []ud.LocalPort }
 
-func (s *sinkTransport) Ports() ([]peer.LocalPort, error) { return s.ports, nil }
-func (s *sinkTransport) ProbeBatch(local string, ts []peer.Target) int {
+func (s *sinkTransport) Ports() ([]ud.LocalPort, error) { return s.ports, nil }
+func (s *sinkTransport) ProbeBatch(local string, ts []ud.Target) int {
 	for i := range ts {
 		ts[i].Err = nil
 	}
 	return len(ts)
 }
-func (s *sinkTransport) Admit(string, peer.Endpoint, netip.Addr, time.Time) error { return nil }
+func (s *sinkTransport) Admit(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }
 
 // resolvedManager returns a manager with n selected peers whose every path
 // is resolved and up, as after discovery, and each peer holding the same
 // fingerprint (a homogeneous fleet).
 func resolvedManager(t testing.TB, n int) *Manager {
-	tr := &sinkTransport{ports: []peer.LocalPort{{Key: "rxe0/1", Endpoint: peer.Endpoint{QPN: 7}}, {Key: "rxe1/1", Endpoint: peer.Endpoint{QPN: 8}}}}
+	tr := &sinkTransport{ports: []ud.LocalPort{{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 7}}, {Key: "rxe1/1", Endpoint: ud.Endpoint{QPN: 8}}}}
 	m, err := New(Options{Transport: tr, Logger: slog.New(slog.DiscardHandler)}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond,
 		Window: 100, Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}})
 	if err != nil {
@@ -43,7 +43,7 @@ func resolvedManager(t testing.TB, n int) *Manager {
 		p := m.add(Spec{Name: fmt.Sprintf("192.0.%d.%d", i/250, i%250+1), Group: fmt.Sprintf("tor-%d", i/40)}, now, false)
 		m.refreshPaths(p)
 		for k, pa := range p.paths {
-			pa.remote, pa.resolved = peer.Endpoint{QPN: uint32(0x1000 + 2*i + k), GID: [16]byte{15: byte(i)}}, true
+			pa.remote, pa.resolved = ud.Endpoint{QPN: uint32(0x1000 + 2*i + k), GID: [16]byte{15: byte(i)}}, true
 		}
 		p.nodeID = uint64(0xf000 + i)
 		sfp, err := m.peerFingerprint(msg)
@@ -71,7 +71,7 @@ func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
 		if f == nil || f.p == peers[max(lose, 0)] && lose >= 0 {
 			continue
 		}
-		m.onReply(peer.Reply{Local: f.pa.local, From: f.pa.remote, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 5 * time.Microsecond, At: at})
+		m.onReply(ud.Reply{Local: f.pa.local, From: f.pa.remote, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 5 * time.Microsecond, At: at})
 	}
 	m.expire(now.Add(time.Second))
 }

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -11,20 +11,20 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // TestControlLoopback runs a real control endpoint on loopback and talks
 // to it over UDP: allowed queries are answered and admit the querier's
 // port, others are refused, garbage is counted, and nothing stops it.
 func TestControlLoopback(t *testing.T) {
-	local := peer.LocalPort{Key: "rxe0/1", Endpoint: peer.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
+	local := ud.LocalPort{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
 	var mu sync.Mutex
-	var admitted []peer.Endpoint
+	var admitted []ud.Endpoint
 	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute,
-		Ports: func() []peer.LocalPort { return []peer.LocalPort{local} },
-		Admit: func(key string, src peer.Endpoint, _ netip.Addr, _ time.Time) error {
+		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
+		Admit: func(key string, src ud.Endpoint, _ netip.Addr, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			admitted = append(admitted, src)
@@ -87,7 +87,7 @@ func TestControlLoopback(t *testing.T) {
 		t.Errorf("answer (-want +got):\n%s", diff)
 	}
 	mu.Lock()
-	if len(admitted) != 1 || admitted[0] != (peer.Endpoint{QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}) {
+	if len(admitted) != 1 || admitted[0] != (ud.Endpoint{QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}) {
 		t.Errorf("admitted %+v, want the querier's port", admitted)
 	}
 	mu.Unlock()

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import "time"
 

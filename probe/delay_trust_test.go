@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/pingmeshtest"
+	"github.com/rdmad/rdmad/probe/probetest"
+	"github.com/rdmad/rdmad/probe/ud"
 )
 
 // These tests check issue #13 item 9 at the manager: the responder's
@@ -19,7 +19,7 @@ import (
 // judged on the round trip this node measured itself, never on the round
 // trip minus the claim.
 
-// A delayRun is a Manager probing one fake peer (a pingmeshtest.FakeFleet
+// A delayRun is a Manager probing one fake peer (a probetest.FakeFleet
 // answers its control queries) through the in-memory transport, whose
 // replies take delay and pass through claim, which sets the responder
 // delay each reply claims, on their way to the manager.
@@ -28,7 +28,7 @@ type delayRun struct {
 	last   atomic.Pointer[apitype.Peers]
 	cancel context.CancelFunc
 	done   chan error
-	fleet  *pingmeshtest.FakeFleet
+	fleet  *probetest.FakeFleet
 }
 
 func startDelayRun(t *testing.T, delay, rttThreshold time.Duration, claim func(rtt time.Duration) time.Duration) *delayRun {
@@ -39,14 +39,14 @@ func startDelayRun(t *testing.T, delay, rttThreshold time.Duration, claim func(r
 	}
 	node := l.LocalAddr().(*net.UDPAddr).AddrPort()
 	l.Close()
-	tr := pingmeshtest.NewMemTransport(1, delay, 0)
+	tr := probetest.NewMemTransport(1, delay, 0)
 	local, _ := tr.Ports()
 	fp := scaleFingerprint(local)
 	r := &delayRun{done: make(chan error, 1)}
-	if r.fleet, err = pingmeshtest.StartFleet(1, 1, node, fp.Marshal(), 0); err != nil {
+	if r.fleet, err = probetest.StartFleet(1, 1, node, fp.Marshal(), 0); err != nil {
 		t.Fatal(err)
 	}
-	s := Settings{Peers: []Spec{{Name: pingmeshtest.FleetAddr(0).String()}}, Port: int(node.Port()),
+	s := Settings{Peers: []Spec{{Name: probetest.FleetAddr(0).String()}}, Port: int(node.Port()),
 		Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond, Window: 20, MaxPeers: 1, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2, RTT: rttThreshold}}
 	r.m, err = New(Options{Transport: tr, NodeID: 1, ListenHost: node.Addr().String(), Logger: slog.New(slog.DiscardHandler),
@@ -55,7 +55,7 @@ func startDelayRun(t *testing.T, delay, rttThreshold time.Duration, claim func(r
 		r.fleet.Close()
 		t.Fatal(err)
 	}
-	tr.OnReply = func(rep peer.Reply) {
+	tr.OnReply = func(rep ud.Reply) {
 		rep.ResponderDelay = claim(rep.RTT)
 		r.m.OnReply(rep)
 	}

@@ -1,17 +1,17 @@
-package pingmesh
+package probe
 
 // The peer engine at scale on the host (docs/BENCHMARKS.md, "Peer probes at
 // scale (host)"): the production Manager (selection, schedule, state
 // machine, windows, publishing, the real control endpoint over UDP) probes
 // 100, 1,000 or 10,000 peers at 1 Hz on the wall clock, through
-// pingmeshtest.MemTransport, which answers every probe in memory after a
+// probetest.MemTransport, which answers every probe in memory after a
 // delay and with a loss rate.
-// The peers' control endpoints are a pingmeshtest.FakeFleet: one UDP socket
+// The peers' control endpoints are a probetest.FakeFleet: one UDP socket
 // per peer on its own loopback address, served by another process (the
 // other nodes' work is not the node's).
 //
-//	go test -run '^$' -bench 'Peers(100|1000)At1Hz' -benchtime 10x ./verbs/pingmesh
-//	go test -run '^$' -bench 'Peers10000At1Hz' -benchtime 10x ./verbs/pingmesh
+//	go test -run '^$' -bench 'Peers(100|1000)At1Hz' -benchtime 10x ./probe
+//	go test -run '^$' -bench 'Peers10000At1Hz' -benchtime 10x ./probe
 //
 // Each b.N iteration is one second of probing. Metrics: core-% (the
 // process's user+system CPU time per wall second while probing, in percent
@@ -37,7 +37,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/rusage"
-	"github.com/rdmad/rdmad/verbs/pingmesh/pingmeshtest"
+	"github.com/rdmad/rdmad/probe/probetest"
 )
 
 var (
@@ -50,23 +50,23 @@ var (
 )
 
 // The benchmarks' in-memory transport is a Transport.
-var _ Transport = (*pingmeshtest.MemTransport)(nil)
+var _ Transport = (*probetest.MemTransport)(nil)
 
-// TestMain is the fake fleet's process too (pingmeshtest.StartFleet).
+// TestMain is the fake fleet's process too (probetest.StartFleet).
 func TestMain(m *testing.M) {
-	pingmeshtest.RunFleetChild() // the fake fleet's process, when this is it
+	probetest.RunFleetChild() // the fake fleet's process, when this is it
 	os.Exit(m.Run())
 }
 
 // scaleFingerprint is the node's fingerprint, and every fake peer's: a
 // homogeneous fleet, no mismatches.
-var scaleFingerprint = pingmeshtest.Fingerprint
+var scaleFingerprint = probetest.Fingerprint
 
 // A scaleRun is a Manager probing n fake peers.
 type scaleRun struct {
 	m      *Manager
-	tr     *pingmeshtest.MemTransport
-	fleet  *pingmeshtest.FakeFleet
+	tr     *probetest.MemTransport
+	fleet  *probetest.FakeFleet
 	n      int
 	last   atomic.Pointer[apitype.Peers]
 	pubs   atomic.Uint64 // publishes
@@ -82,17 +82,17 @@ func startScale(tb testing.TB, n, ports int, delay time.Duration, loss float64) 
 	}
 	node := l.LocalAddr().(*net.UDPAddr).AddrPort()
 	l.Close()
-	r := &scaleRun{n: n, tr: pingmeshtest.NewMemTransport(ports, delay, loss), done: make(chan error, 1)}
+	r := &scaleRun{n: n, tr: probetest.NewMemTransport(ports, delay, loss), done: make(chan error, 1)}
 	local, _ := r.tr.Ports()
 	fp := scaleFingerprint(local)
-	if r.fleet, err = pingmeshtest.StartFleet(n, ports, node, fp.Marshal(), time.Minute); err != nil {
+	if r.fleet, err = probetest.StartFleet(n, ports, node, fp.Marshal(), time.Minute); err != nil {
 		tb.Fatal(err)
 	}
 	s := Settings{Port: int(node.Port()), Group: "tor-000", Interval: time.Second, Timeout: 500 * time.Millisecond, Window: 100,
 		MaxPeers: n, Rotate: time.Minute, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}}
 	for i := range n {
-		s.Peers = append(s.Peers, Spec{Name: pingmeshtest.FleetAddr(i).String(), Group: fmt.Sprintf("tor-%03d", i/40)})
+		s.Peers = append(s.Peers, Spec{Name: probetest.FleetAddr(i).String(), Group: fmt.Sprintf("tor-%03d", i/40)})
 	}
 	runtime.GC()
 	runtime.GC()
@@ -152,7 +152,7 @@ func (r *scaleRun) waitUp(tb testing.TB, limit time.Duration) {
 }
 
 // fleetStats returns the fake fleet's counters.
-func fleetStats(tb testing.TB, f *pingmeshtest.FakeFleet) pingmeshtest.FleetStats {
+func fleetStats(tb testing.TB, f *probetest.FakeFleet) probetest.FleetStats {
 	st, err := f.Stats()
 	if err != nil {
 		tb.Fatal(err)

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"fmt"
@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // Fingerprint fields, as status, the metric's field label and doctor name
@@ -138,7 +137,7 @@ func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 
 // A FingerprintSource builds this node's fingerprint for its probe ports
 // (in the order the control endpoint numbers them).
-type FingerprintSource func(ports []peer.LocalPort) wire.Fingerprint
+type FingerprintSource func(ports []ud.LocalPort) wire.Fingerprint
 
 // observedQoS sets fp's trust and PFC from the DCB state the netdev runs,
 // written as a QoS policy target writes them (apitype.FormatPriorities), so that a
@@ -163,7 +162,7 @@ func observedQoS(fp *wire.FingerprintPort, qos []apitype.NetdevQoS) {
 // the DCB state rdmad observes on it) and sysfs below sysRoot (netdev
 // MTU, the device's driver). activeMTU returns a port's active MTU in
 // bytes (0 when it cannot tell); kernel is the kernel release.
-func LocalFingerprint(snap *apitype.Snapshot, ports []peer.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
+func LocalFingerprint(snap *apitype.Snapshot, ports []ud.LocalPort, sysRoot, kernel string, activeMTU func(dev string, port int, netdevMTU int) int) wire.Fingerprint {
 	f := wire.Fingerprint{Kernel: kernel}
 	if snap != nil {
 		f.Version = snap.Version
@@ -291,10 +290,15 @@ func deviceDriver(root, dev string) string {
 // its netdev MTU stays the same.
 const activeMTUEvery = 30 * time.Second
 
-// VerbsActiveMTU reads ports' active MTU (ibv_query_port) and caches each
-// for activeMTUEvery, or until the netdev's MTU changes (which changes a
-// RoCE port's active MTU). Safe for concurrent use.
-type VerbsActiveMTU struct {
+// An ActiveMTUCache caches ports' active MTU, which Query reads (the
+// daemon's ibv_query_port: this package does not import the verbs
+// binding), for activeMTUEvery each, or until the netdev's MTU changes
+// (which changes a RoCE port's active MTU). Safe for concurrent use.
+type ActiveMTUCache struct {
+	// Query returns the active MTU of dev's port in bytes, 0 when it
+	// cannot tell (no cgo, the device gone).
+	Query func(dev string, port int) int
+
 	mu    sync.Mutex
 	cache map[string]activeMTUEntry
 }
@@ -304,9 +308,9 @@ type activeMTUEntry struct {
 	at             time.Time
 }
 
-// Get returns the active MTU of dev's port in bytes, 0 when verbs cannot
-// tell (no cgo, the device gone).
-func (v *VerbsActiveMTU) Get(dev string, port, netdevMTU int) int {
+// Get returns the active MTU of dev's port in bytes, 0 when Query cannot
+// tell.
+func (v *ActiveMTUCache) Get(dev string, port, netdevMTU int) int {
 	key := fmt.Sprintf("%s/%d", dev, port)
 	now := time.Now()
 	v.mu.Lock()
@@ -316,11 +320,8 @@ func (v *VerbsActiveMTU) Get(dev string, port, netdevMTU int) int {
 		return e.mtu
 	}
 	mtu := 0
-	if ctx, err := verbs.Open(dev); err == nil {
-		if pa, err := ctx.QueryPort(port); err == nil {
-			mtu = pa.ActiveMTU.Bytes()
-		}
-		ctx.Close()
+	if v.Query != nil {
+		mtu = v.Query(dev, port)
 	}
 	v.mu.Lock()
 	if v.cache == nil {

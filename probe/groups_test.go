@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/syncbuf"
-	"github.com/rdmad/rdmad/verbs/peer"
+	"github.com/rdmad/rdmad/probe/ud"
 )
 
 // TestGroupFaults checks the group inference on set states: a group is the
@@ -48,7 +48,7 @@ func TestGroupFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m.local = []peer.LocalPort{{Key: "rxe0/1"}, {Key: "rxe1/1"}}
+			m.local = []ud.LocalPort{{Key: "rxe0/1"}, {Key: "rxe1/1"}}
 			for i, ps := range tt.peers {
 				p := &mpeer{spec: Spec{Name: fmt.Sprint("peer", i), Group: ps.group}, state: ps.state}
 				for j, st := range ps.paths {

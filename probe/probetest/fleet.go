@@ -1,4 +1,4 @@
-package pingmeshtest
+package probetest
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/internal/rusage"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // A FakeFleet stands in for the peers' control endpoints, in a process of
@@ -78,7 +78,7 @@ func StartFleet(n, ports int, node netip.AddrPort, fp []byte, period time.Durati
 	f := &FakeFleet{cmd: cmd, in: in, out: bufio.NewReader(outp)}
 	if line, err := f.out.ReadString('\n'); err != nil || line != "ready\n" {
 		f.Close()
-		return nil, fmt.Errorf("fake fleet of %d peers did not start: first line %q, %v (does the test binary's TestMain call pingmeshtest.RunFleetChild first?)", n, line, err)
+		return nil, fmt.Errorf("fake fleet of %d peers did not start: first line %q, %v (does the test binary's TestMain call probetest.RunFleetChild first?)", n, line, err)
 	}
 	return f, nil
 }

@@ -1,4 +1,4 @@
-package pingmesh
+package probe
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // fabric stands in for the RDMA network between fakeProbers: this host has
@@ -30,7 +30,7 @@ type fakeTransport struct {
 	f        *fabric
 	qpn      uint32
 	gid      [16]byte
-	onReply  func(peer.Reply)
+	onReply  func(ud.Reply)
 	admitted map[uint32]bool
 	// keyed answers tagged probes with tagged replies (it has the fleet
 	// key); sentTo counts the probes sent to each QPN; hold, while set,
@@ -55,18 +55,18 @@ func (f *fabric) kill(p *fakeTransport) {
 	f.mu.Unlock()
 }
 
-func (p *fakeTransport) Ports() ([]peer.LocalPort, error) {
-	return []peer.LocalPort{{Key: "fake0/1", Endpoint: peer.Endpoint{QPN: p.qpn, QKey: 5, GID: p.gid}}}, nil
+func (p *fakeTransport) Ports() ([]ud.LocalPort, error) {
+	return []ud.LocalPort{{Key: "fake0/1", Endpoint: ud.Endpoint{QPN: p.qpn, QKey: 5, GID: p.gid}}}, nil
 }
 
-func (p *fakeTransport) Admit(local string, src peer.Endpoint, from netip.Addr, until time.Time) error {
+func (p *fakeTransport) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	p.admitted[src.QPN] = true
 	return nil
 }
 
-func (p *fakeTransport) ProbeBatch(local string, ts []peer.Target) int {
+func (p *fakeTransport) ProbeBatch(local string, ts []ud.Target) int {
 	for i := range ts {
 		ts[i].Err = nil
 		p.f.mu.Lock()
@@ -81,7 +81,7 @@ func (p *fakeTransport) ProbeBatch(local string, ts []peer.Target) int {
 		ok = ok && (!ts[i].Auth || t.keyed)
 		p.f.mu.Unlock()
 		if ok {
-			r := peer.Reply{Local: local, From: peer.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: ts[i].Seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now(),
+			r := ud.Reply{Local: local, From: ud.Endpoint{QPN: t.qpn, GID: t.gid}, Seq: ts[i].Seq, RTT: 30 * time.Microsecond, ResponderDelay: 10 * time.Microsecond, At: time.Now(),
 				Authenticated: ts[i].Auth}
 			go func() {
 				if hold != nil {
@@ -215,12 +215,12 @@ func TestManagersLoopback(t *testing.T) {
 // its send slots are all in flight.
 type busyProber struct{ fakeTransport }
 
-func (b *busyProber) ProbeBatch(local string, ts []peer.Target) int {
+func (b *busyProber) ProbeBatch(local string, ts []ud.Target) int {
 	n := 0
 	for i := range ts {
 		ts[i].Err = nil
 		if i%2 == 1 {
-			ts[i].Err = peer.ErrBusy
+			ts[i].Err = ud.ErrBusy
 			continue
 		}
 		n++
@@ -236,7 +236,7 @@ func TestFlushNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &mpeer{spec: Spec{Name: "192.0.2.1"}}
-	pa := &path{local: "rxe0/1", remote: peer.Endpoint{QPN: 9}, win: *newWindow(10), h: newHealth(time.Now())}
+	pa := &path{local: "rxe0/1", remote: ud.Endpoint{QPN: 9}, win: *newWindow(10), h: newHealth(time.Now())}
 	now := time.Now()
 	for range 4 {
 		m.send(p, pa, now)
@@ -359,7 +359,7 @@ func TestLocalFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.local = []peer.LocalPort{{Key: "rxe0/1"}, {Key: "rxe1/1"}}
+		m.local = []ud.LocalPort{{Key: "rxe0/1"}, {Key: "rxe1/1"}}
 		for i, st := range states {
 			p := &mpeer{spec: Spec{Name: fmt.Sprint("peer", i)}}
 			h := newHealth(time.Now())
