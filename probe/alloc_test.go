@@ -36,7 +36,7 @@ func resolvedManager(t testing.TB, n int) *Manager {
 	}
 	m.local = tr.ports
 	fp := scaleFingerprint(tr.ports)
-	m.fp = &fp // this node's: the peers' agree with it
+	m.fps.own = &fp // this node's: the peers' agree with it
 	msg := wire.Message{Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: fp.Marshal()}}}
 	now := time.Now()
 	for i := range n {
@@ -46,7 +46,7 @@ func resolvedManager(t testing.TB, n int) *Manager {
 			pa.remote, pa.resolved = ud.Endpoint{QPN: uint32(0x1000 + 2*i + k), GID: [16]byte{15: byte(i)}}, true
 		}
 		p.nodeID = uint64(0xf000 + i)
-		sfp, err := m.peerFingerprint(msg)
+		sfp, err := m.fps.decode(msg)
 		if err != nil || sfp == nil {
 			t.Fatalf("fingerprint: %v", err)
 		}
@@ -58,16 +58,16 @@ func resolvedManager(t testing.TB, n int) *Manager {
 // probeRound sends one probe on every path and answers all but the one of
 // peer lose (-1: none), which then times out, as the manager's passes do.
 func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
-	first := m.seq + 1
+	first := m.sched.seq + 1
 	for _, p := range peers {
 		for _, pa := range p.paths {
 			m.send(p, pa, now)
 		}
 	}
-	m.flush()
+	m.sched.flush(m.opts.Transport, m.log)
 	at := now.Add(100 * time.Microsecond)
-	for seq := first; seq <= m.seq; seq++ {
-		f := m.flights.get(seq)
+	for seq := first; seq <= m.sched.seq; seq++ {
+		f := m.sched.flights.get(seq)
 		if f == nil || f.p == peers[max(lose, 0)] && lose >= 0 {
 			continue
 		}
@@ -83,7 +83,7 @@ func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
 // log and write a reason, which may allocate).
 func TestProbeRoundAllocs(t *testing.T) {
 	m := resolvedManager(t, 100)
-	peers := m.sortedPeers()
+	peers := m.peers.inOrder()
 	now := time.Now()
 	round := 0
 	run := func() {
@@ -110,7 +110,7 @@ func TestProbeRoundAllocs(t *testing.T) {
 func TestStateAllocsPerPeer(t *testing.T) {
 	allocs := func(n int) float64 {
 		m := resolvedManager(t, n)
-		peers := m.sortedPeers()
+		peers := m.peers.inOrder()
 		now := time.Now()
 		for range 3 {
 			now = now.Add(time.Second)
@@ -129,8 +129,8 @@ func TestStateAllocsPerPeer(t *testing.T) {
 	}
 	m := resolvedManager(t, 3)
 	st := m.State()
-	if len(st.Peers) != 3 || st.Peers[0].Fingerprint == nil || st.Peers[0].Fingerprint != st.Peers[2].Fingerprint || len(m.fps) != 1 {
-		t.Errorf("state %+v, %d fingerprints held; want 3 peers sharing one fingerprint", st.Peers, len(m.fps))
+	if len(st.Peers) != 3 || st.Peers[0].Fingerprint == nil || st.Peers[0].Fingerprint != st.Peers[2].Fingerprint || len(m.fps.held) != 1 {
+		t.Errorf("state %+v, %d fingerprints held; want 3 peers sharing one fingerprint", st.Peers, len(m.fps.held))
 	}
 	if st.Peers[0].Name > st.Peers[1].Name || len(st.Peers[1].Paths) != 2 || st.Peers[1].Paths[1].RemoteGID == "" || st.Peers[1].Address != "192.0.0.2" || st.Peers[1].NodeID != "f001" {
 		t.Errorf("state %+v; want peers in name order with two paths each, GIDs, addresses and node IDs", st.Peers)
@@ -141,32 +141,32 @@ func TestStateAllocsPerPeer(t *testing.T) {
 // encoding, given up when the last peer holding it changes or leaves.
 func TestSharedFingerprints(t *testing.T) {
 	m := resolvedManager(t, 3)
-	if len(m.fps) != 1 {
-		t.Fatalf("%d fingerprints held by 3 peers sending the same; want 1", len(m.fps))
+	if len(m.fps.held) != 1 {
+		t.Fatalf("%d fingerprints held by 3 peers sending the same; want 1", len(m.fps.held))
 	}
 	other := scaleFingerprint(m.local)
 	other.Ports[0].NetdevMTU = 1500
-	o, err := m.peerFingerprint(wire.Message{Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: other.Marshal()}}})
+	o, err := m.fps.decode(wire.Message{Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: other.Marshal()}}})
 	if err != nil || o == nil {
 		t.Fatal(err)
 	}
-	peers := m.sortedPeers()
+	peers := m.peers.inOrder()
 	m.setPeerFingerprint(peers[0], o)
-	if len(m.fps) != 2 || len(peers[0].mm) == 0 || peers[0].mm[0].Field != FieldMTU || len(peers[1].mm) != 0 {
+	if len(m.fps.held) != 2 || len(peers[0].mm) == 0 || peers[0].mm[0].Field != FieldMTU || len(peers[1].mm) != 0 {
 		t.Fatalf("after one peer changed: %d fingerprints, mismatches %+v and %+v; want 2 held and an MTU mismatch on the first peer only",
-			len(m.fps), peers[0].mm, peers[1].mm)
+			len(m.fps.held), peers[0].mm, peers[1].mm)
 	}
 	if st := m.State(); len(st.Peers[0].Mismatches) == 0 || st.Peers[0].Fingerprint.Ports[0].MTU != 1500 {
 		t.Errorf("state of the changed peer %+v; want its MTU and the mismatch", st.Peers[0])
 	}
 	m.drop(peers[1])
 	m.drop(peers[2])
-	if len(m.fps) != 1 {
-		t.Errorf("%d fingerprints held after the peers holding the first left; want 1", len(m.fps))
+	if len(m.fps.held) != 1 {
+		t.Errorf("%d fingerprints held after the peers holding the first left; want 1", len(m.fps.held))
 	}
 	m.setPeerFingerprint(peers[0], nil)
-	if len(m.fps) != 0 {
-		t.Errorf("%d fingerprints held by nobody; want 0", len(m.fps))
+	if len(m.fps.held) != 0 {
+		t.Errorf("%d fingerprints held by nobody; want 0", len(m.fps.held))
 	}
 }
 
@@ -175,7 +175,7 @@ func TestSharedFingerprints(t *testing.T) {
 // loss per round; ns/op divided by 2,000 is the cost of one probe.
 func BenchmarkProbeRound(b *testing.B) {
 	m := resolvedManager(b, 1000)
-	peers := m.sortedPeers()
+	peers := m.peers.inOrder()
 	now := time.Now()
 	round := 0
 	for ; round < 300; round++ {
@@ -198,7 +198,7 @@ func BenchmarkState10000(b *testing.B) { benchState(b, 10000) }
 
 func benchState(b *testing.B, n int) {
 	m := resolvedManager(b, n)
-	peers := m.sortedPeers()
+	peers := m.peers.inOrder()
 	now := time.Now()
 	for range 100 {
 		now = now.Add(time.Second)

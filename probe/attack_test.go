@@ -206,11 +206,11 @@ func TestCountZeroHysteresis(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m.serveErr = make(chan ctlErr, 1)
+	m.control.serveErr = make(chan ctlErr, 1)
 	if err := m.listen(ctx, port); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { m.ctl.Close(); <-m.ctlDone }()
+	defer func() { m.control.ctl.Close(); <-m.control.done }()
 	m.local, _ = pr.Ports()
 	now := time.Now()
 	p := m.add(Spec{Name: "127.0.0.3"}, now, false)
@@ -239,17 +239,17 @@ func TestCountZeroHysteresis(t *testing.T) {
 	// as Run does; false if nothing arrived.
 	deliver := func() bool {
 		for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			m.ansMu.Lock()
-			n := len(m.ansBuf)
-			m.ansMu.Unlock()
+			m.in.ansMu.Lock()
+			n := len(m.in.answers)
+			m.in.ansMu.Unlock()
 			if n > 0 {
-				m.takeAnswers(time.Now())
+				m.takeInbox(time.Now())
 				return true
 			}
 		}
 		return false
 	}
-	target := m.ctl.Addr()
+	target := m.control.ctl.Addr()
 
 	q := ask()
 	send(t, responder, target, wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, Count: 1, QPN: remote.qpn, QKey: 5, GID: remote.gid}, nil)

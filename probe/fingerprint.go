@@ -335,6 +335,18 @@ func (v *ActiveMTUCache) Get(dev string, port, netdevMTU int) int {
 	return mtu
 }
 
+// The fingerprints part holds this node's fingerprint (its decoded form,
+// its wire form and when it was built) and the peers' fingerprints by
+// their encoding, each shared by the peers that sent the same.
+type fingerprints struct {
+	held    map[string]*sharedFP
+	own     *wire.Fingerprint
+	ownWire []byte
+	builtAt time.Time
+}
+
+func newFingerprints() fingerprints { return fingerprints{held: map[string]*sharedFP{}} }
+
 // fingerprintEvery is how often this node's fingerprint is built again
 // (sysfs reads and a look at the snapshot): an MTU changed on the node is
 // in its next queries and answers within this time.
@@ -355,26 +367,26 @@ func hasExt(m wire.Message, typ uint16) bool {
 // peers learn of the change within about an interval), and every peer's
 // mismatches are judged again.
 func (m *Manager) refreshFingerprint(now time.Time, force bool) {
-	if m.opts.Fingerprint == nil || (!force && !m.fpAt.IsZero() && now.Sub(m.fpAt) < fingerprintEvery) {
+	if m.opts.Fingerprint == nil || (!force && !m.fps.builtAt.IsZero() && now.Sub(m.fps.builtAt) < fingerprintEvery) {
 		return
 	}
-	m.fpAt = now
+	m.fps.builtAt = now
 	f := m.opts.Fingerprint(m.local)
 	b := f.Marshal()
-	if m.fpBytes != nil && string(b) == string(m.fpBytes) {
+	if m.fps.ownWire != nil && string(b) == string(m.fps.ownWire) {
 		return
 	}
 	// Keep what the peers see: the bounded, cleaned form.
 	if d, err := wire.DecodeFingerprint(b); err == nil {
 		f = d
 	}
-	first := m.fpBytes == nil
-	m.fp, m.fpBytes = &f, b
-	if m.ctl != nil {
-		m.ctl.SetFingerprint(b)
+	first := m.fps.ownWire == nil
+	m.fps.own, m.fps.ownWire = &f, b
+	if m.control.ctl != nil {
+		m.control.ctl.SetFingerprint(b)
 	}
-	m.changed = true
-	for _, p := range m.peers {
+	m.pub.changed = true
+	for _, p := range m.peers.byName {
 		if !first {
 			for _, pa := range p.paths {
 				pa.asked = time.Time{}
@@ -392,11 +404,11 @@ func (m *Manager) onQuery(a answer) {
 	if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
 		return
 	}
-	ps := m.peersAt(a.from.Addr())
+	ps := m.peers.at(a.from.Addr())
 	if len(ps) == 0 {
 		return
 	}
-	fp, err := m.peerFingerprint(a.m)
+	fp, err := m.fps.decode(a.m)
 	if fp == nil || err != nil {
 		return
 	}
@@ -412,7 +424,7 @@ func (m *Manager) onQuery(a answer) {
 // of a fleet mostly run the same firmware, driver and kernel, so ten
 // thousand peers hold a handful of fingerprints, not ten thousand copies,
 // and a peer that says again what it said before costs no decoding.
-// Manager.fps holds those some peer holds, by their encoding.
+// fingerprints.held holds those some peer holds, by their encoding.
 type sharedFP struct {
 	raw   string // the encoding as received
 	canon string // re-encoded: what the peer says, whatever the encoding
@@ -421,14 +433,14 @@ type sharedFP struct {
 	refs  int
 }
 
-// peerFingerprint returns the fingerprint msg carries: nil when it carries
+// decode returns the fingerprint msg carries: nil when it carries
 // none, and an error when it is malformed.
-func (m *Manager) peerFingerprint(msg wire.Message) (*sharedFP, error) {
+func (f *fingerprints) decode(msg wire.Message) (*sharedFP, error) {
 	for _, e := range msg.Ext {
 		if e.Type != wire.ExtFingerprint {
 			continue
 		}
-		if s := m.fps[string(e.Value)]; s != nil {
+		if s := f.held[string(e.Value)]; s != nil {
 			return s, nil
 		}
 		f, err := wire.DecodeFingerprint(e.Value)
@@ -445,43 +457,43 @@ func (m *Manager) setPeerFingerprint(p *mpeer, f *sharedFP) {
 	if p.fp == f || (p.fp != nil && f != nil && p.fp.canon == f.canon) {
 		return
 	}
-	m.releaseFingerprint(p)
+	m.fps.release(p)
 	if f != nil {
-		if held := m.fps[f.raw]; held != nil {
+		if held := m.fps.held[f.raw]; held != nil {
 			f = held
 		} else {
-			m.fps[f.raw] = f
+			m.fps.held[f.raw] = f
 		}
 		f.refs++
 	}
 	p.fp = f
-	m.changed = true
+	m.pub.changed = true
 	m.checkMismatch(p)
 }
 
-// releaseFingerprint lets go of p's fingerprint.
-func (m *Manager) releaseFingerprint(p *mpeer) {
+// release lets go of p's fingerprint.
+func (f *fingerprints) release(p *mpeer) {
 	if p.fp == nil {
 		return
 	}
-	if p.fp.refs--; p.fp.refs <= 0 && m.fps[p.fp.raw] == p.fp {
-		delete(m.fps, p.fp.raw)
+	if p.fp.refs--; p.fp.refs <= 0 && f.held[p.fp.raw] == p.fp {
+		delete(f.held, p.fp.raw)
 	}
 	p.fp = nil
 }
 
 // mismatches compares each of p's paths: the local port's fingerprint with
 // that of the peer's port it probes.
-func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
-	if m.fp == nil || p.fp == nil {
+func (f *fingerprints) mismatches(p *mpeer) []apitype.Mismatch {
+	if f.own == nil || p.fp == nil {
 		return nil
 	}
-	out := compareNode(m.fp, &p.fp.fp)
+	out := compareNode(f.own, &p.fp.fp)
 	for _, pa := range p.paths {
 		var local, remote *wire.FingerprintPort
-		for i := range m.fp.Ports {
-			if m.fp.Ports[i].Key == pa.local {
-				local = &m.fp.Ports[i]
+		for i := range f.own.Ports {
+			if f.own.Ports[i].Key == pa.local {
+				local = &f.own.Ports[i]
 			}
 		}
 		for i := range p.fp.fp.Ports {
@@ -502,7 +514,7 @@ func (m *Manager) mismatches(p *mpeer) []apitype.Mismatch {
 // when they are gone. It is called whenever what they depend on changes:
 // either fingerprint, a path's peer port, the paths themselves.
 func (m *Manager) checkMismatch(p *mpeer) {
-	ms := m.mismatches(p)
+	ms := m.fps.mismatches(p)
 	p.mm = ms
 	var parts []string
 	for _, x := range ms {
@@ -512,7 +524,7 @@ func (m *Manager) checkMismatch(p *mpeer) {
 	if sig == p.mismatch {
 		return
 	}
-	m.changed = true
+	m.pub.changed = true
 	if sig == "" {
 		m.log.Info("peer settings agree again", "peer", p.spec.Name)
 	} else {

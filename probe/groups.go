@@ -51,13 +51,13 @@ func reach(p *mpeer) (known, downEverywhere, answers bool) {
 func (m *Manager) groupFaults() map[string]string {
 	// The tallies are kept from one publish to the next: their map is
 	// cleared, not made again.
-	if m.tallies == nil {
-		m.tallies = map[string]groupTally{}
+	if m.pub.tallies == nil {
+		m.pub.tallies = map[string]groupTally{}
 	}
-	groups := m.tallies
+	groups := m.pub.tallies
 	clear(groups)
 	answering := 0
-	for _, p := range m.sortedPeers() {
+	for _, p := range m.peers.inOrder() {
 		if p.oneshot {
 			continue
 		}
@@ -118,7 +118,7 @@ func (m *Manager) logSuspect(s suspect, why string) {
 // never nil.
 func (m *Manager) groupFaultList() []apitype.GroupFault {
 	out := []apitype.GroupFault{}
-	for s, why := range m.faults {
+	for s, why := range m.pub.faults {
 		if s.group {
 			out = append(out, apitype.GroupFault{Group: s.name, Reason: why})
 		}

@@ -56,7 +56,7 @@ func TestGroupFaults(t *testing.T) {
 					h.state = st
 					p.paths = append(p.paths, &path{local: m.local[j].Key, h: h})
 				}
-				m.peers[p.spec.Name] = p
+				m.peers.byName[p.spec.Name] = p
 			}
 			m.localFaults()
 			got := m.State().GroupFaults
@@ -89,7 +89,7 @@ func TestGroupFaults(t *testing.T) {
 			if n := strings.Count(logs.String(), "peer group suspect"); n != 1 {
 				t.Errorf("%d lines raising the suspect after two passes, want 1", n)
 			}
-			for _, p := range m.peers {
+			for _, p := range m.peers.byName {
 				if p.spec.Group == tt.want {
 					p.state = apitype.PeerUp
 					for _, pa := range p.paths {

@@ -241,12 +241,12 @@ func TestFlushNotSent(t *testing.T) {
 	for range 4 {
 		m.send(p, pa, now)
 	}
-	m.flush()
-	if m.notSent != 2 || pa.inflight != 2 || m.flights.live() != 2 {
-		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.notSent, pa.inflight, m.flights.live())
+	m.sched.flush(m.opts.Transport, m.log)
+	if m.sched.notSent != 2 || pa.inflight != 2 || m.sched.flights.live() != 2 {
+		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.sched.notSent, pa.inflight, m.sched.flights.live())
 	}
-	if len(m.outbox["rxe0/1"]) != 0 {
-		t.Fatalf("outbox not emptied: %v", m.outbox)
+	if len(m.sched.outbox["rxe0/1"]) != 0 {
+		t.Fatalf("outbox not emptied: %v", m.sched.outbox)
 	}
 	m.expire(now.Add(time.Second))
 	if pa.lost != 2 {
@@ -368,7 +368,7 @@ func TestLocalFaults(t *testing.T) {
 			up := newHealth(time.Now())
 			up.state = apitype.PeerUp
 			p.paths = []*path{{local: "rxe0/1", h: h}, {local: "rxe1/1", h: up}}
-			m.peers[p.spec.Name] = p
+			m.peers.byName[p.spec.Name] = p
 		}
 		return m
 	}

@@ -2,16 +2,25 @@ package probe
 
 import (
 	"fmt"
-	"net"
-	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/probe/ud"
 )
+
+// The publisher holds what decides when the state is handed to OnState:
+// whether numbers moved (dirty) or a state changed (changed) since the
+// last publish, and when that was; and the suspects it found then, with
+// the tallies it counts them in.
+type publisher struct {
+	dirty   bool
+	changed bool
+	at      time.Time
+	faults  map[suspect]string    // local port or group -> why it is the suspect
+	tallies map[string]groupTally // groupFaults' scratch
+}
 
 // publishEvery bounds how often the state is rebuilt while nothing changed
 // state: statistics move with every probe, and a thousand peers must not
@@ -43,34 +52,34 @@ const minPublishGap = 100 * time.Millisecond
 // interval when that is shorter), or at most every publishPeriod when only
 // numbers moved. It returns when it wants to run again.
 func (m *Manager) publish(now time.Time) time.Time {
-	every := publishPeriod(len(m.peers))
-	if now.Sub(m.published) < every && !m.changed {
-		return m.published.Add(every)
+	every := publishPeriod(len(m.peers.byName))
+	if now.Sub(m.pub.at) < every && !m.pub.changed {
+		return m.pub.at.Add(every)
 	}
-	if gap := min(minPublishGap, m.cfg.Interval/10); m.changed && now.Sub(m.published) < gap {
-		return m.published.Add(gap)
+	if gap := min(minPublishGap, m.cfg.Interval/10); m.pub.changed && now.Sub(m.pub.at) < gap {
+		return m.pub.at.Add(gap)
 	}
 	next := now.Add(every)
 	ports, err := m.opts.Transport.Ports()
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
 		m.localGen++
-		m.changed = true
+		m.pub.changed = true
 		m.refreshFingerprint(now, true)
 	}
 	if !slices.EqualFunc(ports, m.local, func(x, y ud.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
-		m.local, m.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
+		m.local, m.pub.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
 	}
-	if !m.changed && !m.dirty && !m.published.IsZero() && now.Sub(m.published) < 10*time.Second {
+	if !m.pub.changed && !m.pub.dirty && !m.pub.at.IsZero() && now.Sub(m.pub.at) < 10*time.Second {
 		return next
 	}
-	if m.changed || m.published.IsZero() {
+	if m.pub.changed || m.pub.at.IsZero() {
 		// The suspects follow the states (and who is selected), which
-		// change only with m.changed: a publish of numbers alone does
+		// change only with m.pub.changed: a publish of numbers alone does
 		// not look at every path again.
 		m.localFaults()
 	}
-	m.published, m.changed, m.dirty = now, false, false
+	m.pub.at, m.pub.changed, m.pub.dirty = now, false, false
 	if m.opts.OnState != nil {
 		m.opts.OnState(m.State())
 	}
@@ -88,7 +97,7 @@ const minFaultPeers = 2
 // (groupFaults). It logs when a suspect is raised and when it is cleared.
 func (m *Manager) localFaults() {
 	down, known := map[string]int{}, map[string]int{}
-	for _, p := range m.sortedPeers() {
+	for _, p := range m.peers.inOrder() {
 		if p.oneshot {
 			continue
 		}
@@ -113,16 +122,16 @@ func (m *Manager) localFaults() {
 		faults[groupSuspect(g)] = why
 	}
 	for k, why := range faults {
-		if m.faults[k] == "" {
+		if m.pub.faults[k] == "" {
 			m.logSuspect(k, why)
 		}
 	}
-	for k := range m.faults {
+	for k := range m.pub.faults {
 		if faults[k] == "" {
 			m.logSuspect(k, "")
 		}
 	}
-	m.faults = faults
+	m.pub.faults = faults
 }
 
 func errString(err error) string {
@@ -147,10 +156,10 @@ func (m *Manager) State() apitype.Peers {
 	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
 		Configured: len(m.cfg.Peers)}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.faults[portSuspect(lp.Key)]})
+		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.pub.faults[portSuspect(lp.Key)]})
 	}
 	n, paths := 0, 0
-	for _, p := range m.sortedPeers() {
+	for _, p := range m.peers.inOrder() {
 		if !p.oneshot {
 			n++
 			paths += len(p.paths)
@@ -158,7 +167,7 @@ func (m *Manager) State() apitype.Peers {
 	}
 	out.Peers = make([]apitype.Peer, 0, n)
 	all := make([]apitype.PeerPath, paths)
-	for _, p := range m.sorted {
+	for _, p := range m.peers.sorted {
 		if p.oneshot {
 			continue
 		}
@@ -166,12 +175,12 @@ func (m *Manager) State() apitype.Peers {
 		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k]))
 		all = all[k:]
 	}
-	if m.ctl != nil {
-		cs := m.ctl.Stats()
+	if m.control.ctl != nil {
+		cs := m.control.ctl.Stats()
 		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
 		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
 	}
-	out.ControlPort, out.ControlError = m.ctlPort, m.ctlErr
+	out.ControlPort, out.ControlError = m.control.port, m.control.err
 	out.GroupFaults = m.groupFaultList()
 	if a := m.cfg.Auth; len(a.Key) > 0 {
 		out.Auth = "prefer"
@@ -184,27 +193,9 @@ func (m *Manager) State() apitype.Peers {
 		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = s.Malformed, s.Unadmitted, s.Answered
 		out.Counters.ProbeUnsolicited, out.Counters.ProbeBadTag, out.Counters.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
 	}
-	out.Counters.ProbesNotSent = m.notSent
-	out.Fingerprint = fingerprintState(m.fp)
+	out.Counters.ProbesNotSent = m.sched.notSent
+	out.Fingerprint = fingerprintState(m.fps.own)
 	return out
-}
-
-// sortedPeers returns the peers in name order, sorting them again only
-// when the selection changed.
-func (m *Manager) sortedPeers() []*mpeer {
-	if !m.sortStale && len(m.sorted) == len(m.peers) {
-		return m.sorted
-	}
-	m.sorted = m.sorted[:0]
-	for _, p := range m.peers {
-		m.sorted = append(m.sorted, p)
-	}
-	slices.SortFunc(m.sorted, func(a, b *mpeer) int { return strings.Compare(a.spec.Name, b.spec.Name) })
-	if cap(m.sorted) > 2*len(m.sorted)+64 {
-		m.sorted = slices.Clip(m.sorted)
-	}
-	m.sortStale = false
-	return m.sorted
 }
 
 // peerState returns p's state on its own (a one-shot probe's answer).
@@ -249,164 +240,4 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
 		sp.Paths = append(sp.Paths, pp)
 	}
 	return sp
-}
-
-// localAddrs returns this host's addresses, so that a shared peers file
-// can list every node including this one.
-func localAddrs() map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return out
-	}
-	for _, a := range addrs {
-		if pn, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(pn.IP); ok {
-				out[ip.Unmap()] = true
-			}
-		}
-	}
-	return out
-}
-
-// dueHeap orders peers by their next turn. Each entry holds the turn as
-// nanoseconds since the heap's origin, so that sifting through ten
-// thousand peers compares numbers in one array rather than reading every
-// peer it passes. A peer whose turn moves gets a new entry; the old one is
-// known stale by its version (mpeer.dueVer) and dropped when it comes to
-// the top. So the peers are never written while the heap is sifted, and a
-// turn pushed a second ahead, as every visit does, sifts up a level or
-// two.
-type dueHeap struct {
-	e    []dueEntry
-	t0   time.Time
-	live int // peers with a turn; the rest of e is stale
-}
-
-type dueEntry struct {
-	at  int64 // p.due, in nanoseconds since t0
-	p   *mpeer
-	ver uint32 // p.dueVer when pushed
-}
-
-// clean drops the stale entries at the top.
-func (h *dueHeap) clean() {
-	for len(h.e) > 0 && h.e[0].ver != h.e[0].p.dueVer {
-		last := len(h.e) - 1
-		h.e[0] = h.e[last]
-		h.e[last] = dueEntry{}
-		h.e = h.e[:last]
-		h.down(0)
-	}
-}
-
-// len reports how many entries there are: 0 when no peer has a turn.
-func (h *dueHeap) len() int {
-	h.clean()
-	return len(h.e)
-}
-
-// top returns the peer whose turn comes first; len must be > 0.
-func (h *dueHeap) top() *mpeer {
-	h.clean()
-	return h.e[0].p
-}
-
-func (h *dueHeap) key(t time.Time) int64 {
-	if h.t0.IsZero() {
-		h.t0 = t
-	}
-	return int64(t.Sub(h.t0))
-}
-
-// push schedules p at p.due (its entry from before, if any, is stale).
-func (h *dueHeap) push(p *mpeer) {
-	if !p.inDue {
-		p.inDue = true
-		h.live++
-	}
-	p.dueVer++
-	if len(h.e) > 2*h.live+64 {
-		h.compact()
-	}
-	h.e = append(h.e, dueEntry{at: h.key(p.due), p: p, ver: p.dueVer})
-	h.up(len(h.e) - 1)
-}
-
-// fix moves p to its turn p.due, which changed. When p's entry is the top,
-// as when the manager has just visited it, the entry is updated in place
-// and sifted down: one pass down the heap instead of a new entry sifted up
-// and the stale one later taken off the top.
-func (h *dueHeap) fix(p *mpeer) {
-	if p.inDue && len(h.e) > 0 && h.e[0].p == p && h.e[0].ver == p.dueVer {
-		p.dueVer++
-		h.e[0] = dueEntry{at: h.key(p.due), p: p, ver: p.dueVer}
-		h.down(0)
-		return
-	}
-	h.push(p)
-}
-
-// remove takes p out: its entries are stale.
-func (h *dueHeap) remove(p *mpeer) {
-	if p.inDue {
-		p.inDue = false
-		h.live--
-	}
-	p.dueVer++
-}
-
-// compact drops every stale entry: when turns move often between visits
-// (retries after losses, lookups, one-shot probes), stale entries would
-// otherwise wait for their time to reach the top.
-func (h *dueHeap) compact() {
-	k := 0
-	for _, e := range h.e {
-		if e.ver == e.p.dueVer {
-			h.e[k] = e
-			k++
-		}
-	}
-	clear(h.e[k:])
-	h.e = h.e[:k]
-	for i := k/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h *dueHeap) up(j int) {
-	e := h.e[j]
-	for j > 0 {
-		i := (j - 1) / 2
-		if h.e[i].at <= e.at {
-			break
-		}
-		h.e[j] = h.e[i]
-		j = i
-	}
-	h.e[j] = e
-}
-
-func (h *dueHeap) down(i int) {
-	n := len(h.e)
-	if n == 0 {
-		return
-	}
-	e := h.e[i]
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && h.e[r].at < h.e[l].at {
-			j = r
-		}
-		if e.at <= h.e[j].at {
-			break
-		}
-		h.e[i] = h.e[j]
-		i = j
-	}
-	h.e[i] = e
 }
