@@ -9,6 +9,12 @@ import (
 	"github.com/rdmad/rdmad/probe/ud"
 )
 
+// The state machine: a reply or a loss is a sample of its path's window,
+// the path's health judges the window (health.go), and a peer is as good
+// as its worst path. It runs on Run's goroutine, on the parts' fields.
+
+// onReply takes an answered probe: it ends the probe's flight and is a
+// sample of its path.
 func (m *Manager) onReply(r ud.Reply) {
 	f := m.sched.flights.get(r.Seq)
 	// A reply counts only from the endpoint the path probes, GID and QPN:

@@ -1,12 +1,11 @@
 // Package probetest holds the stand-ins the peer engine is measured
 // with on a host without RDMA: MemTransport, a probe.Transport that
 // answers probes in memory, and FakeFleet, the peers' control endpoints in
-// a process of their own. The benchmarks of probe
-// (BenchmarkPeers*At1Hz) and the soak (test/soak) use them; production
-// code never does.
+// a process of their own. The benchmarks of probe (BenchmarkPeers*At1Hz)
+// and the soak (test/soak) use them; production code never does.
 //
-// The package does not import probe, so that probe's own tests
-// can use it.
+// The package does not import probe, so that probe's own tests can use
+// it.
 package probetest
 
 import (

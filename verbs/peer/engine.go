@@ -13,10 +13,12 @@
 // (admit.go), recognised the same way. With a fleet key (SetAuth), payloads
 // carry an HMAC tag over their bytes and both GIDs (payload.go).
 //
-// The package knows nothing of peers, schedules or health: the daemon
-// (probe) decides whom to probe and when, admits the sources the
-// responder answers (learned through its control endpoint), and turns
-// replies and timeouts into peer states.
+// The package knows nothing of peers, schedules or health: the daemon's
+// probe control plane (probe, which this package does not import) decides
+// whom to probe and when, admits the sources the responder answers
+// (learned through its control endpoint), and turns replies and timeouts
+// into peer states. An Engine is its probe.Transport; the values they
+// exchange are probe/ud's.
 //
 // Memory: each port has its own small buffer (send and receive slots of
 // 128 bytes), registered for local writes only. UD needs no rkeys, and none
