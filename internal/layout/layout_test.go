@@ -8,6 +8,7 @@ package layout
 import (
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -15,32 +16,35 @@ import (
 const mod = "github.com/rdmad/rdmad/"
 
 // rules: the packages under each prefix must not depend on any package
-// under the forbidden prefixes, except the allowed ones.
+// under the forbidden prefixes, except the allowed ones; with tests, their
+// tests must not either.
 var rules = []struct {
 	pkgs      string
 	forbidden []string
 	allowed   []string
+	tests     bool
 }{
-	{"policy/...", []string{"daemon", "verbs", "cmd", "client", "doctor"}, nil},
+	{"policy/...", []string{"daemon", "verbs", "cmd", "client", "doctor"}, nil, false},
 	// verbs/peer implements probe.Transport with probe/ud's values, and
 	// verbs/bw speaks probe/wire's messages: both leaves, below the probe
 	// manager, which verbs never imports.
-	{"verbs/...", []string{"daemon", "policy", "cmd", "doctor", "probe"}, []string{"probe/ud", "probe/wire"}},
-	// The probe control plane never imports the cgo binding: what it
-	// needs of verbs state (a port's active MTU) the daemon injects.
-	{"probe/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory"}, nil},
+	{"verbs/...", []string{"daemon", "policy", "cmd", "doctor", "probe"}, []string{"probe/ud", "probe/wire"}, false},
+	// The probe control plane never imports the cgo binding, not even
+	// in its tests: what it needs of verbs state (a port's active MTU)
+	// the daemon injects.
+	{"probe/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory"}, nil, true},
 	// Its leaves import nothing of the module but internal leaves.
-	{"probe/ud", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, []string{"probe/ud"}},
-	{"probe/wire", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, []string{"probe/wire"}},
-	{"inventory/...", []string{"daemon", "policy", "verbs", "cmd", "doctor"}, nil},
-	{"doctor/...", []string{"daemon", "policy", "verbs", "cmd"}, nil},
-	{"client/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory", "probe"}, nil},
-	{"internal/...", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, nil},
+	{"probe/ud", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, []string{"probe/ud"}, false},
+	{"probe/wire", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, []string{"probe/wire"}, false},
+	{"inventory/...", []string{"daemon", "policy", "verbs", "cmd", "doctor"}, nil, false},
+	{"doctor/...", []string{"daemon", "policy", "verbs", "cmd"}, nil, false},
+	{"client/...", []string{"daemon", "policy", "verbs", "cmd", "doctor", "inventory", "probe"}, nil, false},
+	{"internal/...", []string{"daemon", "policy", "verbs", "cmd", "client", "doctor", "inventory", "probe"}, nil, false},
 }
 
 func TestArrowsPointDown(t *testing.T) {
 	for _, r := range rules {
-		out, err := exec.Command("go", "list", "-deps", "-test=false", "-f", "{{.ImportPath}}", mod+r.pkgs).Output()
+		out, err := exec.Command("go", "list", "-deps", "-test="+strconv.FormatBool(r.tests), "-f", "{{.ImportPath}}", mod+r.pkgs).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", r.pkgs, err)
 		}

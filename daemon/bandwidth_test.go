@@ -1,26 +1,70 @@
-package probe
+package daemon
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe"
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs/bw"
 )
 
+// The bandwidth tests meet the control endpoint here, where rdmad wires
+// them together (peers.go: probe.Options.Bandwidth is the bw.Node's
+// Handle), so that neither probe nor verbs/bw imports the other.
+
+var (
+	bwFleetKey = []byte("fleet key of the test, 32 bytes!")
+	bwOtherKey = []byte("another fleet's key, 32 bytes!!!")
+)
+
+// The control endpoint's admission rate per source (probe/ratelimit.go):
+// a flood gets the burst and what the rate adds while it lasts.
+const (
+	bwAdmitBurst  = 64
+	bwAdmitPerSec = 16
+)
+
+func bwUDPFrom(t *testing.T, ip string, port int) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// bwExchange sends b from cl to the endpoint and returns the answer's
+// bytes, or nil when none comes.
+func bwExchange(t *testing.T, cl *net.UDPConn, to netip.AddrPort, b []byte) []byte {
+	t.Helper()
+	if _, err := cl.WriteToUDPAddrPort(b, to); err != nil {
+		t.Fatal(err)
+	}
+	cl.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	buf := make([]byte, wire.MaxSize+1)
+	n, _, err := cl.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
 // bwControl starts a control endpoint on 127.0.0.2 that allows only
 // 127.0.0.4 and serves bandwidth tests with a real bw.Node; calls counts
 // the messages that reached the node.
-func bwControl(t *testing.T, auth Auth, enabled bool) (*Control, *bw.Node, *atomic.Int64) {
+func bwControl(t *testing.T, auth probe.Auth, enabled bool) (*probe.Control, *bw.Node, *atomic.Int64) {
 	t.Helper()
 	node := bw.New(bw.Config{NodeID: 7})
 	node.SetEnabled(enabled)
 	calls := new(atomic.Int64)
-	c, err := ListenControl("127.0.0.2:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
+	c, err := probe.ListenControl("127.0.0.2:0", probe.ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
 		Ports: func() []ud.LocalPort { return nil },
 		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil },
 		Bandwidth: func(from netip.AddrPort, m wire.Message) (wire.Message, bool) {
@@ -81,13 +125,13 @@ func bwStatus(t *testing.T, b []byte, key []byte, nonce uint64) wire.BWStatus {
 // node allocates anything (on this host, without RDMA, an allocation would
 // answer "unavailable" instead).
 func TestBandwidthRefusals(t *testing.T) {
-	ck, wrong := wire.ControlKey(fleetKey), wire.ControlKey(otherKey)
+	ck, wrong := wire.ControlKey(bwFleetKey), wire.ControlKey(bwOtherKey)
 	write := bwRequest(wire.BWWrite, 65536, 3*time.Second)
 
 	t.Run("not allowed", func(t *testing.T) {
-		c, _, calls := bwControl(t, Auth{}, true)
-		stranger := udpFrom(t, "127.0.0.5", 0)
-		if a := exchange(t, stranger, c.Addr(), bwEnc(t, write, nil)); a != nil {
+		c, _, calls := bwControl(t, probe.Auth{}, true)
+		stranger := bwUDPFrom(t, "127.0.0.5", 0)
+		if a := bwExchange(t, stranger, c.Addr(), bwEnc(t, write, nil)); a != nil {
 			t.Errorf("a source outside the allow list was answered: % x", a)
 		}
 		if calls.Load() != 0 || c.Stats().Refused != 1 {
@@ -96,9 +140,9 @@ func TestBandwidthRefusals(t *testing.T) {
 	})
 
 	t.Run("disabled", func(t *testing.T) {
-		c, node, _ := bwControl(t, Auth{}, false)
-		cl := udpFrom(t, "127.0.0.4", 0)
-		a := exchange(t, cl, c.Addr(), bwEnc(t, write, nil))
+		c, node, _ := bwControl(t, probe.Auth{}, false)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
+		a := bwExchange(t, cl, c.Addr(), bwEnc(t, write, nil))
 		if a == nil {
 			t.Fatal("no answer: a disabled node must say so, for rdmactl to tell the operator")
 		}
@@ -114,12 +158,12 @@ func TestBandwidthRefusals(t *testing.T) {
 	})
 
 	t.Run("key required even with prefer", func(t *testing.T) {
-		c, _, calls := bwControl(t, Auth{Key: fleetKey}, true)
-		cl := udpFrom(t, "127.0.0.4", 0)
-		if a := exchange(t, cl, c.Addr(), bwEnc(t, write, nil)); a != nil {
+		c, _, calls := bwControl(t, probe.Auth{Key: bwFleetKey}, true)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
+		if a := bwExchange(t, cl, c.Addr(), bwEnc(t, write, nil)); a != nil {
 			t.Errorf("an untagged request was answered with auth = prefer")
 		}
-		if a := exchange(t, cl, c.Addr(), bwEnc(t, write, wrong)); a != nil {
+		if a := bwExchange(t, cl, c.Addr(), bwEnc(t, write, wrong)); a != nil {
 			t.Errorf("a request tagged with another fleet's key was answered")
 		}
 		if calls.Load() != 0 {
@@ -132,7 +176,7 @@ func TestBandwidthRefusals(t *testing.T) {
 		// With the key, too long a test is refused as a bad request,
 		// in a tagged answer.
 		long := bwRequest(wire.BWWrite, 65536, wire.MaxBWDuration+time.Second)
-		a := exchange(t, cl, c.Addr(), bwEnc(t, long, ck))
+		a := bwExchange(t, cl, c.Addr(), bwEnc(t, long, ck))
 		if a == nil {
 			t.Fatal("no answer to an authenticated request")
 		}
@@ -145,15 +189,15 @@ func TestBandwidthRefusals(t *testing.T) {
 	})
 
 	t.Run("bad parameters", func(t *testing.T) {
-		c, node, _ := bwControl(t, Auth{}, true)
-		cl := udpFrom(t, "127.0.0.4", 0)
+		c, node, _ := bwControl(t, probe.Auth{}, true)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
 		for _, m := range []wire.Message{
 			bwRequest(wire.BWWrite, wire.MaxBWSize+1, time.Second), // oversize
 			bwRequest(wire.BWRead, 0, time.Second),                 // empty
 			bwRequest(wire.BWSend, 4096, time.Hour),                // too long
 			bwRequest(wire.BWWrite, 4096, time.Millisecond),        // too short
 		} {
-			a := exchange(t, cl, c.Addr(), bwEnc(t, m, nil))
+			a := bwExchange(t, cl, c.Addr(), bwEnc(t, m, nil))
 			if a == nil {
 				t.Fatal("no answer")
 			}
@@ -167,20 +211,20 @@ func TestBandwidthRefusals(t *testing.T) {
 	})
 
 	t.Run("answers and malformed", func(t *testing.T) {
-		c, _, calls := bwControl(t, Auth{}, true)
-		cl := udpFrom(t, "127.0.0.4", 0)
+		c, _, calls := bwControl(t, probe.Auth{}, true)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
 		ans := wire.Message{Version: 2, Type: wire.TypeBWAnswer, Nonce: 1, QPN: 9,
 			Ext: []wire.Ext{wire.BW{Op: wire.BWWrite, Addr: 0x1000, RKey: 7}.Ext()}}
-		if a := exchange(t, cl, c.Addr(), bwEnc(t, ans, nil)); a != nil {
+		if a := bwExchange(t, cl, c.Addr(), bwEnc(t, ans, nil)); a != nil {
 			t.Errorf("an unsolicited answer was answered")
 		}
 		b := bwEnc(t, write, nil)
 		b[wire.Size+4] = 9 // unknown op
-		if a := exchange(t, cl, c.Addr(), b); a != nil {
+		if a := bwExchange(t, cl, c.Addr(), b); a != nil {
 			t.Errorf("a malformed request was answered")
 		}
 		huge := append(bwEnc(t, write, nil), make([]byte, wire.MaxSize)...)
-		if a := exchange(t, cl, c.Addr(), huge); a != nil {
+		if a := bwExchange(t, cl, c.Addr(), huge); a != nil {
 			t.Errorf("an oversized datagram was answered")
 		}
 		if calls.Load() != 0 {
@@ -192,8 +236,8 @@ func TestBandwidthRefusals(t *testing.T) {
 	})
 
 	t.Run("flood", func(t *testing.T) {
-		c, _, calls := bwControl(t, Auth{}, false)
-		cl := udpFrom(t, "127.0.0.4", 0)
+		c, _, calls := bwControl(t, probe.Auth{}, false)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
 		b := bwEnc(t, write, nil)
 		for i := 0; i < 500; i++ {
 			if _, err := cl.WriteToUDPAddrPort(b, c.Addr()); err != nil {
@@ -206,7 +250,7 @@ func TestBandwidthRefusals(t *testing.T) {
 		}
 		// A flood gets its source's burst and no more (the socket may
 		// drop some on its own).
-		if n := calls.Load(); n > admitBurst+admitPerSec*4 {
+		if n := calls.Load(); n > bwAdmitBurst+bwAdmitPerSec*4 {
 			t.Errorf("%d of 500 requests reached the node; want at most the rate's burst", n)
 		}
 		if c.Stats().RateLimited == 0 {
