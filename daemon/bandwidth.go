@@ -12,8 +12,8 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs/bw"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // bwConf is what a bandwidth test this node runs needs of the

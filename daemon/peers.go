@@ -17,21 +17,22 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/state"
 	"github.com/rdmad/rdmad/internal/safefile"
+	"github.com/rdmad/rdmad/probe"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // A PeerEngine carries the peer probes under the manager: it sends the
-// probes and answers other nodes' (pingmesh.Transport) and follows the
+// probes and answers other nodes' (probe.Transport) and follows the
 // devices. *peer.Engine is the one rdmad runs; Options.PeerEngine may put
 // another in its place.
 type PeerEngine interface {
-	pingmesh.Transport
+	probe.Transport
 	// Run runs the engine until ctx is done.
 	Run(ctx context.Context) error
-	Stats() peer.Stats
+	Stats() ud.Stats
 	SetAuth(key []byte, require bool)
 	// Rescan reads devices and ports now.
 	Rescan()
@@ -51,7 +52,7 @@ func newPeerEngine(c peer.Config) (PeerEngine, error) {
 // A peerRunner is the peer probes of one daemon: the verbs engine (UD QPs)
 // and the manager (peers, schedule, states, control endpoint).
 type peerRunner struct {
-	mgr *pingmesh.Manager
+	mgr *probe.Manager
 	eng PeerEngine
 	// class gives each port's traffic class to the engine (verbs.go).
 	class *probeClass
@@ -62,7 +63,7 @@ type peerRunner struct {
 	keyErr   error  // of the last read of [probe] key_file
 	// auth is the fleet key and mode in force: the last good read of
 	// key_file. Owned by the main loop.
-	auth pingmesh.Auth
+	auth probe.Auth
 	// bw is the bandwidth tests (bandwidth.go).
 	bw *bandwidthParts
 }
@@ -97,18 +98,18 @@ func readProbeKey(path string) ([]byte, error) {
 // loadAuth reads the fleet key cfg names and returns the authentication to
 // use. On an error the previous one stays in force (the caller decides
 // whether there is one to keep) and the error names the file and the fix.
-func (r *peerRunner) loadAuth(cfg *config.Config) (pingmesh.Auth, error) {
+func (r *peerRunner) loadAuth(cfg *config.Config) (probe.Auth, error) {
 	pr := cfg.Probe
 	if pr.KeyFile == "" {
 		r.setKeyErr(nil)
-		return pingmesh.Auth{}, nil
+		return probe.Auth{}, nil
 	}
 	key, err := readProbeKey(pr.KeyFile)
 	r.setKeyErr(err)
 	if err != nil {
-		return pingmesh.Auth{}, err
+		return probe.Auth{}, err
 	}
-	return pingmesh.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
+	return probe.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
 }
 
 func (r *peerRunner) setKeyErr(err error) {
@@ -119,7 +120,7 @@ func (r *peerRunner) setKeyErr(err error) {
 
 // useAuth puts a into force in the engine (probe payloads) and for the
 // manager's next settings (control messages).
-func (r *peerRunner) useAuth(a pingmesh.Auth) {
+func (r *peerRunner) useAuth(a probe.Auth) {
 	r.auth = a
 	r.eng.SetAuth(a.Key, a.Require)
 }
@@ -167,7 +168,7 @@ func (d *Daemon) startPeers() {
 	}
 	r.eng, err = newEngine(peer.Config{Logger: d.log.With("component", "peers"),
 		TrafficClassFor: r.class.of,
-		OnReply:         func(rep peer.Reply) { r.mgr.OnReply(rep) }})
+		OnReply:         func(rep ud.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, err)
 		return
@@ -176,7 +177,7 @@ func (d *Daemon) startPeers() {
 	r.bw = newBandwidth(d, r)
 	r.bw.set(d.cfg, auth.Key)
 	settings, fileErr := r.settings(d.cfg)
-	r.mgr, err = pingmesh.New(pingmesh.Options{
+	r.mgr, err = probe.New(probe.Options{
 		Transport:      r.eng,
 		NodeID:         nodeID(),
 		ListenHost:     d.opts.PeerListenHost,
@@ -347,16 +348,16 @@ func (r *peerRunner) fileChanged(path string) bool {
 // settings turns the configuration into the manager's settings, reading
 // peers_file. A bad line of the file is skipped and reported; the rest
 // stays in force.
-func (r *peerRunner) settings(cfg *config.Config) (pingmesh.Settings, error) {
+func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 	pr := cfg.Probe
-	s := pingmesh.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
+	s := probe.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
 		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
 		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute,
-		Threshold: pingmesh.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
+		Threshold: probe.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
 			MinLosses: 2, RTT: pr.RTTThreshold.Duration}, Auth: r.auth}
 	seen := map[string]bool{}
 	for _, p := range cfg.Peers {
-		s.Peers = append(s.Peers, pingmesh.Spec{Name: p.Address, Group: p.Group})
+		s.Peers = append(s.Peers, probe.Spec{Name: p.Address, Group: p.Group})
 		seen[p.Address] = true
 	}
 	var err error
@@ -364,7 +365,7 @@ func (r *peerRunner) settings(cfg *config.Config) (pingmesh.Settings, error) {
 		r.mu.Lock()
 		r.fileStat = fileStat(pr.PeersFile)
 		r.mu.Unlock()
-		var fromFile []pingmesh.Spec
+		var fromFile []probe.Spec
 		fromFile, err = readPeersFile(pr.PeersFile)
 		for _, p := range fromFile {
 			if !seen[p.Name] {
@@ -391,12 +392,12 @@ const maxPeersFileBytes = 8 << 20
 // it, not a main loop blocked forever in open(2). It must be root's and
 // writable by nobody else, like the key file: its peers are let through
 // the control endpoint's allow list.
-func readPeersFile(path string) ([]pingmesh.Spec, error) {
+func readPeersFile(path string) ([]probe.Spec, error) {
 	data, _, err := safefile.Read(path, safefile.Options{Max: maxPeersFileBytes, RootWritable: true})
 	if err != nil {
 		return nil, fmt.Errorf("read [probe] peers_file: %w", err)
 	}
-	var out []pingmesh.Spec
+	var out []probe.Spec
 	var bad []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	line := 0
@@ -419,7 +420,7 @@ func readPeersFile(path string) ([]pingmesh.Spec, error) {
 			bad = append(bad, fmt.Sprintf("line %d: %s", line, msg))
 			continue
 		}
-		sp := pingmesh.Spec{Name: fields[0]}
+		sp := probe.Spec{Name: fields[0]}
 		if len(fields) == 2 {
 			if msg := config.CheckGroupLabel(fields[1]); msg != "" {
 				bad = append(bad, fmt.Sprintf("line %d: %s", line, msg))
@@ -453,13 +454,29 @@ func nodeID() uint64 {
 // fingerprintSource builds this node's fingerprint for the peers
 // (docs/PROBES.md, "Fingerprints") from the snapshot in force, sysfs and
 // the ports' active MTU.
-func (d *Daemon) fingerprintSource() pingmesh.FingerprintSource {
+func (d *Daemon) fingerprintSource() probe.FingerprintSource {
 	kernel := ""
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		kernel = strings.TrimSpace(string(b))
 	}
-	active := &pingmesh.VerbsActiveMTU{}
-	return func(ports []peer.LocalPort) wire.Fingerprint {
-		return pingmesh.LocalFingerprint(d.store.Load(), ports, d.opts.SysfsRoot, kernel, active.Get)
+	active := &probe.ActiveMTUCache{Query: verbsActiveMTU}
+	return func(ports []ud.LocalPort) wire.Fingerprint {
+		return probe.LocalFingerprint(d.store.Load(), ports, d.opts.SysfsRoot, kernel, active.Get)
 	}
+}
+
+// verbsActiveMTU reads the active MTU of dev's port (ibv_query_port) for
+// the fingerprint, 0 when verbs cannot tell (no cgo, the device gone).
+// The daemon provides it: the probe control plane does not import verbs.
+func verbsActiveMTU(dev string, port int) int {
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		return 0
+	}
+	defer ctx.Close()
+	pa, err := ctx.QueryPort(port)
+	if err != nil {
+		return 0
+	}
+	return pa.ActiveMTU.Bytes()
 }

@@ -10,24 +10,24 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rdmad/rdmad/internal/safefile"
-	"github.com/rdmad/rdmad/verbs/pingmesh"
+	"github.com/rdmad/rdmad/probe"
 )
 
 func TestReadPeersFile(t *testing.T) {
 	tests := []struct {
 		name    string
 		body    string
-		want    []pingmesh.Spec
+		want    []probe.Spec
 		wantErr string
 	}{
 		{"addresses, names, groups, comments", "# fleet\n192.0.2.17 tor-a\n\nnode-b.example   # no group\n2001:db8::1 tor-b\n",
-			[]pingmesh.Spec{{Name: "192.0.2.17", Group: "tor-a"}, {Name: "node-b.example"}, {Name: "2001:db8::1", Group: "tor-b"}}, ""},
+			[]probe.Spec{{Name: "192.0.2.17", Group: "tor-a"}, {Name: "node-b.example"}, {Name: "2001:db8::1", Group: "tor-b"}}, ""},
 		{"bad lines are skipped and named", "192.0.2.1\nnot/a/host\n192.0.2.2 a b\n192.0.2.3\n",
-			[]pingmesh.Spec{{Name: "192.0.2.1"}, {Name: "192.0.2.3"}}, "line 2: \"not/a/host\" is neither an IP address nor a host name; line 3: want \"address [group]\", got 3 fields"},
+			[]probe.Spec{{Name: "192.0.2.1"}, {Name: "192.0.2.3"}}, "line 2: \"not/a/host\" is neither an IP address nor a host name; line 3: want \"address [group]\", got 3 fields"},
 		// Issue #24: a label reaches rdmactl peers, the metrics and
 		// D-Bus; escapes, bidi controls and invalid UTF-8 are refused.
 		{"bad group labels are skipped and named", "192.0.2.1 \x1b[2J\n192.0.2.2 tor\u202ea\n192.0.2.3 \xff\n192.0.2.4 tor-a\n",
-			[]pingmesh.Spec{{Name: "192.0.2.4", Group: "tor-a"}}, `line 1: "\x1b[2J" is not a group label; use 1 to 64 letters`},
+			[]probe.Spec{{Name: "192.0.2.4", Group: "tor-a"}}, `line 1: "\x1b[2J" is not a group label; use 1 to 64 letters`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
@@ -24,10 +25,10 @@ var peerTrustKey = []byte("e2e fleet key for probe payload tags")
 
 // peerEngine starts an engine on rxe0 and returns it with its port and a
 // channel of its replies.
-func peerEngine(t *testing.T) (*peer.Engine, peer.LocalPort, chan peer.Reply) {
+func peerEngine(t *testing.T) (*peer.Engine, ud.LocalPort, chan ud.Reply) {
 	t.Helper()
-	replies := make(chan peer.Reply, 64)
-	e, err := peer.New(peer.Config{Devices: []string{verbsDev}, OnReply: func(r peer.Reply) {
+	replies := make(chan ud.Reply, 64)
+	e, err := peer.New(peer.Config{Devices: []string{verbsDev}, OnReply: func(r ud.Reply) {
 		select {
 		case replies <- r:
 		default:
@@ -49,7 +50,7 @@ func peerEngine(t *testing.T) (*peer.Engine, peer.LocalPort, chan peer.Reply) {
 	}
 	_, perr := e.Ports()
 	t.Fatalf("no probe port on %s within 20s: %v", verbsDev, perr)
-	return nil, peer.LocalPort{}, nil
+	return nil, ud.LocalPort{}, nil
 }
 
 // A rawUD is a bare UD QP on rxe0 the test sends arbitrary payloads from.
@@ -115,10 +116,10 @@ func newRawUD(t *testing.T, c *verbs.Context, qkey uint32) *rawUD {
 	return r
 }
 
-func (r *rawUD) ep() peer.Endpoint { return peer.Endpoint{GID: r.gid, QPN: r.qp.Num(), QKey: r.qkey} }
+func (r *rawUD) ep() ud.Endpoint { return ud.Endpoint{GID: r.gid, QPN: r.qp.Num(), QKey: r.qkey} }
 
 // send posts payload b to dst and waits for the send to complete.
-func (r *rawUD) send(t *testing.T, b []byte, dst peer.Endpoint) {
+func (r *rawUD) send(t *testing.T, b []byte, dst ud.Endpoint) {
 	t.Helper()
 	copy(r.buf.Bytes(), b)
 	if err := r.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Signaled: true, AH: r.ah, RemoteQPN: dst.QPN, RemoteQKey: dst.QKey,
@@ -175,7 +176,7 @@ func payloadBytes(p peer.Payload) []byte {
 	return b
 }
 
-func waitReply(t *testing.T, ch chan peer.Reply, seq uint64, timeout time.Duration) (peer.Reply, bool) {
+func waitReply(t *testing.T, ch chan ud.Reply, seq uint64, timeout time.Duration) (ud.Reply, bool) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
@@ -185,7 +186,7 @@ func waitReply(t *testing.T, ch chan peer.Reply, seq uint64, timeout time.Durati
 				return r, true
 			}
 		case <-deadline:
-			return peer.Reply{}, false
+			return ud.Reply{}, false
 		}
 	}
 }
@@ -199,7 +200,7 @@ func TestPeerTrustEngines(t *testing.T) {
 	eb, pb, _ := peerEngine(t)
 	ea.SetAuth(peerTrustKey, false)
 	eb.SetAuth(peerTrustKey, false)
-	ts := []peer.Target{{Dst: pb.Endpoint, Seq: 1}}
+	ts := []ud.Target{{Dst: pb.Endpoint, Seq: 1}}
 	ea.ProbeBatch(pa.Key, ts)
 	if _, ok := waitReply(t, repA, 1, time.Second); ok {
 		t.Fatal("B answered before admitting A")
@@ -210,7 +211,7 @@ func TestPeerTrustEngines(t *testing.T) {
 	if err := eb.Admit(pb.Key, pa.Endpoint, netip.MustParseAddr("127.0.0.1"), time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	ts = []peer.Target{{Dst: pb.Endpoint, Seq: 2}, {Dst: pb.Endpoint, Seq: 3, Auth: true}}
+	ts = []ud.Target{{Dst: pb.Endpoint, Seq: 2}, {Dst: pb.Endpoint, Seq: 3, Auth: true}}
 	if n := ea.ProbeBatch(pa.Key, ts); n != 2 {
 		t.Fatalf("ProbeBatch sent %d: %v, %v", n, ts[0].Err, ts[1].Err)
 	}
@@ -242,7 +243,7 @@ func TestPeerTrustForgedReplies(t *testing.T) {
 	m := newRawUD(t, c, 0x1234)
 
 	// Lie 1: F holds the probe 200ms, then echoes a t1 claiming 1 ns of RTT.
-	ea.ProbeBatch(pa.Key, []peer.Target{{Dst: f.ep(), Seq: 10}})
+	ea.ProbeBatch(pa.Key, []ud.Target{{Dst: f.ep(), Seq: 10}})
 	pb, _, ok := f.recv(t, 5*time.Second)
 	if !ok {
 		t.Fatal("F got no probe")
@@ -260,7 +261,7 @@ func TestPeerTrustForgedReplies(t *testing.T) {
 
 	// Lie 2: M answers F's probe; then F's own tagged answer under a
 	// wrong key; then F's real one.
-	ea.ProbeBatch(pa.Key, []peer.Target{{Dst: f.ep(), Seq: 11, Auth: true}})
+	ea.ProbeBatch(pa.Key, []ud.Target{{Dst: f.ep(), Seq: 11, Auth: true}})
 	if _, _, ok := f.recv(t, 5*time.Second); !ok {
 		t.Fatal("F got no probe")
 	}
@@ -338,14 +339,14 @@ func TestPeerTrustResponder(t *testing.T) {
 	}
 	for i := range 16384 {
 		g := verbs.GID{10: 0xff, 11: 0xff, 12: 10, 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
-		if err := eb.Admit(pb.Key, peer.Endpoint{GID: g, QPN: uint32(0x10000 + i), QKey: 1}, flooder, time.Now().Add(time.Minute)); err != nil {
+		if err := eb.Admit(pb.Key, ud.Endpoint{GID: g, QPN: uint32(0x10000 + i), QKey: 1}, flooder, time.Now().Add(time.Minute)); err != nil {
 			t.Fatalf("flood admission %d: %v", i, err)
 		}
 	}
 	if _, ok := answered(v1); !ok {
 		t.Fatalf("confirmed prober not answered after the flood: %+v", eb.Stats())
 	}
-	if err := eb.Admit(pb.Key, peer.Endpoint{GID: f.gid, QPN: 0xabcd, QKey: 1}, netip.MustParseAddr("10.9.9.10"), time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit(pb.Key, ud.Endpoint{GID: f.gid, QPN: 0xabcd, QKey: 1}, netip.MustParseAddr("10.9.9.10"), time.Now().Add(time.Minute)); err != nil {
 		t.Fatalf("a new address after the flood: %v", err)
 	}
 	eb.SetAuth(peerTrustKey, true)

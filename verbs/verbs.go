@@ -19,9 +19,10 @@ package verbs
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"syscall"
+
+	"github.com/rdmad/rdmad/internal/gid"
 )
 
 // ErrUnavailable is returned (wrapped, with the reason) when verbs cannot be
@@ -191,14 +192,10 @@ func (t GIDType) String() string {
 	return fmt.Sprintf("GIDType(%d)", int(t))
 }
 
-// A GID is a 128-bit global identifier.
-type GID [16]byte
-
-// IsZero reports whether g is the all-zero (unused) GID.
-func (g GID) IsZero() bool { return g == GID{} }
-
-// String formats g as an IPv6 address, as `rdma` and sysfs show it.
-func (g GID) String() string { return net.IP(g[:]).String() }
+// A GID is a 128-bit global identifier. It is defined in internal/gid, a
+// leaf, so that what only carries GIDs (the probe control plane) does not
+// import this binding.
+type GID = gid.GID
 
 // A GIDEntry is one valid entry of a port's GID table.
 type GIDEntry struct {

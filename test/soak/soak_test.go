@@ -27,8 +27,9 @@ import (
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon"
+	"github.com/rdmad/rdmad/probe/probetest"
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs/peer"
-	"github.com/rdmad/rdmad/verbs/pingmesh/pingmeshtest"
 )
 
 // The run's shape (issue #18 item 5).
@@ -69,7 +70,7 @@ const (
 // TestMain is also the fake fleet's process and the daemon's (see
 // runDaemonChild).
 func TestMain(m *testing.M) {
-	pingmeshtest.RunFleetChild()
+	probetest.RunFleetChild()
 	if cfg := os.Getenv(daemonEnv); cfg != "" {
 		os.Exit(runDaemonChild(cfg))
 	}
@@ -78,13 +79,13 @@ func TestMain(m *testing.M) {
 
 // memEngine is the daemon's peer engine over a MemTransport: the device
 // methods have no devices to act on.
-type memEngine struct{ *pingmeshtest.MemTransport }
+type memEngine struct{ *probetest.MemTransport }
 
 func (memEngine) SetAuth([]byte, bool) {}
 func (memEngine) Rescan()              {}
 func (memEngine) ReleaseDevice(string) {}
-func (e memEngine) Stats() peer.Stats {
-	return peer.Stats{Sent: e.Sent(), Replies: e.Sent() - e.Lost()}
+func (e memEngine) Stats() ud.Stats {
+	return ud.Stats{Sent: e.Sent(), Replies: e.Sent() - e.Lost()}
 }
 
 // runDaemonChild runs rdmad (daemon.Run, as cmd/rdmad does) on the
@@ -94,10 +95,10 @@ func (e memEngine) Stats() peer.Stats {
 func runDaemonChild(cfg string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	var tr atomic.Pointer[pingmeshtest.MemTransport]
+	var tr atomic.Pointer[probetest.MemTransport]
 	opts := daemon.Options{ConfigPath: cfg, ConfigRequired: true, SysfsRoot: fixture, Version: "soak", Stderr: os.Stderr, PeerListenHost: "127.0.0.1",
 		PeerEngine: func(c peer.Config) (daemon.PeerEngine, error) {
-			t := pingmeshtest.NewMemTransport(1, replyDelay, replyLoss)
+			t := probetest.NewMemTransport(1, replyDelay, replyLoss)
 			t.OnReply = c.OnReply
 			tr.Store(t)
 			return memEngine{t}, nil
@@ -129,7 +130,7 @@ type sample struct {
 	probes, lost    uint64 // sent by the transport so far, lost on purpose
 }
 
-func takeSample(start time.Time, tr *pingmeshtest.MemTransport) sample {
+func takeSample(start time.Time, tr *probetest.MemTransport) sample {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -230,10 +231,10 @@ func TestSoak(t *testing.T) {
 	s.writeConfig()
 
 	// The fleet answers for every address the peers file may name.
-	tr := pingmeshtest.NewMemTransport(1, replyDelay, replyLoss)
+	tr := probetest.NewMemTransport(1, replyDelay, replyLoss)
 	local, _ := tr.Ports()
-	fp := pingmeshtest.Fingerprint(local)
-	fleet, err := pingmeshtest.StartFleet(fleetSize, 1, netipAddrPort(s.port), fp.Marshal(), time.Minute)
+	fp := probetest.Fingerprint(local)
+	fleet, err := probetest.StartFleet(fleetSize, 1, netipAddrPort(s.port), fp.Marshal(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +426,7 @@ func (s *soak) configured() map[string]bool {
 	defer s.mu.Unlock()
 	m := make(map[string]bool, peers)
 	for i := range peers {
-		m[pingmeshtest.FleetAddr((s.offset+i)%fleetSize).String()] = true
+		m[probetest.FleetAddr((s.offset+i)%fleetSize).String()] = true
 	}
 	return m
 }
@@ -448,7 +449,7 @@ func (s *soak) writePeers() {
 	b.WriteString("# soak: the configured window of the fake fleet\n")
 	for i := range peers {
 		k := (off + i) % fleetSize
-		fmt.Fprintf(&b, "%s tor-%03d\n", pingmeshtest.FleetAddr(k), k/40)
+		fmt.Fprintf(&b, "%s tor-%03d\n", probetest.FleetAddr(k), k/40)
 	}
 	if err := writeAtomic(s.peersPath, b.String()); err != nil {
 		s.n.fail("write the peers file: %v", err)

@@ -4,7 +4,7 @@
 // outstanding for the test's duration, busy-polling its completion queue,
 // and reports Gb/s and messages per second, as ib_write_bw does.
 //
-// The two nodes agree over the control endpoint (verbs/pingmesh, message
+// The two nodes agree over the control endpoint (probe, message
 // types wire.TypeBWRequest, TypeBWAnswer and TypeBWDone). The responder
 // side (Node.Handle) is reached only after the control endpoint admitted
 // the request (an allowed source, within its rate, with a fleet key only
@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // Defaults of a test.

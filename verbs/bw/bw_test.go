@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 func request(op wire.BWOp, size uint32, d time.Duration) wire.Message {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // A Request is one bandwidth test this node runs against a peer.

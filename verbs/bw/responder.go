@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
-	"github.com/rdmad/rdmad/verbs/pingmesh/wire"
 )
 
 // A session is the test a node serves as responder.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -32,7 +33,7 @@ func TestAdmitFloodOneSource(t *testing.T) {
 	flooder, other, late := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.3")
 	admit := func(gid verbs.GID, qpn uint32, from netip.Addr) {
 		t.Helper()
-		if err := e.Admit("b/1", Endpoint{GID: gid, QPN: qpn, QKey: 1}, from, until); err != nil {
+		if err := e.Admit("b/1", ud.Endpoint{GID: gid, QPN: qpn, QKey: 1}, from, until); err != nil {
 			t.Fatalf("Admit(%v, %#x, from %v): %v", gid, qpn, from, err)
 		}
 	}
@@ -87,21 +88,21 @@ func TestAdmitFloodManySources(t *testing.T) {
 	max := 4 * 64
 	until := time.Now().Add(time.Hour)
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
-	if err := e.Admit("b/1", Endpoint{GID: gidA, QPN: qpnA}, netip.MustParseAddr("192.0.2.1"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA}, netip.MustParseAddr("192.0.2.1"), until); err != nil {
 		t.Fatal(err)
 	}
 	if !probeFrom(p, gidA, qpnA) {
 		t.Fatal("admitted prober not answered")
 	}
 	for i := range 16384 {
-		if err := e.Admit("b/1", Endpoint{GID: v4GID(10, 2, byte(i>>8), byte(i)), QPN: uint32(i)}, addr(i/admitPerSource), until); err != nil {
+		if err := e.Admit("b/1", ud.Endpoint{GID: v4GID(10, 2, byte(i>>8), byte(i)), QPN: uint32(i)}, addr(i/admitPerSource), until); err != nil {
 			t.Fatalf("admission %d: %v", i, err)
 		}
 	}
 	if n := p.admitted.len(); n != max {
 		t.Errorf("%d admissions, want the bound %d", n, max)
 	}
-	if err := e.Admit("b/1", Endpoint{GID: gidM, QPN: qpnM}, netip.MustParseAddr("192.0.2.66"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnM}, netip.MustParseAddr("192.0.2.66"), until); err != nil {
 		t.Fatalf("a new address's admission into a table full of unconfirmed ones: %v", err)
 	}
 	if !probeFrom(p, gidA, qpnA) || !probeFrom(p, gidM, qpnM) {
@@ -113,14 +114,14 @@ func TestAdmitFloodManySources(t *testing.T) {
 	for tb.unconf.head != nil {
 		tb.confirm(tb.unconf.head)
 	}
-	err = e.Admit("b/1", Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until)
+	err = e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until)
 	if err == nil {
 		t.Fatal("admission into a table full of live confirmed admissions succeeded")
 	}
 	// One of them expires: room again, and the expired one is the one that goes.
 	old := tb.conf.tail
 	old.until = time.Now().Add(-time.Second)
-	if err := e.Admit("b/1", Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until); err != nil {
 		t.Fatalf("admission with an expired one in the table: %v", err)
 	}
 	if tb.byKey[old.key] != nil || tb.len() != max {
@@ -185,7 +186,7 @@ func TestAdmitRefresh(t *testing.T) {
 // TestEngineAdmitNoPort: Admit for a port that is not probing.
 func TestEngineAdmitNoPort(t *testing.T) {
 	e := testEngine(t)
-	if err := e.Admit("rxe9/1", Endpoint{}, netip.MustParseAddr("192.0.2.1"), time.Now()); !errors.Is(err, ErrNoPort) {
+	if err := e.Admit("rxe9/1", ud.Endpoint{}, netip.MustParseAddr("192.0.2.1"), time.Now()); !errors.Is(err, ErrNoPort) {
 		t.Errorf("Admit = %v, want ErrNoPort", err)
 	}
 }

@@ -13,10 +13,12 @@
 // (admit.go), recognised the same way. With a fleet key (SetAuth), payloads
 // carry an HMAC tag over their bytes and both GIDs (payload.go).
 //
-// The package knows nothing of peers, schedules or health: the daemon
-// (verbs/pingmesh) decides whom to probe and when, admits the sources the
-// responder answers (learned through its control endpoint), and turns
-// replies and timeouts into peer states.
+// The package knows nothing of peers, schedules or health: the daemon's
+// probe control plane (probe, which this package does not import) decides
+// whom to probe and when, admits the sources the responder answers
+// (learned through its control endpoint), and turns replies and timeouts
+// into peer states. An Engine is its probe.Transport; the values they
+// exchange are probe/ud's.
 //
 // Memory: each port has its own small buffer (send and receive slots of
 // 128 bytes), registered for local writes only. UD needs no rkeys, and none
@@ -37,12 +39,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
-
-// ErrBusy is returned by Probe when every send slot of the port is in
-// flight: the caller counts the probe as not sent rather than queueing it.
-var ErrBusy = errors.New("all probe send slots are in flight")
 
 // ErrNoPort is returned by Probe and Admit for a port key that is not (or
 // no longer) probing.
@@ -55,66 +54,6 @@ var ErrNoKey = errors.New("probe authentication is off (no key)")
 // ErrAuthRequired is returned for an untagged probe while SetAuth required
 // tags: its reply would be dropped.
 var ErrAuthRequired = errors.New("untagged probe while tags are required")
-
-// An Endpoint is a UD QP on the fabric: where probes go.
-type Endpoint struct {
-	GID  verbs.GID
-	QPN  uint32
-	QKey uint32
-	LID  uint16 // InfiniBand only
-}
-
-// A LocalPort is a port this engine probes from and answers on.
-type LocalPort struct {
-	Key       string // "rxe0/1"
-	Device    string
-	Port      int
-	GIDIndex  int
-	LinkLayer string
-	// TrafficClass is the GRH traffic class of the port's probes and
-	// answers.
-	TrafficClass uint8
-	Endpoint
-}
-
-// A Reply is an answered probe. It matched a probe this port sent and has
-// not been answered before: same sequence number, from the QPN and GID the
-// probe went to, in the probe's payload version.
-type Reply struct {
-	Local string // the port key that sent the probe
-	// From is the responder's GID (from the packet's GRH) and QPN (from
-	// the adapter), which are those the probe was sent to.
-	From Endpoint
-	Seq  uint64
-	// RTT is the prober's time from just before posting the probe (its
-	// own record, not the time the reply echoes) to polling the reply's
-	// completion. It includes the responder's host delay, which
-	// ResponderDelay claims (the peer's word; the health verdict never
-	// subtracts it).
-	RTT time.Duration
-	// ResponderDelay is what the responder says it held the probe; a
-	// reply claiming more than RTT is dropped.
-	ResponderDelay time.Duration
-	At             time.Time
-	// Authenticated is true when the reply carried a valid version-2 tag
-	// (and so did its probe).
-	Authenticated bool
-}
-
-// Stats are the engine's counters since New.
-type Stats struct {
-	Sent        uint64 `json:"sent"`         // probes posted
-	Replies     uint64 `json:"replies"`      // replies accepted: matched a probe in flight
-	Answered    uint64 `json:"answered"`     // probes of other nodes answered
-	Malformed   uint64 `json:"malformed"`    // received packets dropped as malformed (bad payload, no GRH, impossible responder delay)
-	Unadmitted  uint64 `json:"unadmitted"`   // probes dropped: sender not admitted by the control endpoint
-	ReplyErrors uint64 `json:"reply_errors"` // answers that could not be posted
-	SendErrors  uint64 `json:"send_errors"`  // send completions with an error status
-	Rebuilds    uint64 `json:"rebuilds"`     // ports rebuilt after their QP failed
-	Unsolicited uint64 `json:"unsolicited"`  // replies dropped: no probe in flight with that seq, source QPN and GID
-	BadTag      uint64 `json:"bad_tag"`      // version-2 probes and replies dropped: wrong tag, or no key to check it
-	Untagged    uint64 `json:"untagged"`     // version-1 probes and replies dropped because tags are required
-}
 
 // Config configures an Engine. Zero values take the defaults.
 type Config struct {
@@ -148,9 +87,9 @@ type Config struct {
 	Spin time.Duration
 	// OnReply is called with every reply from the port's completion
 	// goroutine; it must not block.
-	OnReply func(Reply)
+	OnReply func(ud.Reply)
 	// OnPorts is called after the set of probing ports changed.
-	OnPorts func([]LocalPort, error)
+	OnPorts func([]ud.LocalPort, error)
 	Logger  *slog.Logger
 }
 
@@ -159,7 +98,7 @@ type Engine struct {
 	cfg   Config
 	qkey  uint32
 	epoch time.Time
-	stats Stats
+	stats ud.Stats
 	kick  chan struct{}
 	auth  atomic.Pointer[authConf] // nil: authentication off
 
@@ -207,8 +146,8 @@ func (e *Engine) stamp(t time.Time) int64 { return int64(t.Sub(e.epoch)) + 1 }
 func (e *Engine) count(c *uint64) { atomic.AddUint64(c, 1) }
 
 // Stats returns the counters.
-func (e *Engine) Stats() Stats {
-	return Stats{
+func (e *Engine) Stats() ud.Stats {
+	return ud.Stats{
 		Sent: atomic.LoadUint64(&e.stats.Sent), Replies: atomic.LoadUint64(&e.stats.Replies),
 		Answered: atomic.LoadUint64(&e.stats.Answered), Malformed: atomic.LoadUint64(&e.stats.Malformed),
 		Unadmitted: atomic.LoadUint64(&e.stats.Unadmitted), ReplyErrors: atomic.LoadUint64(&e.stats.ReplyErrors),
@@ -244,18 +183,18 @@ func (e *Engine) SetAuth(key []byte, require bool) {
 
 // Ports returns the probing ports, sorted by key, or the reason there are
 // none (wrapping verbs.ErrUnavailable when verbs cannot be used here).
-func (e *Engine) Ports() ([]LocalPort, error) {
+func (e *Engine) Ports() ([]ud.LocalPort, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.portsLocked(), e.unavailable
 }
 
-func (e *Engine) portsLocked() []LocalPort {
-	out := make([]LocalPort, 0, len(e.ports))
+func (e *Engine) portsLocked() []ud.LocalPort {
+	out := make([]ud.LocalPort, 0, len(e.ports))
 	for _, p := range e.ports {
 		out = append(out, p.local())
 	}
-	slices.SortFunc(out, func(a, b LocalPort) int {
+	slices.SortFunc(out, func(a, b ud.LocalPort) int {
 		if a.Key < b.Key {
 			return -1
 		}
@@ -277,25 +216,12 @@ func (e *Engine) port(key string) (*udPort, error) {
 	return p, nil
 }
 
-// A Target is one probe of a batch: where it goes, its sequence number,
-// whether it is tagged, and, after ProbeBatch, why it was not sent (nil
-// when it was).
-type Target struct {
-	Dst Endpoint
-	Seq uint64
-	// Auth sends a version-2 probe tagged with the SetAuth key (the
-	// responder must know the key and speak version 2); false sends an
-	// untagged version-1 probe, which every rdmad answers.
-	Auth bool
-	Err  error
-}
-
 // ProbeBatch sends every target's probe from the local port as one chained
 // post (one doorbell per verbs.MaxSendList probes) and returns how many
 // went; each target that did not go says why in its Err. It does not wait:
 // the answers arrive through Config.OnReply, and a probe without one is
 // the caller's to time out.
-func (e *Engine) ProbeBatch(local string, ts []Target) int {
+func (e *Engine) ProbeBatch(local string, ts []ud.Target) int {
 	p, err := e.port(local)
 	if err != nil {
 		for i := range ts {
@@ -322,7 +248,7 @@ func (e *Engine) ProbeBatch(local string, ts []Target) int {
 // probeOutgoing turns t into the probe to post, in the version t asks for,
 // or reports false with t.Err set when the authentication settings auth
 // (from authLocked) do not allow it. Called with p.mu held.
-func (p *udPort) probeOutgoing(t *Target, auth *authConf) (outgoing, bool) {
+func (p *udPort) probeOutgoing(t *ud.Target, auth *authConf) (outgoing, bool) {
 	t.Err = nil
 	pl := Payload{Version: PayloadV1, Kind: KindProbe, Seq: t.Seq, GID: p.gid.GID}
 	switch {
@@ -353,7 +279,7 @@ func (p *udPort) probeOutgoing(t *Target, auth *authConf) (outgoing, bool) {
 // many queries it sends (or spoofs), cannot crowd out another address's
 // admission nor a confirmed one; Admit fails only when the table is full
 // of live confirmed admissions.
-func (e *Engine) Admit(local string, src Endpoint, from netip.Addr, until time.Time) error {
+func (e *Engine) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
 	p, err := e.port(local)
 	if err != nil {
 		return err

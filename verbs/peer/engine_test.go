@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -18,7 +19,7 @@ func TestEngineWithoutVerbs(t *testing.T) {
 	}
 	var got error
 	reported := make(chan struct{}, 1)
-	e, err := New(Config{OnPorts: func(_ []LocalPort, err error) {
+	e, err := New(Config{OnPorts: func(_ []ud.LocalPort, err error) {
 		got = err
 		select {
 		case reported <- struct{}{}:
@@ -47,7 +48,7 @@ func TestEngineWithoutVerbs(t *testing.T) {
 	if len(ports) != 0 || !errors.Is(perr, verbs.ErrUnavailable) {
 		t.Errorf("Ports = %v, %v; want none, ErrUnavailable", ports, perr)
 	}
-	ts := []Target{{Dst: Endpoint{QPN: 1}, Seq: 1}, {Dst: Endpoint{QPN: 2}, Seq: 2}}
+	ts := []ud.Target{{Dst: ud.Endpoint{QPN: 1}, Seq: 1}, {Dst: ud.Endpoint{QPN: 2}, Seq: 2}}
 	if n := e.ProbeBatch("rxe0/1", ts); n != 0 || !errors.Is(ts[0].Err, ErrNoPort) || !errors.Is(ts[1].Err, ErrNoPort) {
 		t.Errorf("ProbeBatch = %d, errors %v, %v; want 0 sent, ErrNoPort for each", n, ts[0].Err, ts[1].Err)
 	}

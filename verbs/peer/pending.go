@@ -3,6 +3,7 @@ package peer
 import (
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -40,7 +41,7 @@ func newPendingTable(n int) pendingTable { return pendingTable{slots: make([]pen
 
 // add records a posted probe, overwriting (and so reclaiming) whatever
 // older probe had the slot.
-func (t *pendingTable) add(seq uint64, sent int64, dst Endpoint, version uint8) {
+func (t *pendingTable) add(seq uint64, sent int64, dst ud.Endpoint, version uint8) {
 	t.slots[seq%uint64(len(t.slots))] = pending{seq: seq, sent: sent, gid: dst.GID, qpn: dst.QPN, version: version, live: true}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -86,7 +87,7 @@ type udPort struct {
 
 // An outgoing is a probe or reply waiting to be posted.
 type outgoing struct {
-	dst Endpoint
+	dst ud.Endpoint
 	pl  Payload
 	err *error // where to report a failure to post it; nil ignores it
 }
@@ -239,9 +240,9 @@ func (p *udPort) postRecv(i int) error {
 }
 
 // local describes the port as the control endpoint advertises it.
-func (p *udPort) local() LocalPort {
-	return LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(), TrafficClass: uint8(p.tclass.Load()),
-		Endpoint: Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}}
+func (p *udPort) local() ud.LocalPort {
+	return ud.LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(), TrafficClass: uint8(p.tclass.Load()),
+		Endpoint: ud.Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}}
 }
 
 // ahIdle is how long an address handle must be unused before it is
@@ -281,7 +282,7 @@ func (p *udPort) dropRetired(now time.Time) {
 
 // ah returns the cached address handle for dst, creating it. Called with
 // p.mu held. Idle handles are evicted when the cache is full.
-func (p *udPort) ah(dst Endpoint, now time.Time) (*verbs.AH, error) {
+func (p *udPort) ah(dst ud.Endpoint, now time.Time) (*verbs.AH, error) {
 	p.dropRetired(now)
 	if a := p.ahs[dst.GID]; a != nil {
 		a.used = now
@@ -351,7 +352,7 @@ func (p *udPort) post(out []outgoing) int {
 			continue
 		}
 		if len(p.free) == 0 {
-			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ErrBusy))
+			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ud.ErrBusy))
 			continue
 		}
 		ah, err := p.ah(o.dst, now)
@@ -417,7 +418,7 @@ func (p *udPort) reclaim(last int) {
 // among them go out as one chained post.
 func (p *udPort) pollLoop(ctx context.Context) {
 	wcs := make([]verbs.WorkCompletion, 64)
-	var replies []Reply
+	var replies []ud.Reply
 	for {
 		n, err := p.cq.PollWait(ctx, wcs, p.e.cfg.Spin)
 		if err != nil {
@@ -456,7 +457,7 @@ func (p *udPort) setBrokenLocked(err error) {
 // this node's probes to replies. One clock read stamps the whole batch: it
 // is when this host learnt of them, so the time a batch takes to handle
 // counts as host delay (reported apart by the prober), not as network time.
-func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []Reply) []Reply {
+func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []ud.Reply) []ud.Reply {
 	now := time.Now()
 	t := p.e.stamp(now)
 	p.mu.Lock()
@@ -550,7 +551,7 @@ func (p *udPort) sent(o *outgoing, stamp int64) {
 // send, and a version-2 tag is checked against both GIDs. It allocates
 // nothing for a packet that is answered or accepted. Called with p.mu held
 // after authLocked.
-func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time.Time, replies []Reply) []Reply {
+func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time.Time, replies []ud.Reply) []ud.Reply {
 	e := p.e
 	if wc.ByteLen != grhSize+PayloadSize || len(pkt) != grhSize+PayloadSize || wc.Flags&verbs.WCGRH == 0 {
 		// Without a GRH there is no source GID to check or answer; every
@@ -598,7 +599,7 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 		if pl.Version == PayloadV1 {
 			r.GID = p.gid.GID
 		}
-		p.out = append(p.out, outgoing{dst: Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r})
+		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r})
 	case KindReply:
 		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, t)
 		if !ok {
@@ -615,7 +616,7 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 			return replies
 		}
 		e.count(&e.stats.Replies)
-		replies = append(replies, Reply{Local: p.key, From: Endpoint{GID: src, QPN: wc.SrcQP}, Seq: pl.Seq,
+		replies = append(replies, ud.Reply{Local: p.key, From: ud.Endpoint{GID: src, QPN: wc.SrcQP}, Seq: pl.Seq,
 			RTT: time.Duration(rtt), ResponderDelay: time.Duration(delay), At: now, Authenticated: authed})
 	}
 	return replies

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs"
 )
 
@@ -82,7 +83,7 @@ func grhFor(src, dst verbs.GID) []byte {
 
 // deliver hands port to a packet from (src, srcQPN) with payload b, as the
 // completion loop would, at stamp at, and returns the replies accepted.
-func deliver(p *udPort, src verbs.GID, srcQPN uint32, b []byte, at int64) []Reply {
+func deliver(p *udPort, src verbs.GID, srcQPN uint32, b []byte, at int64) []ud.Reply {
 	pkt := append(grhFor(src, p.gid.GID), b...)
 	wc := verbs.WorkCompletion{WRID: wrRecv, ByteLen: uint32(len(pkt)), SrcQP: srcQPN, Flags: verbs.WCGRH}
 	p.mu.Lock()
@@ -95,7 +96,7 @@ func deliver(p *udPort, src verbs.GID, srcQPN uint32, b []byte, at int64) []Repl
 // probe makes port p send the probe of target at stamp at, as ProbeBatch
 // and post do, and returns its bytes on the wire (nil, err if it would not
 // go).
-func probe(p *udPort, tg Target, at int64) ([]byte, error) {
+func probe(p *udPort, tg ud.Target, at int64) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o, ok := p.probeOutgoing(&tg, p.authLocked())
@@ -110,7 +111,7 @@ func probe(p *udPort, tg Target, at int64) ([]byte, error) {
 
 // answer returns the bytes of the reply p queued (the only one), sent at
 // stamp at, and where it goes.
-func answer(t *testing.T, p *udPort, at int64) ([]byte, Endpoint) {
+func answer(t *testing.T, p *udPort, at int64) ([]byte, ud.Endpoint) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -136,13 +137,13 @@ func pair(t *testing.T, authKey []byte, require bool) (ea *Engine, a *udPort, eb
 	ea.SetAuth(authKey, require)
 	eb.SetAuth(authKey, require)
 	a, b = testPort(t, ea, "a/1", gidA), testPort(t, eb, "b/1", gidB)
-	if err := eb.Admit("b/1", Endpoint{GID: gidA, QPN: qpnA, QKey: 7}, netip.MustParseAddr("192.0.2.1"), time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 7}, netip.MustParseAddr("192.0.2.1"), time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	return ea, a, eb, b
 }
 
-var toB = Endpoint{GID: gidB, QPN: qpnB, QKey: 9}
+var toB = ud.Endpoint{GID: gidB, QPN: qpnB, QKey: 9}
 
 // TestRoundTrip sends a probe from A to B and B's answer back, in both
 // versions, and checks what each side saw.
@@ -150,7 +151,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, auth := range []bool{false, true} {
 		t.Run(fmt.Sprintf("auth=%v", auth), func(t *testing.T) {
 			_, a, eb, b := pair(t, key, false)
-			pb, err := probe(a, Target{Dst: toB, Seq: 5, Auth: auth}, 1000)
+			pb, err := probe(a, ud.Target{Dst: toB, Seq: 5, Auth: auth}, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +160,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 			deliver(b, gidA, qpnA, pb, 50_000)
 			rb, dst := answer(t, b, 50_300)
-			if dst != (Endpoint{GID: gidA, QPN: qpnA, QKey: 7}) {
+			if dst != (ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 7}) {
 				t.Errorf("answer goes to %+v, want A with the admitted qkey", dst)
 			}
 			if rb[4] != pb[4] {
@@ -173,7 +174,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatalf("replies %+v, want 1", rs)
 			}
 			r := rs[0]
-			if r.RTT != 2000 || r.ResponderDelay != 300 || r.Seq != 5 || r.From != (Endpoint{GID: gidB, QPN: qpnB}) || r.Authenticated != auth || r.Local != "a/1" {
+			if r.RTT != 2000 || r.ResponderDelay != 300 || r.Seq != 5 || r.From != (ud.Endpoint{GID: gidB, QPN: qpnB}) || r.Authenticated != auth || r.Local != "a/1" {
 				t.Errorf("reply %+v: want RTT 2000ns, delay 300ns, seq 5, from B, authenticated %v", r, auth)
 			}
 			if st := eb.Stats(); st.Unadmitted+st.BadTag+st.Untagged+st.Malformed != 0 {
@@ -193,7 +194,7 @@ func TestRTTIgnoresEchoedSentAt(t *testing.T) {
 		for _, forged := range []int64{2999, 1, -5, 1 << 62} {
 			t.Run(fmt.Sprintf("auth=%v/t1=%d", auth, forged), func(t *testing.T) {
 				_, a, _, b := pair(t, key, false)
-				pb, _ := probe(a, Target{Dst: toB, Seq: 9, Auth: auth}, 1000)
+				pb, _ := probe(a, ud.Target{Dst: toB, Seq: 9, Auth: auth}, 1000)
 				deliver(b, gidA, qpnA, pb, 10)
 				rb, _ := answer(t, b, 20)
 				pl, err := DecodePayload(rb)
@@ -246,7 +247,7 @@ func TestReplyMustMatchProbe(t *testing.T) {
 		}()},
 	}
 	ea, a, _, _ := pair(t, nil, false)
-	if _, err := probe(a, Target{Dst: toB, Seq: 7}, 1000); err != nil {
+	if _, err := probe(a, ud.Target{Dst: toB, Seq: 7}, 1000); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range tests {
@@ -279,15 +280,15 @@ func TestPendingReclaim(t *testing.T) {
 		(&Payload{Version: PayloadV1, Kind: KindReply, Seq: seq, RecvAt: 1, ReplyAt: 2}).Encode(b)
 		return b
 	}
-	probe(a, Target{Dst: toB, Seq: 3}, 100)
-	probe(a, Target{Dst: toB, Seq: 3 + pendingSlots}, 200) // same slot
+	probe(a, ud.Target{Dst: toB, Seq: 3}, 100)
+	probe(a, ud.Target{Dst: toB, Seq: 3 + pendingSlots}, 200) // same slot
 	if rs := deliver(a, gidB, qpnB, reply(3), 300); len(rs) != 0 {
 		t.Errorf("reply to an overwritten probe accepted: %+v", rs)
 	}
 	if rs := deliver(a, gidB, qpnB, reply(3+pendingSlots), 300); len(rs) != 1 {
 		t.Errorf("reply to the probe that reused the slot: %+v, want accepted", rs)
 	}
-	probe(a, Target{Dst: toB, Seq: 4}, 100)
+	probe(a, ud.Target{Dst: toB, Seq: 4}, 100)
 	if rs := deliver(a, gidB, qpnB, reply(4), 100+pendingTTL+1); len(rs) != 0 {
 		t.Errorf("reply after the TTL accepted: %+v", rs)
 	}
@@ -307,7 +308,7 @@ func TestPendingReclaim(t *testing.T) {
 // reply is dropped.
 func TestResponderDelayLie(t *testing.T) {
 	ea, a, _, _ := pair(t, nil, false)
-	probe(a, Target{Dst: toB, Seq: 1}, 1000)
+	probe(a, ud.Target{Dst: toB, Seq: 1}, 1000)
 	b := make([]byte, PayloadSize)
 	(&Payload{Version: PayloadV1, Kind: KindReply, Seq: 1, SentAt: 1000, RecvAt: 10, ReplyAt: 10 + 5000}).Encode(b)
 	if rs := deliver(a, gidB, qpnB, b, 3000); len(rs) != 0 || ea.Stats().Malformed != 1 {
@@ -371,7 +372,7 @@ func TestTags(t *testing.T) {
 		)
 		for _, c := range cases {
 			_, _, eb, b := pair(t, key, false)
-			eb.Admit("b/1", Endpoint{GID: gidM, QPN: qpnA}, netip.MustParseAddr("192.0.2.66"), time.Now().Add(time.Minute))
+			eb.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnA}, netip.MustParseAddr("192.0.2.66"), time.Now().Add(time.Minute))
 			deliver(b, c.src, qpnA, c.b, 10)
 			st := eb.Stats()
 			if queued(b) != 0 || st.BadTag+st.Malformed != 1 {
@@ -386,7 +387,7 @@ func TestTags(t *testing.T) {
 	})
 	t.Run("reply", func(t *testing.T) {
 		ea, a, _, _ := pair(t, key, false)
-		probe(a, Target{Dst: toB, Seq: 3, Auth: true}, 100)
+		probe(a, ud.Target{Dst: toB, Seq: 3, Auth: true}, 100)
 		r := make([]byte, PayloadSize)
 		(&Payload{Version: PayloadV2, Kind: KindReply, Seq: 3, SentAt: 100, RecvAt: 1, ReplyAt: 2}).Encode(r)
 		bad := bytes.Clone(r)
@@ -439,12 +440,12 @@ func TestRequireTags(t *testing.T) {
 	if queued(b) != 0 || eb.Stats().Untagged != 1 {
 		t.Errorf("untagged probe with tags required: %d answers, %+v", queued(b), eb.Stats())
 	}
-	if _, err := probe(a, Target{Dst: toB, Seq: 2}, 10); !errors.Is(err, ErrAuthRequired) {
+	if _, err := probe(a, ud.Target{Dst: toB, Seq: 2}, 10); !errors.Is(err, ErrAuthRequired) {
 		t.Errorf("untagged probe with tags required: %v, want ErrAuthRequired", err)
 	}
 	// An untagged reply (to a probe sent before tags were required).
 	ea.SetAuth(key, false)
-	probe(a, Target{Dst: toB, Seq: 3}, 10)
+	probe(a, ud.Target{Dst: toB, Seq: 3}, 10)
 	ea.SetAuth(key, true)
 	r := make([]byte, PayloadSize)
 	(&Payload{Version: PayloadV1, Kind: KindReply, Seq: 3, RecvAt: 1, ReplyAt: 2}).Encode(r)
@@ -452,10 +453,10 @@ func TestRequireTags(t *testing.T) {
 		t.Errorf("untagged reply with tags required: %+v, %+v", rs, ea.Stats())
 	}
 	ea.SetAuth(nil, true)
-	if _, err := probe(a, Target{Dst: toB, Seq: 4, Auth: true}, 10); !errors.Is(err, ErrNoKey) {
+	if _, err := probe(a, ud.Target{Dst: toB, Seq: 4, Auth: true}, 10); !errors.Is(err, ErrNoKey) {
 		t.Errorf("tagged probe without a key: %v, want ErrNoKey", err)
 	}
-	if _, err := probe(a, Target{Dst: toB, Seq: 5}, 10); err != nil {
+	if _, err := probe(a, ud.Target{Dst: toB, Seq: 5}, 10); err != nil {
 		t.Errorf("untagged probe with auth off (nil key, require ignored): %v", err)
 	}
 }
@@ -499,7 +500,7 @@ func TestSetAuthWhileRunning(t *testing.T) {
 	r := make([]byte, PayloadSize)
 	(&Payload{Version: PayloadV2, Kind: KindReply, Seq: 3, RecvAt: 1, ReplyAt: 2}).Encode(r)
 	for i := 0; i < 2000; i++ {
-		probe(a, Target{Dst: toB, Seq: uint64(i), Auth: i%2 == 0}, 10)
+		probe(a, ud.Target{Dst: toB, Seq: uint64(i), Auth: i%2 == 0}, 10)
 		deliver(a, gidB, qpnB, r, 20)
 	}
 	close(stop)
@@ -606,11 +607,11 @@ func TestHotPathAllocs(t *testing.T) {
 	for _, auth := range []bool{false, true} {
 		_, a, _, b := pair(t, key, false)
 		pkt := make([]byte, grhSize+PayloadSize)
-		replies := make([]Reply, 0, 4)
+		replies := make([]ud.Reply, 0, 4)
 		wc := verbs.WorkCompletion{WRID: wrRecv, ByteLen: grhSize + PayloadSize, Flags: verbs.WCGRH}
 		grhA, grhB := grhFor(gidA, gidB), grhFor(gidB, gidA)
 		seq := uint64(0)
-		tg := Target{Dst: toB, Auth: auth}
+		tg := ud.Target{Dst: toB, Auth: auth}
 		allocs := testing.AllocsPerRun(200, func() {
 			seq++
 			tg.Seq = seq

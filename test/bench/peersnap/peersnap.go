@@ -1,5 +1,5 @@
 // Package peersnap builds rdmad snapshots holding many probed peers, shaped
-// as verbs/pingmesh publishes them, for the benchmarks of what reads them at
+// as probe publishes them, for the benchmarks of what reads them at
 // scale: the D-Bus view (daemon/bus), the metrics (daemon/metrics) and the
 // status API (daemon/api). docs/BENCHMARKS.md, "Peer probes at scale
 // (host)".
@@ -20,7 +20,7 @@ const Local = "mlx5_0/1"
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // fingerprint is the one every peer sends: a homogeneous fleet, shared by
-// the peers as verbs/pingmesh shares it.
+// the peers as probe shares it.
 var fingerprint = func() *apitype.Fingerprint {
 	tos := 106
 	return &apitype.Fingerprint{Version: "1.4.0", Kernel: "6.1.0-28-amd64", Ports: []apitype.FingerprintPort{{Key: Local, Netdev: "ens1f0np0",

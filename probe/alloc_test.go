@@ -1,0 +1,218 @@
+package probe
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// sinkTransport takes every probe and answers none; the test answers.
+type sinkTransport struct{ ports []ud.LocalPort }
+
+func (s *sinkTransport) Ports() ([]ud.LocalPort, error) { return s.ports, nil }
+func (s *sinkTransport) ProbeBatch(local string, ts []ud.Target) int {
+	for i := range ts {
+		ts[i].Err = nil
+	}
+	return len(ts)
+}
+func (s *sinkTransport) Admit(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }
+
+// resolvedManager returns a manager with n selected peers whose every path
+// is resolved and up, as after discovery, and each peer holding the same
+// fingerprint (a homogeneous fleet).
+func resolvedManager(t testing.TB, n int) *Manager {
+	tr := &sinkTransport{ports: []ud.LocalPort{{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 7}}, {Key: "rxe1/1", Endpoint: ud.Endpoint{QPN: 8}}}}
+	m, err := New(Options{Transport: tr, Logger: slog.New(slog.DiscardHandler)}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond,
+		Window: 100, Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.local = tr.ports
+	fp := scaleFingerprint(tr.ports)
+	m.fps.own = &fp // this node's: the peers' agree with it
+	msg := wire.Message{Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: fp.Marshal()}}}
+	now := time.Now()
+	for i := range n {
+		p := m.add(Spec{Name: fmt.Sprintf("192.0.%d.%d", i/250, i%250+1), Group: fmt.Sprintf("tor-%d", i/40)}, now, false)
+		m.refreshPaths(p)
+		for k, pa := range p.paths {
+			pa.remote, pa.resolved = ud.Endpoint{QPN: uint32(0x1000 + 2*i + k), GID: [16]byte{15: byte(i)}}, true
+		}
+		p.nodeID = uint64(0xf000 + i)
+		sfp, err := m.fps.decode(msg)
+		if err != nil || sfp == nil {
+			t.Fatalf("fingerprint: %v", err)
+		}
+		m.setPeerFingerprint(p, sfp)
+	}
+	return m
+}
+
+// probeRound sends one probe on every path and answers all but the one of
+// peer lose (-1: none), which then times out, as the manager's passes do.
+func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
+	first := m.sched.seq + 1
+	for _, p := range peers {
+		for _, pa := range p.paths {
+			m.send(p, pa, now)
+		}
+	}
+	m.sched.flush(m.opts.Transport, m.log)
+	at := now.Add(100 * time.Microsecond)
+	for seq := first; seq <= m.sched.seq; seq++ {
+		f := m.sched.flights.get(seq)
+		if f == nil || f.p == peers[max(lose, 0)] && lose >= 0 {
+			continue
+		}
+		m.onReply(ud.Reply{Local: f.pa.local, From: f.pa.remote, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 5 * time.Microsecond, At: at})
+	}
+	m.expire(now.Add(time.Second))
+}
+
+// TestProbeRoundAllocs checks that probing allocates nothing once warm:
+// sending (the ring of flights, the batch per port), answers, the state
+// machine and the windows, losses and timeouts included. A loss comes
+// every round, on another peer each time, so no path degrades (that would
+// log and write a reason, which may allocate).
+func TestProbeRoundAllocs(t *testing.T) {
+	m := resolvedManager(t, 100)
+	peers := m.peers.inOrder()
+	now := time.Now()
+	round := 0
+	run := func() {
+		now = now.Add(time.Second)
+		probeRound(m, peers, round%len(peers), now)
+		round++
+	}
+	for range 300 {
+		run()
+	}
+	if got := testing.AllocsPerRun(200, run); got != 0 {
+		t.Errorf("%v allocations per round of %d probes; want 0", got, 2*len(peers))
+	}
+	for _, p := range peers {
+		if p.state != apitype.PeerUp || p.paths[0].sent == 0 {
+			t.Fatalf("peer %s is %s after %d rounds (sent %d); the test probed nothing", p.spec.Name, p.state, round, p.paths[0].sent)
+		}
+	}
+}
+
+// TestStateAllocsPerPeer checks that building the state allocates a fixed
+// number of objects, not some per peer: the peers are kept in order, their
+// paths share one array, texts and fingerprints are shared.
+func TestStateAllocsPerPeer(t *testing.T) {
+	allocs := func(n int) float64 {
+		m := resolvedManager(t, n)
+		peers := m.peers.inOrder()
+		now := time.Now()
+		for range 3 {
+			now = now.Add(time.Second)
+			probeRound(m, peers, -1, now)
+		}
+		m.State()
+		return testing.AllocsPerRun(20, func() {
+			now = now.Add(time.Second)
+			probeRound(m, peers, -1, now) // new numbers: every window computes again
+			m.State()
+		})
+	}
+	small, large := allocs(10), allocs(1000)
+	if large != small {
+		t.Errorf("State allocates %v objects with 10 peers and %v with 1,000; want the same", small, large)
+	}
+	m := resolvedManager(t, 3)
+	st := m.State()
+	if len(st.Peers) != 3 || st.Peers[0].Fingerprint == nil || st.Peers[0].Fingerprint != st.Peers[2].Fingerprint || len(m.fps.held) != 1 {
+		t.Errorf("state %+v, %d fingerprints held; want 3 peers sharing one fingerprint", st.Peers, len(m.fps.held))
+	}
+	if st.Peers[0].Name > st.Peers[1].Name || len(st.Peers[1].Paths) != 2 || st.Peers[1].Paths[1].RemoteGID == "" || st.Peers[1].Address != "192.0.0.2" || st.Peers[1].NodeID != "f001" {
+		t.Errorf("state %+v; want peers in name order with two paths each, GIDs, addresses and node IDs", st.Peers)
+	}
+}
+
+// TestSharedFingerprints checks the fingerprints peers share: one copy per
+// encoding, given up when the last peer holding it changes or leaves.
+func TestSharedFingerprints(t *testing.T) {
+	m := resolvedManager(t, 3)
+	if len(m.fps.held) != 1 {
+		t.Fatalf("%d fingerprints held by 3 peers sending the same; want 1", len(m.fps.held))
+	}
+	other := scaleFingerprint(m.local)
+	other.Ports[0].NetdevMTU = 1500
+	o, err := m.fps.decode(wire.Message{Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: other.Marshal()}}})
+	if err != nil || o == nil {
+		t.Fatal(err)
+	}
+	peers := m.peers.inOrder()
+	m.setPeerFingerprint(peers[0], o)
+	if len(m.fps.held) != 2 || len(peers[0].mm) == 0 || peers[0].mm[0].Field != FieldMTU || len(peers[1].mm) != 0 {
+		t.Fatalf("after one peer changed: %d fingerprints, mismatches %+v and %+v; want 2 held and an MTU mismatch on the first peer only",
+			len(m.fps.held), peers[0].mm, peers[1].mm)
+	}
+	if st := m.State(); len(st.Peers[0].Mismatches) == 0 || st.Peers[0].Fingerprint.Ports[0].MTU != 1500 {
+		t.Errorf("state of the changed peer %+v; want its MTU and the mismatch", st.Peers[0])
+	}
+	m.drop(peers[1])
+	m.drop(peers[2])
+	if len(m.fps.held) != 1 {
+		t.Errorf("%d fingerprints held after the peers holding the first left; want 1", len(m.fps.held))
+	}
+	m.setPeerFingerprint(peers[0], nil)
+	if len(m.fps.held) != 0 {
+		t.Errorf("%d fingerprints held by nobody; want 0", len(m.fps.held))
+	}
+}
+
+// BenchmarkProbeRound is the probe path of 1,000 peers with two paths
+// each (2,000 probes: send, post, answer, state machine, window) with one
+// loss per round; ns/op divided by 2,000 is the cost of one probe.
+func BenchmarkProbeRound(b *testing.B) {
+	m := resolvedManager(b, 1000)
+	peers := m.peers.inOrder()
+	now := time.Now()
+	round := 0
+	for ; round < 300; round++ {
+		now = now.Add(time.Second)
+		probeRound(m, peers, round%len(peers), now) // up, full windows
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		probeRound(m, peers, round%len(peers), now)
+		round++
+	}
+}
+
+// BenchmarkState1000 and BenchmarkState10000 are one publish's state of
+// 1,000 and 10,000 peers (two paths each) after a round of probes, so that
+// every window computes its percentiles again, as at 1 Hz.
+func BenchmarkState1000(b *testing.B)  { benchState(b, 1000) }
+func BenchmarkState10000(b *testing.B) { benchState(b, 10000) }
+
+func benchState(b *testing.B, n int) {
+	m := resolvedManager(b, n)
+	peers := m.peers.inOrder()
+	now := time.Now()
+	for range 100 {
+		now = now.Add(time.Second)
+		probeRound(m, peers, -1, now) // full windows
+	}
+	m.localFaults()
+	m.State() // the texts it makes once
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		now = now.Add(time.Second)
+		probeRound(m, peers, -1, now)
+		b.StartTimer()
+		m.localFaults()
+		m.State()
+	}
+}

@@ -1,0 +1,363 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// A Control is the control endpoint: one UDP socket that answers other
+// nodes' queries (only from allowed sources, at a bounded rate per source,
+// and with a fleet key only authenticated ones when that is required) and
+// sends this node's queries, whose answers it hands to OnAnswer.
+type Control struct {
+	conn *net.UDPConn
+	opts ControlOptions
+
+	allow atomic.Pointer[allowList]
+	auth  atomic.Pointer[Auth]
+	// fp is this node's encoded fingerprint (wire.Fingerprint.Marshal),
+	// sent in version-2 queries and answers; nil: none yet.
+	fp atomic.Pointer[[]byte]
+	// qext is the extensions of a version-2 query (the fingerprint and its
+	// padding), made when the fingerprint is set rather than per query;
+	// qbuf is the buffer queries are encoded in.
+	qext atomic.Pointer[[]wire.Ext]
+	qmu  sync.Mutex
+	qbuf []byte
+	rate *rateLimiter // Serve's goroutine only
+
+	n *ControlCounters
+}
+
+// ControlCounters count a control endpoint's messages. Endpoints that
+// replace each other (a changed [probe] port) can share one.
+type ControlCounters struct {
+	malformed, refused, answered atomic.Uint64
+	// unauthenticated counts messages dropped because a key is required
+	// and they carried no tag; badTag those whose tag did not verify;
+	// rateLimited the allowed queries over their source's admission rate.
+	unauthenticated, badTag, rateLimited atomic.Uint64
+}
+
+// ControlStats are a control endpoint's counters at one time.
+type ControlStats struct {
+	Malformed, Refused, Answered         uint64
+	Unauthenticated, BadTag, RateLimited uint64
+}
+
+// Auth is how the control endpoint authenticates: a fleet key (nil: none)
+// and whether messages without a valid tag are refused (require) or only
+// flagged (prefer, for rollouts).
+type Auth struct {
+	Key     []byte // the fleet key ([probe] key_file)
+	Require bool
+
+	control []byte // wire.ControlKey(Key)
+}
+
+// ControlOptions configure a Control.
+type ControlOptions struct {
+	// NodeID is sent in every message.
+	NodeID uint64
+	// Ports returns the local probe ports to advertise.
+	Ports func() []ud.LocalPort
+	// Admit lets a querier's port be answered by local port key.
+	// from is the query's source address.
+	Admit func(local string, src ud.Endpoint, from netip.Addr, until time.Time) error
+	// AdmitFor is how long an admission lasts; queriers refresh it.
+	AdmitFor time.Duration
+	// OnAnswer receives answers to this node's queries; it must not block.
+	// Answers whose tag does not verify, and with a required key
+	// unauthenticated ones, never reach it.
+	OnAnswer func(from netip.AddrPort, m wire.Message)
+	// OnQuery, if set, receives the queries this endpoint answered (from
+	// an allowed source, within its rate, authenticated when required),
+	// after their port was admitted; it must not block.
+	OnQuery func(from netip.AddrPort, m wire.Message)
+	// Auth is the initial authentication; SetAuth changes it.
+	Auth Auth
+	// Counters, if set, are counted into (else the Control has its own).
+	Counters *ControlCounters
+	// Bandwidth, if set, serves the bandwidth test messages
+	// (wire.TypeBWRequest, TypeBWDone) that passed serveBW's checks and
+	// returns the answer to send, if any; without it they are refused.
+	// It runs on Serve's goroutine.
+	Bandwidth func(from netip.AddrPort, m wire.Message) (wire.Message, bool)
+	// Linger, if set, makes a busy endpoint read in batches: when a
+	// message came less than Linger after the socket was last found
+	// empty, Serve waits out the rest of Linger before it reads again and
+	// then takes what came meanwhile together. An idle endpoint answers at
+	// once; a busy one (ten thousand peers re-asking every minute: some
+	// 300 messages a second) wakes about once per Linger instead of once
+	// per message, and answers within Linger.
+	Linger time.Duration
+}
+
+// An allowList is who may query: configured peers' addresses (sorted,
+// unmapped: 24 bytes each, where a map of ten thousand took some 160) and
+// CIDRs.
+type allowList struct {
+	addrs []netip.Addr
+	nets  []netip.Prefix
+}
+
+func (a *allowList) allows(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if _, ok := slices.BinarySearchFunc(a.addrs, ip, netip.Addr.Compare); ok {
+		return true
+	}
+	for _, p := range a.nets {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// ListenControl opens the control endpoint on addr ("[::]:18516").
+func ListenControl(addr string, opts ControlOptions) (*Control, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("peers: control endpoint %s: %w", addr, err)
+	}
+	conn, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("peers: listen on control endpoint %s: %w; is another rdmad running, or change [probe] port", addr, err)
+	}
+	c := &Control{conn: conn, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)}
+	if c.n == nil {
+		c.n = &ControlCounters{}
+	}
+	c.allow.Store(&allowList{})
+	c.SetAuth(opts.Auth)
+	return c, nil
+}
+
+// Addr returns the local address.
+func (c *Control) Addr() netip.AddrPort { return c.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// Close closes the socket; Serve returns.
+func (c *Control) Close() error { return c.conn.Close() }
+
+// SetAllow replaces who may query.
+func (c *Control) SetAllow(addrs []netip.Addr, nets []netip.Prefix) {
+	a := &allowList{addrs: make([]netip.Addr, 0, len(addrs)), nets: nets}
+	for _, ip := range addrs {
+		a.addrs = append(a.addrs, ip.Unmap())
+	}
+	slices.SortFunc(a.addrs, netip.Addr.Compare)
+	a.addrs = slices.Clip(slices.Compact(a.addrs))
+	c.allow.Store(a)
+}
+
+// SetAuth replaces the fleet key and mode (a reload).
+func (c *Control) SetAuth(a Auth) {
+	a.Key = append([]byte(nil), a.Key...)
+	a.control = wire.ControlKey(a.Key)
+	a.Require = a.Require && len(a.Key) > 0
+	c.auth.Store(&a)
+}
+
+// SetFingerprint replaces the encoded fingerprint (wire.Fingerprint's
+// Marshal) that version-2 queries and answers carry; nil sends none.
+func (c *Control) SetFingerprint(fp []byte) {
+	if len(fp) > wire.MaxFingerprint {
+		fp = nil
+	}
+	if fp == nil {
+		c.fp.Store(nil)
+		c.qext.Store(nil)
+		return
+	}
+	fp = append([]byte(nil), fp...)
+	ext := wire.WithFingerprint(fp)
+	c.fp.Store(&fp)
+	c.qext.Store(&ext)
+}
+
+// Stats returns the counters.
+func (c *Control) Stats() ControlStats {
+	return ControlStats{Malformed: c.n.malformed.Load(), Refused: c.n.refused.Load(), Answered: c.n.answered.Load(),
+		Unauthenticated: c.n.unauthenticated.Load(), BadTag: c.n.badTag.Load(), RateLimited: c.n.rateLimited.Load()}
+}
+
+// Counters returns malformed, refused and answered message counts.
+func (c *Control) Counters() (malformed, refused, answered uint64) {
+	s := c.Stats()
+	return s.Malformed, s.Refused, s.Answered
+}
+
+// Query sends m as a query to to, in m.Version (0: the newest), tagged when
+// a fleet key is set and the version can carry a tag. A version-1 query is
+// never sent while a key is required: its answer could not be trusted.
+func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
+	m.Type = wire.TypeQuery
+	m.NodeID = c.opts.NodeID
+	if ext := c.qext.Load(); ext != nil && m.Version != wire.Version1 && len(m.Ext) == 0 {
+		// Padded, so that the answer's fingerprint fits the size an
+		// answer may have (no larger than the query and a tag).
+		m.Ext = *ext
+	}
+	a := c.auth.Load()
+	var key []byte
+	if m.Version != wire.Version1 {
+		key = a.control
+	} else if a.Require {
+		return fmt.Errorf("peers: query %s: version 1 has no authentication and [probe] auth = \"require\"", to)
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	b, err := m.Append(c.qbuf[:0], key)
+	if err != nil {
+		return fmt.Errorf("peers: query %s: %w", to, err)
+	}
+	c.qbuf = b
+	if _, err := c.conn.WriteToUDPAddrPort(b, to); err != nil {
+		return fmt.Errorf("peers: query control endpoint %s: %w", to, err)
+	}
+	return nil
+}
+
+// Serve reads messages until ctx is done or the socket is closed. A
+// malformed message, a query from a source that is not allowed, one over
+// its source's rate, and with a required key one without a valid tag, is
+// dropped and counted; nothing a peer sends can stop the loop.
+func (c *Control) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { c.conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	// One byte more than the largest message, so that an oversized
+	// datagram is seen as oversized rather than silently truncated into
+	// a valid one.
+	buf := make([]byte, wire.MaxSize+1)
+	out := make([]byte, 0, wire.MaxSize)
+	var idle time.Time // when the socket was last found empty
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	for {
+		if c.opts.Linger > 0 && c.pending() == 0 {
+			if since := time.Since(idle); since < c.opts.Linger {
+				linger.Reset(c.opts.Linger - since)
+				select {
+				case <-linger.C:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			idle = time.Now()
+		}
+		n, from, err := c.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("peers: read control endpoint: %w", err)
+		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		a := c.auth.Load()
+		m, err := wire.Decode(buf[:n], a.control)
+		switch {
+		case errors.Is(err, wire.ErrBadTag):
+			c.n.badTag.Add(1)
+			continue
+		case err != nil:
+			c.n.malformed.Add(1)
+			continue
+		case a.Require && !m.Authenticated:
+			// Neither an unauthenticated query (it would admit a QP
+			// anyone could name) nor an unauthenticated answer (it
+			// could point this node's probes anywhere) is taken.
+			c.n.unauthenticated.Add(1)
+			continue
+		}
+		if wire.IsBW(m.Type) {
+			out = c.serveBW(out[:0], from, m, a)
+			continue
+		}
+		if m.Type == wire.TypeAnswer {
+			// The manager takes an answer only from the exact address
+			// and port it queried and only for a nonce outstanding.
+			if c.opts.OnAnswer != nil {
+				c.opts.OnAnswer(from, m)
+			}
+			continue
+		}
+		if !c.allow.Load().allows(from.Addr()) {
+			c.n.refused.Add(1)
+			continue
+		}
+		if !c.rate.allow(from.Addr(), time.Now()) {
+			c.n.rateLimited.Add(1)
+			continue
+		}
+		var ok bool
+		out, ok = c.answer(out[:0], from, m, a, n)
+		if ok && c.opts.OnQuery != nil {
+			c.opts.OnQuery(from, m)
+		}
+	}
+}
+
+// pending returns the size of the next datagram waiting in the socket,
+// 0 when there is none (or it cannot tell).
+func (c *Control) pending() int {
+	rc, err := c.conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n
+}
+
+// answer admits the querier's port and answers in the query's version: a
+// node that sent version 1 cannot read version 2. A version-2 answer is
+// tagged when this node has a key, whether or not the query was, and
+// carries this node's fingerprint when the answer stays within the query's
+// size (qlen) plus a tag: the endpoint never amplifies more than that. It
+// reports whether the querier's port was admitted.
+func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth, qlen int) ([]byte, bool) {
+	ports := c.opts.Ports()
+	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
+	if len(ports) > 0 {
+		p := ports[int(q.Index)%len(ports)]
+		src := ud.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
+		if err := c.opts.Admit(p.Key, src, from.Addr(), time.Now().Add(c.opts.AdmitFor)); err != nil {
+			c.n.refused.Add(1)
+			return out, false
+		}
+		ans.Index, ans.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
+		ans.QPN, ans.QKey, ans.LID, ans.GID = p.QPN, p.QKey, p.LID, p.GID
+	}
+	var key []byte
+	if ans.Version == wire.Version2 {
+		key = a.control
+		if fp := c.fp.Load(); fp != nil && wire.Size+4+len(*fp)+len(key) <= qlen+wire.TagSize {
+			ans.Ext = []wire.Ext{{Type: wire.ExtFingerprint, Value: *fp}}
+		}
+	}
+	out, err := ans.Append(out, key)
+	if err != nil {
+		return out[:0], true
+	}
+	if _, err := c.conn.WriteToUDPAddrPort(out, from); err == nil {
+		c.n.answered.Add(1)
+	}
+	return out, true
+}

@@ -1,0 +1,308 @@
+package probe
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// The control endpoint part holds the endpoint in force (ctl), its Serve
+// goroutine's end, the port it is bound to and why that is not the
+// configured one, and the control queries this node has outstanding, by
+// nonce. Endpoints that replace each other share the counters.
+type controlEndpoint struct {
+	ctl      *Control
+	done     chan struct{}
+	port     int
+	err      string
+	counters ControlCounters
+	serveErr chan ctlErr
+	nonces   map[uint64]*mpeer // outstanding control queries by nonce
+	// allowStale: the control endpoint's allow list is rebuilt at the end
+	// of the pass (once, however many peers were resolved in it).
+	allowStale bool
+}
+
+func newControlEndpoint() controlEndpoint {
+	return controlEndpoint{nonces: map[uint64]*mpeer{}, serveErr: make(chan ctlErr, 1)}
+}
+
+// serve makes ctl, bound to port, the endpoint in force and serves it
+// until ctx is done or it is closed, closing the one it replaces.
+func (c *controlEndpoint) serve(ctx context.Context, ctl *Control, port int) {
+	if c.ctl != nil {
+		// A closed endpoint's Serve returns nil: nothing to report.
+		c.close()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ctl.Serve(ctx); err != nil {
+			select {
+			case c.serveErr <- ctlErr{ctl, err}:
+			default:
+			}
+		}
+	}()
+	c.ctl, c.done, c.port = ctl, done, port
+}
+
+// close closes the endpoint in force and waits for its Serve to return.
+func (c *controlEndpoint) close() {
+	c.ctl.Close()
+	<-c.done
+}
+
+// maxQueriesPerPeer bounds the control queries outstanding to one peer:
+// an answer is taken only for one of them, and each is taken once.
+const maxQueriesPerPeer = 16
+
+// v2Retry bounds how often a peer that answered only version 1 is asked in
+// version 2 again, to notice that it was upgraded. The first retries come
+// sooner (after 1, 2, 4 ... intervals): a peer whose rdmad was not up yet
+// when it was asked in version 2 may have answered only the version-1
+// query that followed, and must not be held in version 1 for minutes.
+const v2Retry = 10 * time.Minute
+
+// A ctlErr is a control endpoint's Serve failing.
+type ctlErr struct {
+	ctl *Control
+	err error
+}
+
+// A query is a control query waiting for its answer: which path it asked
+// for, where it went (the answer must come from there) and in which wire
+// version.
+type query struct {
+	idx  int
+	to   netip.AddrPort
+	ver  uint8
+	sent time.Time
+}
+
+// listen opens the control endpoint on port and serves it, closing the one
+// it replaces. On an error the endpoint in force stays.
+func (m *Manager) listen(ctx context.Context, port int) error {
+	host := m.opts.ListenHost
+	if host == "" {
+		host = "::"
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ctl, err := ListenControl(addr, ControlOptions{
+		NodeID:   m.opts.NodeID,
+		Ports:    func() []ud.LocalPort { p, _ := m.opts.Transport.Ports(); return p },
+		Admit:    m.opts.Transport.Admit,
+		AdmitFor: 3 * m.cfg.Resolve,
+		Auth:     m.cfg.Auth,
+		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
+			m.in.addAnswer(answer{from: from, m: msg})
+		},
+		OnQuery: func(from netip.AddrPort, msg wire.Message) {
+			if !hasExt(msg, wire.ExtFingerprint) {
+				return
+			}
+			m.in.addAnswer(answer{from: from, m: msg, query: true})
+		},
+		Counters:  &m.control.counters,
+		Linger:    min(m.cfg.Interval/10, maxBatchWindow),
+		Bandwidth: m.opts.Bandwidth,
+	})
+	if err != nil {
+		return err
+	}
+	ctl.SetFingerprint(m.fps.ownWire)
+	m.control.serve(ctx, ctl, port)
+	return nil
+}
+
+// updateAllow lets the configured peers (resolved addresses) and the
+// [probe] allow networks query the control endpoint. Every configured peer
+// may query, selected or not: other nodes' selections differ from ours.
+func (m *Manager) updateAllow() {
+	m.control.allowStale = false
+	addrs := make([]netip.Addr, 0, len(m.cfg.Peers))
+	for _, sp := range m.cfg.Peers {
+		if ip, err := netip.ParseAddr(sp.Name); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	for _, p := range m.peers.byName {
+		if _, err := netip.ParseAddr(p.spec.Name); err != nil && p.addr.IsValid() {
+			addrs = append(addrs, p.addr) // a host name, resolved
+		}
+	}
+	m.control.ctl.SetAllow(addrs, m.cfg.Allow)
+}
+
+// missedQueries ends the wait for p's queries older than the probe
+// timeout and reports whether there were any. Their paths are asked again
+// at once, in the other wire version unless a key is required: a peer that
+// does not answer version 2 may be an older rdmad (it drops version 2 as
+// malformed), and one that does not answer version 1 may require a key.
+func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
+	missed := false
+	defer func() {
+		if len(p.queried) == 0 {
+			p.queried = nil
+		}
+	}()
+	p.queried = slices.DeleteFunc(p.queried, func(q pendingQuery) bool {
+		if now.Sub(q.sent) < m.cfg.Timeout {
+			return false
+		}
+		missed = true
+		delete(m.control.nonces, q.nonce)
+		if q.idx < len(p.paths) {
+			p.paths[q.idx].asked = time.Time{}
+		}
+		if !m.cfg.Auth.Require {
+			p.qver = wire.Version1 + wire.Version2 - q.ver
+		}
+		return true
+	})
+	if missed {
+		p.qMisses++
+	}
+	return missed
+}
+
+// newNonce returns a random nonce no outstanding query has. Nonces are
+// random, not a counter: an answer is taken only for an outstanding nonce,
+// and an off-path sender cannot guess one.
+func (c *controlEndpoint) newNonce() uint64 {
+	var b [8]byte
+	for {
+		crand.Read(b[:])
+		n := binary.BigEndian.Uint64(b[:])
+		if _, used := c.nonces[n]; !used && n != 0 {
+			return n
+		}
+	}
+}
+
+func (m *Manager) query(p *mpeer, i int, now time.Time) {
+	lp := m.local[i]
+	if len(p.queried) >= maxQueriesPerPeer {
+		// Forget the oldest: the set of nonces an answer may carry stays
+		// small, whatever the schedule does.
+		oldest := 0
+		for i, q := range p.queried {
+			if q.sent.Before(p.queried[oldest].sent) {
+				oldest = i
+			}
+		}
+		delete(m.control.nonces, p.queried[oldest].nonce)
+		p.removeQuery(oldest)
+	}
+	ver := p.qver
+	if m.cfg.Auth.Require {
+		ver = wire.Version2
+	} else if ver == wire.Version1 && now.Sub(p.v2Tried) >= p.v2Wait {
+		// Ask a version-1 peer in version 2 now and then: it may have
+		// been upgraded (or have come up just after a version-2 query),
+		// and it would go on answering version 1.
+		ver = wire.Version2
+		p.v2Tried = now
+		p.v2Wait = min(max(2*p.v2Wait, m.cfg.Interval), v2Retry)
+	}
+	n := m.control.newNonce()
+	m.sched.batched++
+	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
+	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
+	m.control.nonces[n] = p
+	p.paths[i].asked = now
+	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
+		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
+	if err := m.control.ctl.Query(to, msg); err != nil {
+		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
+	}
+}
+
+// onAnswer takes an answer to one of this node's control queries: it must
+// carry a nonce outstanding for a peer and come from the exact address and
+// port that query went to; the nonce is consumed. Anything else is
+// dropped: an off-path sender can neither guess a random nonce nor answer
+// from the peer's control port.
+func (m *Manager) onAnswer(a answer, now time.Time) {
+	if a.query {
+		m.onQuery(a)
+		return
+	}
+	p := m.control.nonces[a.m.Nonce]
+	if p == nil {
+		return // not an answer to a query of ours, or already answered
+	}
+	qi := p.findQuery(a.m.Nonce)
+	if qi < 0 || p.queried[qi].to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
+		return
+	}
+	q := p.queried[qi]
+	p.removeQuery(qi)
+	delete(m.control.nonces, a.m.Nonce)
+	p.qMisses = 0
+	p.lastAns = now
+	if p.nodeID != a.m.NodeID {
+		p.nodeID, p.nodeIDStr = a.m.NodeID, ""
+	}
+	if p.ver != a.m.Version || p.authenticated != a.m.Authenticated {
+		m.pub.changed = true
+		if a.m.Version == wire.Version1 && p.ver != wire.Version1 {
+			// Newly version 1: retry version 2 soon, then less often.
+			p.v2Tried, p.v2Wait = now, m.cfg.Interval
+		}
+		if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
+			// auth = "prefer": answered, but flagged.
+			m.log.Warn("peer answers without authentication", "peer", p.spec.Name, "wire_version", a.m.Version,
+				"hint", "give it the same [probe] key_file; [probe] auth = \"prefer\" accepts it until then")
+		}
+	}
+	p.ver, p.qver, p.authenticated = a.m.Version, a.m.Version, a.m.Authenticated
+	// An answer without a fingerprint (version 1, an older version 2, or
+	// a malformed one) makes it unknown: nothing is compared.
+	fp, err := m.fps.decode(a.m)
+	if err != nil {
+		m.log.Debug("peer sent a malformed fingerprint", "peer", p.spec.Name, "err", err)
+	}
+	m.setPeerFingerprint(p, fp)
+	if q.idx >= len(p.paths) {
+		return
+	}
+	pa := p.paths[q.idx]
+	if a.m.Count == 0 {
+		// The peer has no probing port right now. That is one failed
+		// observation of the path, as a lost probe is: down takes
+		// down_after of them in a row, so that no single message can
+		// take a healthy peer down.
+		pa.resolved = false
+		m.checkMismatch(p)
+		m.observe(p, pa, sample{lost: true}, now)
+		if pa.h.state == apitype.PeerDown {
+			pa.h.reason = "it has no active RDMA port to answer probes on"
+			m.aggregate(p, now)
+		}
+		return
+	}
+	ep := ud.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
+	pa.remoteIdx = a.m.Index
+	if pa.remote != ep {
+		// A new QP (the peer restarted): probes to the old one are
+		// lost for good, and a down path probes again at once.
+		pa.remote, pa.gidStr = ep, ""
+		m.pub.changed = true
+	}
+	first := !pa.resolved
+	pa.resolved = true
+	m.checkMismatch(p)
+	if first && pa.inflight == 0 {
+		m.send(p, pa, now)
+	}
+}

@@ -1,0 +1,141 @@
+package probe
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+)
+
+// Thresholds decide a path's state.
+type Thresholds struct {
+	// DownAfter consecutive lost probes make a path down; UpAfter
+	// consecutive answers bring it back.
+	DownAfter, UpAfter int
+	// LossPct over the window (with at least MinLosses losses) makes a
+	// path degraded; it clears at half of it.
+	LossPct   float64
+	MinLosses int
+	// RTT, when set, is the p99 round trip over which a path is
+	// degraded; it clears at 80% of it. The round trip is the one this
+	// node measured, the responder's host delay included: what the
+	// responder claims of it is the peer's word, not a measurement.
+	RTT time.Duration
+}
+
+// minRTTSamples is how many answers a window needs before its p99 counts.
+const minRTTSamples = 10
+
+// A health is a path's state machine. Hysteresis keeps one lost probe or
+// one slow answer from flapping the state: down needs DownAfter losses in a
+// row and up again UpAfter answers in a row; degraded clears only well
+// below the threshold that set it.
+type health struct {
+	state      string
+	since      time.Time
+	reason     string
+	consecLost int
+	consecOK   int
+	// badFor is what the reason of a degraded path was written for: it is
+	// written again only when the figures it gives change, not after
+	// every probe.
+	badFor badKey
+}
+
+// A badKey is the figures a degraded reason gives.
+type badKey struct {
+	lost, samples int32
+	p99, rtt      time.Duration
+	lossPct       float64
+}
+
+func keyOf(ws winStats, t Thresholds) badKey {
+	return badKey{lost: int32(ws.Lost), samples: int32(ws.Samples), p99: ws.P99, rtt: t.RTT, lossPct: t.LossPct}
+}
+
+// badReason returns why ws is bad under t ("" when it is not), reusing the
+// health's reason when it was written for the same figures.
+func (h *health) badReason(ws winStats, t Thresholds) string {
+	if h.state == apitype.PeerDegraded && h.reason != "" && keyOf(ws, t) == h.badFor {
+		return h.reason
+	}
+	r := t.bad(ws)
+	if r != "" {
+		h.badFor = keyOf(ws, t)
+	}
+	return r
+}
+
+func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
+
+// windowStats returns what the thresholds look at: the percentiles only
+// when an RTT threshold is set (the loss counts are kept as samples come).
+func (t Thresholds) windowStats(w *window) winStats {
+	if t.RTT > 0 {
+		return w.stats()
+	}
+	return w.loss()
+}
+
+func (t Thresholds) bad(ws winStats) string {
+	if ws.Lost >= t.MinLosses && ws.LossPct > t.LossPct {
+		return fmt.Sprintf("loss %.1f%% over the last %d probes (threshold %.1f%%)", ws.LossPct, ws.Samples, t.LossPct)
+	}
+	if t.RTT > 0 && ws.Samples-ws.Lost >= minRTTSamples && ws.P99 > t.RTT {
+		return fmt.Sprintf("RTT p99 %v over the last %d probes (threshold %v)", ws.P99, ws.Samples, t.RTT)
+	}
+	return ""
+}
+
+func (t Thresholds) clear(ws winStats) bool {
+	lossOK := ws.Lost < t.MinLosses || ws.LossPct <= t.LossPct/2
+	rttOK := t.RTT == 0 || ws.Samples-ws.Lost < minRTTSamples || ws.P99 <= t.RTT*8/10
+	return lossOK && rttOK
+}
+
+// observe adds one probe outcome to w and reports whether the state
+// changed. w is reset when a path comes back
+// from down: the losses of the outage were reported as down, not as the
+// loss rate of the path that returned.
+func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool {
+	w.add(s)
+	if ok := !s.lost; ok {
+		h.consecOK++
+		h.consecLost = 0
+	} else {
+		h.consecLost++
+		h.consecOK = 0
+	}
+	next, reason := h.state, h.reason
+	switch {
+	case h.consecLost >= t.DownAfter:
+		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
+	case h.state == apitype.PeerDown:
+		if h.consecOK >= t.UpAfter {
+			w.reset()
+			w.add(s)
+			next, reason = apitype.PeerUp, ""
+		}
+	case h.state == apitype.PeerUnknown:
+		if !s.lost {
+			next, reason = apitype.PeerUp, ""
+		}
+	case h.state == apitype.PeerUp:
+		if r := h.badReason(t.windowStats(w), t); r != "" {
+			next, reason = apitype.PeerDegraded, r
+		}
+	case h.state == apitype.PeerDegraded:
+		ws := t.windowStats(w)
+		if t.clear(ws) {
+			next, reason = apitype.PeerUp, ""
+		} else if r := h.badReason(ws, t); r != "" {
+			reason = r
+		}
+	}
+	h.reason = reason
+	if next == h.state {
+		return false
+	}
+	h.state, h.since = next, now
+	return true
+}

@@ -1,0 +1,317 @@
+package probe
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// The peer table holds the selected peers, by name, by address and in
+// name order, and what the selection is made of: this host's addresses
+// and the epoch. A peer's paths live in it, and so does the space their
+// windows compute percentiles in.
+type peerTable struct {
+	byName map[string]*mpeer
+	// byAddr finds the selected peers of an address (a query carries
+	// only its source's): sorted by address, made again when addrStale.
+	byAddr    []addrPeer
+	addrStale bool
+	// sorted is the peers in name order, for the state; sortStale when
+	// the selection changed since it was sorted.
+	sorted    []*mpeer
+	sortStale bool
+	// localIPs are this host's addresses (a shared peers file lists it
+	// too); epoch is the selection epoch in force ([probe] rotate).
+	localIPs map[netip.Addr]bool
+	epoch    uint64
+	// scratch is the space every path's window computes its percentiles
+	// in (window.stats).
+	scratch []uint16
+}
+
+func newPeerTable() peerTable { return peerTable{byName: map[string]*mpeer{}} }
+
+// insert adds p to the table; remove takes it out.
+func (t *peerTable) insert(p *mpeer) {
+	t.byName[p.spec.Name] = p
+	t.sortStale = true
+}
+
+func (t *peerTable) remove(p *mpeer) {
+	delete(t.byName, p.spec.Name)
+	t.sortStale, t.addrStale = true, true
+}
+
+// An mpeer is a selected peer.
+type mpeer struct {
+	spec        Spec
+	addr        netip.Addr
+	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
+	addrErr     string
+	lookupFails int // failed lookups in a row
+	nodeID      uint64
+	nodeIDStr   string // nodeID as text, for the state ("" until made)
+	paths       []*path
+	due         time.Time
+	dueVer      uint32         // the version of its entry in the due heap
+	queried     []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
+	qMisses     int
+	// ver is the wire version the peer last answered in (0: none yet),
+	// qver the one to ask in next; authenticated whether its last answer
+	// carried a valid tag. v2Tried is when a version-1 peer was last
+	// asked in version 2.
+	ver, qver     uint8
+	authenticated bool
+	inDue         bool // it has a turn in the due heap
+	// pathsGen is the Manager.localGen the paths were last made for.
+	pathsGen uint32
+	v2Tried  time.Time
+	v2Wait   time.Duration // before the next version-2 retry
+	lastAns  time.Time
+	state    string
+	reason   string
+	since    time.Time
+	waiters  []*oneshot
+	waitFrom uint64 // waiters want results of probes with seq > waitFrom
+	oneshot  bool   // added only for a one-shot probe
+	// fp is the fingerprint the peer last sent (nil: unknown), mismatch
+	// the mismatches last logged, as text, and mm the mismatches
+	// themselves (checkMismatch keeps them current).
+	fp       *sharedFP
+	mismatch string
+	mm       []apitype.Mismatch
+}
+
+// A pendingQuery is an outstanding control query and its nonce.
+type pendingQuery struct {
+	nonce uint64
+	query
+}
+
+// findQuery returns the index of p's outstanding query with nonce n, or -1.
+func (p *mpeer) findQuery(n uint64) int {
+	for i := range p.queried {
+		if p.queried[i].nonce == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// removeQuery forgets p's outstanding query i.
+func (p *mpeer) removeQuery(i int) {
+	p.queried = append(p.queried[:i], p.queried[i+1:]...)
+	if len(p.queried) == 0 {
+		p.queried = nil // most peers have none outstanding most of the time
+	}
+}
+
+// A path is the probes from one local port to the peer's matching port.
+// One is kept for every path of every selected peer: it holds no more than
+// it must (the statistics are computed when published, not kept).
+type path struct {
+	local    string
+	remote   ud.Endpoint
+	gidStr   string // remote.GID as text, for the state ("" until made)
+	resolved bool
+	asked    time.Time
+	win      window // in the path: one cache line less to touch per probe
+	h        health
+	sent     uint64
+	lost     uint64
+	lastRTT  time.Duration
+	lastSeq  uint64 // last probe with a result
+	inflight int
+	auth     bool // the last reply carried a valid tag
+	// remoteIdx is the peer's port index the path probes (the answer's
+	// Index): the port of the peer's fingerprint to compare with.
+	remoteIdx uint8
+}
+
+// reselect computes the selected peers for the current epoch and adds or
+// drops peers accordingly. Paths of kept peers keep their history.
+func (m *Manager) reselect(now time.Time) {
+	want := m.peers.selection(m.opts.NodeID, &m.cfg)
+	for name, p := range m.peers.byName {
+		if _, ok := want[name]; !ok && !p.oneshot {
+			m.drop(p)
+		}
+	}
+	for name, sp := range want {
+		if p := m.peers.byName[name]; p != nil {
+			p.spec = sp
+			p.oneshot = false
+			continue
+		}
+		m.add(sp, now, false)
+	}
+	m.updateAllow()
+	m.pub.changed = true
+}
+
+// selection returns the peers of cfg this node probes in the current
+// epoch, by name: Select's share of them, leaving out this host itself.
+func (t *peerTable) selection(self uint64, cfg *Settings) map[string]Spec {
+	cands := make([]Candidate, 0, len(cfg.Peers))
+	specs := make([]Spec, 0, len(cfg.Peers))
+	for _, sp := range cfg.Peers {
+		if ip, err := netip.ParseAddr(sp.Name); err == nil && t.localIPs[ip.Unmap()] {
+			continue // this node itself, listed in a shared peers file
+		}
+		cands = append(cands, Candidate{Name: sp.Name, Group: sp.Group})
+		specs = append(specs, sp)
+	}
+	want := map[string]Spec{}
+	for _, i := range Select(self, cfg.Group, cands, cfg.MaxPeers, t.epoch) {
+		want[specs[i].Name] = specs[i]
+	}
+	return want
+}
+
+func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
+	p := &mpeer{spec: sp, state: apitype.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
+	if ip, err := netip.ParseAddr(sp.Name); err == nil {
+		m.peers.setAddr(p, ip.Unmap())
+	}
+	// Spread the first probes over one interval.
+	p.due = now.Add(time.Duration(rand.Int64N(int64(m.cfg.Interval))))
+	if oneshot {
+		p.due = now
+	}
+	m.peers.insert(p)
+	m.sched.due.push(p)
+	return p
+}
+
+// setAddr sets p's address.
+func (t *peerTable) setAddr(p *mpeer, addr netip.Addr) {
+	if p.addr != addr {
+		p.addr, p.addrStr = addr, ""
+		t.addrStale = true
+	}
+}
+
+// An addrPeer is an entry of the index of peers by address.
+type addrPeer struct {
+	addr netip.Addr
+	p    *mpeer
+}
+
+// peersAt returns the selected peers whose address is addr.
+func (t *peerTable) at(addr netip.Addr) []addrPeer {
+	if t.addrStale {
+		t.byAddr = t.byAddr[:0]
+		for _, p := range t.byName {
+			if p.addr.IsValid() {
+				t.byAddr = append(t.byAddr, addrPeer{p.addr, p})
+			}
+		}
+		slices.SortFunc(t.byAddr, func(a, b addrPeer) int { return a.addr.Compare(b.addr) })
+		if cap(t.byAddr) > 2*len(t.byAddr)+64 {
+			t.byAddr = slices.Clip(t.byAddr)
+		}
+		t.addrStale = false
+	}
+	i, _ := slices.BinarySearchFunc(t.byAddr, addr, func(e addrPeer, a netip.Addr) int { return e.addr.Compare(a) })
+	j := i
+	for j < len(t.byAddr) && t.byAddr[j].addr == addr {
+		j++
+	}
+	return t.byAddr[i:j]
+}
+
+func (m *Manager) drop(p *mpeer) {
+	// A one-shot waiting on a peer the selection drops gets what there is
+	// rather than waiting for its deadline.
+	m.answerWaiters(p, nil)
+	for _, q := range p.queried {
+		delete(m.control.nonces, q.nonce)
+	}
+	m.sched.flights.forget(p)
+	m.sched.due.remove(p)
+	m.fps.release(p)
+	m.peers.remove(p)
+}
+
+func (m *Manager) anyResolved(p *mpeer) bool {
+	for _, pa := range p.paths {
+		if pa.resolved {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshPaths makes p's paths follow the local ports.
+func (m *Manager) refreshPaths(p *mpeer) {
+	if p.pathsGen == m.localGen && len(p.paths) == len(m.local) {
+		return // the ports did not change since the paths were made
+	}
+	p.pathsGen = m.localGen
+	if len(p.paths) == len(m.local) {
+		same := true
+		for i, pa := range p.paths {
+			same = same && pa.local == m.local[i].Key
+		}
+		if same {
+			return
+		}
+	}
+	old := map[string]*path{}
+	for _, pa := range p.paths {
+		old[pa.local] = pa
+	}
+	p.paths = p.paths[:0]
+	for _, lp := range m.local {
+		pa := old[lp.Key]
+		if pa == nil {
+			pa = &path{local: lp.Key, win: *newSharedWindow(m.cfg.Window, &m.peers.scratch), h: newHealth(time.Now())}
+		}
+		p.paths = append(p.paths, pa)
+	}
+	m.pub.changed = true
+	m.checkMismatch(p)
+}
+
+// inOrder returns the peers in name order, sorting them again only
+// when the selection changed.
+func (t *peerTable) inOrder() []*mpeer {
+	if !t.sortStale && len(t.sorted) == len(t.byName) {
+		return t.sorted
+	}
+	t.sorted = t.sorted[:0]
+	for _, p := range t.byName {
+		t.sorted = append(t.sorted, p)
+	}
+	slices.SortFunc(t.sorted, func(a, b *mpeer) int { return strings.Compare(a.spec.Name, b.spec.Name) })
+	if cap(t.sorted) > 2*len(t.sorted)+64 {
+		t.sorted = slices.Clip(t.sorted)
+	}
+	t.sortStale = false
+	return t.sorted
+}
+
+// localAddrs returns this host's addresses, so that a shared peers file
+// can list every node including this one.
+func localAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if pn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(pn.IP); ok {
+				out[ip.Unmap()] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,243 @@
+package probe
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+)
+
+// The publisher holds what decides when the state is handed to OnState:
+// whether numbers moved (dirty) or a state changed (changed) since the
+// last publish, and when that was; and the suspects it found then, with
+// the tallies it counts them in.
+type publisher struct {
+	dirty   bool
+	changed bool
+	at      time.Time
+	faults  map[suspect]string    // local port or group -> why it is the suspect
+	tallies map[string]groupTally // groupFaults' scratch
+}
+
+// publishEvery bounds how often the state is rebuilt while nothing changed
+// state: statistics move with every probe, and a thousand peers must not
+// cost a snapshot each. Above publishPeers peers the period grows with the
+// peers (5 s at ten thousand), so that rebuilding the state, a pass over
+// every path, stays a small share of probing: the figures of a path move
+// slowly anyway (its percentiles cover peer_window probes, 100 s at 1 Hz),
+// Prometheus scrapes every 15-60 s, and a state change is published at once
+// whatever the period.
+const (
+	publishEvery = time.Second
+	publishPeers = 2000
+)
+
+// publishPeriod returns how often the state is rebuilt while only numbers
+// move, for n selected peers.
+func publishPeriod(n int) time.Duration {
+	return max(publishEvery, publishEvery*time.Duration(n)/publishPeers)
+}
+
+// minPublishGap is the least time between two publishes, changes or not:
+// a publish costs a pass over every peer, and at ten thousand peers a
+// burst of changes (the start, a switch failing) must not cost one pass
+// each.
+const minPublishGap = 100 * time.Millisecond
+
+// publish refreshes the local ports and hands the state to OnState when a
+// state changed (at most every minPublishGap, or a tenth of the probe
+// interval when that is shorter), or at most every publishPeriod when only
+// numbers moved. It returns when it wants to run again.
+func (m *Manager) publish(now time.Time) time.Time {
+	every := publishPeriod(len(m.peers.byName))
+	if now.Sub(m.pub.at) < every && !m.pub.changed {
+		return m.pub.at.Add(every)
+	}
+	if gap := min(minPublishGap, m.cfg.Interval/10); m.pub.changed && now.Sub(m.pub.at) < gap {
+		return m.pub.at.Add(gap)
+	}
+	next := now.Add(every)
+	ports, err := m.opts.Transport.Ports()
+	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
+		m.local, m.localErr = ports, err
+		m.localGen++
+		m.pub.changed = true
+		m.refreshFingerprint(now, true)
+	}
+	if !slices.EqualFunc(ports, m.local, func(x, y ud.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
+		m.local, m.pub.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
+	}
+	if !m.pub.changed && !m.pub.dirty && !m.pub.at.IsZero() && now.Sub(m.pub.at) < 10*time.Second {
+		return next
+	}
+	if m.pub.changed || m.pub.at.IsZero() {
+		// The suspects follow the states (and who is selected), which
+		// change only with m.pub.changed: a publish of numbers alone does
+		// not look at every path again.
+		m.localFaults()
+	}
+	m.pub.at, m.pub.changed, m.pub.dirty = now, false, false
+	if m.opts.OnState != nil {
+		m.opts.OnState(m.State())
+	}
+	return next
+}
+
+// minFaultPeers is how many peers must all be down on a port before the
+// port, not the peers, is the suspect.
+const minFaultPeers = 2
+
+// localFaults finds the suspects: the local ports whose every peer path is
+// down, as R-Pingmesh tells a local fault from remote ones (when all peers
+// of a port stop answering at once, the port or this host is the likelier
+// cause), and the groups whose every peer is down while other groups answer
+// (groupFaults). It logs when a suspect is raised and when it is cleared.
+func (m *Manager) localFaults() {
+	down, known := map[string]int{}, map[string]int{}
+	for _, p := range m.peers.inOrder() {
+		if p.oneshot {
+			continue
+		}
+		for _, pa := range p.paths {
+			if pa.h.state == apitype.PeerUnknown {
+				continue
+			}
+			known[pa.local]++
+			if pa.h.state == apitype.PeerDown {
+				down[pa.local]++
+			}
+		}
+	}
+	faults := map[suspect]string{}
+	for _, lp := range m.local {
+		n := known[lp.Key]
+		if n >= minFaultPeers && down[lp.Key] == n {
+			faults[portSuspect(lp.Key)] = fmt.Sprintf("all %d peers are down from %s: suspect this port, its cable or switch port, or this host before %d remote faults", n, lp.Key, n)
+		}
+	}
+	for g, why := range m.groupFaults() {
+		faults[groupSuspect(g)] = why
+	}
+	for k, why := range faults {
+		if m.pub.faults[k] == "" {
+			m.logSuspect(k, why)
+		}
+	}
+	for k := range m.pub.faults {
+		if faults[k] == "" {
+			m.logSuspect(k, "")
+		}
+	}
+	m.pub.faults = faults
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func samePorts(a, b []ud.LocalPort) bool {
+	return slices.EqualFunc(a, b, func(x, y ud.LocalPort) bool { return x.Key == y.Key && x.Endpoint == y.Endpoint })
+}
+
+// State builds the peers' state. Called on the manager's goroutine.
+//
+// The value is new every time (its readers keep it), but built with as
+// little as possible: the peers are kept in name order rather than sorted
+// each time, every peer's paths share one array, and the texts (addresses,
+// node IDs, GIDs) and fingerprints are made once and shared by every
+// state that shows them. Nothing in a published state is changed later.
+func (m *Manager) State() apitype.Peers {
+	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
+		Configured: len(m.cfg.Peers)}
+	for _, lp := range m.local {
+		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.pub.faults[portSuspect(lp.Key)]})
+	}
+	n, paths := 0, 0
+	for _, p := range m.peers.inOrder() {
+		if !p.oneshot {
+			n++
+			paths += len(p.paths)
+		}
+	}
+	out.Peers = make([]apitype.Peer, 0, n)
+	all := make([]apitype.PeerPath, paths)
+	for _, p := range m.peers.sorted {
+		if p.oneshot {
+			continue
+		}
+		k := len(p.paths)
+		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k]))
+		all = all[k:]
+	}
+	if m.control.ctl != nil {
+		cs := m.control.ctl.Stats()
+		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
+		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
+	}
+	out.ControlPort, out.ControlError = m.control.port, m.control.err
+	out.GroupFaults = m.groupFaultList()
+	if a := m.cfg.Auth; len(a.Key) > 0 {
+		out.Auth = "prefer"
+		if a.Require {
+			out.Auth = "require"
+		}
+	}
+	if f := m.opts.ProberCounters; f != nil {
+		s := f()
+		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = s.Malformed, s.Unadmitted, s.Answered
+		out.Counters.ProbeUnsolicited, out.Counters.ProbeBadTag, out.Counters.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
+	}
+	out.Counters.ProbesNotSent = m.sched.notSent
+	out.Fingerprint = fingerprintState(m.fps.own)
+	return out
+}
+
+// peerState returns p's state on its own (a one-shot probe's answer).
+func (m *Manager) peerState(p *mpeer) apitype.Peer {
+	return m.peerStateIn(p, make([]apitype.PeerPath, 0, len(p.paths)))
+}
+
+// peerStateIn returns p's state with its paths appended to paths, which
+// must be empty (and not nil) with room for them.
+func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
+	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: paths,
+		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.mm}
+	if p.fp != nil {
+		sp.Fingerprint = p.fp.state
+	}
+	if p.addr.IsValid() {
+		if p.addrStr == "" {
+			p.addrStr = p.addr.String()
+		}
+		sp.Address = p.addrStr
+	}
+	if p.nodeID != 0 {
+		if p.nodeIDStr == "" {
+			p.nodeIDStr = strconv.FormatUint(p.nodeID, 16)
+		}
+		sp.NodeID = p.nodeIDStr
+	}
+	for _, pa := range p.paths {
+		var st winStats
+		if pa.win.buf != nil {
+			st = pa.win.published()
+		}
+		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
+			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
+			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
+		if pa.resolved {
+			if pa.gidStr == "" {
+				pa.gidStr = pa.remote.GID.String()
+			}
+			pp.RemoteGID, pp.RemoteQPN = pa.gidStr, pa.remote.QPN
+		}
+		sp.Paths = append(sp.Paths, pp)
+	}
+	return sp
+}

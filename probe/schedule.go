@@ -1,0 +1,331 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// The scheduler holds whose turn comes next and the probes in flight: the
+// due heap of the selected peers, the probes of this pass waiting to be
+// posted together (one batch per local port), the sequence numbers and
+// what became of the probes.
+type scheduler struct {
+	due     dueHeap
+	flights flights // probes in flight, by sequence number
+	seq     uint64
+	outbox  map[string][]ud.Target // probes of this tick by local port
+	batched int                    // probes and queries of this pass
+	notSent uint64
+}
+
+func newScheduler() scheduler { return scheduler{outbox: map[string][]ud.Target{}} }
+
+// maxInflightPerPath bounds the probes in flight on one path.
+const maxInflightPerPath = 2
+
+// maxBatchWindow bounds how early a probe may go to share a wakeup and a
+// post with others (a tenth of peer_interval when that is shorter, within
+// the ±10% jitter): at a thousand peers a second, one wakeup per 100 ms
+// sends about a hundred probes with one doorbell instead of a hundred
+// wakeups. A wakeup costs far more than a probe (a goroutine and a
+// thread woken, on both sides of the transport), and a peer's next turn
+// is counted from its due time, not from the early send, so probes do not
+// come more often than peer_interval.
+const maxBatchWindow = 100 * time.Millisecond
+
+// maxBatch bounds the probes and queries one wakeup sends: a port has 256
+// send slots (verbs/peer), shared with the answers to other nodes' probes,
+// and the peers' control sockets take a burst of queries. When more are
+// due within the batch window, the next wakeup follows at once.
+const maxBatch = 128
+
+// visit is a peer's turn: look up its QPs if needed, probe every resolved
+// path, and schedule the next turn.
+func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
+	// The next turn counts from this one's due time, which may be up to
+	// the batch window ahead; from now when the turn is late by more than
+	// half an interval (a first turn, a stalled loop).
+	base := p.due
+	if now.Sub(base) > m.cfg.Interval/2 {
+		base = now
+	}
+	p.due = base.Add(jitter(m.cfg.Interval))
+	if !p.addr.IsValid() {
+		m.resolve(ctx, p)
+		return
+	}
+	m.refreshPaths(p)
+	if len(m.local) == 0 {
+		return
+	}
+	if m.missedQueries(p, now) {
+		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
+			m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
+				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
+		}
+	}
+	// A version-1 peer due for a version-2 retry (see v2Retry) is asked
+	// now rather than at its next resolve, once, on its first path.
+	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.v2Tried) >= p.v2Wait
+	for i, pa := range p.paths {
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) {
+			m.query(p, i, now)
+		}
+		if pa.resolved && pa.inflight < maxInflightPerPath {
+			m.send(p, pa, now)
+		}
+	}
+}
+
+// probeAuth reports whether probes to p are tagged: always when a key is
+// required, and with a key that is only preferred, to peers whose control
+// answers proved they have it (others could not check a tag and would drop
+// the probe).
+func (m *Manager) probeAuth(p *mpeer) bool {
+	a := m.cfg.Auth
+	return len(a.Key) > 0 && (a.Require || p.authenticated)
+}
+
+// send queues a probe on the path; flush posts it.
+func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
+	m.sched.queue(p, pa, now, m.probeAuth(p))
+}
+
+// queue puts a probe of the path in flight and in the outbox.
+func (s *scheduler) queue(p *mpeer, pa *path, now time.Time, auth bool) {
+	s.seq++
+	s.batched++
+	pa.inflight++
+	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now})
+	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth})
+}
+
+// flush posts the queued probes through tr, one batch per local port. A
+// probe that did not go is not in flight: it counts as not sent, not as
+// lost.
+func (s *scheduler) flush(tr Transport, log *slog.Logger) {
+	for local, ts := range s.outbox {
+		if len(ts) == 0 {
+			continue
+		}
+		if n := tr.ProbeBatch(local, ts); n < len(ts) {
+			for _, t := range ts {
+				if t.Err == nil {
+					continue
+				}
+				s.notSent++
+				if f := s.flights.get(t.Seq); f != nil {
+					f.pa.inflight--
+					log.Debug("probe not sent", "peer", f.p.spec.Name, "port", local, "err", t.Err)
+					*f = flight{}
+				}
+			}
+		}
+		clear(ts)
+		s.outbox[local] = ts[:0]
+	}
+}
+
+// nextExpired takes the oldest probe in flight if it is older than
+// timeout at now.
+func (s *scheduler) nextExpired(now time.Time, timeout time.Duration) (uint64, flight, bool) {
+	ff := s.flights.front() // answered and dropped ones are skipped
+	if ff == nil || now.Sub(ff.sent) < timeout {
+		return 0, flight{}, false
+	}
+	seq, f := s.flights.frontSeq(), *ff
+	s.flights.pop()
+	return seq, f, true
+}
+
+// wakeBy returns when the scheduler needs the manager next, at next at
+// the latest: the next turn due, or the oldest probe's timeout.
+func (s *scheduler) wakeBy(next time.Time, timeout time.Duration) time.Time {
+	if s.due.len() > 0 && s.due.top().due.Before(next) {
+		next = s.due.top().due
+	}
+	if f := s.flights.front(); f != nil && f.sent.Add(timeout).Before(next) {
+		next = f.sent.Add(timeout)
+	}
+	return next
+}
+
+// expire turns probes older than the timeout into losses.
+func (m *Manager) expire(now time.Time) {
+	for {
+		seq, f, ok := m.sched.nextExpired(now, m.cfg.Timeout)
+		if !ok {
+			break
+		}
+		f.pa.inflight--
+		f.pa.lost++
+		f.pa.sent++
+		f.pa.lastSeq = seq
+		m.observe(f.p, f.pa, sample{lost: true}, now)
+		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p {
+			// Probe again soon: a lost probe is either noise or the
+			// start of an outage, and the next ones tell which sooner
+			// than a full interval would.
+			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
+				f.p.due = soon
+				m.sched.due.fix(f.p)
+			}
+		}
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	// ±10%: peers that started together drift apart instead of probing in
+	// bursts.
+	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
+}
+
+// dueHeap orders peers by their next turn. Each entry holds the turn as
+// nanoseconds since the heap's origin, so that sifting through ten
+// thousand peers compares numbers in one array rather than reading every
+// peer it passes. A peer whose turn moves gets a new entry; the old one is
+// known stale by its version (mpeer.dueVer) and dropped when it comes to
+// the top. So the peers are never written while the heap is sifted, and a
+// turn pushed a second ahead, as every visit does, sifts up a level or
+// two.
+type dueHeap struct {
+	e    []dueEntry
+	t0   time.Time
+	live int // peers with a turn; the rest of e is stale
+}
+
+type dueEntry struct {
+	at  int64 // p.due, in nanoseconds since t0
+	p   *mpeer
+	ver uint32 // p.dueVer when pushed
+}
+
+// clean drops the stale entries at the top.
+func (h *dueHeap) clean() {
+	for len(h.e) > 0 && h.e[0].ver != h.e[0].p.dueVer {
+		last := len(h.e) - 1
+		h.e[0] = h.e[last]
+		h.e[last] = dueEntry{}
+		h.e = h.e[:last]
+		h.down(0)
+	}
+}
+
+// len reports how many entries there are: 0 when no peer has a turn.
+func (h *dueHeap) len() int {
+	h.clean()
+	return len(h.e)
+}
+
+// top returns the peer whose turn comes first; len must be > 0.
+func (h *dueHeap) top() *mpeer {
+	h.clean()
+	return h.e[0].p
+}
+
+func (h *dueHeap) key(t time.Time) int64 {
+	if h.t0.IsZero() {
+		h.t0 = t
+	}
+	return int64(t.Sub(h.t0))
+}
+
+// push schedules p at p.due (its entry from before, if any, is stale).
+func (h *dueHeap) push(p *mpeer) {
+	if !p.inDue {
+		p.inDue = true
+		h.live++
+	}
+	p.dueVer++
+	if len(h.e) > 2*h.live+64 {
+		h.compact()
+	}
+	h.e = append(h.e, dueEntry{at: h.key(p.due), p: p, ver: p.dueVer})
+	h.up(len(h.e) - 1)
+}
+
+// fix moves p to its turn p.due, which changed. When p's entry is the top,
+// as when the manager has just visited it, the entry is updated in place
+// and sifted down: one pass down the heap instead of a new entry sifted up
+// and the stale one later taken off the top.
+func (h *dueHeap) fix(p *mpeer) {
+	if p.inDue && len(h.e) > 0 && h.e[0].p == p && h.e[0].ver == p.dueVer {
+		p.dueVer++
+		h.e[0] = dueEntry{at: h.key(p.due), p: p, ver: p.dueVer}
+		h.down(0)
+		return
+	}
+	h.push(p)
+}
+
+// remove takes p out: its entries are stale.
+func (h *dueHeap) remove(p *mpeer) {
+	if p.inDue {
+		p.inDue = false
+		h.live--
+	}
+	p.dueVer++
+}
+
+// compact drops every stale entry: when turns move often between visits
+// (retries after losses, lookups, one-shot probes), stale entries would
+// otherwise wait for their time to reach the top.
+func (h *dueHeap) compact() {
+	k := 0
+	for _, e := range h.e {
+		if e.ver == e.p.dueVer {
+			h.e[k] = e
+			k++
+		}
+	}
+	clear(h.e[k:])
+	h.e = h.e[:k]
+	for i := k/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *dueHeap) up(j int) {
+	e := h.e[j]
+	for j > 0 {
+		i := (j - 1) / 2
+		if h.e[i].at <= e.at {
+			break
+		}
+		h.e[j] = h.e[i]
+		j = i
+	}
+	h.e[j] = e
+}
+
+func (h *dueHeap) down(i int) {
+	n := len(h.e)
+	if n == 0 {
+		return
+	}
+	e := h.e[i]
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h.e[r].at < h.e[l].at {
+			j = r
+		}
+		if e.at <= h.e[j].at {
+			break
+		}
+		h.e[i] = h.e[j]
+		i = j
+	}
+	h.e[i] = e
+}

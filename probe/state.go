@@ -1,0 +1,132 @@
+package probe
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+)
+
+// The state machine: a reply or a loss is a sample of its path's window,
+// the path's health judges the window (health.go), and a peer is as good
+// as its worst path. It runs on Run's goroutine, on the parts' fields.
+
+// onReply takes an answered probe: it ends the probe's flight and is a
+// sample of its path.
+func (m *Manager) onReply(r ud.Reply) {
+	f := m.sched.flights.get(r.Seq)
+	// A reply counts only from the endpoint the path probes, GID and QPN:
+	// one that names another (the prober matched on less, or someone
+	// answered for the peer) says nothing about this path.
+	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN || f.pa.remote.GID != r.From.GID {
+		return // late (already counted as lost) or not ours
+	}
+	if m.cfg.Auth.Require && !r.Authenticated {
+		return // the engine drops these too; a key required is required
+	}
+	p, pa := f.p, f.pa
+	*f = flight{} // answered: a hole the front skips
+	pa.auth = r.Authenticated
+	pa.inflight--
+	pa.sent++
+	pa.lastSeq = r.Seq
+	// The state is judged on the round trip this node measured (its own
+	// send and receive times), never on it minus the responder's claimed
+	// delay: a peer that claims almost all of a slow round trip as its
+	// own would otherwise dodge the RTT threshold. The claim is kept
+	// apart, as the host delay the status shows.
+	pa.lastRTT = r.RTT
+	m.observe(p, pa, sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
+}
+
+func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
+	m.pub.dirty = true
+	from := pa.h.state
+	if pa.h.observe(s, &pa.win, m.cfg.Threshold, now) {
+		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
+		m.pub.changed = true
+	}
+	m.aggregate(p, now)
+	m.checkWaiters(p)
+}
+
+// aggregate sets the peer's state: the worst of its paths.
+func (m *Manager) aggregate(p *mpeer, now time.Time) {
+	st := apitype.PeerUnknown
+	var worst *path
+	for i, pa := range p.paths {
+		if !pa.resolved && pa.h.state == apitype.PeerUnknown {
+			continue
+		}
+		if i == 0 || st == apitype.PeerUnknown || stateRank(pa.h.state) > stateRank(st) {
+			st, worst = pa.h.state, pa
+		}
+	}
+	reason := ""
+	if worst != nil && worst.h.reason != "" {
+		reason = portReason(p.reason, worst.local, worst.h.reason)
+	}
+	m.setPeerState(p, st, reason, now)
+}
+
+// stateRank orders states from the best: a peer is as good as its worst
+// path.
+func stateRank(st string) int {
+	switch st {
+	case apitype.PeerUp:
+		return 0
+	case apitype.PeerUnknown:
+		return 1
+	case apitype.PeerDegraded:
+		return 2
+	case apitype.PeerDown:
+		return 3
+	}
+	return 0
+}
+
+// portReason returns "local: reason", reusing prev when it is that text
+// already: a peer's reason is worked out after every probe, and is the
+// same almost every time.
+func portReason(prev, local, reason string) string {
+	if len(prev) == len(local)+2+len(reason) && prev[:len(local)] == local && prev[len(local):len(local)+2] == ": " && prev[len(local)+2:] == reason {
+		return prev
+	}
+	return local + ": " + reason
+}
+
+// peerMessageID is the journal MESSAGE_ID of the log line of a peer that
+// enters a state (the message catalog explains each).
+var peerMessageID = map[string]string{
+	apitype.PeerUp:       apitype.MsgPeerUp,
+	apitype.PeerDown:     apitype.MsgPeerDown,
+	apitype.PeerDegraded: apitype.MsgPeerDegraded,
+}
+
+func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
+	if p.state == st {
+		p.reason = reason
+		return
+	}
+	lvl := slog.LevelInfo
+	if st == apitype.PeerDown || st == apitype.PeerDegraded {
+		lvl = slog.LevelWarn
+	}
+	var attrs []any
+	if id := peerMessageID[st]; id != "" {
+		attrs = append(attrs, apitype.MessageIDKey, id)
+	}
+	attrs = append(attrs, "peer", p.spec.Name)
+	if p.spec.Group != "" {
+		attrs = append(attrs, "group", p.spec.Group)
+	}
+	attrs = append(attrs, "from", p.state, "to", st)
+	if reason != "" || lvl == slog.LevelWarn {
+		attrs = append(attrs, "reason", reason) // down and degraded always say why
+	}
+	m.log.Log(context.Background(), lvl, "peer "+st, attrs...)
+	p.state, p.reason, p.since = st, reason, now
+	m.pub.changed = true
+}

@@ -1,0 +1,276 @@
+package probe
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// A sample is one probe's outcome.
+type sample struct {
+	lost bool
+	rtt  time.Duration // round trip as this node measured it
+	host time.Duration // the responder's claimed host delay
+}
+
+// A slot is a sample as a window keeps it: 4 bytes instead of 24, since a
+// window of 100 is held for every path of every peer. Both times are
+// kept as 16-bit floating point nanoseconds (toF16): exact below 2,048 ns,
+// within 1/4,096 (0.025%) above, up to 73 minutes; lostSlot marks a lost
+// probe.
+type slot struct {
+	rtt, host uint16
+}
+
+const lostSlot = math.MaxUint16
+
+func (s slot) lost() bool { return s.rtt == lostSlot }
+
+// f16Mant is the mantissa's width of the 16-bit times: 11 bits, and a
+// 5-bit exponent.
+const f16Mant = 11
+
+// toF16 encodes d (nanoseconds, negative as 0) as a 16-bit float: below
+// 2^11 the value itself; above, exponent e >= 1 and mantissa m stand for
+// (2^11 + m) << (e-1), rounded to the nearest. Larger times than the
+// largest code below lostSlot are kept as that. Codes order as the times
+// they stand for.
+func toF16(d time.Duration) uint16 {
+	v := uint64(max(d, 0))
+	if v < 1<<f16Mant {
+		return uint16(v)
+	}
+	e := uint(bits.Len64(v) - f16Mant) // v >> (e-1) has f16Mant+1 bits
+	m := (v + 1<<(e-1)>>1) >> (e - 1)  // rounded
+	if m >= 1<<(f16Mant+1) {           // rounding carried into a new bit
+		m >>= 1
+		e++
+	}
+	code := uint64(e)<<f16Mant | (m - 1<<f16Mant)
+	return uint16(min(code, lostSlot-1))
+}
+
+// fromF16 decodes toF16's code.
+func fromF16(c uint16) time.Duration {
+	e, m := uint64(c)>>f16Mant, uint64(c)&(1<<f16Mant-1)
+	if e == 0 {
+		return time.Duration(m)
+	}
+	return time.Duration((1<<f16Mant + m) << (e - 1))
+}
+
+func toSlot(s sample) slot {
+	if s.lost {
+		return slot{rtt: lostSlot}
+	}
+	return slot{rtt: toF16(s.rtt), host: toF16(s.host)}
+}
+
+// A window holds the last n samples of a path; statistics cover it. It
+// counts its losses as samples come and go, so the state machine, which
+// looks at the loss rate after every probe, needs no pass over it; the
+// percentiles are computed only when asked for, in scratch space that the
+// manager's windows share (they are used by its goroutine only).
+type window struct {
+	s    []slot
+	buf  *[]uint16 // scratch of stats
+	next int32
+	lost int32
+	full bool
+	// fresh counts the samples added since published computed the
+	// percentiles, which it keeps (as codes) in p50, p99 and hp99.
+	fresh          uint16
+	p50, p99, hp99 uint16
+}
+
+// newWindow returns a window of n samples with scratch space of its own.
+func newWindow(n int) *window { return newSharedWindow(n, new([]uint16)) }
+
+// newSharedWindow returns a window of n samples that computes its
+// statistics in buf, shared with other windows of the same goroutine.
+func newSharedWindow(n int, buf *[]uint16) *window { return &window{s: make([]slot, n), buf: buf} }
+
+func (w *window) add(s sample) {
+	if w.full && w.s[w.next].lost() {
+		w.lost--
+	}
+	if s.lost {
+		w.lost++
+	}
+	w.s[w.next] = toSlot(s)
+	w.next++
+	if int(w.next) == len(w.s) {
+		w.next, w.full = 0, true
+	}
+	if w.fresh < math.MaxUint16 {
+		w.fresh++
+	}
+}
+
+func (w *window) reset() { w.next, w.full, w.lost, w.fresh = 0, false, 0, math.MaxUint16 }
+
+// winStats summarise a window.
+type winStats struct {
+	Samples, Lost int
+	LossPct       float64
+	P50, P99      time.Duration
+	HostP99       time.Duration
+}
+
+// loss returns the window's counts and loss rate, without percentiles.
+func (w *window) loss() winStats {
+	n := int(w.next)
+	if w.full {
+		n = len(w.s)
+	}
+	st := winStats{Samples: n, Lost: int(w.lost)}
+	if n > 0 {
+		st.LossPct = 100 * float64(w.lost) / float64(n)
+	}
+	return st
+}
+
+// stats returns the counts, the loss rate and the percentiles. The
+// percentiles are selected, not sorted (a publish computes them for every
+// path, ten thousand at a time): the 99th percentiles from the few largest
+// values, kept in the one pass over the samples, the median by
+// quickselect. They work on the codes, which order as the times do.
+func (w *window) stats() winStats {
+	st := w.loss()
+	answered := st.Samples - st.Lost
+	if answered == 0 {
+		return st
+	}
+	if cap(*w.buf) < answered {
+		*w.buf = make([]uint16, 0, len(w.s))
+	}
+	v := (*w.buf)[:0]
+	i50, i99 := rank(50, answered), rank(99, answered)
+	// The 99th percentile is the k-th largest value: 1 or 2 of them up
+	// to a window of 200.
+	k := answered - i99
+	rtt, host := topK{k: k}, topK{k: k}
+	few := k <= maxTop
+	for _, s := range w.s[:st.Samples] {
+		if s.lost() {
+			continue
+		}
+		v = append(v, s.rtt)
+		if few {
+			rtt.add(s.rtt)
+			host.add(s.host)
+		}
+	}
+	st.P50 = fromF16(nth(v, i50))
+	if few {
+		st.P99, st.HostP99 = fromF16(rtt.kth()), fromF16(host.kth())
+	} else {
+		// nth left everything above i50 at or above it.
+		st.P99 = fromF16(nth(v[i50+1:], i99-i50-1))
+		v = v[:0]
+		for _, s := range w.s[:st.Samples] {
+			if !s.lost() {
+				v = append(v, s.host)
+			}
+		}
+		st.HostP99 = fromF16(nth(v, i99))
+	}
+	*w.buf = v[:0]
+	return st
+}
+
+// maxTop bounds the largest values a topK keeps (a window of 1,600).
+const maxTop = 16
+
+// A topK keeps the k largest values added, in descending order.
+type topK struct {
+	v    [maxTop]uint16
+	n, k int
+}
+
+func (t *topK) add(x uint16) {
+	i := t.n
+	if t.n < t.k {
+		t.n++
+	} else if x <= t.v[t.k-1] {
+		return
+	} else {
+		i = t.k - 1
+	}
+	for ; i > 0 && t.v[i-1] < x; i-- {
+		t.v[i] = t.v[i-1]
+	}
+	t.v[i] = x
+}
+
+// kth is the k-th largest value added (at least k were).
+func (t *topK) kth() uint16 { return t.v[t.k-1] }
+
+// published returns the statistics the state shows: the counts and the
+// loss rate as they are, the percentiles as computed when at least a tenth
+// of the window (one sample while there are fewer than 20) was new. At
+// 1 Hz and a window of 100 they are at most 10 s old, over 100 s of
+// samples, and a publish of ten thousand paths computes a tenth of them.
+// The state machine judges with stats, always current.
+func (w *window) published() winStats {
+	st := w.loss()
+	if int(w.fresh) < max(1, st.Samples/10) {
+		st.P50, st.P99, st.HostP99 = fromF16(w.p50), fromF16(w.p99), fromF16(w.hp99)
+		return st
+	}
+	st = w.stats()
+	w.p50, w.p99, w.hp99, w.fresh = toF16(st.P50), toF16(st.P99), toF16(st.HostP99), 0
+	return st
+}
+
+// rank returns the index, in sorted order, of the nearest-rank p-th
+// percentile of n values.
+func rank(p, n int) int { return max((p*n+99)/100, 1) - 1 }
+
+// nth reorders v so that v[k] is the value sorted order puts there, with
+// nothing larger before it and nothing smaller after it, and returns it
+// (Hoare's selection, median-of-three pivots, insertion sort below 12).
+func nth(v []uint16, k int) uint16 {
+	lo, hi := 0, len(v)-1
+	for hi-lo > 12 {
+		mid := lo + (hi-lo)/2
+		if v[mid] < v[lo] {
+			v[mid], v[lo] = v[lo], v[mid]
+		}
+		if v[hi] < v[lo] {
+			v[hi], v[lo] = v[lo], v[hi]
+		}
+		if v[hi] < v[mid] {
+			v[hi], v[mid] = v[mid], v[hi]
+		}
+		pivot := v[mid]
+		i, j := lo, hi
+		for i <= j {
+			for v[i] < pivot {
+				i++
+			}
+			for v[j] > pivot {
+				j--
+			}
+			if i <= j {
+				v[i], v[j] = v[j], v[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return v[k] // between j and i: equal to the pivot
+		}
+	}
+	for i := lo + 1; i <= hi; i++ {
+		for j := i; j > lo && v[j] < v[j-1]; j-- {
+			v[j], v[j-1] = v[j-1], v[j]
+		}
+	}
+	return v[k]
+}

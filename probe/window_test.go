@@ -1,0 +1,251 @@
+package probe
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/client/apitype"
+)
+
+// q is d as a window keeps it (16-bit floating point, toF16).
+func q(d time.Duration) time.Duration { return fromF16(toF16(d)) }
+
+func TestWindowStats(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name    string
+		size    int
+		samples []sample
+		want    winStats
+	}{
+		{"empty", 4, nil, winStats{}},
+		{"all answered", 4, []sample{{rtt: 1 * ms}, {rtt: 2 * ms}, {rtt: 3 * ms}, {rtt: 4 * ms, host: ms}},
+			winStats{Samples: 4, P50: q(2 * ms), P99: q(4 * ms), HostP99: q(ms)}},
+		{"one lost of four", 4, []sample{{rtt: ms}, {lost: true}, {rtt: 3 * ms}, {rtt: 2 * ms}},
+			winStats{Samples: 4, Lost: 1, LossPct: 25, P50: q(2 * ms), P99: q(3 * ms)}},
+		{"wraps: old samples leave", 2, []sample{{lost: true}, {lost: true}, {rtt: 5 * ms}, {rtt: 7 * ms}},
+			winStats{Samples: 2, P50: q(5 * ms), P99: q(7 * ms)}},
+		{"microseconds are exact", 3, []sample{{rtt: 1500, host: 40}, {rtt: 2047, host: 900}, {rtt: 700, host: 2}},
+			winStats{Samples: 3, P50: 1500, P99: 2047, HostP99: 900}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWindow(tt.size)
+			for _, s := range tt.samples {
+				w.add(s)
+			}
+			if diff := cmp.Diff(tt.want, w.stats()); diff != "" {
+				t.Errorf("stats (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHealth drives the state machine through sequences of outcomes
+// ('.' answered fast, 's' answered slow, 'x' lost) and checks the state
+// after each step.
+func TestHealth(t *testing.T) {
+	th := Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 10, MinLosses: 2, RTT: 10 * time.Millisecond}
+	tests := []struct {
+		name   string
+		window int
+		steps  string
+		want   string // state after each step: u(nknown) U(p) D(egraded) X (down)
+	}{
+		{"first answer: up", 20, ".", "U"},
+		{"unknown until down", 20, "xxx", "uuX"},
+		{"one loss is noise", 20, "..x..", "UUUUU"},
+		{"two losses in the window: degraded", 10, "..x.x", "UUUUD"},
+		{"three in a row: down", 20, "...xxx", "UUUUDX"},
+		{"down needs three answers to come back", 20, "xxx..x...", "uuXXXXXXU"},
+		{"back from down starts a clean window", 20, "xxx...", "uuXXXU"},
+		{"degraded holds while two losses are in the window", 10, "x.x.......x.....", "uUDDDDDDDDDDUUUU"},
+		{"degraded clears when losses age out", 4, "x.x.....", "uUDDUUUU"},
+		{"slow p99: degraded", 12, "..........ss", "UUUUUUUUUUDD"},
+	}
+	codes := map[string]byte{apitype.PeerUnknown: 'u', apitype.PeerUp: 'U', apitype.PeerDegraded: 'D', apitype.PeerDown: 'X'}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWindow(tt.window)
+			h := newHealth(time.Unix(0, 0))
+			var got []byte
+			for i, c := range tt.steps {
+				s := sample{rtt: time.Millisecond}
+				switch c {
+				case 'x':
+					s = sample{lost: true}
+				case 's':
+					s = sample{rtt: 50 * time.Millisecond}
+				}
+				h.observe(s, w, th, time.Unix(int64(i), 0))
+				got = append(got, codes[h.state])
+			}
+			if diff := cmp.Diff(tt.want, string(got)); diff != "" {
+				t.Errorf("states (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWindowLossCount checks the running loss count against a recount over
+// long random sequences with wraps and resets.
+func TestWindowLossCount(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{1, 7, 100} {
+		w := newWindow(size)
+		for i := range 5000 {
+			if r.IntN(500) == 0 {
+				w.reset()
+			}
+			w.add(sample{lost: r.IntN(3) == 0, rtt: time.Duration(r.IntN(1000))})
+			n := int(w.next)
+			if w.full {
+				n = len(w.s)
+			}
+			want := 0
+			for _, s := range w.s[:n] {
+				if s.lost() {
+					want++
+				}
+			}
+			if got := w.loss(); got.Lost != want || got.Samples != n {
+				t.Fatalf("size %d, step %d: loss() = %+v, recount %d lost of %d", size, i, got, want, n)
+			}
+		}
+	}
+}
+
+// TestWindowPercentiles checks the selected percentiles against a sort of
+// the same samples (as the window keeps them), over random windows of
+// every fill, with ties and sequences that are sorted already, and windows
+// large enough (2,000) that the 99th percentile is selected, not kept.
+func TestWindowPercentiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	sorted := func(v []time.Duration, p int) time.Duration {
+		if len(v) == 0 {
+			return 0
+		}
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[max((p*len(v)+99)/100, 1)-1]
+	}
+	for _, size := range []int{1, 2, 13, 14, 100, 1000, 2000} {
+		for trial := range 200 {
+			w := newWindow(size)
+			n := r.IntN(2*size) + 1
+			var all []sample
+			for i := range n {
+				s := sample{lost: r.IntN(10) == 0, rtt: time.Duration(r.IntN(5e6)), host: time.Duration(r.IntN(3000))}
+				switch trial % 4 {
+				case 1:
+					s.rtt, s.host = time.Duration(r.IntN(3)), time.Duration(r.IntN(2)) // many ties
+				case 2:
+					s.rtt, s.host = time.Duration(i), time.Duration(n-i) // sorted, reversed
+				}
+				w.add(s)
+				all = append(all, s)
+			}
+			var rtts, hosts []time.Duration
+			for _, s := range all[max(len(all)-size, 0):] {
+				if !s.lost {
+					rtts, hosts = append(rtts, q(s.rtt)), append(hosts, q(s.host))
+				}
+			}
+			got := w.stats()
+			if got.P50 != sorted(rtts, 50) || got.P99 != sorted(rtts, 99) || got.HostP99 != sorted(hosts, 99) {
+				t.Fatalf("size %d, %d samples (trial %d): p50 %v p99 %v host p99 %v; sorting gives %v %v %v",
+					size, n, trial, got.P50, got.P99, got.HostP99, sorted(rtts, 50), sorted(rtts, 99), sorted(hosts, 99))
+			}
+		}
+	}
+}
+
+// TestWindowPublished checks the statistics the state shows: counts always
+// current, percentiles computed again once a tenth of the window is new
+// (every sample while there are fewer than 20), and at once after a reset.
+func TestWindowPublished(t *testing.T) {
+	w := newWindow(100)
+	for i := range 15 {
+		w.add(sample{rtt: time.Duration(1000 + i)})
+		if got := w.published(); got.P99 != time.Duration(1000+i) || got.Samples != i+1 {
+			t.Fatalf("after %d samples: %+v; want every sample to count while there are few", i+1, got)
+		}
+	}
+	for range 85 {
+		w.add(sample{rtt: 1500})
+	}
+	before := w.published() // a full window: computed now
+	if before.P50 != 1500 || before.Samples != 100 {
+		t.Fatalf("full window: %+v", before)
+	}
+	for i := range 9 {
+		w.add(sample{rtt: 2000})
+		if i == 3 {
+			w.add(sample{lost: true})
+		}
+	}
+	got := w.published() // 10 new samples: due again
+	if got.Lost != 1 || got.Samples != 100 || got.P99 != 2000 {
+		t.Errorf("after 10 new samples: %+v; want the loss and the new p99 2000", got)
+	}
+	w.add(sample{lost: true})
+	w.add(sample{rtt: 9000})
+	if st, pub := w.stats(), w.published(); pub.Lost != 2 || pub.P99 != 2000 || st.P99 != 9000 {
+		t.Errorf("2 new samples: published %+v, stats %+v; want the counts current, the published p99 kept, stats current", pub, st)
+	}
+	w.reset()
+	w.add(sample{rtt: 700, host: 3})
+	if got := w.published(); got.Samples != 1 || got.P50 != 700 || got.HostP99 != 3 {
+		t.Errorf("after a reset: %+v; want the one new sample", got)
+	}
+}
+
+// TestF16 checks the 16-bit times the windows keep: exact below 2,048 ns,
+// within 1/4,096 above, in order, never the lost mark, and the largest
+// (73 minutes) for anything longer.
+func TestF16(t *testing.T) {
+	for d := time.Duration(0); d < 1<<f16Mant; d++ {
+		if got := q(d); got != d {
+			t.Fatalf("q(%d) = %d; want it exact", d, got)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	prev, prevCode := time.Duration(0), uint16(0)
+	for d := time.Duration(1 << f16Mant); d < 4000*time.Second; d += time.Duration(1 + r.Int64N(int64(d/500)+1)) {
+		c := toF16(d)
+		if c == lostSlot || c < prevCode {
+			t.Fatalf("toF16(%d) = %#x after toF16(%d) = %#x; want ascending codes, never %#x", d, c, prev, prevCode, lostSlot)
+		}
+		if diff := (q(d) - d).Abs(); diff*4096 > d {
+			t.Fatalf("q(%d) = %d: off by %d, more than 1/4096", d, q(d), diff)
+		}
+		prev, prevCode = d, c
+	}
+	if c := toF16(100 * time.Hour); c != lostSlot-1 || fromF16(c) < 73*time.Minute {
+		t.Errorf("toF16(100h) = %#x (%v); want the largest time, %#x", c, fromF16(c), lostSlot-1)
+	}
+	w := newWindow(3)
+	w.add(sample{rtt: 100 * time.Hour, host: time.Hour})
+	w.add(sample{rtt: -time.Second})
+	w.add(sample{lost: true})
+	if st := w.stats(); st.Lost != 1 || st.Samples != 3 || st.P99 != fromF16(lostSlot-1) || st.P50 != 0 || st.HostP99 != q(time.Hour) {
+		t.Errorf("stats = %+v; want 1 lost of 3, p99 the largest time, p50 0, host p99 1h", st)
+	}
+}
+
+// BenchmarkWindowStats is one path's statistics at publish time (a full
+// window of 100). test/bench/peers also runs it on the host and in the
+// guest to measure how much slower the emulated CPU runs this code.
+func BenchmarkWindowStats(b *testing.B) {
+	w := newWindow(100)
+	for i := range 100 {
+		w.add(sample{lost: i%17 == 0, rtt: time.Duration((i * 7919) % 1000), host: time.Duration(i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.stats()
+	}
+}
