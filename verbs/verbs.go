@@ -356,7 +356,7 @@ const (
 
 // WCGRH is IBV_WC_GRH in WorkCompletion.Flags: a UD receive found a GRH
 // (or, on RoCE v2 over IPv4, the IPv4 header in its last 20 bytes) in the
-// first 40 bytes of its buffer. cverbs.go checks the value against verbs.h.
+// first 40 bytes of its buffer. cverbs_cq.go checks the value against verbs.h.
 const WCGRH = 1
 
 // A WorkCompletion is one polled completion.
