@@ -164,7 +164,3 @@ type AH struct{}
 
 // Close does nothing.
 func (a *AH) Close() error { return nil }
-
-// Linked reports whether this build calls libibverbs; this one, built
-// without cgo, does not.
-func Linked() bool { return false }
