@@ -474,13 +474,3 @@ func (q *QP) PostRecv(id uint64, sge SGE) error {
 	}
 	return nil
 }
-
-func postHint(r int) string {
-	switch syscall.Errno(r) {
-	case syscall.ENOMEM:
-		return "the work queue is full; poll completions before posting more"
-	case syscall.EINVAL:
-		return "the QP is not in a state that accepts this request (RTS for sends), or the request is malformed"
-	}
-	return ""
-}

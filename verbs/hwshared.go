@@ -4,12 +4,13 @@ package verbs
 
 import (
 	"context"
+	"syscall"
 	"time"
 )
 
-// PollWait is shared by the cgo build and the fake NIC (verbsfake): both
+// This file is shared by the cgo build and the fake NIC (verbsfake). Both
 // have a CQ with Poll, ReqNotify and a completion channel whose Wait sleeps
-// in the runtime's poller, so the fake's tests run this very loop.
+// in the runtime's poller, so the fake's tests run this very PollWait.
 
 // PollWait returns at least one completion, waiting for it. It first polls
 // for up to spin (a probe's reply on a healthy port comes within tens of
@@ -48,4 +49,14 @@ func (q *CQ) PollWait(ctx context.Context, out []WorkCompletion, spin time.Durat
 			return 0, err
 		}
 	}
+}
+
+func postHint(r int) string {
+	switch syscall.Errno(r) {
+	case syscall.ENOMEM:
+		return "the work queue is full; poll completions before posting more"
+	case syscall.EINVAL:
+		return "the QP is not in a state that accepts this request (RTS for sends), or the request is malformed"
+	}
+	return ""
 }
