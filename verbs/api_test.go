@@ -79,7 +79,7 @@ var (
 	_ ahAPI          = (*AH)(nil)
 
 	// The package's functions and constants of every build.
-	_ func() ([]DeviceInfo, error) = Devices
+	_ func() ([]DeviceInfo, error)   = Devices
 	_ func(string) (*Context, error) = Open
 	_ func() int64                   = MonoNow
 	_ [MaxSendList]struct{}
