@@ -56,6 +56,9 @@ type fabric struct {
 	live map[string]int   // live objects by kind (FakeLive)
 	drop map[GID]bool     // destinations whose packets are lost (FakeDrop)
 	seq  uint64           // devices ever added: GUIDs and default GIDs
+	// moved counts the bytes RC WRITEs, READs and SENDs copied
+	// (FakeBytesMoved).
+	moved uint64
 }
 
 // An fdev is one instance of a device: a removed and re-added device is a

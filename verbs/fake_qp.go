@@ -576,7 +576,7 @@ func (q *QP) execRC(wr SendWR) (outcome, WCStatus) {
 			r.toErr()
 			return outFail, wcRemInvReq
 		}
-		copy(dst, src)
+		fab.moved += uint64(copy(dst, src))
 		r.rcq.push(WorkCompletion{WRID: rv.id, Opcode: WCOpRecv, ByteLen: wr.SGE.Length, QPNum: r.num, SrcQP: q.num})
 		return outDone, 0
 	}
@@ -599,9 +599,9 @@ func (q *QP) execRC(wr SendWR) (outcome, WCStatus) {
 		return outFail, wcRemAccess
 	}
 	if read {
-		copy(src, rem)
+		fab.moved += uint64(copy(src, rem))
 	} else {
-		copy(rem, src)
+		fab.moved += uint64(copy(rem, src))
 	}
 	return outDone, 0
 }

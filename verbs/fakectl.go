@@ -241,6 +241,14 @@ func FakeLive() map[string]int {
 	return out
 }
 
+// FakeBytesMoved returns how many bytes RC WRITEs, READs and SENDs have
+// copied between memory regions since the process started.
+func FakeBytesMoved() uint64 {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	return fab.moved
+}
+
 // FakeReset removes every device (as FakeRemoveDevice) and every drop.
 // Objects still open stay open (FakeLive counts them).
 func FakeReset() {
