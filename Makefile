@@ -31,10 +31,13 @@ run: build
 # test: install missing build/test dependencies (as root), then vet and test
 # everything, with the race detector. RDMAD_TEST_STRICT makes a test whose
 # tool is missing fail instead of skipping (internal/testenv): deps
-# installed them all.
+# installed them all. The second run is the verbs data plane against the
+# fake NIC (-tags verbsfake, docs/TESTING.md).
 test: deps
 	$(GO) vet ./...
+	$(GO) vet -tags verbsfake ./verbs/... ./daemon/...
 	RDMAD_TEST_STRICT=1 $(GO) test -race -count=1 ./...
+	RDMAD_TEST_STRICT=1 $(GO) test -race -count=1 -tags verbsfake ./verbs/... ./daemon/...
 
 # fuzz: every fuzz target of the repository (func Fuzz* in the test files),
 # FUZZTIME each (default 20s), one after another; a table of the executions
