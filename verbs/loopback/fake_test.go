@@ -19,13 +19,15 @@ import (
 // fakeRun adds fake0, starts a Runner with cfg on it and returns it with a
 // function that stops it. At the end of the test the Runner is stopped and
 // nothing it made may be left open.
-func fakeRun(t *testing.T, cfg Config) (*Runner, *events) {
+func fakeRun(t *testing.T, cfg Config) (*results, *events) {
 	t.Helper()
 	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
 		t.Fatal(err)
 	}
 	ev := &events{}
 	cfg.OnAsyncEvent = ev.add
+	res := &results{}
+	cfg.OnResult = res.add
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +43,23 @@ func fakeRun(t *testing.T, cfg Config) (*Runner, *events) {
 			t.Errorf("the prober left verbs objects open: %v", live)
 		}
 	})
-	return r, ev
+	res.r = r
+	return res, ev
+}
+
+// results records every result the Runner hands to OnResult: a test looks
+// for the one it expects among them, which a later round may already have
+// replaced in the Snapshot.
+type results struct {
+	r    *Runner
+	mu   sync.Mutex
+	list []PortResult
+}
+
+func (rs *results) add(p PortResult) {
+	rs.mu.Lock()
+	rs.list = append(rs.list, p)
+	rs.mu.Unlock()
 }
 
 type events struct {
@@ -55,21 +73,29 @@ func (e *events) add(ev verbs.AsyncEvent) {
 	e.mu.Unlock()
 }
 
-// waitPort waits until fake0 port 1's result satisfies ok.
-func waitPort(t *testing.T, r *Runner, what string, ok func(PortResult) bool) PortResult {
+// waitPort waits for a result of fake0 port 1 that satisfies ok, among
+// those that came after the one it returned last, and returns it.
+func waitPort(t *testing.T, rs *results, what string, ok func(PortResult) bool) PortResult {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var last PortResult
-	for time.Now().Before(deadline) {
-		for _, p := range r.Snapshot().Ports {
-			if p.Device == "fake0" && p.Port == 1 {
-				last = p
-				if ok(p) {
-					return p
-				}
+	for next := 0; time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		rs.mu.Lock()
+		list := rs.list[next:]
+		rs.mu.Unlock()
+		for i, p := range list {
+			if p.Device != "fake0" || p.Port != 1 {
+				continue
+			}
+			last = p
+			if ok(p) {
+				rs.mu.Lock()
+				rs.list = rs.list[next+i+1:]
+				rs.mu.Unlock()
+				return p
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		next += len(list)
 	}
 	t.Fatalf("fake0 port 1 never became %s; last result %+v", what, last)
 	return last
@@ -129,7 +155,7 @@ func TestFakeQPErrors(t *testing.T) {
 	r, _ := fakeRun(t, Config{Interval: 10 * time.Millisecond})
 	waitPort(t, r, "ok", healthy(1))
 	for i, inject := range []func(){
-		func() { r.InjectQPError("fake0", 1) },
+		func() { r.r.InjectQPError("fake0", 1) },
 		func() { verbs.FakeFailWork("fake0", 1, verbs.WCStatus(12)) }, // transport retry counter exceeded
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
