@@ -378,7 +378,9 @@ func (c *Context) WatchAsyncEvents(ctx context.Context, fn func(AsyncEvent)) err
 			// One count, one event: taken even when ctx is done, as
 			// ibv_get_async_event acknowledges the event it returns.
 			fab.mu.Lock()
-			ev, c.asyncQ = c.asyncQ[0], c.asyncQ[1:]
+			if len(c.asyncQ) > 0 {
+				ev, c.asyncQ = c.asyncQ[0], c.asyncQ[1:]
+			}
 			fab.mu.Unlock()
 		}
 		if ctx.Err() != nil {

@@ -85,7 +85,9 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	var q *CQ
 	if err == nil && cerr == nil {
 		fab.mu.Lock()
-		q, ch.events = ch.events[0], ch.events[1:]
+		if len(ch.events) > 0 { // else destroy emptied it after the read
+			q, ch.events = ch.events[0], ch.events[1:]
+		}
 		fab.mu.Unlock()
 	}
 	if ctx.Err() != nil {

@@ -646,7 +646,7 @@ func (q *QP) execUD(wr SendWR) (outcome, WCStatus) {
 	}
 	var flags uint32
 	if a.path.Global {
-		writeGRH(dst[:grhSize], a.sgid.GID, a.path.RemoteGID, a.path.TClass, a.path.HopLimit, len(src))
+		writeGRH(dst[:grhSize], a.sgid, a.path.RemoteGID, a.path.TClass, a.path.HopLimit, len(src))
 		flags = WCGRH
 	}
 	copy(dst[grhSize:], src)
@@ -656,12 +656,13 @@ func (q *QP) execUD(wr SendWR) (outcome, WCStatus) {
 
 // writeGRH writes the 40 bytes a UD receive finds in front of its data:
 // for RoCE v2 between IPv4-mapped GIDs the IPv4 header in the last 20
-// (the first 20 zero, as rxe leaves them), else a GRH in the IPv6 header's
-// layout.
-func writeGRH(b []byte, src, dst GID, tclass, hop uint8, payload int) {
+// (the first 20 zero, as rxe leaves them), else a GRH (or RoCE v2's IPv6
+// header, which has the same layout) with both GIDs.
+func writeGRH(b []byte, sgid GIDEntry, dst GID, tclass, hop uint8, payload int) {
 	clear(b)
+	src := sgid.GID
 	const udp, bth, deth, icrc = 8, 12, 8, 4
-	if isV4Mapped(src) && isV4Mapped(dst) {
+	if sgid.Type == GIDTypeRoCEv2 && isV4Mapped(src) && isV4Mapped(dst) {
 		h := b[20:40]
 		h[0] = 0x45
 		h[1] = tclass
@@ -676,8 +677,13 @@ func writeGRH(b []byte, src, dst GID, tclass, hop uint8, payload int) {
 	}
 	b[0] = 6<<4 | tclass>>4
 	b[1] = tclass << 4
-	binary.BigEndian.PutUint16(b[4:], uint16(udp+bth+deth+payload+icrc))
-	b[6] = 17 // RoCE v2 over IPv6: UDP
+	if sgid.Type == GIDTypeRoCEv2 {
+		binary.BigEndian.PutUint16(b[4:], uint16(udp+bth+deth+payload+icrc))
+		b[6] = 17 // the IPv6 header of RoCE v2: UDP next
+	} else {
+		binary.BigEndian.PutUint16(b[4:], uint16(bth+deth+payload+icrc))
+		b[6] = 0x1b // a GRH (IB, RoCE v1): BTH next
+	}
 	b[7] = hop
 	copy(b[8:24], src[:])
 	copy(b[24:40], dst[:])

@@ -286,6 +286,24 @@ func TestFakeUD(t *testing.T) {
 	if string(m[40:45]) != "probe" {
 		t.Errorf("payload %q", m[40:45])
 	}
+	// From the link-local RoCE v2 GID (index 1) to B's: the IPv6 header's
+	// layout, both GIDs in it.
+	ll, _ := b.c.GIDTable(1)
+	ah6, err := a.pd.NewAH(Path{Port: 1, GIDIndex: 1, Global: true, RemoteGID: ll[1].GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.PostRecv(6, b.sge(0, 128)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 2, Opcode: OpSend, SGE: a.sge(0, 5), AH: ah6, RemoteQPN: b.qp.Num(), RemoteQKey: 0x1234}); err != nil {
+		t.Fatal(err)
+	}
+	a6, _ := a.c.GIDTable(1)
+	if wc := poll1(t, b.cq); wc.Err() != nil || wc.Flags&WCGRH == 0 || m[0]>>4 != 6 || !bytes.Equal(m[8:24], a6[1].GID[:]) || !bytes.Equal(m[24:40], ll[1].GID[:]) {
+		t.Errorf("receive %+v behind GRH % x", wc, m[:40])
+	}
+
 	// A wrong qkey, a drop, and no receive posted: lost, the send completes.
 	for _, c := range []struct {
 		name string
