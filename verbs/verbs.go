@@ -6,9 +6,12 @@
 // dlopen-ing it: the Debian package of rdmad depends on libibverbs1 anyway,
 // linking lets the C compiler check every call against the installed headers,
 // and a missing library is reported by the loader before the daemon starts
-// instead of as a half-working daemon. Builds without cgo (or on other
-// operating systems) compile verbs_stub.go instead, where every entry point
-// returns ErrUnavailable so the daemon runs on without verbs.
+// instead of as a half-working daemon. Builds without cgo compile stub.go
+// instead, where every entry point returns ErrUnavailable so the daemon
+// runs on without verbs; builds with -tags verbsfake (with or without cgo)
+// compile the fake NIC of fake*.go, an in-memory fabric with injectable
+// faults that the data plane's tests run on (docs/TESTING.md). api_test.go
+// keeps the three method sets the same.
 //
 // Memory handed to the adapter (memory regions) must never be Go heap memory:
 // the adapter keeps the address after the call returns, which cgo forbids for
