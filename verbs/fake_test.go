@@ -366,3 +366,37 @@ func TestFakeEventsAndRemoval(t *testing.T) {
 		t.Errorf("WatchAsyncEvents after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestFakeQPError: FakeQPError moves the QP to ERR, flushes its receives
+// and tells its context QP_FATAL.
+func TestFakeQPError(t *testing.T) {
+	fakeDevice(t, "fake0")
+	e := newEnd(t, "fake0", QPTypeUD, AccessLocalWrite)
+	e.qp.Init(1, 0, 1)
+	if err := e.qp.PostRecv(3, e.sge(0, 128)); err != nil {
+		t.Fatal(err)
+	}
+	evs := make(chan AsyncEvent, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.c.WatchAsyncEvents(ctx, func(ev AsyncEvent) { evs <- ev }) }()
+	if got := FakeQPs("fake0"); len(got) != 1 || got[0] != e.qp.Num() {
+		t.Fatalf("FakeQPs = %v, want [%#x]", got, e.qp.Num())
+	}
+	if err := FakeQPError("fake0", e.qp.Num()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-evs; ev.Type != EventQPFatal || ev.QPNum != e.qp.Num() {
+		t.Errorf("event %v, want QP_FATAL of QP %#x", ev, e.qp.Num())
+	}
+	if wc := poll1(t, e.cq); wc.Status != WCFlushErr || wc.WRID != 3 || wc.StatusText != "Work Request Flushed Error" {
+		t.Errorf("completion %+v, want the receive flushed", wc)
+	}
+	if st, _ := e.qp.State(); st != QPStateErr {
+		t.Errorf("state %s, want ERR", st)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("WatchAsyncEvents after cancel = %v", err)
+	}
+}
