@@ -31,10 +31,15 @@ run: build
 # test: install missing build/test dependencies (as root), then vet and test
 # everything, with the race detector. RDMAD_TEST_STRICT makes a test whose
 # tool is missing fail instead of skipping (internal/testenv): deps
-# installed them all.
+# installed them all. The second run is the verbs data plane against the
+# fake NIC (-tags verbsfake, docs/TESTING.md): the packages that link the
+# binding (verbs and the daemon; the daemon's transports and sources do not
+# change under the tag, and the first run tests them).
 test: deps
 	$(GO) vet ./...
+	$(GO) vet -tags verbsfake ./verbs/... ./daemon/...
 	RDMAD_TEST_STRICT=1 $(GO) test -race -count=1 ./...
+	RDMAD_TEST_STRICT=1 $(GO) test -race -count=1 -tags verbsfake ./verbs/... ./daemon/
 
 # fuzz: every fuzz target of the repository (func Fuzz* in the test files),
 # FUZZTIME each (default 20s), one after another; a table of the executions

@@ -36,11 +36,11 @@ func verbsRequireVM(t testing.TB) {
 	if os.Getenv("RDMAD_VM") != "1" {
 		t.Skip("not inside the rdmad test VM (RDMAD_VM unset): real verbs need Soft-RoCE (rdma_rxe); run test/vm/e2e")
 	}
-	if !verbs.Linked() {
+	if !realVerbs {
 		// Not a skip: the VM has Soft-RoCE and libibverbs, only the build
 		// left them out, and a skip would hide every verbs test.
-		t.Fatal("this e2e binary was built with CGO_ENABLED=0, so package verbs is the no-cgo build that reports unavailable; " +
-			"build the e2e binaries with CGO_ENABLED=1 (the VM image has libibverbs1)")
+		t.Fatal("this e2e binary was built with CGO_ENABLED=0 (or -tags verbsfake), so package verbs is not libibverbs; " +
+			"build the e2e binaries with CGO_ENABLED=1 and without verbsfake (the VM image has libibverbs1)")
 	}
 }
 

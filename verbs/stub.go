@@ -1,4 +1,4 @@
-//go:build linux && !cgo
+//go:build linux && !cgo && !verbsfake
 
 package verbs
 
@@ -9,8 +9,9 @@ import (
 
 // This file is the build without cgo: libibverbs cannot be called, so every
 // entry point reports ErrUnavailable and no resource can ever be created.
-// The types and methods mirror cverbs.go so callers compile unchanged;
-// api_test.go checks that both builds keep the same method sets.
+// The types and methods mirror cverbs*.go so callers compile unchanged;
+// api_test.go checks that the three builds (with the fake NIC's) keep the
+// same method sets.
 
 var errNoCgo = &UnavailableError{Reason: "rdmad was built without cgo, so it cannot call libibverbs; rebuild with CGO_ENABLED=1 and libibverbs-dev installed"}
 
@@ -164,7 +165,3 @@ type AH struct{}
 
 // Close does nothing.
 func (a *AH) Close() error { return nil }
-
-// Linked reports whether this build calls libibverbs; this one, built
-// without cgo, does not.
-func Linked() bool { return false }

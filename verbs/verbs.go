@@ -6,9 +6,12 @@
 // dlopen-ing it: the Debian package of rdmad depends on libibverbs1 anyway,
 // linking lets the C compiler check every call against the installed headers,
 // and a missing library is reported by the loader before the daemon starts
-// instead of as a half-working daemon. Builds without cgo (or on other
-// operating systems) compile verbs_stub.go instead, where every entry point
-// returns ErrUnavailable so the daemon runs on without verbs.
+// instead of as a half-working daemon. Builds without cgo compile stub.go
+// instead, where every entry point returns ErrUnavailable so the daemon
+// runs on without verbs; builds with -tags verbsfake (with or without cgo)
+// compile the fake NIC of fake*.go, an in-memory fabric with injectable
+// faults that the data plane's tests run on (docs/TESTING.md). api_test.go
+// keeps the three method sets the same.
 //
 // Memory handed to the adapter (memory regions) must never be Go heap memory:
 // the adapter keeps the address after the call returns, which cgo forbids for
@@ -353,7 +356,7 @@ const (
 
 // WCGRH is IBV_WC_GRH in WorkCompletion.Flags: a UD receive found a GRH
 // (or, on RoCE v2 over IPv4, the IPv4 header in its last 20 bytes) in the
-// first 40 bytes of its buffer. cverbs.go checks the value against verbs.h.
+// first 40 bytes of its buffer. cverbs_cq.go checks the value against verbs.h.
 const WCGRH = 1
 
 // A WorkCompletion is one polled completion.

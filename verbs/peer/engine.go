@@ -338,8 +338,28 @@ func (e *Engine) watchDevice(vctx *verbs.Context) {
 	})
 }
 
+// A device is an open device and the reader of its async events
+// (watchDevice), which ends when the context is closed.
 type device struct {
-	ctx *verbs.Context
+	ctx     *verbs.Context
+	watcher sync.WaitGroup
+}
+
+func openDevice(e *Engine, name string) (*device, error) {
+	vctx, err := verbs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	d := &device{ctx: vctx}
+	d.watcher.Go(func() { e.watchDevice(vctx) })
+	return d, nil
+}
+
+// close closes the context, which ends the watcher's wait, and waits for
+// the watcher to return.
+func (d *device) close() {
+	d.ctx.Close()
+	d.watcher.Wait()
 }
 
 // Run opens a probe QP on every ACTIVE port, follows devices and port
@@ -357,7 +377,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			p.close()
 		}
 		for _, d := range devs {
-			d.ctx.Close()
+			d.close()
 		}
 	}()
 	t := time.NewTimer(0)
@@ -427,7 +447,7 @@ func (e *Engine) scan(devs map[string]*device) {
 	}
 	for name, d := range devs {
 		if !present[name] || released[name] || !d.ctx.Alive() {
-			d.ctx.Close()
+			d.close()
 			delete(devs, name)
 		}
 	}
@@ -445,14 +465,12 @@ func (e *Engine) scan(devs map[string]*device) {
 	for name := range present {
 		d := devs[name]
 		if d == nil {
-			vctx, err := verbs.Open(name)
-			if err != nil {
+			var err error
+			if d, err = openDevice(e, name); err != nil {
 				lastErr = err
 				continue
 			}
-			d = &device{ctx: vctx}
 			devs[name] = d
-			go e.watchDevice(vctx)
 		}
 		attr, err := d.ctx.QueryDevice()
 		if err != nil {

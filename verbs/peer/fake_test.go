@@ -1,0 +1,213 @@
+//go:build linux && verbsfake
+
+package peer
+
+import (
+	"context"
+	"fmt"
+	"github.com/rdmad/rdmad/probe/ud"
+	"maps"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/verbs"
+)
+
+// These tests run two engines against the fake NIC (-tags verbsfake), each
+// on its own device: the scan opens their UD QPs, probes go out through
+// address handles, land behind the GRH region of a posted receive, are
+// answered and matched, all through the verbs API and its completion
+// channels.
+
+type fakeNode struct {
+	e       *Engine
+	mu      sync.Mutex
+	replies []ud.Reply
+}
+
+func (n *fakeNode) onReply(r ud.Reply) {
+	n.mu.Lock()
+	n.replies = append(n.replies, r)
+	n.mu.Unlock()
+}
+
+func (n *fakeNode) nReplies() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.replies)
+}
+
+// fakeNodes adds fake0 and fake1 and runs an engine on each; at the end
+// both stop and nothing they made may be left open.
+func fakeNodes(t *testing.T) (a, b *fakeNode) {
+	t.Helper()
+	// Cleanups run last first: this one runs after both engines stopped.
+	t.Cleanup(func() {
+		verbs.FakeReset()
+		if live := verbs.FakeLive(); len(live) != 0 {
+			t.Errorf("the engines left verbs objects open: %v", live)
+		}
+	})
+	var nodes [2]*fakeNode
+	for i, dev := range []string{"fake0", "fake1"} {
+		if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: dev}); err != nil {
+			t.Fatal(err)
+		}
+		n := &fakeNode{}
+		e, err := New(Config{Devices: []string{dev}, Rescan: 20 * time.Millisecond, RecvSlots: 16, SendSlots: 16, OnReply: n.onReply})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.e = e
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+		nodes[i] = n
+	}
+	return nodes[0], nodes[1]
+}
+
+// port waits for the engine's one probing port.
+func (n *fakeNode) port(t *testing.T) ud.LocalPort {
+	t.Helper()
+	return waitFor(t, "a probing port", func() (ud.LocalPort, bool) {
+		ps, _ := n.e.Ports()
+		if len(ps) != 1 {
+			return ud.LocalPort{}, false
+		}
+		return ps[0], true
+	})
+}
+
+func waitFor[T any](t *testing.T, what string, f func() (T, bool)) T {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, ok := f()
+		if ok {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+var ctlAddr = netip.MustParseAddr("192.0.2.1")
+
+func TestFakeProbeAndAnswer(t *testing.T) {
+	a, b := fakeNodes(t)
+	pa, pb := a.port(t), b.port(t)
+	if pa.GIDIndex != 3 || pa.QPN == 0 || pa.QKey != a.e.qkey {
+		t.Errorf("port %+v: want GID index 3 (RoCE v2, IPv4) and the engine's QPN and qkey", pa)
+	}
+
+	// Not admitted yet: B drops the probe.
+	ts := []ud.Target{{Dst: pb.Endpoint, Seq: 1}}
+	if n := a.e.ProbeBatch(pa.Key, ts); n != 1 || ts[0].Err != nil {
+		t.Fatalf("ProbeBatch = %d, %v", n, ts[0].Err)
+	}
+	waitFor(t, "an unadmitted drop", func() (uint64, bool) { s := b.e.Stats(); return s.Unadmitted, s.Unadmitted == 1 })
+
+	// Admitted: answered, and the reply matches the probe, with the GID
+	// of the GRH region the fake wrote and the QPN the adapter reports.
+	if err := b.e.Admit(pb.Key, pa.Endpoint, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(2); seq < 12; seq++ {
+		ts := []ud.Target{{Dst: pb.Endpoint, Seq: seq}}
+		if n := a.e.ProbeBatch(pa.Key, ts); n != 1 {
+			t.Fatalf("ProbeBatch: %v", ts[0].Err)
+		}
+	}
+	waitFor(t, "10 replies", func() (int, bool) { n := a.nReplies(); return n, n == 10 })
+	a.mu.Lock()
+	r := a.replies[0]
+	a.mu.Unlock()
+	if r.Local != pa.Key || r.From.GID != pb.GID || r.From.QPN != pb.QPN || r.Seq != 2 || r.RTT <= 0 || r.ResponderDelay > r.RTT {
+		t.Errorf("reply %+v", r)
+	}
+	if s := b.e.Stats(); s.Answered != 10 || s.Malformed != 0 {
+		t.Errorf("responder stats %+v", s)
+	}
+
+	// Lost on the way: sent, never answered.
+	verbs.FakeDrop(pb.GID, true)
+	if n := a.e.ProbeBatch(pa.Key, []ud.Target{{Dst: pb.Endpoint, Seq: 100}}); n != 1 {
+		t.Fatal("probe not sent")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := a.nReplies(); n != 10 {
+		t.Errorf("%d replies after a lost probe, want 10", n)
+	}
+	if s := a.e.Stats(); s.Sent != 12 || s.Replies != 10 {
+		t.Errorf("prober stats %+v", s)
+	}
+	verbs.FakeDrop(pb.GID, false)
+}
+
+// TestFakeRebuild: a send completion in error breaks the port; the scan
+// rebuilds it with a new QP, which probes again.
+func TestFakeRebuild(t *testing.T) {
+	a, b := fakeNodes(t)
+	pa, pb := a.port(t), b.port(t)
+	if err := verbs.FakeFailWork("fake0", 1, verbs.WCStatus(4)); err != nil { // local protection error
+		t.Fatal(err)
+	}
+	// Unsignalled as it is (every 8th probe asks for a completion), the
+	// failed send completes: an error always does.
+	a.e.ProbeBatch(pa.Key, []ud.Target{{Dst: pb.Endpoint, Seq: 1}})
+	waitFor(t, "a rebuild", func() (uint64, bool) { s := a.e.Stats(); return s.Rebuilds, s.Rebuilds == 1 && s.SendErrors == 1 })
+	np := waitFor(t, "the rebuilt port", func() (ud.LocalPort, bool) {
+		ps, _ := a.e.Ports()
+		if len(ps) != 1 || ps[0].QPN == pa.QPN {
+			return ud.LocalPort{}, false
+		}
+		return ps[0], true
+	})
+	if err := b.e.Admit(pb.Key, np.Endpoint, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	a.e.ProbeBatch(np.Key, []ud.Target{{Dst: pb.Endpoint, Seq: 50}})
+	waitFor(t, "a reply from the rebuilt port", func() (int, bool) { n := a.nReplies(); return n, n == 1 })
+}
+
+// TestFakeDeviceGone: a removed device's port goes at the next scan and a
+// DEVICE_FATAL one's at once (the device's event reader releases it); the
+// device's context is closed and its reader joined, with nothing left.
+func TestFakeDeviceGone(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fault func() error
+		// contexts open afterwards: B's, and for a fatal device that is
+		// still listed the one A opens again at once (its QueryDevice
+		// fails, so it opens no port on it)
+		contexts int
+	}{
+		{"removed", func() error { return verbs.FakeRemoveDevice("fake0") }, 1},
+		{"fatal", func() error { return verbs.FakeDeviceFatal("fake0") }, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := fakeNodes(t)
+			a.port(t)
+			b.port(t)
+			if err := c.fault(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the port closed", func() (int, bool) { ps, _ := a.e.Ports(); return len(ps), len(ps) == 0 })
+			// B's engine alone holds objects now: one context, PD, MR,
+			// channel, CQ and QP (and no AH: it never sent).
+			want := map[string]int{"context": c.contexts, "pd": 1, "mr": 1, "channel": 1, "cq": 1, "qp": 1}
+			waitFor(t, fmt.Sprintf("fake0's objects freed (live objects %v)", want), func() (bool, bool) {
+				return true, maps.Equal(verbs.FakeLive(), want)
+			})
+		})
+	}
+}
