@@ -55,7 +55,7 @@ type Settings struct {
 	Resolve   time.Duration // how often a peer's QP is looked up again
 	Threshold Thresholds
 	// Auth is the fleet key and whether it is required ([probe] key_file,
-	// auth). The Prober is given the same key by its owner.
+	// auth). The Transport is given the same key by its owner.
 	Auth Auth
 }
 
@@ -121,7 +121,7 @@ type Manager struct {
 // New returns a Manager with settings s.
 func New(opts Options, s Settings) (*Manager, error) {
 	if opts.Transport == nil {
-		return nil, errors.New("peers: a Prober is required")
+		return nil, errors.New("probe: a Transport is required (Options.Transport)")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

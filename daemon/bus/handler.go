@@ -42,7 +42,7 @@ type handler struct {
 	calls inflight.Group
 	// probeTimeout bounds one Probe (Options.ProbeTimeout).
 	probeTimeout time.Duration
-	// roles is the access roles in force (Options.Policy).
+	// roles is the access roles in force (Options.Roles).
 	roles func() access.Roles
 	// gate bounds what refused callers cost (refuse.go).
 	gate *gate
