@@ -59,7 +59,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -239,24 +238,11 @@ func (c *Context) Close() error {
 		return nil
 	}
 	c.closed = true
-	ids := make([]uint64, 0, len(c.children))
-	for id := range c.children {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	fns := make([]func() error, 0, len(ids))
-	for i := len(ids) - 1; i >= 0; i-- {
-		fns = append(fns, c.children[ids[i]])
-	}
+	fns := newestFirst(c.children)
 	c.children = nil
 	c.mu.Unlock()
 
-	var errs []error
-	for _, fn := range fns {
-		if err := fn(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := closeAll(fns)
 	c.async.Close()
 	c.asyncWait.Wait()
 	if r, err := C.ibv_close_device(c.ctx); r != 0 {

@@ -4,6 +4,7 @@ package verbs
 
 import (
 	"context"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -59,4 +60,32 @@ func postHint(r int) string {
 		return "the QP is not in a state that accepts this request (RTS for sends), or the request is malformed"
 	}
 	return ""
+}
+
+// newestFirst returns the close functions of a context's resources (keyed
+// by their creation order), newest first: a QP goes before its CQs and PD,
+// an MR before its PD.
+func newestFirst(children map[uint64]func() error) []func() error {
+	ids := make([]uint64, 0, len(children))
+	for id := range children {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	fns := make([]func() error, 0, len(ids))
+	for i := len(ids) - 1; i >= 0; i-- {
+		fns = append(fns, children[ids[i]])
+	}
+	return fns
+}
+
+// closeAll runs every close function, also after one failed, and returns
+// the errors.
+func closeAll(fns []func() error) []error {
+	var errs []error
+	for _, fn := range fns {
+		if err := fn(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
