@@ -22,6 +22,7 @@ import (
 // skip.
 var Checks = []Check{
 	{"daemon", "rdmad answers and is healthy", checkDaemon},
+	{"health", "the health verdict schedulers read has no problem", checkHealth},
 	{"devices", "RDMA devices exist", checkDevices},
 	{"uverbs", "verbs character devices exist", checkUverbs},
 	{"ports", "ports are ACTIVE with the link up", checkPorts},

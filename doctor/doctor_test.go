@@ -197,6 +197,20 @@ func TestChecks(t *testing.T) {
 			return &Env{Snapshot: s}
 		}, Fail, "component metrics: listen: address in use", "journalctl -u rdmad"},
 		{"daemon ok", "daemon", func(t *testing.T) *Env { return &Env{Snapshot: snapWith()} }, OK, "rdmad t is running (pid 4242", ""},
+		{"health without rdmad", "health", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("down")} }, Skip, "needs rdmad's verdict", ""},
+		{"health problem and unknown", "health", func(t *testing.T) *Env {
+			s := snapWith()
+			s.Health = apitype.Health{Status: apitype.ConditionProblem, Conditions: []apitype.Condition{
+				{Type: apitype.CondKernelFault, Status: apitype.ConditionUnknown, Reason: "KernelLogUnreadable", Message: "open /dev/kmsg: EPERM"},
+				{Type: apitype.CondPortFlapping, Status: apitype.ConditionProblem, Reason: "PortFlapping", Message: "mlx5_0/1 went down 4 times in 10m0s"}}}
+			return &Env{Snapshot: s}
+		}, Fail, "PortFlapping problem (PortFlapping): mlx5_0/1 went down 4 times in 10m0s; KernelFault unknown (KernelLogUnreadable)", "docs/HEALTH.md (PortFlapping)"},
+		{"health ok", "health", func(t *testing.T) *Env {
+			s := snapWith()
+			s.Health = apitype.Health{Healthy: true, Status: apitype.ConditionOK, Conditions: []apitype.Condition{
+				{Type: apitype.CondPortDown, Status: apitype.ConditionOK}, {Type: apitype.CondKernelFault, Status: apitype.ConditionOK}}}
+			return &Env{Snapshot: s}
+		}, OK, "every condition is ok (PortDown, KernelFault)", ""},
 
 		{"devices present", "devices", func(t *testing.T) *Env { return &Env{SysRoot: fixture} }, OK, "3 RDMA device(s): mlx4_0, mlx5_0, rxe0", ""},
 		{"no devices, Mellanox NIC on PCI", "devices", func(t *testing.T) *Env {
@@ -552,7 +566,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "devices", "uverbs", "ports", "pcie", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}
