@@ -116,8 +116,11 @@ func (h *healthPart) finish(d *Daemon, prev, next *apitype.Snapshot) {
 	h.logChanges(prev.Health, next.Health)
 }
 
-// logChanges logs every condition whose status changed, a problem or
-// unknown at WARN, ok again at INFO, each with its MESSAGE_ID.
+// logChanges logs the conditions that matter to an operator reading the
+// journal: one that became a problem (WARN), one that is no longer a
+// problem (INFO), and one that became unknown after it was ok (INFO: what
+// rdmad could tell it cannot any more). A condition that turns ok from
+// unknown (the first inventory read, the first probe round) is no news.
 func (h *healthPart) logChanges(prev, next apitype.Health) {
 	for _, c := range next.Conditions {
 		old, _ := prev.Condition(c.Type)
@@ -126,10 +129,14 @@ func (h *healthPart) logChanges(prev, next apitype.Health) {
 		}
 		attrs := []any{"condition", c.Type, "status", c.Status, "reason", c.Reason,
 			"objects", strings.Join(c.Objects, ","), "detail", c.Message}
-		if c.Status == apitype.ConditionOK {
+		switch {
+		case c.Status == apitype.ConditionProblem:
+			h.log.Warn("health condition problem", append([]any{apitype.MessageIDKey, apitype.MsgHealthProblem}, attrs...)...)
+		case old.Status == apitype.ConditionProblem && c.Status == apitype.ConditionOK:
 			h.log.Info("health condition ok again", append([]any{apitype.MessageIDKey, apitype.MsgHealthOK}, attrs...)...)
-		} else {
-			h.log.Warn("health condition "+c.Status, append([]any{apitype.MessageIDKey, apitype.MsgHealthProblem}, attrs...)...)
+		case old.Status == apitype.ConditionProblem || old.Status == apitype.ConditionOK:
+			// problem -> unknown, ok -> unknown
+			h.log.Info("health condition unknown", append([]any{apitype.MessageIDKey, apitype.MsgHealthProblem}, attrs...)...)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,6 +177,45 @@ type status struct {
 	Components map[string]struct {
 		State string `json:"state"`
 	} `json:"components"`
+	Health struct {
+		Status     string `json:"status"`
+		Conditions []struct {
+			Type    string   `json:"type"`
+			Status  string   `json:"status"`
+			Objects []string `json:"objects"`
+		} `json:"conditions"`
+	} `json:"health"`
+}
+
+// The fixture's verdict: its mlx4_0 has no verbs node, the host has no
+// libibverbs device for any of its devices, and mlx5_0's port 2 is down, so
+// rdmad on the fixture is degraded (status exit 3) with exactly these
+// problems (issue #25: devices without verbs are not "running"). A test
+// that asks whether rdmad was disturbed asks whether it still says this.
+var fixtureProblems = "PortDown[mlx5_0/2] VerbsUnavailable[mlx4_0]"
+
+// problems lists s's conditions that are problems, as "Type[objects]",
+// sorted by type.
+func (s status) problems() string {
+	var out []string
+	for _, c := range s.Health.Conditions {
+		if c.Status == "problem" {
+			out = append(out, c.Type+"["+strings.Join(c.Objects, ",")+"]")
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// undisturbed reports why n does not show the fixture's own verdict and
+// nothing more ("" when it does).
+func (n *node) undisturbed() string {
+	n.t.Helper()
+	s, code := n.status()
+	if code != 3 || s.State != "degraded" || s.problems() != fixtureProblems {
+		return fmt.Sprintf("exit %d, state %s, problems %q; the fixture alone gives exit 3, degraded, %q", code, s.State, s.problems(), fixtureProblems)
+	}
+	return ""
 }
 
 func (n *node) status() (status, int) {
@@ -204,16 +244,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestStatusAndVersion(t *testing.T) {
 	n := start(t, "[daemon]\nlog_level = \"debug\"\n")
 	out, _, code := n.ctl("status")
-	if code != 0 {
-		t.Fatalf("status exit %d\n%s", code, out)
+	if code != 3 {
+		t.Fatalf("status exit %d, want 3 (the fixture's devices have no verbs)\n%s", code, out)
 	}
-	for _, want := range []string{"rdmad itest: running", "generation 1", "mlx5_0  1     ACTIVE", "rxe0", "eth0", "2 RoCE v2", "inventory"} {
+	if why := n.undisturbed(); why != "" {
+		t.Errorf("fixture verdict: %s", why)
+	}
+	for _, want := range []string{"rdmad itest: degraded", "health: PROBLEM", "VerbsUnavailable problem (NoUverbsNode): mlx4_0 has no verbs node", "generation 1", "mlx5_0  1     ACTIVE", "rxe0", "eth0", "2 RoCE v2", "inventory"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
 	s, code := n.status()
-	if code != 0 || s.Version != "itest" || len(s.Devices) != 3 || s.Devices[2].Name != "rxe0" || s.Devices[2].Ports[0].Netdev != "eth0" {
+	if code != 3 || s.Version != "itest" || len(s.Devices) != 3 || s.Devices[2].Name != "rxe0" || s.Devices[2].Ports[0].Netdev != "eth0" {
 		t.Errorf("status --json = %+v (exit %d)", s, code)
 	}
 	out, _, code = n.ctl("version")
@@ -258,8 +301,8 @@ func TestReloadAndEdits(t *testing.T) {
 		s, code = n.status()
 		return s.Config.Generation == 4 && s.Config.Error == "" && s.State != "reloading"
 	})
-	if code != 0 || s.State != "running" {
-		t.Errorf("after the fix: exit %d %+v", code, s)
+	if why := n.undisturbed(); why != "" {
+		t.Errorf("after the fix: %s (%+v)", why, s)
 	}
 
 	// A drop-in directory created later is watched too.
@@ -310,8 +353,8 @@ func TestGarbageOnSocket(t *testing.T) {
 	if code != 2 || out != "" {
 		t.Errorf("unknown command: exit %d", code)
 	}
-	if _, code := n.status(); code != 0 {
-		t.Fatalf("daemon unhealthy after garbage: exit %d", code)
+	if why := n.undisturbed(); why != "" {
+		t.Fatalf("daemon disturbed by garbage: %s", why)
 	}
 	s, _ := n.status()
 	if s.Config.Generation != 1 {
@@ -339,7 +382,7 @@ func TestUnprivilegedCallers(t *testing.T) {
 	// the daemon (SO_PEERCRED), and changes nothing.
 	n = start(t, "[daemon]\nsocket_group = \"nogroup\"\n")
 	out, errOut, code := n.ctlAs(nobody, "status")
-	if code != 0 || !strings.Contains(out, "running") {
+	if code != 3 || !strings.Contains(out, "rdmad itest: degraded") {
 		t.Errorf("nobody in the socket group: status exit %d %q %q", code, out, errOut)
 	}
 	_, errOut, code = n.ctlAs(nobody, "reload")
@@ -371,8 +414,8 @@ func TestSecondInstanceAndStaleSocket(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "another rdmad is already serving this socket") {
 		t.Errorf("second rdmad: exit %d %s", cmd.ProcessState.ExitCode(), out)
 	}
-	if _, code := n.status(); code != 0 {
-		t.Fatal("the first rdmad was disturbed by the second")
+	if why := n.undisturbed(); why != "" {
+		t.Fatalf("the first rdmad was disturbed by the second: %s", why)
 	}
 	// kill -9 leaves the socket behind; the next rdmad replaces it.
 	n.cmd.Process.Kill()
@@ -391,7 +434,7 @@ func TestSecondInstanceAndStaleSocket(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	eventually(t, "rdmad to take over the stale socket", func() bool {
 		_, _, code := n.ctl("status")
-		return code == 0
+		return code == 3 // answering, with the fixture's verdict (1: not answering)
 	})
 }
 
@@ -469,7 +512,7 @@ func TestSocketActivation(t *testing.T) {
 	var out []byte
 	eventually(t, "a socket-activated rdmad to answer", func() bool {
 		out, _ = exec.Command(filepath.Join(bin, "rdmactl"), "--socket", sock, "status").CombinedOutput()
-		return bytes.Contains(out, []byte("rdmad itest: running"))
+		return bytes.Contains(out, []byte("rdmad itest: degraded")) // the fixture's verdict
 	})
 	if _, err := os.Stat(filepath.Join(dir, "unused.sock")); !os.IsNotExist(err) {
 		t.Errorf("rdmad created its own socket although systemd passed one")
@@ -481,19 +524,23 @@ func TestSocketActivation(t *testing.T) {
 
 // TestPeersComponent: without peers nothing listens (two rdmads on one host
 // do not fight over the control port); with a peer but no RDMA the peer
-// probes are "unavailable" and rdmad runs on, healthy.
+// probes are "unavailable" and rdmad runs on: no condition beyond the
+// fixture's own.
 func TestPeersComponent(t *testing.T) {
 	n := start(t, "")
-	s, code := n.status()
-	if c := s.Components[apitype.ComponentPeers]; code != 0 || c.State != "disabled" {
-		t.Errorf("without peers: exit %d, peers component %+v, want disabled", code, c)
+	s, _ := n.status()
+	if c := s.Components[apitype.ComponentPeers]; c.State != "disabled" {
+		t.Errorf("without peers: peers component %+v, want disabled", c)
+	}
+	if why := n.undisturbed(); why != "" {
+		t.Errorf("without peers: %s", why)
 	}
 	n = start(t, "[[peer]]\naddress = \"127.0.0.9\"\n[probe]\nport = 28516\n")
 	eventually(t, "the peers component to say verbs are unavailable", func() bool {
-		s, code = n.status()
+		s, _ = n.status()
 		return s.Components[apitype.ComponentPeers].State == "unavailable"
 	})
-	if code != 0 {
-		t.Errorf("status exit %d with unavailable peer probes, want 0 (no RDMA here is not a fault)", code)
+	if why := n.undisturbed(); why != "" {
+		t.Errorf("with unavailable peer probes: %s (no RDMA here is not a fault of the peer probes)", why)
 	}
 }
