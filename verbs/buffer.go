@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rdmad/rdmad/internal/memlimit"
 	"github.com/rdmad/rdmad/internal/size"
 	"golang.org/x/sys/unix"
 )
@@ -95,12 +96,12 @@ func (m MemlockStatus) Available() (uint64, bool) {
 // this process.
 func ReadMemlock() (MemlockStatus, error) {
 	var st MemlockStatus
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil {
-		return st, fmt.Errorf("verbs: getrlimit RLIMIT_MEMLOCK: %w", err)
+	l, err := memlimit.Own()
+	if err != nil {
+		return st, fmt.Errorf("verbs: %w", err)
 	}
-	st.Limit = rl.Cur
-	st.Unlimited = rl.Cur == unix.RLIM_INFINITY
+	st.Limit = uint64(l.Soft)
+	st.Unlimited = l.Soft == size.Unlimited
 	st.CapIPCLock = hasEffectiveCap(unix.CAP_IPC_LOCK)
 	if data, err := os.ReadFile("/proc/self/status"); err == nil {
 		st.Pinned, st.Locked = parseVmPin(data)
