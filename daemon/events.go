@@ -94,15 +94,18 @@ func (d *Daemon) onLink(e linkwatch.Event) {
 	if e.Name == "" {
 		return
 	}
-	if e.Kind == linkwatch.KindAddr {
-		// RoCE GIDs follow the netdev's addresses, a moment later.
-		d.lookAgain()
-	} else if d.isPortNetdev(e.Name) {
+	if d.isPortNetdev(e.Name) {
 		// A RoCE port's state follows its netdev's carrier: read it now,
 		// so that a port down shows (and counts as a transition for the
 		// flap window) without waiting for a verbs event, which needs a
-		// running prober.
-		d.refresh("rtnetlink link " + e.Name)
+		// running prober. An address event counts too: the queue keeps
+		// one event per netdev, and a link going down also drops its
+		// IPv6 addresses, whose event then stands for both.
+		d.refresh("rtnetlink " + e.Kind.String() + " " + e.Name)
+	}
+	if e.Kind == linkwatch.KindAddr {
+		// RoCE GIDs follow the netdev's addresses, a moment later.
+		d.lookAgain()
 	}
 	d.reconcile(&policy.Scope{Netdevs: map[string]bool{e.Name: true}})
 }
