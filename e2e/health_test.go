@@ -20,6 +20,22 @@ import (
 // and a kernel fault each raise their condition, and the node is healthy
 // again once the cause is gone.
 
+// healthDiag logs, when t failed, what rdmad's unit and journal say, so
+// that a failure on the bed (a restart, a stall) is explained in the log.
+func healthDiag(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if out, err := run("systemctl", "show", "rdmad", "-p", "NRestarts,ActiveState,ExecMainStatus,ActiveEnterTimestamp"); err == nil {
+			t.Logf("rdmad unit: %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", ", "))
+		}
+		if out, err := run("journalctl", "-u", "rdmad", "--since", "-5min", "-n", "120", "--no-pager", "-o", "short-monotonic"); err == nil {
+			t.Logf("rdmad's journal:\n%s", out)
+		}
+	})
+}
+
 // checkNow runs `rdmactl check` with args and returns its exit code and
 // output.
 func checkNow(t *testing.T, args ...string) (int, string) {
@@ -98,6 +114,7 @@ func healthDropin(t *testing.T, name, body string) {
 // back and the probes answer.
 func TestHealthPortDown(t *testing.T) {
 	peersOther(t)
+	healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	code, out := checkNow(t)
@@ -145,7 +162,13 @@ func TestHealthPortDown(t *testing.T) {
 // quiet window (a drop-in) lets it clear within the test.
 func TestHealthFlapping(t *testing.T) {
 	peersOther(t)
-	waitActive(t)
+	healthDiag(t)
+	before0 := waitActive(t)
+	t.Cleanup(func() {
+		if u := showUnit(t); u.NRestarts != before0.NRestarts || u.MainPID != before0.MainPID {
+			t.Errorf("rdmad restarted while the port flapped: %+v, before %+v", u, before0)
+		}
+	})
 	healthDropin(t, "80-e2e-flap.toml", "[health]\nflap_downs = 3\nflap_window = \"2m\"\nflap_quiet = \"20s\"\n")
 	waitHealthy(t, 90*time.Second)
 	before := healthNow(t)
@@ -185,17 +208,25 @@ func TestHealthFlapping(t *testing.T) {
 
 // TestHealthKernelFault: a kernel message of severity err naming an RDMA
 // device raises KernelFault on it within 2 s; one naming a device that
-// does not exist raises nothing. The device here is a second rxe link made
-// for the test: deleting it and restarting rdmad leaves no fault behind
-// (the restart reads the kernel's buffer again, and the line names no
-// device then).
+// does not exist raises nothing. The device is an rxe link made for the
+// test on a veth of its own (rxe takes one device per netdev: a second one
+// on eth0 is refused with an err line naming eth0, which is a fault of
+// rxe0). Deleting it and restarting rdmad leaves no fault behind: the
+// restart reads the kernel's buffer again, and the line names no device
+// then.
 func TestHealthKernelFault(t *testing.T) {
 	peersOther(t)
+	healthDiag(t)
 	waitActive(t)
-	const dev = "rxekf"
-	mustRun(t, "rdma", "link", "add", dev, "type", "rxe", "netdev", "eth0")
+	const dev, veth = "rxekf", "kfveth0"
+	mustRun(t, "ip", "link", "add", veth, "type", "veth", "peer", "name", veth+"p")
+	mustRun(t, "ip", "link", "set", veth, "up")
+	mustRun(t, "ip", "link", "set", veth+"p", "up")
+	t.Cleanup(func() { run("ip", "link", "del", veth) })
+	mustRun(t, "rdma", "link", "add", dev, "type", "rxe", "netdev", veth)
 	t.Cleanup(func() {
 		run("rdma", "link", "del", dev)
+		run("ip", "link", "del", veth)
 		if _, err := run("systemctl", "restart", "rdmad"); err != nil {
 			t.Errorf("restart rdmad: %v", err)
 		}
@@ -257,6 +288,7 @@ func TestHealthKernelFault(t *testing.T) {
 // gone), rdmactl check answers 1 naming NoDevice; rxe0 comes back after.
 func TestHealthNoDevice(t *testing.T) {
 	peersOther(t)
+	healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	mustRun(t, "rdma", "link", "del", "rxe0")
@@ -276,6 +308,7 @@ func TestHealthNoDevice(t *testing.T) {
 // loopback probes' ProbeState.
 func TestHealthDBusDevice(t *testing.T) {
 	peersOther(t)
+	healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	dbusReady(t)
