@@ -16,6 +16,7 @@ package mtu
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nlenc"
@@ -35,6 +36,9 @@ type Options struct {
 // safe for use by one goroutine at a time.
 type Client struct {
 	conn *netlink.Conn
+	// setDeadline bounds each request (conn.SetDeadline; nil for the
+	// tests' scripted kernel, which has none).
+	setDeadline func(time.Time) error
 }
 
 // Open returns a Client; Close releases its netlink socket.
@@ -51,7 +55,9 @@ func Open(opts Options) (*Client, error) {
 	// maximum"), for the errors. A kernel without extended
 	// acknowledgements (before 4.12) still answers the errno.
 	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
-	return newClient(conn), nil
+	c := newClient(conn)
+	c.setDeadline = conn.SetDeadline
+	return c, nil
 }
 
 // newClient returns a Client over conn (the tests' nltest kernels).
@@ -94,7 +100,7 @@ func (c *Client) link(op, ifname string) (link, error) {
 	// struct ifinfomsg (family, pad, type, index, flags, change) with
 	// index 0: the kernel looks the name up.
 	req := append(make([]byte, unix.SizeofIfInfomsg), attrs...)
-	msgs, err := c.conn.Execute(netlink.Message{
+	msgs, err := c.execute(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_GETLINK, Flags: netlink.Request},
 		Data:   req,
 	})
@@ -174,11 +180,28 @@ func (c *Client) setMTU(index, mtu int) error {
 	}
 	req := make([]byte, unix.SizeofIfInfomsg)
 	putIfIndex(req, index)
-	_, err = c.conn.Execute(netlink.Message{
+	_, err = c.execute(netlink.Message{
 		Header: netlink.Header{Type: unix.RTM_SETLINK, Flags: netlink.Request | netlink.Acknowledge},
 		Data:   append(req, attrs...),
 	})
 	return kernelError(err)
+}
+
+// requestTimeout bounds one request on the kept socket: the reconciler
+// runs on rdmad's main loop, which a kernel that never answers must not
+// hang (its watchdog would kill rdmad).
+const requestTimeout = 5 * time.Second
+
+// execute sends m and waits for the kernel's answer, at most
+// requestTimeout.
+func (c *Client) execute(m netlink.Message) ([]netlink.Message, error) {
+	// The tests' scripted kernel has no deadlines (setDeadline nil).
+	if c.setDeadline != nil {
+		if err := c.setDeadline(time.Now().Add(requestTimeout)); err != nil {
+			return nil, err
+		}
+	}
+	return c.conn.Execute(m)
 }
 
 func rangeText(lo, hi int) string {
