@@ -325,6 +325,9 @@ func (r *Reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Tar
 
 func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
+	if want.ETS != nil {
+		t.Desired = joinNonEmpty(t.Desired, want.ETS.String())
+	}
 	if idx, ok := r.unsupported[nd]; ok && idx == ifindex {
 		if prev, ok := r.targets[targetKey("qos", nd)]; ok {
 			return prev.t, nil
@@ -344,7 +347,17 @@ func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		return failed(t, err), nil
 	}
 	t.Actual = FormatQoS(actual.Trust, actual.PFC, actual.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)
+	if want.ETS != nil && actual.IEEE != nil && actual.IEEE.ETS != nil {
+		t.Actual = joinNonEmpty(t.Actual, qos.ETSFrom(actual.IEEE.ETS).String())
+	}
 	plan, err := qos.Plan(want, actual)
+	if qos.IsUnsupported(err) {
+		// The device has DCB but not the part the policy manages (a
+		// driver without ETS or PFC objects): a steady state, as above.
+		r.unsupported[nd] = ifindex
+		t.State, t.Error = apitype.Unsupported, err.Error()
+		return t, nil
+	}
 	if err != nil {
 		return failed(t, err), nil
 	}
@@ -366,6 +379,21 @@ func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		t.State = apitype.Unsupported
 	}
 	return t, cs
+}
+
+// joinNonEmpty joins the non-empty strings with spaces.
+func joinNonEmpty(s ...string) string {
+	out := ""
+	for _, v := range s {
+		if v == "" {
+			continue
+		}
+		if out != "" {
+			out += " "
+		}
+		out += v
+	}
+	return out
 }
 
 // checkECN compares the DCQCN priorities of nd with what the policy wants
