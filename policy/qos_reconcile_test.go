@@ -28,7 +28,7 @@ func dcbOnlyPFC(t *testing.T, requests *int) *dcb.Conn {
 			return nltest.Error(int(syscall.EOPNOTSUPP), reqs)
 		}
 		ae := netlink.NewAttributeEncoder()
-		ae.String(1, "lo") // DCB_ATTR_IFNAME
+		ae.String(1, "lo")                 // DCB_ATTR_IFNAME
 		ae.Do(13, func() ([]byte, error) { // DCB_ATTR_IEEE
 			nae := netlink.NewAttributeEncoder()
 			pfc := make([]byte, 136) // struct ieee_pfc
