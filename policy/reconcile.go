@@ -22,6 +22,7 @@ import (
 	"github.com/rdmad/rdmad/policy/ecn"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
+	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
 	"github.com/rdmad/rdmad/policy/roce"
 )
@@ -67,7 +68,13 @@ type Reconciler struct {
 	dcb  *dcb.Conn
 	roce *roce.Client
 	ecn  *ecn.Client
-	now  func() time.Time
+	// nicq sets ethtool queue parameters; nil when ethtool netlink could
+	// not be opened, and nicqErr says why.
+	nicq    *nicq.Conn
+	nicqErr error
+	// sysRoot is where sysfs is read from ("" is /; tests use a tree).
+	sysRoot string
+	now     func() time.Time
 
 	// targets persists counters and last-change times across passes.
 	targets map[string]entry
@@ -82,6 +89,9 @@ type Reconciler struct {
 	// the device has no DCB, so that it is reported once and not asked
 	// again until the link is replaced or the configuration reloaded.
 	unsupported map[string]int
+	// nicUnsupported does the same per ethtool group target ("rings
+	// ens1f0").
+	nicUnsupported map[string]int
 }
 
 type entry struct {
@@ -103,7 +113,7 @@ type Options struct {
 // of limits files in o.StateDir. One that cannot be opened or read is
 // reported (by its targets, or in the log), not fatal.
 func NewReconciler(log *slog.Logger, o Options) *Reconciler {
-	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
+	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, nicUnsupported: map[string]int{}}
 	if o.StateDir != "" {
 		rec, err := memlock.LoadRecord(filepath.Join(o.StateDir, memlock.RecordName))
 		if err != nil {
@@ -118,6 +128,9 @@ func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 	if r.dcb, err = dcb.Dial(nil); err != nil {
 		log.Error("dcbnl unavailable; QoS policies cannot be applied", "err", err)
 	}
+	if r.nicq, r.nicqErr = nicq.Dial(0); r.nicqErr != nil {
+		log.Error("ethtool netlink unavailable; ring, channel and coalescing policies cannot be applied", "err", r.nicqErr)
+	}
 	r.roce = roce.New(roce.Options{})
 	r.ecn = ecn.New(ecn.Options{})
 	return r
@@ -131,11 +144,17 @@ func (r *Reconciler) Close() {
 	if r.dcb != nil {
 		r.dcb.Close()
 	}
+	if r.nicq != nil {
+		r.nicq.Close()
+	}
 }
 
 // Forget drops what is remembered of netdevs (after a reload, so every
 // setting is looked at afresh).
-func (r *Reconciler) Forget() { r.unsupported = map[string]int{} }
+func (r *Reconciler) Forget() {
+	r.unsupported = map[string]int{}
+	r.nicUnsupported = map[string]int{}
+}
 
 // Pass reconciles the objects in sc among the RDMA ports given and the
 // host's netdevs. With apply false it only computes the changes
@@ -186,7 +205,11 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		case t.State == apitype.Drifted && (!ok || prev.t.State != t.State || prev.t.Actual != t.Actual):
 			// Observe mode: once per drift, and again when the value
 			// moves.
-			r.log.Warn("policy drift detected; the policy observes and changes nothing", apitype.MessageIDKey, apitype.MsgDriftDetected,
+			msg := "policy drift detected; the policy observes and changes nothing"
+			if kind == "firmware" {
+				msg = "firmware differs from the policy's; rdmad does not flash firmware"
+			}
+			r.log.Warn(msg, apitype.MessageIDKey, apitype.MsgDriftDetected,
 				"policy", src.Policy, "kind", kind, "object", object, "desired", t.Desired, "actual", t.Actual)
 		case ok && prev.t.State != t.State:
 			attrs := []any{"policy", src.Policy, "kind", kind, "object", object, "state", t.State, "desired", t.Desired, "actual", t.Actual}
@@ -214,6 +237,22 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			t, cs := r.checkECN(nd, *w.ECN, apply && !w.ECNSrc.Observe)
 			record(w.ECNSrc, "ecn", nd, t, cs)
 		}
+		for _, g := range nicq.Groups {
+			if nw, ok := w.NIC[g.Kind]; ok {
+				t, cs := r.checkNIC(g, nd, index[nd], nw.Values, apply && !nw.Src.Observe)
+				record(nw.Src, g.Kind, nd, t, cs)
+			}
+		}
+	}
+	for _, dev := range slices.Sorted(maps.Keys(want.Devices)) {
+		if sc != nil && !sc.Devices[dev] {
+			continue
+		}
+		w := want.Devices[dev]
+		t, cs := r.checkFirmware(dev, w.Firmware)
+		// Never applied, whatever the policy's mode: its changes are
+		// reports.
+		record(Source{Policy: w.FirmwareSrc.Policy, Observe: true}, "firmware", dev, t, cs)
 	}
 	for _, p := range ports {
 		w, ok := want.Ports[p]
@@ -254,7 +293,8 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		if seen[key] {
 			continue
 		}
-		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)])
+		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)]) ||
+			(e.t.Kind == "firmware" && sc.Devices[e.t.Object])
 		_, ok := want.Matches[e.policy]
 		if e.t.Kind == "memlock" {
 			ok = true // not a [[policy]]; only full passes drop it

@@ -1,0 +1,108 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/policy/firmware"
+	"github.com/rdmad/rdmad/policy/nicq"
+)
+
+// checkNIC compares one group of nd's ethtool queue parameters (rings,
+// channels, coalesce) with what the policy wants and sets those that
+// differ. A driver without the group, or without a wanted parameter, is
+// unsupported: reported once and not asked again until the link is
+// replaced or the configuration reloaded, like a netdev without DCB.
+func (r *Reconciler) checkNIC(g *nicq.Group, nd string, ifindex int, want nicq.Values, enforce bool) (apitype.Target, []apitype.Change) {
+	t := apitype.Target{Desired: g.Format(want)}
+	key := targetKey(g.Kind, nd)
+	if idx, ok := r.nicUnsupported[key]; ok && idx == ifindex {
+		if prev, ok := r.targets[key]; ok {
+			return prev.t, nil
+		}
+	}
+	if r.nicq == nil {
+		err := r.nicqErr
+		if err == nil {
+			err = errors.New("ethtool netlink is unavailable (see the log)")
+		}
+		if nicq.IsUnsupported(err) {
+			t.State, t.Actual, t.Error = apitype.Unsupported, "no ethtool netlink", err.Error()
+			return t, nil
+		}
+		return failed(t, err), nil
+	}
+	unsupported := func(err error) (apitype.Target, []apitype.Change) {
+		r.nicUnsupported[key] = ifindex
+		t.State, t.Error = apitype.Unsupported, fmt.Sprintf("%s; %s cannot be managed on %s", err, g.What, nd)
+		if t.Actual == "" {
+			t.Actual = "unsupported"
+		}
+		return t, nil
+	}
+	st, err := r.nicq.Get(g, nd)
+	if nicq.IsUnsupported(err) {
+		return unsupported(err)
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = g.Actual(want, st)
+	diff, err := nicq.Plan(g, nd, want, st)
+	if nicq.IsUnsupported(err) {
+		return unsupported(err)
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	if diff == nil {
+		t.State = apitype.InSync
+		return t, nil
+	}
+	from := nicq.Values{}
+	for name := range diff {
+		from[name] = st.Values[name]
+	}
+	var applyErr error
+	t, cs := settle(t, []apitype.Change{{From: g.Format(from), To: g.Format(diff)}}, enforce, func() error {
+		applyErr = r.nicq.Set(g, nd, diff)
+		return applyErr
+	})
+	if nicq.IsUnsupported(applyErr) {
+		return unsupported(applyErr)
+	}
+	return t, cs
+}
+
+// checkFirmware compares device's firmware version with the policy's
+// constraint. rdmad never flashes firmware, so a mismatch is drifted in
+// every mode, and its change is always a report.
+func (r *Reconciler) checkFirmware(device, want string) (apitype.Target, []apitype.Change) {
+	t := apitype.Target{Desired: want}
+	c, err := firmware.Parse(want)
+	if err != nil {
+		return failed(t, err), nil // validated at load; here for a Rule built elsewhere
+	}
+	have, err := firmware.Read(r.sysRoot, device)
+	if errors.Is(err, firmware.ErrUnknown) {
+		t.State, t.Actual, t.Error = apitype.Unsupported, "unknown", err.Error()
+		return t, nil
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = have
+	v, err := firmware.ParseVersion(have)
+	if err != nil {
+		t.State, t.Error = apitype.TargetError, fmt.Sprintf("firmware: %s reports version %q, which is not a dotted version: cannot compare it with %q", device, have, want)
+		return t, nil
+	}
+	if c.Allows(v) {
+		t.State = apitype.InSync
+		return t, nil
+	}
+	t.State = apitype.Drifted
+	t.Error = fmt.Sprintf("%s runs firmware %s, the policy expects %s; rdmad does not flash firmware: update it with the vendor's tool (mlxfwmanager, mstflint)", device, have, want)
+	return t, []apitype.Change{{From: have, To: want}}
+}
