@@ -31,8 +31,8 @@ func TestResolve(t *testing.T) {
 	q := &qos.Desired{Trust: "dscp", PFC: []int{3}, DSCPToPrio: map[int]int{26: 3}}
 	want := Desired{
 		Netdevs: map[string]NetdevWant{
-			"rdt0":   {MTU: 4200, MTUSrc: enforce("fabric")},
-			"rdt1":   {MTU: 1500, MTUSrc: enforce("override")}, // the later policy wins
+			"rdt0": {MTU: 4200, MTUSrc: enforce("fabric")},
+			"rdt1": {MTU: 1500, MTUSrc: enforce("override")}, // the later policy wins
 			"ens1f0": {MTU: 9000, MTUSrc: observe("by-device"), QoS: q, QoSSrc: observe("by-device"), NIC: map[string]NICWant{
 				"rings":    {Values: nicq.Values{"rx": 4096, "tx": 4096}, Src: enforce("queues")},
 				"channels": {Values: nicq.Values{"combined": 8}, Src: enforce("queues")},
@@ -54,11 +54,11 @@ func TestResolve(t *testing.T) {
 			"queues":      {"ens1f0", "ens1f1"},
 			"queues-late": {"ens1f1"},
 			"fw":          {"mlx5_0", "mlx5_1"},
-			"fabric":    {"rdt0", "rdt1"},
-			"by-device": {"ens1f0", "ens1f1"},
-			"roce":      {"mlx5_1/1"},
-			"override":  {"rdt1"},
-			"nothing":   {},
+			"fabric":      {"rdt0", "rdt1"},
+			"by-device":   {"ens1f0", "ens1f1"},
+			"roce":        {"mlx5_1/1"},
+			"override":    {"rdt1"},
+			"nothing":     {},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
