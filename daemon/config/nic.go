@@ -68,7 +68,9 @@ func (r *Rings) keys() []intKey { return []intKey{{"rx", r.RX, 1}, {"tx", r.TX, 
 func (c *Channels) keys() []intKey {
 	return []intKey{{"combined", c.Combined, 0}, {"rx", c.RX, 0}, {"tx", c.TX, 0}}
 }
-func (c *Coalesce) keys() []intKey { return []intKey{{"rx_usecs", c.RXUsecs, 0}, {"tx_usecs", c.TXUsecs, 0}} }
+func (c *Coalesce) keys() []intKey {
+	return []intKey{{"rx_usecs", c.RXUsecs, 0}, {"tx_usecs", c.TXUsecs, 0}}
+}
 func (c *Coalesce) flags() []flagKey {
 	return []flagKey{{"adaptive_rx", c.AdaptiveRX}, {"adaptive_tx", c.AdaptiveTX}}
 }
