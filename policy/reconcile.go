@@ -107,13 +107,17 @@ type Options struct {
 	// the limits files it writes (memlock.RecordName); "" keeps that
 	// record in memory only.
 	StateDir string
+	// SysRoot is where sysfs is read (the devices' fw_ver); "" is "/".
+	// rdmad on a fixture tree passes the tree's root.
+	SysRoot string
 }
 
 // NewReconciler opens the appliers' kernel interfaces and reads the record
 // of limits files in o.StateDir. One that cannot be opened or read is
 // reported (by its targets, or in the log), not fatal.
 func NewReconciler(log *slog.Logger, o Options) *Reconciler {
-	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, nicUnsupported: map[string]int{}}
+	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, nicUnsupported: map[string]int{},
+		sysRoot: o.SysRoot}
 	if o.StateDir != "" {
 		rec, err := memlock.LoadRecord(filepath.Join(o.StateDir, memlock.RecordName))
 		if err != nil {
