@@ -7,6 +7,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/policy/firmware"
 	"github.com/rdmad/rdmad/policy/nicq"
+	"github.com/rdmad/rdmad/policy/rdmanl"
 )
 
 // checkNIC compares one group of nd's ethtool queue parameters (rings,
@@ -105,4 +106,48 @@ func (r *Reconciler) checkFirmware(device, want string) (apitype.Target, []apity
 	t.State = apitype.Drifted
 	t.Error = fmt.Sprintf("%s runs firmware %s, the policy expects %s; rdmad does not flash firmware: update it with the vendor's tool (mlxfwmanager, mstflint)", device, have, want)
 	return t, []apitype.Change{{From: have, To: want}}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "adaptive_moderation=on"
+	}
+	return "adaptive_moderation=off"
+}
+
+// checkDIM compares device's adaptive moderation, from this pass's dump
+// of the RDMA devices (devs, or the error dumping them), with what the
+// policy wants, and sets it. A kernel without the RDMA core or without
+// the DIM attribute is unsupported.
+func (r *Reconciler) checkDIM(device string, want bool, devs map[string]rdmanl.Device, dumpErr error, enforce bool) (apitype.Target, []apitype.Change) {
+	t := apitype.Target{Desired: onOff(want)}
+	if r.rdma == nil {
+		err := r.rdmaErr
+		if err == nil {
+			err = errors.New("RDMA netlink is unavailable")
+		}
+		if rdmanl.IsUnsupported(err) {
+			t.State, t.Actual, t.Error = apitype.Unsupported, "no RDMA netlink", err.Error()
+			return t, nil
+		}
+		return failed(t, err), nil
+	}
+	if dumpErr != nil {
+		return failed(t, dumpErr), nil
+	}
+	d, ok := devs[device]
+	if !ok {
+		return failed(t, fmt.Errorf("rdmanl: %s is not among the kernel's RDMA devices", device)), nil
+	}
+	if !d.HasDIM {
+		t.State, t.Actual = apitype.Unsupported, "unsupported"
+		t.Error = fmt.Sprintf("the kernel does not report adaptive moderation of %s (RDMA_NLDEV_ATTR_DEV_DIM, Linux 5.10 and later)", device)
+		return t, nil
+	}
+	t.Actual = onOff(d.DIM)
+	if d.DIM == want {
+		t.State = apitype.InSync
+		return t, nil
+	}
+	return settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.rdma.SetDIM(d, want) })
 }

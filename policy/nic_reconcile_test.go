@@ -15,9 +15,12 @@ import (
 	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/genetlink/genltest"
 	"github.com/mdlayher/netlink"
+	"github.com/mdlayher/netlink/nltest"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy/nicq"
+	"github.com/rdmad/rdmad/policy/rdmanl"
 )
 
 // ethtoolLo is an ethtool netlink whose netdev lo has channels (rx, tx
@@ -165,5 +168,76 @@ func TestFirmware(t *testing.T) {
 	}
 	if tg.Applies != 0 {
 		t.Errorf("firmware counted as applied: %+v", tg)
+	}
+}
+
+// nldevFake answers RDMA_NLDEV_CMD_GET dumps with mlx5_0 (DIM as dim)
+// and applies RDMA_NLDEV_CMD_SET's DEV_DIM, counting the dumps.
+type nldevFake struct {
+	dim   bool
+	dumps int
+}
+
+func (f *nldevFake) handle(reqs []netlink.Message) ([]netlink.Message, error) {
+	req := reqs[0]
+	attr := func(typ uint16, data []byte) []byte {
+		b := binary.NativeEndian.AppendUint16(nil, uint16(4+len(data)))
+		b = binary.NativeEndian.AppendUint16(b, typ)
+		b = append(b, data...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	switch req.Header.Type {
+	case 5<<10 + 1: // RDMA_NLDEV_CMD_GET
+		f.dumps++
+		dim := byte(0)
+		if f.dim {
+			dim = 1
+		}
+		return nltest.Multipart([]netlink.Message{
+			{Header: req.Header, Data: bytes.Join([][]byte{nlattr(1, 0), attr(2, []byte("mlx5_0\x00")), attr(84, []byte{dim})}, nil)},
+			{Header: req.Header, Data: make([]byte, 4)},
+		})
+	case 5<<10 + 2: // RDMA_NLDEV_CMD_SET
+		f.dim = bytes.Contains(req.Data, attr(84, []byte{1}))
+		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error, Sequence: req.Header.Sequence, PID: req.Header.PID}, Data: make([]byte, 4)}}, nil
+	}
+	return nltest.Error(int(syscall.EOPNOTSUPP), reqs)
+}
+
+func TestDIMEnforce(t *testing.T) {
+	f := &nldevFake{}
+	c := rdmanl.NewConn(nltest.Dial(f.handle))
+	defer c.Close()
+	r := &Reconciler{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
+		targets: map[string]entry{}, unsupported: map[string]int{}, rdma: c}
+	on := true
+	ports := []Port{{"mlx5_0", 1, ""}, {"mlx5_0", 2, ""}}
+	decl := Declared{Rules: []Rule{{Name: "dim", Devices: []string{"mlx5_*"}, AdaptiveModeration: &on}}}
+
+	cs, _ := r.Pass(decl, ports, nil, false)
+	if len(cs) != 1 || cs[0].Kind != "rdma" || cs[0].From != "adaptive_moderation=off" || cs[0].To != "adaptive_moderation=on" {
+		t.Fatalf("diff = %+v", cs)
+	}
+	_, ps := r.Pass(decl, ports, nil, true)
+	if tg := findTarget(t, ps, "rdma", "mlx5_0"); tg.State != apitype.Applied || !f.dim {
+		t.Errorf("target %+v, device DIM %v; want applied and on", tg, f.dim)
+	}
+	dumps := f.dumps
+	_, ps = r.Pass(decl, ports, nil, true)
+	if tg := findTarget(t, ps, "rdma", "mlx5_0"); tg.State != apitype.InSync {
+		t.Errorf("second pass %+v, want in-sync", tg)
+	}
+	if f.dumps-dumps != 1 {
+		t.Errorf("a pass dumped the devices %d times, want once", f.dumps-dumps)
+	}
+
+	// No RDMA core (this machine's kernel): unsupported, not an error.
+	r2 := &Reconciler{log: r.log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, rdmaErr: rdmares.ErrNoRDMA}
+	_, ps = r2.Pass(decl, ports, nil, true)
+	if tg := findTarget(t, ps, "rdma", "mlx5_0"); tg.State != apitype.Unsupported {
+		t.Errorf("without RDMA netlink: %+v, want unsupported", tg)
 	}
 }

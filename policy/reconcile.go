@@ -24,6 +24,7 @@ import (
 	"github.com/rdmad/rdmad/policy/mtu"
 	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
+	"github.com/rdmad/rdmad/policy/rdmanl"
 	"github.com/rdmad/rdmad/policy/roce"
 )
 
@@ -72,6 +73,10 @@ type Reconciler struct {
 	// not be opened, and nicqErr says why.
 	nicq    *nicq.Conn
 	nicqErr error
+	// rdma sets RDMA device attributes over RDMA netlink; nil when the
+	// socket could not be opened (no RDMA core), and rdmaErr says why.
+	rdma    *rdmanl.Conn
+	rdmaErr error
 	// sysRoot is where sysfs is read from ("" is /; tests use a tree).
 	sysRoot string
 	now     func() time.Time
@@ -135,6 +140,9 @@ func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 	if r.nicq, r.nicqErr = nicq.Dial(0); r.nicqErr != nil {
 		log.Error("ethtool netlink unavailable; ring, channel and coalescing policies cannot be applied", "err", r.nicqErr)
 	}
+	// Without the RDMA core there is no RDMA device to manage either:
+	// the error is kept for the targets, not logged.
+	r.rdma, r.rdmaErr = rdmanl.Dial()
 	r.roce = roce.New(roce.Options{})
 	r.ecn = ecn.New(ecn.Options{})
 	return r
@@ -150,6 +158,9 @@ func (r *Reconciler) Close() {
 	}
 	if r.nicq != nil {
 		r.nicq.Close()
+	}
+	if r.rdma != nil {
+		r.rdma.Close()
 	}
 }
 
@@ -248,15 +259,28 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			}
 		}
 	}
+	var rdmaDevs map[string]rdmanl.Device // one dump per pass, when needed
+	var rdmaErr error
+	rdmaDumped := false
 	for _, dev := range slices.Sorted(maps.Keys(want.Devices)) {
 		if sc != nil && !sc.Devices[dev] {
 			continue
 		}
 		w := want.Devices[dev]
-		t, cs := r.checkFirmware(dev, w.Firmware)
-		// Never applied, whatever the policy's mode: its changes are
-		// reports.
-		record(Source{Policy: w.FirmwareSrc.Policy, Observe: true}, "firmware", dev, t, cs)
+		if w.Firmware != "" {
+			t, cs := r.checkFirmware(dev, w.Firmware)
+			// Never applied, whatever the policy's mode: its changes
+			// are reports.
+			record(Source{Policy: w.FirmwareSrc.Policy, Observe: true}, "firmware", dev, t, cs)
+		}
+		if w.DIM != nil {
+			if !rdmaDumped && r.rdma != nil {
+				rdmaDevs, rdmaErr = r.rdma.Devices()
+				rdmaDumped = true
+			}
+			t, cs := r.checkDIM(dev, *w.DIM, rdmaDevs, rdmaErr, apply && !w.DIMSrc.Observe)
+			record(w.DIMSrc, "rdma", dev, t, cs)
+		}
 	}
 	for _, p := range ports {
 		w, ok := want.Ports[p]
@@ -298,7 +322,7 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			continue
 		}
 		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)]) ||
-			(e.t.Kind == "firmware" && sc.Devices[e.t.Object])
+			((e.t.Kind == "firmware" || e.t.Kind == "rdma") && sc.Devices[e.t.Object])
 		_, ok := want.Matches[e.policy]
 		if e.t.Kind == "memlock" {
 			ok = true // not a [[policy]]; only full passes drop it

@@ -43,6 +43,9 @@ type Rule struct {
 	// run, as a constraint ("22.39.1002", ">=22.39.1002"); "" has none.
 	// rdmad never flashes firmware: a mismatch is only reported.
 	Firmware string
+	// AdaptiveModeration is the RDMA devices' CQ adaptive interrupt
+	// moderation (DIM) over RDMA netlink; nil leaves it unmanaged.
+	AdaptiveModeration *bool
 }
 
 // An ECNRule is what a Rule wants of DCQCN on its netdevs: the priorities
@@ -109,6 +112,8 @@ type NICWant struct {
 type DeviceWant struct {
 	Firmware    string // "": unmanaged
 	FirmwareSrc Source
+	DIM         *bool // nil: unmanaged
+	DIMSrc      Source
 }
 
 // PortWant is what the policies want of one RDMA port.
@@ -181,12 +186,20 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 			d.Netdevs[nd] = w
 			d.Matches[p.Name] = append(d.Matches[p.Name], nd)
 		}
-		if p.Firmware != "" {
+		if p.Firmware != "" || p.AdaptiveModeration != nil {
 			for _, pt := range ports {
 				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
 					continue
 				}
-				d.Devices[pt.Device] = DeviceWant{Firmware: p.Firmware, FirmwareSrc: src}
+				w := d.Devices[pt.Device]
+				if p.Firmware != "" {
+					w.Firmware, w.FirmwareSrc = p.Firmware, src
+				}
+				if p.AdaptiveModeration != nil {
+					on := *p.AdaptiveModeration
+					w.DIM, w.DIMSrc = &on, src
+				}
+				d.Devices[pt.Device] = w
 				d.Matches[p.Name] = append(d.Matches[p.Name], pt.Device)
 			}
 		}

@@ -80,6 +80,8 @@ type Policy struct {
 	Rings    *Rings    `toml:"rings"`
 	Channels *Channels `toml:"channels"`
 	Coalesce *Coalesce `toml:"coalesce"`
+	// RDMA is [policy.rdma]: RDMA device attributes over RDMA netlink.
+	RDMA *RDMA `toml:"rdma"`
 	// Firmware is the firmware version the matched RDMA devices should
 	// run ("22.39.1002", ">=22.39.1002"); a mismatch is reported, never
 	// acted on.

@@ -48,9 +48,16 @@ type Coalesce struct {
 	AdaptiveTX *bool `toml:"adaptive_tx"`
 }
 
+// RDMA holds [policy.rdma]: attributes of the matched RDMA devices.
+type RDMA struct {
+	// AdaptiveModeration is CQ adaptive interrupt moderation (DIM, what
+	// `rdma dev set <dev> adaptive-moderation on` sets).
+	AdaptiveModeration *bool `toml:"adaptive_moderation"`
+}
+
 // managesDepth reports whether p sets any of this file's settings.
 func (p *Policy) managesDepth() bool {
-	return p.Rings != nil || p.Channels != nil || p.Coalesce != nil || p.Firmware != ""
+	return p.Rings != nil || p.Channels != nil || p.Coalesce != nil || p.Firmware != "" || p.RDMA != nil
 }
 
 type intKey struct {
@@ -121,6 +128,9 @@ func (p *Policy) validateDepth(k *checker, key func(...string) string) {
 		if !set {
 			k.bad(f, key(tb.name), "[policy.%s] sets nothing; set %s, or remove the table", tb.name, tb.example)
 		}
+	}
+	if p.RDMA != nil && p.RDMA.AdaptiveModeration == nil {
+		k.bad(f, key("rdma"), "[policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table")
 	}
 	if p.Firmware != "" {
 		if _, err := firmware.Parse(p.Firmware); err != nil {

@@ -36,6 +36,12 @@ adaptive_rx = false
 name = "fw-only"
 devices = ["mlx5_*"]
 firmware = "22.39.1002"
+
+[[policy]]
+name = "dim"
+devices = ["mlx5_*"]
+[policy.rdma]
+adaptive_moderation = true
 `})
 	cfg, err := Load(p)
 	if err != nil {
@@ -49,6 +55,9 @@ firmware = "22.39.1002"
 	wantNIC := map[string]nicq.Values{"rings": {"rx": 8192}, "channels": {"combined": 16}, "coalesce": {"rx_usecs": 8, "adaptive_rx": 0}}
 	if diff := cmp.Diff(wantNIC, rules[0].NIC); diff != "" {
 		t.Errorf("nic (-want +got):\n%s", diff)
+	}
+	if am := rules[2].AdaptiveModeration; am == nil || !*am || rules[0].AdaptiveModeration != nil {
+		t.Errorf("adaptive_moderation: %v, %v", rules[2].AdaptiveModeration, rules[0].AdaptiveModeration)
 	}
 	if rules[0].Firmware != ">=22.39.1002" || rules[1].Firmware != "22.39.1002" || rules[1].NIC != nil || rules[1].QoS != nil {
 		t.Errorf("rules = %+v", rules)
@@ -86,6 +95,9 @@ func TestLoadDepthErrors(t *testing.T) {
 		}},
 		{"empty coalesce", head + "[policy.coalesce]\n", []string{
 			`D/rdmad.toml:4: policy[0].coalesce: [policy.coalesce] sets nothing; set rx_usecs = 8, tx_usecs = 16, adaptive_rx = true, or remove the table`,
+		}},
+		{"empty rdma", head + "[policy.rdma]\n", []string{
+			`D/rdmad.toml:4: policy[0].rdma: [policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table`,
 		}},
 		{"firmware", head + "firmware = \"latest\"\n", []string{
 			`D/rdmad.toml:4: policy[0].firmware: firmware "latest": "latest" is not a dotted version of decimal numbers; write a version such as "22.39.1002" or ">=22.39.1002"`,

@@ -24,6 +24,9 @@ func (p Policy) Rule() policy.Rule {
 		r.QoS = &qos.Desired{Trust: p.QoS.Trust, PFC: p.QoS.PFC, DSCPToPrio: p.QoS.DSCPToPrio, ETS: p.QoS.ETS.desired()}
 	}
 	r.NIC, r.Firmware = p.nicRule(), p.Firmware
+	if p.RDMA != nil {
+		r.AdaptiveModeration = p.RDMA.AdaptiveModeration
+	}
 	if p.RoCE != nil {
 		r.RoCE = &policy.RoCERule{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode}
 	}

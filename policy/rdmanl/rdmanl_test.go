@@ -39,12 +39,12 @@ func TestConstantsMatchHeader(t *testing.T) {
 		header[line[:i]] = n
 	}
 	for name, want := range map[string]int{
-		"RDMA_NL_NLDEV":             clientNLDEV,
-		"RDMA_NLDEV_CMD_GET":        cmdGet,
-		"RDMA_NLDEV_CMD_SET":        cmdSet,
-		"RDMA_NLDEV_ATTR_DEV_INDEX": attrDevIndex,
-		"RDMA_NLDEV_ATTR_DEV_NAME":  attrDevName,
-		"RDMA_NLDEV_ATTR_DEV_DIM":   attrDevDIM,
+		"RDMA_NL_NLDEV":                                       clientNLDEV,
+		"RDMA_NLDEV_CMD_GET":                                  cmdGet,
+		"RDMA_NLDEV_CMD_SET":                                  cmdSet,
+		"RDMA_NLDEV_ATTR_DEV_INDEX":                           attrDevIndex,
+		"RDMA_NLDEV_ATTR_DEV_NAME":                            attrDevName,
+		"RDMA_NLDEV_ATTR_DEV_DIM":                             attrDevDIM,
 		"RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_SET)": int(msgType(cmdSet)),
 	} {
 		if got, ok := header[name]; !ok || got != want {
