@@ -151,3 +151,36 @@ func (r *Reconciler) checkDIM(device string, want bool, devs map[string]rdmanl.D
 	}
 	return settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error { return r.rdma.SetDIM(d, want) })
 }
+
+// checkNetnsMode compares the RDMA subsystem's network namespace mode with
+// [rdma] netns_mode and sets it. The kernel changes it only while no
+// network namespace but the initial one exists (EBUSY otherwise): an
+// error that says so, tried again at every full pass.
+func (r *Reconciler) checkNetnsMode(want string, enforce bool) (apitype.Target, []apitype.Change) {
+	t := apitype.Target{Desired: want}
+	if r.rdma == nil {
+		err := r.rdmaErr
+		if err == nil {
+			err = errors.New("RDMA netlink is unavailable")
+		}
+		if rdmanl.IsUnsupported(err) {
+			t.State, t.Actual, t.Error = apitype.Unsupported, "no RDMA netlink", err.Error()
+			return t, nil
+		}
+		return failed(t, err), nil
+	}
+	have, err := r.rdma.NetnsMode()
+	if rdmanl.IsUnsupported(err) {
+		t.State, t.Actual, t.Error = apitype.Unsupported, "unsupported", err.Error()
+		return t, nil
+	}
+	if err != nil {
+		return failed(t, err), nil
+	}
+	t.Actual = have
+	if have == want {
+		t.State = apitype.InSync
+		return t, nil
+	}
+	return settle(t, []apitype.Change{{From: have, To: want}}, enforce, func() error { return r.rdma.SetNetnsMode(want) })
+}

@@ -174,8 +174,9 @@ func TestFirmware(t *testing.T) {
 // nldevFake answers RDMA_NLDEV_CMD_GET dumps with mlx5_0 (DIM as dim)
 // and applies RDMA_NLDEV_CMD_SET's DEV_DIM, counting the dumps.
 type nldevFake struct {
-	dim   bool
-	dumps int
+	dim    bool
+	dumps  int
+	shared bool
 }
 
 func (f *nldevFake) handle(reqs []netlink.Message) ([]netlink.Message, error) {
@@ -200,6 +201,15 @@ func (f *nldevFake) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 			{Header: req.Header, Data: bytes.Join([][]byte{nlattr(1, 0), attr(2, []byte("mlx5_0\x00")), attr(84, []byte{dim})}, nil)},
 			{Header: req.Header, Data: make([]byte, 4)},
 		})
+	case 5<<10 + 6: // RDMA_NLDEV_CMD_SYS_GET
+		v := byte(0)
+		if f.shared {
+			v = 1
+		}
+		return []netlink.Message{{Header: req.Header, Data: attr(66, []byte{v})}}, nil
+	case 5<<10 + 7: // RDMA_NLDEV_CMD_SYS_SET
+		f.shared = bytes.Equal(req.Data, attr(66, []byte{1}))
+		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error, Sequence: req.Header.Sequence, PID: req.Header.PID}, Data: make([]byte, 4)}}, nil
 	case 5<<10 + 2: // RDMA_NLDEV_CMD_SET
 		f.dim = bytes.Contains(req.Data, attr(84, []byte{1}))
 		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error, Sequence: req.Header.Sequence, PID: req.Header.PID}, Data: make([]byte, 4)}}, nil
@@ -239,5 +249,35 @@ func TestDIMEnforce(t *testing.T) {
 	_, ps = r2.Pass(decl, ports, nil, true)
 	if tg := findTarget(t, ps, "rdma", "mlx5_0"); tg.State != apitype.Unsupported {
 		t.Errorf("without RDMA netlink: %+v, want unsupported", tg)
+	}
+}
+
+func TestNetnsModeEnforce(t *testing.T) {
+	f := &nldevFake{shared: true}
+	c := rdmanl.NewConn(nltest.Dial(f.handle))
+	defer c.Close()
+	r := &Reconciler{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
+		targets: map[string]entry{}, unsupported: map[string]int{}, rdma: c}
+	decl := Declared{RDMA: RDMASystem{NetnsMode: "exclusive"}}
+
+	cs, _ := r.Pass(decl, nil, nil, false)
+	if len(cs) != 1 || cs[0].Policy != "[rdma]" || cs[0].From != "shared" || cs[0].To != "exclusive" {
+		t.Fatalf("diff = %+v", cs)
+	}
+	_, ps := r.Pass(decl, nil, nil, true)
+	if tg := findTarget(t, ps, "rdma", "netns_mode"); tg.State != apitype.Applied || f.shared {
+		t.Errorf("target %+v, kernel shared=%v; want applied, exclusive", tg, f.shared)
+	}
+	// A scoped pass keeps the node-wide target.
+	_, ps = r.Pass(decl, nil, &Scope{Netdevs: map[string]bool{"lo": true}}, true)
+	if tg := findTarget(t, ps, "rdma", "netns_mode"); tg.State != apitype.Applied {
+		t.Errorf("after a scoped pass: %+v", tg)
+	}
+	// [rdma] removed: the target goes at the next full pass.
+	_, ps = r.Pass(Declared{}, nil, nil, true)
+	for _, p := range ps {
+		if p.Name == "[rdma]" {
+			t.Errorf("[rdma] still in status without netns_mode: %+v", p)
+		}
 	}
 }

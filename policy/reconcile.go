@@ -33,7 +33,19 @@ import (
 type Declared struct {
 	Rules   []Rule
 	Memlock Memlock
+	RDMA    RDMASystem
 }
+
+// RDMASystem holds what [rdma] declares: node-wide settings of the RDMA
+// subsystem.
+type RDMASystem struct {
+	// NetnsMode is "shared" or "exclusive" (rdmanl.Netns*); "" leaves it.
+	NetnsMode string
+}
+
+// rdmaPolicy names the node-wide [rdma] settings' targets in status; the
+// brackets keep it apart from any [[policy]] name.
+const rdmaPolicy = "[rdma]"
 
 // Memlock holds what [memlock] declares.
 type Memlock struct {
@@ -290,6 +302,10 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
 		record(w.RoCESrc, "roce", p.String(), t, cs)
 	}
+	if sc == nil && d.RDMA.NetnsMode != "" {
+		t, cs := r.checkNetnsMode(d.RDMA.NetnsMode, apply)
+		record(Source{Policy: rdmaPolicy}, "rdma", "netns_mode", t, cs)
+	}
 	if sc == nil && d.Memlock.Daemon != nil {
 		t, cs := r.checkDaemonMemlock(*d.Memlock.Daemon, apply)
 		record(Source{Policy: "memlock"}, "memlock", "rdmad", t, cs)
@@ -324,7 +340,7 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)]) ||
 			((e.t.Kind == "firmware" || e.t.Kind == "rdma") && sc.Devices[e.t.Object])
 		_, ok := want.Matches[e.policy]
-		if e.t.Kind == "memlock" {
+		if e.t.Kind == "memlock" || e.policy == rdmaPolicy {
 			ok = true // not a [[policy]]; only full passes drop it
 		}
 		if !ok || inScope {
@@ -370,6 +386,9 @@ func (r *Reconciler) status(d Declared, want Desired) []apitype.PolicyStatus {
 	// [memlock] keys are gone.
 	if d.Memlock.Daemon != nil || d.Memlock.Users != nil || len(byPolicy["memlock"]) > 0 {
 		add("memlock", "enforce")
+	}
+	if d.RDMA.NetnsMode != "" {
+		add(rdmaPolicy, "enforce")
 	}
 	return out
 }

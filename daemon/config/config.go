@@ -40,6 +40,9 @@ type Config struct {
 	Probe    Probe    `toml:"probe"`
 	Peers    []Peer   `toml:"peer"`
 	Health   Health   `toml:"health"`
+	// RDMA is [rdma]: node-wide settings of the RDMA subsystem
+	// (daemon/config/nic.go).
+	RDMA RDMASystem `toml:"rdma"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-"`

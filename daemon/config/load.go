@@ -425,6 +425,7 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 	c.validateProbe(k)
 	c.validateHealth(k)
 	c.validateMetrics(k)
+	c.validateRDMA(k)
 	for i := range c.Policies {
 		c.Policies[i].validate(k)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/rdmad/rdmad/policy/firmware"
 	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
+	"github.com/rdmad/rdmad/policy/rdmanl"
 )
 
 // This file holds the [[policy]] settings of issue #28 ("policy depth"):
@@ -53,6 +54,23 @@ type RDMA struct {
 	// AdaptiveModeration is CQ adaptive interrupt moderation (DIM, what
 	// `rdma dev set <dev> adaptive-moderation on` sets).
 	AdaptiveModeration *bool `toml:"adaptive_moderation"`
+}
+
+// RDMASystem holds [rdma]: node-wide settings of the RDMA subsystem.
+type RDMASystem struct {
+	// NetnsMode is "shared" (every RDMA device in every network
+	// namespace) or "exclusive" (a device in one); empty leaves it.
+	NetnsMode string `toml:"netns_mode"`
+}
+
+// validateRDMA checks [rdma].
+func (c *Config) validateRDMA(k *checker) {
+	switch c.RDMA.NetnsMode {
+	case "", rdmanl.NetnsShared, rdmanl.NetnsExclusive:
+	default:
+		k.bad(k.setter("rdma.netns_mode"), "rdma.netns_mode", "%q is not a netns mode; use %q or %q (rdma system set netns)",
+			c.RDMA.NetnsMode, rdmanl.NetnsShared, rdmanl.NetnsExclusive)
+	}
 }
 
 // managesDepth reports whether p sets any of this file's settings.

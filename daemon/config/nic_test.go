@@ -120,3 +120,24 @@ func TestLoadDepthErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadRDMASystem(t *testing.T) {
+	p := write(t, map[string]string{"rdmad.toml": "[rdma]\nnetns_mode = \"exclusive\"\n"})
+	cfg, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RDMA.NetnsMode != "exclusive" {
+		t.Errorf("netns_mode = %q", cfg.RDMA.NetnsMode)
+	}
+	p = write(t, map[string]string{"rdmad.toml": "[rdma]\nnetns_mode = \"private\"\n"})
+	_, err = Load(p)
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 1 {
+		t.Fatalf("Load: %v, want one error", err)
+	}
+	want := `D/rdmad.toml:2: rdma.netns_mode: "private" is not a netns mode; use "shared" or "exclusive" (rdma system set netns)`
+	if got := strings.ReplaceAll(errs[0].Error(), filepath.Dir(p), "D"); got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+}

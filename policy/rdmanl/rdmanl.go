@@ -11,6 +11,7 @@ package rdmanl
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/mdlayher/netlink"
 
@@ -26,6 +27,16 @@ const (
 	attrDevIndex = 1  // RDMA_NLDEV_ATTR_DEV_INDEX, u32
 	attrDevName  = 2  // RDMA_NLDEV_ATTR_DEV_NAME, string
 	attrDevDIM   = 84 // RDMA_NLDEV_ATTR_DEV_DIM, u8
+
+	cmdSysGet        = 6  // RDMA_NLDEV_CMD_SYS_GET
+	cmdSysSet        = 7  // RDMA_NLDEV_CMD_SYS_SET
+	attrSysNetnsMode = 66 // RDMA_NLDEV_SYS_ATTR_NETNS_MODE, u8: 1 shared, 0 exclusive
+)
+
+// Network namespace modes of the RDMA subsystem (`rdma system set netns`).
+const (
+	NetnsShared    = "shared"    // every RDMA device is visible in every net namespace
+	NetnsExclusive = "exclusive" // a device belongs to one net namespace
 )
 
 // msgType is RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op).
@@ -110,6 +121,64 @@ func decodeDevice(b []byte) (Device, error) {
 		return Device{}, errors.New("a device without index or name")
 	}
 	return d, nil
+}
+
+// NetnsMode reads the RDMA subsystem's network namespace mode
+// (RDMA_NLDEV_CMD_SYS_GET).
+func (c *Conn) NetnsMode() (string, error) {
+	msgs, err := c.nl.Execute(netlink.Message{Header: netlink.Header{Type: msgType(cmdSysGet), Flags: netlink.Request}})
+	if err != nil {
+		return "", fmt.Errorf("rdmanl: get the RDMA netns mode (RDMA_NLDEV_CMD_SYS_GET): %w", err)
+	}
+	for _, m := range msgs {
+		ad, err := netlink.NewAttributeDecoder(m.Data)
+		if err != nil {
+			return "", fmt.Errorf("rdmanl: get the RDMA netns mode: %w", err)
+		}
+		for ad.Next() {
+			if ad.Type() == attrSysNetnsMode {
+				if ad.Uint8() != 0 {
+					return NetnsShared, nil
+				}
+				return NetnsExclusive, nil
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return "", fmt.Errorf("rdmanl: get the RDMA netns mode: %w", err)
+		}
+	}
+	return "", fmt.Errorf("rdmanl: get the RDMA netns mode: %w: no RDMA_NLDEV_SYS_ATTR_NETNS_MODE in the reply", ErrUnsupported)
+}
+
+// setNetnsRequest encodes RDMA_NLDEV_CMD_SYS_SET's attributes.
+func setNetnsRequest(mode string) ([]byte, error) {
+	ae := netlink.NewAttributeEncoder()
+	v := uint8(0)
+	if mode == NetnsShared {
+		v = 1
+	}
+	ae.Uint8(attrSysNetnsMode, v)
+	return ae.Encode()
+}
+
+// SetNetnsMode sets the RDMA subsystem's network namespace mode. The
+// kernel refuses a change (EBUSY) while any network namespace other than
+// the initial one exists.
+func (c *Conn) SetNetnsMode(mode string) error {
+	if mode != NetnsShared && mode != NetnsExclusive {
+		return fmt.Errorf("rdmanl: netns mode %q: want %q or %q", mode, NetnsShared, NetnsExclusive)
+	}
+	data, err := setNetnsRequest(mode)
+	if err == nil {
+		_, err = c.nl.Execute(netlink.Message{Header: netlink.Header{Type: msgType(cmdSysSet), Flags: netlink.Request | netlink.Acknowledge}, Data: data})
+	}
+	if errors.Is(err, syscall.EBUSY) {
+		return fmt.Errorf("rdmanl: set the RDMA netns mode to %s: %w (the kernel changes it only while no network namespace but the initial one exists: set it at boot, before containers start)", mode, err)
+	}
+	if err != nil {
+		return fmt.Errorf("rdmanl: set the RDMA netns mode to %s: %w", mode, err)
+	}
+	return nil
 }
 
 // setDIMRequest encodes RDMA_NLDEV_CMD_SET's attributes for dev.

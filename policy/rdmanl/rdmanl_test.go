@@ -3,6 +3,7 @@ package rdmanl
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,8 +69,10 @@ func u32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
 // fakeNLDEV answers RDMA_NLDEV_CMD_GET dumps with its devices (mlx5_0
 // with DIM off, old0 from a kernel without DEV_DIM) and applies SETs.
 type fakeNLDEV struct {
-	dim  bool
-	sets [][]byte
+	dim    bool
+	sets   [][]byte
+	shared bool
+	busy   bool // SYS_SET answers EBUSY: another netns exists
 }
 
 func (f *fakeNLDEV) handle(reqs []netlink.Message) ([]netlink.Message, error) {
@@ -88,6 +91,19 @@ func (f *fakeNLDEV) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 			{Header: req.Header, Data: bytes.Join([][]byte{nla(1, u32(7)), nla(2, []byte("old0\x00"))}, nil)},
 			{Header: req.Header, Data: make([]byte, 4)}, // becomes NLMSG_DONE, error 0
 		})
+	case 5<<10 + 6: // RDMA_NLDEV_CMD_SYS_GET
+		v := byte(0)
+		if f.shared {
+			v = 1
+		}
+		return []netlink.Message{{Header: req.Header, Data: bytes.Join([][]byte{nla(66, []byte{v}), nla(67, []byte{0})}, nil)}}, nil
+	case 5<<10 + 7: // RDMA_NLDEV_CMD_SYS_SET
+		if f.busy {
+			return nltest.Error(int(syscall.EBUSY), reqs)
+		}
+		f.sets = append(f.sets, req.Data)
+		f.shared = bytes.Equal(req.Data, nla(66, []byte{1}))
+		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error, Sequence: req.Header.Sequence, PID: req.Header.PID}, Data: make([]byte, 4)}}, nil
 	case 5<<10 + 2:
 		if req.Header.Flags&netlink.Acknowledge == 0 {
 			return nltest.Error(int(syscall.EINVAL), reqs)
@@ -141,5 +157,32 @@ func TestDialWithoutRDMA(t *testing.T) {
 	}
 	if !IsUnsupported(err) {
 		t.Errorf("Dial on a kernel without RDMA = %v, want unsupported", err)
+	}
+}
+
+func TestNetnsMode(t *testing.T) {
+	f := &fakeNLDEV{shared: true}
+	c := NewConn(nltest.Dial(f.handle))
+	defer c.Close()
+	if m, err := c.NetnsMode(); err != nil || m != NetnsShared {
+		t.Fatalf("NetnsMode = %q, %v; want shared", m, err)
+	}
+	if err := c.SetNetnsMode(NetnsExclusive); err != nil {
+		t.Fatal(err)
+	}
+	// RDMA_NLDEV_SYS_ATTR_NETNS_MODE (66) u8 0: 5 bytes padded to 8.
+	if want := nla(66, []byte{0}); len(f.sets) != 1 || !bytes.Equal(f.sets[0], want) {
+		t.Errorf("SYS_SET attributes = %x, want %x", f.sets, want)
+	}
+	if m, _ := c.NetnsMode(); m != NetnsExclusive {
+		t.Errorf("after set: %q", m)
+	}
+	f.busy = true
+	err := c.SetNetnsMode(NetnsShared)
+	if !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "before containers start") {
+		t.Errorf("SetNetnsMode with another netns = %v, want EBUSY with the hint", err)
+	}
+	if err := c.SetNetnsMode("private"); err == nil {
+		t.Error("SetNetnsMode(private) = nil")
 	}
 }
