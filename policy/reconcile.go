@@ -153,8 +153,10 @@ func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 		log.Error("ethtool netlink unavailable; ring, channel and coalescing policies cannot be applied", "err", r.nicqErr)
 	}
 	// Without the RDMA core there is no RDMA device to manage either:
-	// the error is kept for the targets, not logged.
-	r.rdma, r.rdmaErr = rdmanl.Dial()
+	// that error is kept for the targets, not logged.
+	if r.rdma, r.rdmaErr = rdmanl.Dial(); r.rdmaErr != nil && !rdmanl.IsUnsupported(r.rdmaErr) {
+		log.Error("RDMA netlink unavailable; [policy.rdma] and [rdma] cannot be applied", "err", r.rdmaErr)
+	}
 	r.roce = roce.New(roce.Options{})
 	r.ecn = ecn.New(ecn.Options{})
 	return r
