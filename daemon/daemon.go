@@ -210,7 +210,7 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent(apitype.ComponentConfigWatch, apitype.OK, nil)
 	}
 
-	d.rec = policy.NewReconciler(d.log, policy.Options{StateDir: stateDir(opts.StateDir)})
+	d.rec = policy.NewReconciler(d.log, policy.Options{StateDir: stateDir(opts.StateDir), SysRoot: d.inv.Root})
 	defer d.rec.Close()
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The netdevs of a fixture tree are not this host's: their DCB

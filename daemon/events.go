@@ -195,7 +195,7 @@ func (d *Daemon) reconcile(sc *policy.Scope) []apitype.Change {
 func (d *Daemon) declared() policy.Declared {
 	m := d.cfg.Memlock
 	return policy.Declared{Rules: d.cfg.Rules(), Memlock: policy.Memlock{Daemon: m.Daemon, Users: m.Users,
-		UsersDomain: m.UsersDomain, LimitsFile: m.LimitsFile}}
+		UsersDomain: m.UsersDomain, LimitsFile: m.LimitsFile}, RDMA: policy.RDMASystem{NetnsMode: d.cfg.RDMA.NetnsMode}}
 }
 
 // portsOf lists the RDMA ports of devs, for the reconciler.

@@ -27,6 +27,7 @@ var Checks = []Check{
 	{"uverbs", "verbs character devices exist", checkUverbs},
 	{"ports", "ports are ACTIVE with the link up", checkPorts},
 	{"pcie", "PCIe links trained at the speed and width their slots allow", checkPCIe},
+	{"firmware", "RDMA devices run the firmware their policy expects", checkFirmware},
 	{"gid", "RoCE v2 GIDs cover the netdev's addresses", checkGIDs},
 	{"mtu", "netdev MTU, RDMA MTU and policy agree", checkMTU},
 	{"pfc", "PFC is on for the RoCE priority", checkPFC},

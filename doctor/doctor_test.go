@@ -486,6 +486,9 @@ func TestChecks(t *testing.T) {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.3", []apitype.Mismatch{
 				{Field: "pfc", Local: "3", Peer: "none", Severity: apitype.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}
 		}, Warn, "MISMATCH 192.0.2.3: pfc 3 here (mlx5_0/1) but none on 192.0.2.3 (mlx5_1/1)", "[[policy]] qos trust and pfc"},
+		{"firmware older than the policy's", "firmware", func(t *testing.T) *Env {
+			return &Env{Snapshot: snapWith(apitype.Target{Kind: "firmware", Object: "mlx5_0", Desired: ">=22.39.1002", Actual: "22.38.1900", State: apitype.Drifted})}
+		}, Warn, `mlx5_0: firmware 22.38.1900, policy "fabric" expects >=22.39.1002`, "vendor's tool"},
 	}
 	byID := map[string]Check{}
 	all := append(append([]Check(nil), Checks...), CallerChecks...)
@@ -566,7 +569,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "firmware", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

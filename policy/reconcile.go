@@ -22,7 +22,9 @@ import (
 	"github.com/rdmad/rdmad/policy/ecn"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
+	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
+	"github.com/rdmad/rdmad/policy/rdmanl"
 	"github.com/rdmad/rdmad/policy/roce"
 )
 
@@ -31,7 +33,19 @@ import (
 type Declared struct {
 	Rules   []Rule
 	Memlock Memlock
+	RDMA    RDMASystem
 }
+
+// RDMASystem holds what [rdma] declares: node-wide settings of the RDMA
+// subsystem.
+type RDMASystem struct {
+	// NetnsMode is "shared" or "exclusive" (rdmanl.Netns*); "" leaves it.
+	NetnsMode string
+}
+
+// rdmaPolicy names the node-wide [rdma] settings' targets in status; the
+// brackets keep it apart from any [[policy]] name.
+const rdmaPolicy = "[rdma]"
 
 // Memlock holds what [memlock] declares.
 type Memlock struct {
@@ -67,7 +81,17 @@ type Reconciler struct {
 	dcb  *dcb.Conn
 	roce *roce.Client
 	ecn  *ecn.Client
-	now  func() time.Time
+	// nicq sets ethtool queue parameters; nil when ethtool netlink could
+	// not be opened, and nicqErr says why.
+	nicq    *nicq.Conn
+	nicqErr error
+	// rdma sets RDMA device attributes over RDMA netlink; nil when the
+	// socket could not be opened (no RDMA core), and rdmaErr says why.
+	rdma    *rdmanl.Conn
+	rdmaErr error
+	// sysRoot is where sysfs is read from ("" is /; tests use a tree).
+	sysRoot string
+	now     func() time.Time
 
 	// targets persists counters and last-change times across passes.
 	targets map[string]entry
@@ -82,6 +106,9 @@ type Reconciler struct {
 	// the device has no DCB, so that it is reported once and not asked
 	// again until the link is replaced or the configuration reloaded.
 	unsupported map[string]int
+	// nicUnsupported does the same per ethtool group target ("rings
+	// ens1f0").
+	nicUnsupported map[string]int
 }
 
 type entry struct {
@@ -97,13 +124,17 @@ type Options struct {
 	// the limits files it writes (memlock.RecordName); "" keeps that
 	// record in memory only.
 	StateDir string
+	// SysRoot is where sysfs is read (the devices' fw_ver); "" is "/".
+	// rdmad on a fixture tree passes the tree's root.
+	SysRoot string
 }
 
 // NewReconciler opens the appliers' kernel interfaces and reads the record
 // of limits files in o.StateDir. One that cannot be opened or read is
 // reported (by its targets, or in the log), not fatal.
 func NewReconciler(log *slog.Logger, o Options) *Reconciler {
-	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}}
+	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, nicUnsupported: map[string]int{},
+		sysRoot: o.SysRoot}
 	if o.StateDir != "" {
 		rec, err := memlock.LoadRecord(filepath.Join(o.StateDir, memlock.RecordName))
 		if err != nil {
@@ -118,6 +149,14 @@ func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 	if r.dcb, err = dcb.Dial(nil); err != nil {
 		log.Error("dcbnl unavailable; QoS policies cannot be applied", "err", err)
 	}
+	if r.nicq, r.nicqErr = nicq.Dial(0); r.nicqErr != nil {
+		log.Error("ethtool netlink unavailable; ring, channel and coalescing policies cannot be applied", "err", r.nicqErr)
+	}
+	// Without the RDMA core there is no RDMA device to manage either:
+	// that error is kept for the targets, not logged.
+	if r.rdma, r.rdmaErr = rdmanl.Dial(); r.rdmaErr != nil && !rdmanl.IsUnsupported(r.rdmaErr) {
+		log.Error("RDMA netlink unavailable; [policy.rdma] and [rdma] cannot be applied", "err", r.rdmaErr)
+	}
 	r.roce = roce.New(roce.Options{})
 	r.ecn = ecn.New(ecn.Options{})
 	return r
@@ -131,11 +170,20 @@ func (r *Reconciler) Close() {
 	if r.dcb != nil {
 		r.dcb.Close()
 	}
+	if r.nicq != nil {
+		r.nicq.Close()
+	}
+	if r.rdma != nil {
+		r.rdma.Close()
+	}
 }
 
 // Forget drops what is remembered of netdevs (after a reload, so every
 // setting is looked at afresh).
-func (r *Reconciler) Forget() { r.unsupported = map[string]int{} }
+func (r *Reconciler) Forget() {
+	r.unsupported = map[string]int{}
+	r.nicUnsupported = map[string]int{}
+}
 
 // Pass reconciles the objects in sc among the RDMA ports given and the
 // host's netdevs. With apply false it only computes the changes
@@ -186,7 +234,11 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		case t.State == apitype.Drifted && (!ok || prev.t.State != t.State || prev.t.Actual != t.Actual):
 			// Observe mode: once per drift, and again when the value
 			// moves.
-			r.log.Warn("policy drift detected; the policy observes and changes nothing", apitype.MessageIDKey, apitype.MsgDriftDetected,
+			msg := "policy drift detected; the policy observes and changes nothing"
+			if kind == "firmware" {
+				msg = "firmware differs from the policy's; rdmad does not flash firmware"
+			}
+			r.log.Warn(msg, apitype.MessageIDKey, apitype.MsgDriftDetected,
 				"policy", src.Policy, "kind", kind, "object", object, "desired", t.Desired, "actual", t.Actual)
 		case ok && prev.t.State != t.State:
 			attrs := []any{"policy", src.Policy, "kind", kind, "object", object, "state", t.State, "desired", t.Desired, "actual", t.Actual}
@@ -214,6 +266,35 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			t, cs := r.checkECN(nd, *w.ECN, apply && !w.ECNSrc.Observe)
 			record(w.ECNSrc, "ecn", nd, t, cs)
 		}
+		for _, g := range nicq.Groups {
+			if nw, ok := w.NIC[g.Kind]; ok {
+				t, cs := r.checkNIC(g, nd, index[nd], nw.Values, apply && !nw.Src.Observe)
+				record(nw.Src, g.Kind, nd, t, cs)
+			}
+		}
+	}
+	var rdmaDevs map[string]rdmanl.Device // one dump per pass, when needed
+	var rdmaErr error
+	rdmaDumped := false
+	for _, dev := range slices.Sorted(maps.Keys(want.Devices)) {
+		if sc != nil && !sc.Devices[dev] {
+			continue
+		}
+		w := want.Devices[dev]
+		if w.Firmware != "" {
+			t, cs := r.checkFirmware(dev, w.Firmware)
+			// Never applied, whatever the policy's mode: its changes
+			// are reports.
+			record(Source{Policy: w.FirmwareSrc.Policy, Observe: true}, "firmware", dev, t, cs)
+		}
+		if w.DIM != nil {
+			if !rdmaDumped && r.rdma != nil {
+				rdmaDevs, rdmaErr = r.rdma.Devices()
+				rdmaDumped = true
+			}
+			t, cs := r.checkDIM(dev, *w.DIM, rdmaDevs, rdmaErr, apply && !w.DIMSrc.Observe)
+			record(w.DIMSrc, "rdma", dev, t, cs)
+		}
 	}
 	for _, p := range ports {
 		w, ok := want.Ports[p]
@@ -222,6 +303,10 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		}
 		t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
 		record(w.RoCESrc, "roce", p.String(), t, cs)
+	}
+	if sc == nil && d.RDMA.NetnsMode != "" {
+		t, cs := r.checkNetnsMode(d.RDMA.NetnsMode, apply)
+		record(Source{Policy: rdmaPolicy}, "rdma", "netns_mode", t, cs)
 	}
 	if sc == nil && d.Memlock.Daemon != nil {
 		t, cs := r.checkDaemonMemlock(*d.Memlock.Daemon, apply)
@@ -254,9 +339,10 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		if seen[key] {
 			continue
 		}
-		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)])
+		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)]) ||
+			((e.t.Kind == "firmware" || e.t.Kind == "rdma") && sc.Devices[e.t.Object])
 		_, ok := want.Matches[e.policy]
-		if e.t.Kind == "memlock" {
+		if e.t.Kind == "memlock" || e.policy == rdmaPolicy {
 			ok = true // not a [[policy]]; only full passes drop it
 		}
 		if !ok || inScope {
@@ -303,6 +389,9 @@ func (r *Reconciler) status(d Declared, want Desired) []apitype.PolicyStatus {
 	if d.Memlock.Daemon != nil || d.Memlock.Users != nil || len(byPolicy["memlock"]) > 0 {
 		add("memlock", "enforce")
 	}
+	if d.RDMA.NetnsMode != "" {
+		add(rdmaPolicy, "enforce")
+	}
 	return out
 }
 
@@ -325,6 +414,9 @@ func (r *Reconciler) checkMTU(nd string, desired int, enforce bool) (apitype.Tar
 
 func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: FormatQoS(want.Trust, want.PFC, want.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)}
+	if want.ETS != nil {
+		t.Desired = joinNonEmpty(t.Desired, want.ETS.String())
+	}
 	if idx, ok := r.unsupported[nd]; ok && idx == ifindex {
 		if prev, ok := r.targets[targetKey("qos", nd)]; ok {
 			return prev.t, nil
@@ -344,7 +436,17 @@ func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		return failed(t, err), nil
 	}
 	t.Actual = FormatQoS(actual.Trust, actual.PFC, actual.DSCPToPrio, want.PFC != nil, want.DSCPToPrio != nil)
+	if want.ETS != nil && actual.IEEE != nil && actual.IEEE.ETS != nil {
+		t.Actual = joinNonEmpty(t.Actual, qos.ETSFrom(actual.IEEE.ETS).String())
+	}
 	plan, err := qos.Plan(want, actual)
+	if qos.IsUnsupported(err) {
+		// The device has DCB but not the part the policy manages (a
+		// driver without ETS or PFC objects): a steady state, as above.
+		r.unsupported[nd] = ifindex
+		t.State, t.Error = apitype.Unsupported, err.Error()
+		return t, nil
+	}
 	if err != nil {
 		return failed(t, err), nil
 	}
@@ -366,6 +468,21 @@ func (r *Reconciler) checkQoS(nd string, ifindex int, want qos.Desired, enforce 
 		t.State = apitype.Unsupported
 	}
 	return t, cs
+}
+
+// joinNonEmpty joins the non-empty strings with spaces.
+func joinNonEmpty(s ...string) string {
+	out := ""
+	for _, v := range s {
+		if v == "" {
+			continue
+		}
+		if out != "" {
+			out += " "
+		}
+		out += v
+	}
+	return out
 }
 
 // checkECN compares the DCQCN priorities of nd with what the policy wants

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
 )
 
@@ -34,6 +35,17 @@ type Rule struct {
 	RoCE *RoCERule
 	// ECN is DCQCN on selected netdevs; nil leaves it unmanaged.
 	ECN *ECNRule
+	// NIC are the ethtool queue parameters of selected netdevs by group
+	// kind (nicq.Rings.Kind, ...): ring sizes, channel counts,
+	// interrupt coalescing. A group that is absent is unmanaged.
+	NIC map[string]nicq.Values
+	// Firmware is the firmware version the selected RDMA devices should
+	// run, as a constraint ("22.39.1002", ">=22.39.1002"); "" has none.
+	// rdmad never flashes firmware: a mismatch is only reported.
+	Firmware string
+	// AdaptiveModeration is the RDMA devices' CQ adaptive interrupt
+	// moderation (DIM) over RDMA netlink; nil leaves it unmanaged.
+	AdaptiveModeration *bool
 }
 
 // An ECNRule is what a Rule wants of DCQCN on its netdevs: the priorities
@@ -85,6 +97,23 @@ type NetdevWant struct {
 	QoSSrc Source
 	ECN    *ECNRule // nil: unmanaged
 	ECNSrc Source
+	// NIC is what the policies want of the ethtool queue parameters, by
+	// group kind; each group is resolved on its own.
+	NIC map[string]NICWant
+}
+
+// A NICWant is one group of ethtool queue parameters a policy wants.
+type NICWant struct {
+	Values nicq.Values
+	Src    Source
+}
+
+// DeviceWant is what the policies want of one RDMA device.
+type DeviceWant struct {
+	Firmware    string // "": unmanaged
+	FirmwareSrc Source
+	DIM         *bool // nil: unmanaged
+	DIMSrc      Source
 }
 
 // PortWant is what the policies want of one RDMA port.
@@ -98,6 +127,7 @@ type PortWant struct {
 type Desired struct {
 	Netdevs map[string]NetdevWant
 	Ports   map[Port]PortWant
+	Devices map[string]DeviceWant
 	// Matches lists, per policy name, the objects it is in charge of (for
 	// status: a policy that matches nothing says so).
 	Matches map[string][]string
@@ -111,10 +141,12 @@ type Desired struct {
 // the device, or one of its netdevs globs matches the port's netdev. When
 // several policies set the same thing on the same object, the later one in
 // configuration order wins (drop-ins are merged after the main file, so a
-// drop-in overrides it); MTU, [policy.qos], [policy.ecn] and [policy.roce]
-// are resolved separately.
+// drop-in overrides it); MTU, [policy.qos], [policy.ecn], [policy.roce],
+// [policy.rings], [policy.channels], [policy.coalesce] and firmware are
+// resolved separately (a table as a whole: a later [policy.rings] with
+// only rx leaves tx unmanaged).
 func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
-	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Matches: map[string][]string{}}
+	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Devices: map[string]DeviceWant{}, Matches: map[string][]string{}}
 	for _, p := range policies {
 		d.Matches[p.Name] = []string{}
 		src := Source{Policy: p.Name, Observe: p.Observe}
@@ -130,7 +162,7 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 			}
 		}
 		for nd := range selected {
-			if p.MTU == 0 && p.QoS == nil && p.ECN == nil {
+			if p.MTU == 0 && p.QoS == nil && p.ECN == nil && len(p.NIC) == 0 {
 				break
 			}
 			w := d.Netdevs[nd]
@@ -145,8 +177,31 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 				e := *p.ECN
 				w.ECN, w.ECNSrc = &e, src
 			}
+			for kind, v := range p.NIC {
+				if w.NIC == nil {
+					w.NIC = map[string]NICWant{} // this netdev's own
+				}
+				w.NIC[kind] = NICWant{Values: v, Src: src}
+			}
 			d.Netdevs[nd] = w
 			d.Matches[p.Name] = append(d.Matches[p.Name], nd)
+		}
+		if p.Firmware != "" || p.AdaptiveModeration != nil {
+			for _, pt := range ports {
+				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
+					continue
+				}
+				w := d.Devices[pt.Device]
+				if p.Firmware != "" {
+					w.Firmware, w.FirmwareSrc = p.Firmware, src
+				}
+				if p.AdaptiveModeration != nil {
+					on := *p.AdaptiveModeration
+					w.DIM, w.DIMSrc = &on, src
+				}
+				d.Devices[pt.Device] = w
+				d.Matches[p.Name] = append(d.Matches[p.Name], pt.Device)
+			}
 		}
 		if p.RoCE != nil {
 			for _, pt := range ports {

@@ -40,6 +40,9 @@ type Config struct {
 	Probe    Probe    `toml:"probe"`
 	Peers    []Peer   `toml:"peer"`
 	Health   Health   `toml:"health"`
+	// RDMA is [rdma]: node-wide settings of the RDMA subsystem
+	// (daemon/config/nic.go).
+	RDMA RDMASystem `toml:"rdma"`
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-"`
@@ -75,6 +78,17 @@ type Policy struct {
 	QoS  *QoS  `toml:"qos"`
 	RoCE *RoCE `toml:"roce"`
 	ECN  *ECN  `toml:"ecn"`
+	// Rings, Channels and Coalesce are the ethtool queue parameters of
+	// the matched netdevs (daemon/config/nic.go).
+	Rings    *Rings    `toml:"rings"`
+	Channels *Channels `toml:"channels"`
+	Coalesce *Coalesce `toml:"coalesce"`
+	// RDMA is [policy.rdma]: RDMA device attributes over RDMA netlink.
+	RDMA *RDMA `toml:"rdma"`
+	// Firmware is the firmware version the matched RDMA devices should
+	// run ("22.39.1002", ">=22.39.1002"); a mismatch is reported, never
+	// acted on.
+	Firmware string `toml:"firmware"`
 	// MinRate is the least link rate of the matched ports ("200Gb/s"): a
 	// port below it is LinkDegraded (docs/HEALTH.md). Nothing is set.
 	MinRate string `toml:"min_rate"`
@@ -108,6 +122,9 @@ type QoS struct {
 	DSCPToPrio map[int]int `toml:"-"`
 
 	RawDSCPToPrio map[string]int `toml:"dscp_to_prio"`
+	// ETS is [policy.qos.ets]: priority to traffic class map and the
+	// classes' bandwidth shares (daemon/config/nic.go).
+	ETS *ETS `toml:"ets"`
 }
 
 // RoCE holds [policy.roce]: RDMA-CM defaults for the matched devices' ports.

@@ -425,6 +425,7 @@ func (c *Config) validate(locs map[string]*locator) Errors {
 	c.validateProbe(k)
 	c.validateHealth(k)
 	c.validateMetrics(k)
+	c.validateRDMA(k)
 	for i := range c.Policies {
 		c.Policies[i].validate(k)
 	}
@@ -580,7 +581,7 @@ func (p *Policy) validate(k *checker) {
 			p.MinRateGbps = v
 		}
 	}
-	if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil && p.MinRate == "" {
+	if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil && p.MinRate == "" && !p.managesDepth() {
 		bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce] or min_rate", p.Name)
 	}
 	if q := p.QoS; q != nil {
@@ -614,6 +615,7 @@ func (p *Policy) validate(k *checker) {
 			q.DSCPToPrio[dscp] = prio
 		}
 	}
+	p.validateDepth(k, key)
 	if e := p.ECN; e != nil {
 		if e.NP == nil && e.RP == nil {
 			bad(f, key("ecn"), "[policy.ecn] sets neither np nor rp; list the priorities DCQCN is enabled on, e.g. np = [3] and rp = [3], or remove the table")

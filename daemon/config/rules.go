@@ -21,7 +21,11 @@ func (c *Config) Rules() []policy.Rule {
 func (p Policy) Rule() policy.Rule {
 	r := policy.Rule{Name: p.Name, Netdevs: p.Netdevs, Devices: p.Devices, Observe: p.Mode == "observe", MTU: p.MTU}
 	if p.QoS != nil {
-		r.QoS = &qos.Desired{Trust: p.QoS.Trust, PFC: p.QoS.PFC, DSCPToPrio: p.QoS.DSCPToPrio}
+		r.QoS = &qos.Desired{Trust: p.QoS.Trust, PFC: p.QoS.PFC, DSCPToPrio: p.QoS.DSCPToPrio, ETS: p.QoS.ETS.desired()}
+	}
+	r.NIC, r.Firmware = p.nicRule(), p.Firmware
+	if p.RDMA != nil {
+		r.AdaptiveModeration = p.RDMA.AdaptiveModeration
 	}
 	if p.RoCE != nil {
 		r.RoCE = &policy.RoCERule{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode}

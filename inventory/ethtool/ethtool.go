@@ -78,15 +78,29 @@ func Open(cfg *Config) (*Reader, error) {
 func newReader(gc *genetlink.Conn, fd int) (*Reader, error) {
 	r := &Reader{gc: gc, fd: fd}
 	var err error
-	r.family, err = gc.GetFamily(genlName)
+	r.family, err = Family(gc)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		r.famErr = fmt.Errorf("the kernel has no ethtool netlink interface (Linux 5.6 or later with CONFIG_ETHTOOL_NETLINK): %w", errors.ErrUnsupported)
+	case errors.Is(err, errors.ErrUnsupported):
+		r.famErr = err
 	case err != nil:
 		r.Close()
-		return nil, fmt.Errorf("ethtool: look up the generic netlink family %q: %w", genlName, err)
+		return nil, err
 	}
 	return r, nil
+}
+
+// Family looks up the ethtool generic netlink family on gc, for this
+// package and for the policy appliers that set ethtool parameters. On a
+// kernel without ethtool netlink the error matches errors.ErrUnsupported.
+func Family(gc *genetlink.Conn) (genetlink.Family, error) {
+	f, err := gc.GetFamily(genlName)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return genetlink.Family{}, fmt.Errorf("the kernel has no ethtool netlink interface (Linux 5.6 or later with CONFIG_ETHTOOL_NETLINK): %w", errors.ErrUnsupported)
+	case err != nil:
+		return genetlink.Family{}, fmt.Errorf("ethtool: look up the generic netlink family %q: %w", genlName, err)
+	}
+	return f, nil
 }
 
 // Close closes the sockets.

@@ -34,6 +34,11 @@ type conn struct {
 // opened (EPROTONOSUPPORT).
 var ErrNoRDMA = errors.New("the kernel has no RDMA netlink: ib_core is not loaded (no RDMA device driver, e.g. mlx5_ib or rdma_rxe, is loaded)")
 
+// Dial opens an RDMA netlink socket, as Read does, for the policy
+// appliers that set RDMA device attributes (policy/rdmanl). On a kernel
+// without the RDMA core the error wraps ErrNoRDMA.
+func Dial() (*netlink.Conn, error) { return dialKernel() }
+
 // dialKernel opens an RDMA netlink socket.
 func dialKernel() (*netlink.Conn, error) {
 	nl, err := netlink.Dial(netlinkRDMA, nil)

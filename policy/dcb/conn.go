@@ -85,6 +85,16 @@ func (c *Conn) SetPFC(ifname string, pfc PFC) error {
 	return c.set("set PFC", ifname, cmdIEEESet, req, err)
 }
 
+// SetETS writes ifname's ETS object (DCB_CMD_IEEE_SET with
+// DCB_ATTR_IEEE_ETS). The kernel takes the whole struct, so callers read
+// it with IEEE first and change PrioTC, TCTSA and TCTxBW; the driver
+// validates it (mlx5 refuses shares of its ETS classes that do not sum to
+// 100 with EINVAL).
+func (c *Conn) SetETS(ifname string, ets ETS) error {
+	req, err := etsSetRequest(ifname, ets)
+	return c.set("set ETS", ifname, cmdIEEESet, req, err)
+}
+
 // AddApps adds entries to ifname's APP table (DCB_CMD_IEEE_SET with
 // DCB_ATTR_IEEE_APP_TABLE).
 //

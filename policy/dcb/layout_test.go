@@ -185,6 +185,9 @@ func TestLayoutMatchesKernelHeader(t *testing.T) {
 		if diff := cmp.Diff(wantETS, *gotETS); diff != "" {
 			t.Errorf("unmarshalETS(C bytes) (-want +got):\n%s", diff)
 		}
+		if diff := cmp.Diff(cbytes("ieee_ets"), wantETS.marshal()); diff != "" {
+			t.Errorf("struct ieee_ets (-C +Go):\n%s", diff)
+		}
 
 		// A whole DCB_CMD_IEEE_GET reply carrying C's structs, as
 		// dcbnl_ieee_fill nests them, decodes to the same values: what

@@ -56,7 +56,8 @@ func (p PFC) IsEnabled(prio int) bool {
 }
 
 // An ETS is the IEEE 802.1Qaz enhanced transmission selection object
-// (struct ieee_ets). rdmad only reads it, for status.
+// (struct ieee_ets): which traffic class each priority is in, and how the
+// classes share the link.
 type ETS struct {
 	Willing    uint8
 	Cap        uint8
@@ -127,6 +128,19 @@ func unmarshalETS(b []byte) (*ETS, error) {
 	return e, nil
 }
 
+func (e ETS) marshal() []byte {
+	b := make([]byte, sizeofIEEEETS)
+	b[0], b[1], b[2] = e.Willing, e.Cap, e.CBS
+	copy(b[offsetofETSTCTxBW:], e.TCTxBW[:])
+	copy(b[offsetofETSTCRxBW:], e.TCRxBW[:])
+	copy(b[offsetofETSTCTSA:], e.TCTSA[:])
+	copy(b[offsetofETSPrioTC:], e.PrioTC[:])
+	copy(b[offsetofETSRecoBW:], e.TCRecoBW[:])
+	copy(b[offsetofETSRecoTSA:], e.TCRecoTSA[:])
+	copy(b[offsetofETSRecoPTC:], e.RecoPrioTC[:])
+	return b
+}
+
 func (a App) marshal() []byte {
 	b := make([]byte, sizeofDCBApp)
 	b[0], b[1] = a.Selector, a.Priority
@@ -184,6 +198,12 @@ func ieeeGetRequest(ifname string) ([]byte, error) {
 func pfcSetRequest(ifname string, p PFC) ([]byte, error) {
 	return request(cmdIEEESet, ifname, func(ae *netlink.AttributeEncoder) {
 		ae.Bytes(attrIEEEPFC, p.marshal())
+	})
+}
+
+func etsSetRequest(ifname string, e ETS) ([]byte, error) {
+	return request(cmdIEEESet, ifname, func(ae *netlink.AttributeEncoder) {
+		ae.Bytes(attrIEEEETS, e.marshal())
 	})
 }
 

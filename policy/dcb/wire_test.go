@@ -71,6 +71,22 @@ func TestRequestEncoding(t *testing.T) {
 			want: cat([]byte{0, 20, 0, 0}, ifnameEth0, nla(attrIEEE, nla(attrIEEEPFC, pfc.marshal()))),
 		},
 		{
+			// DCB_ATTR_IEEE (13) { DCB_ATTR_IEEE_ETS (1): the 59-byte
+			// struct ieee_ets, padded to 64 } : 4 + 4 + 59 + 1 pad.
+			name: "set ETS",
+			got: func() ([]byte, error) {
+				return etsSetRequest("eth0", ETS{Cap: 8, TCTxBW: [8]uint8{50, 50}, TCTSA: [8]uint8{2, 2}, PrioTC: [8]uint8{0, 0, 0, 1}})
+			},
+			want: cat([]byte{0, 20, 0, 0}, ifnameEth0,
+				[]byte{68, 0, 13, 0}, []byte{63, 0, 1, 0},
+				[]byte{0, 8, 0},                  // willing, ets_cap, cbs
+				[]byte{50, 50, 0, 0, 0, 0, 0, 0}, // tc_tx_bw
+				make([]byte, 8),                  // tc_rx_bw
+				[]byte{2, 2, 0, 0, 0, 0, 0, 0},   // tc_tsa
+				[]byte{0, 0, 0, 1, 0, 0, 0, 0},   // prio_tc
+				make([]byte, 24+1)),              // tc_reco_bw, tc_reco_tsa, reco_prio_tc, pad
+		},
+		{
 			// DCB_ATTR_IEEE { DCB_ATTR_IEEE_APP_TABLE (3) {
 			//   DCB_ATTR_IEEE_APP (1): dcb_app{5, 3, 26},
 			//   DCB_ATTR_DCB_APP (2): dcb_app{255, 1, 4} } }.

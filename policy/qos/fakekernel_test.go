@@ -23,6 +23,7 @@ import (
 type fakeDCB struct {
 	ifname string
 	pfc    *dcb.PFC  // nil: driver has no ieee_getpfc/ieee_setpfc
+	ets    []byte    // struct ieee_ets; nil: no ieee_getets/ieee_setets
 	apps   []dcb.App // newest first, like dcb_app_list
 	trust  []uint8   // nil: no dcbnl_getapptrust/setapptrust
 	// setappErr, if set, is what the driver's ieee_setapp returns.
@@ -98,6 +99,9 @@ func (f *fakeDCB) fill() []byte {
 	ae.String(1, f.ifname)
 	ae.Do(13, func() ([]byte, error) {
 		nae := netlink.NewAttributeEncoder()
+		if f.ets != nil {
+			nae.Bytes(1, f.ets) // DCB_ATTR_IEEE_ETS
+		}
 		if f.pfc != nil {
 			nae.Bytes(2, marshalPFC(*f.pfc))
 		}
@@ -163,6 +167,27 @@ func (f *fakeDCB) set(ieee []byte) syscall.Errno {
 	}
 	for ad.Next() {
 		switch ad.Type() {
+		case 1: // DCB_ATTR_IEEE_ETS: validated as mlx5e_dbcnl_validate_ets does
+			if f.ets == nil {
+				continue // ignored without ieee_setets, as dcbnl does
+			}
+			d := ad.Bytes()
+			if len(d) < 59 {
+				return syscall.EINVAL
+			}
+			sum := 0
+			for tc := range 8 {
+				if d[19+tc] == 2 { // tc_tsa ETS
+					sum += int(d[3+tc]) // tc_tx_bw
+				}
+				if d[27+tc] >= d[1] { // prio_tc beyond ets_cap
+					return syscall.EINVAL
+				}
+			}
+			if sum != 100 {
+				return syscall.EINVAL
+			}
+			f.ets = slices.Clone(d[:59])
 		case 2: // DCB_ATTR_IEEE_PFC; ignored without ieee_setpfc, as dcbnl does
 			if f.pfc != nil {
 				d := ad.Bytes()

@@ -55,10 +55,12 @@ func TestIntegrationVethUnsupported(t *testing.T) {
 	t.Run("Apply", func(t *testing.T) {
 		capable := actualFrom("qv0", &dcb.IEEE{
 			PFC:        &dcb.PFC{Cap: 8},
+			ETS:        &dcb.ETS{Cap: 8},
 			Apps:       []dcb.App{{Selector: dcb.SelectorDSCP, Protocol: 26, Priority: 3}},
 			TrustTable: true, Trust: []uint8{dcb.SelectorPCP},
 		})
-		changes, err := Plan(Desired{Trust: TrustDSCP, PFC: []int{3}, DSCPToPrio: map[int]int{46: 5}}, capable)
+		ets := ETS{TSA: [8]string{"ets", "ets", "strict", "strict", "strict", "strict", "strict", "strict"}, BW: [8]int{50, 50}}
+		changes, err := Plan(Desired{Trust: TrustDSCP, PFC: []int{3}, DSCPToPrio: map[int]int{46: 5}, ETS: &ets}, capable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +68,7 @@ func TestIntegrationVethUnsupported(t *testing.T) {
 		if !IsUnsupported(err) {
 			t.Fatalf("Apply on veth = %v, want unsupported", err)
 		}
-		for _, op := range []string{"add APP entries", "delete APP entries", "set PFC", "set APP trust"} {
+		for _, op := range []string{"add APP entries", "delete APP entries", "set ETS", "set PFC", "set APP trust"} {
 			if !strings.Contains(err.Error(), "dcb: "+op+" on qv0: operation not supported") {
 				t.Errorf("Apply error %q does not report %q", err, op)
 			}

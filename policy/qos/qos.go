@@ -1,6 +1,7 @@
 // Package qos applies rdmad's QoS policy for one netdev through dcbnl:
-// which priorities have PFC, which DSCP values map to which priority, and
-// whether the port trusts DSCP or the VLAN PCP.
+// which priorities have PFC, which DSCP values map to which priority,
+// whether the port trusts DSCP or the VLAN PCP, and ETS (which traffic
+// class each priority is in and the classes' bandwidth shares).
 //
 // The reconciler calls Observe, then Plan (pure: what differs), then Apply
 // (make it so). Applying a plan twice is harmless, and only APP entries
@@ -55,6 +56,9 @@ type Desired struct {
 	// entries of the APP table that are not in the map are removed. Nil
 	// leaves the DSCP entries alone.
 	DSCPToPrio map[int]int
+	// ETS is the priority to traffic class map and the classes' shares.
+	// Nil leaves ETS alone.
+	ETS *ETS
 }
 
 // Validate reports the first out-of-range value in d.
@@ -76,6 +80,9 @@ func (d Desired) Validate() error {
 		if prio < 0 || prio >= dcb.MaxPriorities {
 			return fmt.Errorf("qos: dscp %d -> priority %d: want priority 0..%d", dscp, prio, dcb.MaxPriorities-1)
 		}
+	}
+	if d.ETS != nil {
+		return d.ETS.Validate()
 	}
 	return nil
 }
@@ -108,6 +115,7 @@ type Actual struct {
 	IEEE *dcb.IEEE
 
 	pfc *dcb.PFC // the raw object, the base for a PFC change
+	ets *dcb.ETS // likewise for an ETS change; nil when not reported
 }
 
 // ErrUnsupported is wrapped by errors about devices, or features of a
@@ -155,6 +163,10 @@ func actualFrom(ifname string, ieee *dcb.IEEE) Actual {
 		if _, ok := a.DSCPToPrio[int(app.Protocol)]; !ok {
 			a.DSCPToPrio[int(app.Protocol)] = int(app.Priority)
 		}
+	}
+	if ieee.ETS != nil {
+		e := *ieee.ETS
+		a.ets = &e
 	}
 	if ieee.PFC != nil {
 		p := *ieee.PFC
@@ -215,6 +227,7 @@ const (
 	KindPFC   Kind = "pfc"
 	KindDSCP  Kind = "dscp"
 	KindTrust Kind = "trust"
+	KindETS   Kind = "ets"
 )
 
 // A Change is one difference between desired and actual state, and what
@@ -234,12 +247,15 @@ type Change struct {
 
 	pfcBase  *dcb.PFC // KindPFC: the device's PFC object to modify
 	add, del []dcb.App
-	trust    []uint8 // KindTrust with a trust table
+	trust    []uint8  // KindTrust with a trust table
+	ets      *dcb.ETS // KindETS: the whole object to write
 }
 
 // String formats c for `rdmactl policy diff`, e.g. "pfc: prio 3 off -> on".
 func (c Change) String() string {
 	switch c.Kind {
+	case KindETS:
+		return fmt.Sprintf("ets: %s -> %s", c.From, c.To)
 	case KindPFC:
 		return fmt.Sprintf("pfc: prio %d %s -> %s", c.Prio, c.From, c.To)
 	case KindDSCP:
@@ -261,7 +277,7 @@ func Plan(desired Desired, actual Actual) ([]Change, error) {
 	if err := desired.Validate(); err != nil {
 		return nil, err
 	}
-	manages := desired.Trust != TrustUnmanaged || desired.PFC != nil || desired.DSCPToPrio != nil
+	manages := desired.Trust != TrustUnmanaged || desired.PFC != nil || desired.DSCPToPrio != nil || desired.ETS != nil
 	if !actual.Supported {
 		if manages {
 			return nil, fmt.Errorf("qos: %s: %w", actual.Ifname, ErrUnsupported)
@@ -271,6 +287,13 @@ func Plan(desired Desired, actual Actual) ([]Change, error) {
 	var changes []Change
 	if desired.DSCPToPrio != nil {
 		changes = append(changes, planDSCP(desired.DSCPToPrio, actual.DSCPApps)...)
+	}
+	if desired.ETS != nil {
+		c, err := planETS(*desired.ETS, actual)
+		if err != nil {
+			return nil, err
+		}
+		changes = append(changes, c...)
 	}
 	if desired.PFC != nil {
 		c, err := planPFC(desired.PFC, actual)
@@ -406,8 +429,8 @@ func planTrust(desired Desired, actual Actual) ([]Change, error) {
 
 // Apply makes changes on ifname: it adds DSCP APP entries, then removes
 // stale ones (so a remapped DSCP value is never briefly unmapped, and mlx5
-// never briefly drops to PCP trust), then writes PFC, then the trust
-// table. It goes on after a failed step and returns all errors joined.
+// never briefly drops to PCP trust), then writes ETS, then PFC, then the
+// trust table. It goes on after a failed step and returns all errors joined.
 //
 // Apply is idempotent: an entry that already exists (EEXIST) or is already
 // gone (ENOENT) counts as done.
@@ -415,6 +438,7 @@ func Apply(c *dcb.Conn, ifname string, changes []Change) error {
 	var add, del []dcb.App
 	var pfc *dcb.PFC
 	var trust []uint8
+	var ets *dcb.ETS
 	for _, ch := range changes {
 		add = append(add, ch.add...)
 		del = append(del, ch.del...)
@@ -432,6 +456,9 @@ func Apply(c *dcb.Conn, ifname string, changes []Change) error {
 		if ch.trust != nil {
 			trust = ch.trust
 		}
+		if ch.ets != nil {
+			ets = ch.ets
+		}
 	}
 	var errs []error
 	if len(add) > 0 {
@@ -439,6 +466,9 @@ func Apply(c *dcb.Conn, ifname string, changes []Change) error {
 	}
 	if len(del) > 0 {
 		errs = append(errs, setdel(del, syscall.ENOENT, func(apps []dcb.App) error { return c.DelApps(ifname, apps) }))
+	}
+	if ets != nil {
+		errs = append(errs, c.SetETS(ifname, *ets))
 	}
 	if pfc != nil {
 		errs = append(errs, c.SetPFC(ifname, *pfc))
