@@ -435,3 +435,55 @@ func TestFingerprintBeforeFirstAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestFingerprintNotPrintableDropped performs #24's attack on a running
+// node: its allowed peer's address sends queries whose fingerprint
+// strings carry a bidi override, a C1 control and invalid UTF-8. Each
+// query is counted as malformed, gets no answer, and nothing of it is
+// stored: the peer's fingerprint stays unknown.
+func TestFingerprintNotPrintableDropped(t *testing.T) {
+	port := freePort(t)
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	a := startNodeFP(t, f, "127.0.0.2", "127.0.0.3", port, 1, newFPSource(1500, "x"))
+	defer a.stop(t)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	bad := []string{"fw\u202e2001.22", "fw\u0085x", "fw\xc3("}
+	for _, s := range bad {
+		key := "fake0/1"
+		fp := append([]byte{0x10, byte(1 + len(key)), 0}, key...)
+		fp = append(append(fp, 0x15, byte(len(s))), s...)
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: 7, Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp)}
+		b, err := q.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteToUDPAddrPort(b, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		malformed := a.last.Counters.ControlMalformed
+		a.mu.Unlock()
+		if malformed >= uint64(len(bad)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control_malformed = %d after %d hostile queries; want each counted", malformed, len(bad))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, _, err := conn.ReadFromUDPAddrPort(make([]byte, wire.MaxSize)); err == nil {
+		t.Errorf("a hostile query was answered (%d bytes)", n)
+	}
+	if p := a.peer("127.0.0.3"); p.Fingerprint != nil {
+		t.Errorf("peer's fingerprint = %+v; want nothing stored", p.Fingerprint)
+	}
+}

@@ -291,6 +291,16 @@ func Decode(b []byte, key []byte) (Message, error) {
 	if err := checkBW(&m); err != nil {
 		return m, err
 	}
+	// A fingerprint is judged with the message: one with a string that is
+	// not printable text makes the whole message malformed, so that it is
+	// counted as such and nothing of it is kept.
+	for _, e := range m.Ext {
+		if e.Type == ExtFingerprint {
+			if err := CheckFingerprint(e.Value); err != nil {
+				return m, err
+			}
+		}
+	}
 	if m.Tagged && len(key) > 0 {
 		body := b[:len(b)-TagSize]
 		h := hmac.New(sha256.New, key)
