@@ -80,6 +80,11 @@ type Node struct {
 	// waits for them.
 	ending sync.WaitGroup
 	stats  Stats
+	// seen holds the nonces of authenticated requests until their time
+	// is out of wire.MaxBWSkew (responder.go, fresh); now, if set, is the
+	// clock (tests).
+	seen map[uint64]time.Time
+	now  func() time.Time
 }
 
 // Stats count a node's bandwidth tests.

@@ -169,3 +169,84 @@ func TestExchangeNoAnswer(t *testing.T) {
 		t.Errorf("exchange = %v; want no answer, naming what to check", err)
 	}
 }
+
+// authed returns an authenticated request (as the control endpoint hands
+// one on with a fleet key) with nonce and, unless at is zero, that time.
+func authed(nonce uint64, at time.Time) wire.Message {
+	m := request(wire.BWRead, 1<<20, 30*time.Second)
+	m.Nonce, m.Authenticated = nonce, true
+	if !at.IsZero() {
+		m.Ext = append(m.Ext, wire.BWTimeExt(at))
+	}
+	return m
+}
+
+// TestHandleReplay performs #24 item 3's attack: an authenticated request
+// captured on the fabric and sent again (at once, and later) must not
+// start another test. With a key (an authenticated request) a request
+// needs a time within wire.MaxBWSkew and a nonce not seen in that time; the
+// nonces remembered are bounded. Without a key nothing changes: a request
+// without a time is taken as before. (No RDMA here: a request that passes
+// gets "unavailable" from openPort, which is how the test tells it passed.)
+func TestHandleReplay(t *testing.T) {
+	n := New(Config{NodeID: 1})
+	defer n.Close()
+	n.SetEnabled(true)
+	now := time.Unix(1795000000, 0)
+	n.now = func() time.Time { return now }
+	passed := func(st wire.BWStatus) bool { return st == wire.BWUnavailable || st == wire.BWOK }
+
+	ans, _ := n.Handle(from, authed(100, now.Add(-2*time.Second)))
+	if st := status(t, ans); !passed(st) {
+		t.Fatalf("a fresh authenticated request: status %d; want it to pass to the set-up", st)
+	}
+	n.release()
+	for name, m := range map[string]wire.Message{
+		"replayed at once":       authed(100, now.Add(-2*time.Second)),
+		"replayed, new from":     authed(100, now.Add(-2*time.Second)),
+		"31 s old":               authed(101, now.Add(-wire.MaxBWSkew-time.Second)),
+		"31 s in the future":     authed(102, now.Add(wire.MaxBWSkew+time.Second)),
+		"authenticated, no time": authed(103, time.Time{}),
+	} {
+		src := from
+		if name == "replayed, new from" {
+			src = netip.MustParseAddrPort("192.0.2.17:40001")
+		}
+		if ans, _ := n.Handle(src, m); status(t, ans) != wire.BWStale {
+			t.Errorf("%s: status %d; want stale", name, status(t, ans))
+		}
+	}
+	// A replay once the time is out of the window: refused by the time.
+	now = now.Add(wire.MaxBWSkew + time.Minute)
+	if ans, _ := n.Handle(from, authed(100, now.Add(-wire.MaxBWSkew-time.Minute-2*time.Second))); status(t, ans) != wire.BWStale {
+		t.Errorf("an old replay: status %d; want stale", status(t, ans))
+	}
+	// Without a key (unauthenticated): as before, no time needed.
+	if ans, _ := n.Handle(from, request(wire.BWWrite, 4096, time.Second)); !passed(status(t, ans)) {
+		t.Errorf("an unauthenticated request without a time: status %d; want it taken as before", status(t, ans))
+	}
+	n.release()
+
+	// Bounded: maxSeen nonces within their time fill the table; the next
+	// is refused (busy), and taken once the old ones' time is over.
+	n.mu.Lock()
+	for i := range maxSeen {
+		if st := n.fresh(authed(uint64(1000+i), now)); st != wire.BWOK {
+			t.Fatalf("nonce %d: %d", i, st)
+		}
+	}
+	if st := n.fresh(authed(99999, now)); st != wire.BWBusy {
+		t.Errorf("a full table: %d; want busy", st)
+	}
+	if len(n.seen) != maxSeen {
+		t.Errorf("%d nonces remembered; at most %d", len(n.seen), maxSeen)
+	}
+	now = now.Add(wire.MaxBWSkew + time.Second)
+	if st := n.fresh(authed(99999, now)); st != wire.BWOK || len(n.seen) != 1 {
+		t.Errorf("after the window: %d, %d remembered; want ok, 1", st, len(n.seen))
+	}
+	n.mu.Unlock()
+	if s := n.Stats(); s.Refused["stale"] != 6 {
+		t.Errorf("refused %v; want 6 stale", s.Refused)
+	}
+}

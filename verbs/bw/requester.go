@@ -92,7 +92,9 @@ func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 	psn := randPSN()
 	req := wire.Message{Version: wire.Version2, Type: wire.TypeBWRequest, Nonce: randNonce(), NodeID: n.cfg.NodeID,
 		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID,
-		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext()}}
+		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext(),
+			// The time lets a responder with a key refuse a replay.
+			wire.BWTimeExt(time.Now())}}
 	ans, bw, err := exchange(ctx, conn, r, req)
 	if err != nil {
 		return res, err

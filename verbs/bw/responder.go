@@ -65,6 +65,10 @@ func statusName(s wire.BWStatus) string {
 		return "bad_request"
 	case wire.BWUnavailable:
 		return "unavailable"
+	case wire.BWStale:
+		return "stale"
+	case wire.BWBadAddress:
+		return "bad_address"
 	}
 	return fmt.Sprintf("status_%d", s)
 }
@@ -86,6 +90,12 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		// The requester did not get the answer and asked again.
 		defer n.mu.Unlock()
 		return n.resp.answer
+	}
+	if st := n.fresh(m); st != wire.BWOK {
+		defer n.mu.Unlock()
+		return n.refuse(m, req.Op, st)
+	}
+	switch {
 	case n.busy != "":
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBusy)
@@ -240,4 +250,50 @@ func (s *session) teardown() {
 		}
 		s.set.close()
 	})
+}
+
+// maxSeen bounds the nonces of authenticated requests a node remembers:
+// only key holders can add one, at their sources' admission rate, and each
+// is forgotten MaxBWSkew after the time it carried.
+const maxSeen = 4096
+
+// fresh judges an authenticated request's time and nonce (called with
+// n.mu held) and remembers the nonce: BWOK, BWStale for a request without
+// a time, with one more than wire.MaxBWSkew from this node's clock, or
+// with a nonce seen within that time (a replay: without this, a captured
+// request started a new test each time it was sent again), BWBusy when
+// the table is full of nonces still within their time. A request without
+// a tag (no fleet key here) is taken as before: anyone could forge a new
+// one, so remembering it would protect nothing.
+func (n *Node) fresh(m wire.Message) wire.BWStatus {
+	if !m.Authenticated {
+		return wire.BWOK
+	}
+	now := time.Now()
+	if n.now != nil {
+		now = n.now()
+	}
+	at, ok := wire.BWTimeOf(m)
+	if !ok || at.Before(now.Add(-wire.MaxBWSkew)) || at.After(now.Add(wire.MaxBWSkew)) {
+		return wire.BWStale
+	}
+	if n.seen == nil {
+		n.seen = map[uint64]time.Time{}
+	}
+	if until, ok := n.seen[m.Nonce]; ok && !now.After(until) {
+		return wire.BWStale
+	}
+	if len(n.seen) >= maxSeen {
+		for k, until := range n.seen {
+			if now.After(until) {
+				delete(n.seen, k)
+			}
+		}
+		if len(n.seen) >= maxSeen {
+			return wire.BWBusy
+		}
+	}
+	// Past at+MaxBWSkew the time check refuses the request anyway.
+	n.seen[m.Nonce] = at.Add(wire.MaxBWSkew)
+	return wire.BWOK
 }
