@@ -36,6 +36,17 @@ type bandwidthParts struct {
 func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 	b := &bandwidthParts{}
 	b.node = bw.New(bw.Config{NodeID: nodeID(), TrafficClass: r.class.of, Logger: d.log.With("component", "peers"),
+		// On InfiniBand a test connects only to a port the peer
+		// announced in its answers (r.mgr is set before anything can
+		// ask: before the control endpoint runs and the API finds r).
+		PeerPorts: func(a netip.Addr) []bw.PeerPort {
+			eps := r.mgr.AnnouncedPorts(a)
+			out := make([]bw.PeerPort, 0, len(eps))
+			for _, e := range eps {
+				out = append(out, bw.PeerPort{GID: e.GID, LID: e.LID})
+			}
+			return out
+		},
 		OnChange: func() {
 			// Keyed: a burst of refusals is one update of the state.
 			d.mail.post("bandwidth", func(s *apitype.Snapshot) {

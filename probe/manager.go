@@ -116,6 +116,8 @@ type Manager struct {
 	pub      publisher
 	fps      fingerprints
 	resolver resolver
+	// ann is the ports peers announced (announced.go); its own lock.
+	ann announced
 }
 
 // New returns a Manager with settings s.

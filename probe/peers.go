@@ -238,6 +238,9 @@ func (m *Manager) drop(p *mpeer) {
 	m.sched.due.remove(p)
 	m.fps.release(p)
 	m.peers.remove(p)
+	if len(m.peers.at(p.addr)) == 0 {
+		m.ann.set(p.addr, nil)
+	}
 }
 
 func (m *Manager) anyResolved(p *mpeer) bool {

@@ -13,7 +13,7 @@ import (
 )
 
 func request(op wire.BWOp, size uint32, d time.Duration) wire.Message {
-	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 9, QPN: 0x33,
+	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 9, QPN: 0x33, GID: from.Addr().As16(),
 		Ext: []wire.Ext{wire.BW{Op: op, MTU: 3, PSN: 5, Size: size, Duration: d}.Ext()}}
 }
 
@@ -248,5 +248,73 @@ func TestHandleReplay(t *testing.T) {
 	n.mu.Unlock()
 	if s := n.Stats(); s.Refused["stale"] != 6 {
 		t.Errorf("refused %v; want 6 stale", s.Refused)
+	}
+}
+
+// TestAddressBinding performs #24 item 2's attack: an allowed requester (or
+// a spoofer of its address) names a third host's GID in its request, so
+// that the RDMA READ responses of the test (up to 1 MiB each) go there;
+// and a malicious peer answers an admin's test with a third host's GID.
+// Each is refused: on RoCE only the GID of the control address itself
+// (IPv4-mapped, or the IPv6 address), on InfiniBand only a port (GID and
+// LID) the peer announced in an answer to this node's query.
+func TestAddressBinding(t *testing.T) {
+	third := netip.MustParseAddr("198.51.100.9").As16()
+	v6 := netip.MustParseAddr("2001:db8::17")
+	ibPort := PeerPort{GID: netip.MustParseAddr("fe80::2:c903:a:1234").As16(), LID: 7}
+	n := New(Config{NodeID: 1, PeerPorts: func(a netip.Addr) []PeerPort {
+		if a == from.Addr() {
+			return []PeerPort{ibPort}
+		}
+		return nil
+	}})
+	defer n.Close()
+	n.SetEnabled(true)
+	roce, ib := false, true
+	for _, tt := range []struct {
+		name string
+		addr netip.Addr
+		gid  [16]byte
+		lid  uint16
+		link *bool // nil: before a port is chosen
+		ok   bool
+	}{
+		{"RoCE: the source's IPv4-mapped GID", from.Addr(), from.Addr().As16(), 0, &roce, true},
+		{"RoCE: the source's IPv6 GID", v6, v6.As16(), 0, &roce, true},
+		{"RoCE: a third host's GID", from.Addr(), third, 0, &roce, false},
+		{"RoCE: another IPv6 address", v6, netip.MustParseAddr("2001:db8::18").As16(), 0, &roce, false},
+		{"RoCE: an announced IB port is not the source", from.Addr(), ibPort.GID, ibPort.LID, &roce, false},
+		{"IB: the port the peer announced", from.Addr(), ibPort.GID, ibPort.LID, &ib, true},
+		{"IB: the announced GID with another LID", from.Addr(), ibPort.GID, 8, &ib, false},
+		{"IB: a GID of the source's address", from.Addr(), from.Addr().As16(), 0, &ib, false},
+		{"IB: a peer that announced nothing", v6, ibPort.GID, ibPort.LID, &ib, false},
+		{"before the port: the source's GID", from.Addr(), from.Addr().As16(), 0, nil, true},
+		{"before the port: an announced port", from.Addr(), ibPort.GID, ibPort.LID, nil, true},
+		{"before the port: a third host", from.Addr(), third, 0, nil, false},
+	} {
+		err := n.checkAddress(tt.addr, tt.gid, tt.lid, tt.link)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, errBadAddress)) {
+			t.Errorf("%s: %v; want ok %v", tt.name, err, tt.ok)
+		}
+	}
+
+	// The responder refuses a third host's GID before it allocates
+	// anything, saying why; its own GID passes on to the set-up (no RDMA
+	// here: "unavailable").
+	m := request(wire.BWRead, 1<<20, 30*time.Second)
+	m.GID = third
+	ans, _ := n.Handle(from, m)
+	if st := status(t, ans); st != wire.BWBadAddress || ans.QPN != 0 {
+		t.Errorf("a third host's GID: status %d QPN %#x; want bad address, no QP", st, ans.QPN)
+	}
+	if !strings.Contains(wire.BWBadAddress.Reason(), "GID") {
+		t.Errorf("the refusal's reason %q does not say what to fix", wire.BWBadAddress.Reason())
+	}
+	m.GID = from.Addr().As16()
+	if ans, _ := n.Handle(from, m); status(t, ans) == wire.BWBadAddress {
+		t.Errorf("the requester's own GID was refused")
+	}
+	if s := n.Stats(); s.Refused["bad_address"] != 1 || s.Served != 0 {
+		t.Errorf("stats %+v; want one bad_address refusal", s)
 	}
 }

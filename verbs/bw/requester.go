@@ -99,6 +99,12 @@ func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 	if err != nil {
 		return res, err
 	}
+	// The answer's QP must be the peer's own: a peer that named another
+	// host's would turn this node's test into a flood of that host.
+	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
+	if err := n.checkAddress(r.Peer.Addr(), ans.GID, ans.LID, &ib); err != nil {
+		return res, fmt.Errorf("%w; the test is refused here, so that it cannot be aimed at a third host", err)
+	}
 	path := p.path(n.cfg, ans.GID, ans.LID, bw.MTU)
 	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: ans.QPN, PSN: bw.PSN}); err != nil {
 		return res, err

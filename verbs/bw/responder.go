@@ -2,6 +2,7 @@ package bw
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -102,6 +103,14 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 	case CheckParams(int(req.Size), req.Duration) != nil:
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBadRequest)
+	case n.checkAddress(from.Addr(), m.GID, m.LID, nil) != nil:
+		// Not the requester's own address on any link layer: refused
+		// before anything is allocated (setUp checks again for the
+		// port's link layer).
+		defer n.mu.Unlock()
+		n.log.Warn("refused a bandwidth test towards another host", "from", from.Addr().String(),
+			"err", n.checkAddress(from.Addr(), m.GID, m.LID, nil))
+		return n.refuse(m, req.Op, wire.BWBadAddress)
 	}
 	n.busy = fmt.Sprintf("a bandwidth test for %s", from.Addr())
 	n.mu.Unlock()
@@ -111,6 +120,10 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 	if err != nil {
 		defer n.mu.Unlock()
 		n.busy = ""
+		if errors.Is(err, errBadAddress) {
+			n.log.Warn("refused a bandwidth test towards another host", "from", from.Addr().String(), "err", err)
+			return n.refuse(m, req.Op, wire.BWBadAddress)
+		}
 		n.log.Warn("cannot serve a bandwidth test", "from", from.Addr().String(), "op", req.Op.String(), "err", err)
 		return n.refuse(m, req.Op, wire.BWUnavailable)
 	}
@@ -141,6 +154,11 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 func (n *Node) setUp(from netip.AddrPort, m wire.Message, req wire.BW) (*session, error) {
 	p, err := openPort()
 	if err != nil {
+		return nil, err
+	}
+	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
+	if err := n.checkAddress(from.Addr(), m.GID, m.LID, &ib); err != nil {
+		p.vctx.Close()
 		return nil, err
 	}
 	var access verbs.Access
