@@ -343,6 +343,11 @@ type fingerprints struct {
 	own     *wire.Fingerprint
 	ownWire []byte
 	builtAt time.Time
+	// heldLog are the peers with mismatch changes held back from the
+	// log (checkMismatch); logEvery, if set, replaces mismatchLogEvery
+	// (tests).
+	heldLog  []*mpeer
+	logEvery time.Duration
 }
 
 func newFingerprints() fingerprints { return fingerprints{held: map[string]*sharedFP{}} }
@@ -509,10 +514,21 @@ func (f *fingerprints) mismatches(p *mpeer) []apitype.Mismatch {
 	return out
 }
 
+// mismatchLogEvery is the most often one peer's mismatch changes are
+// logged. Without a fleet key a spoofer of a peer's address can change what
+// the peer seems to say in every query it sends (it measured 28 log lines a
+// second per spoofed address): the first change after a quiet interval is
+// logged at once, later ones within the interval are held and counted, and
+// the state they led to is logged when the interval is over, with the count
+// (mismatch_changes_unlogged). The state always shows the current
+// mismatches.
+const mismatchLogEvery = time.Minute
+
 // checkMismatch keeps p's mismatches (the state shows them) and logs when
 // they change: a warning naming each field and both values, and a line
-// when they are gone. It is called whenever what they depend on changes:
-// either fingerprint, a path's peer port, the paths themselves.
+// when they are gone, at most once per mismatchLogEvery per peer. It is
+// called whenever what they depend on changes: either fingerprint, a
+// path's peer port, the paths themselves.
 func (m *Manager) checkMismatch(p *mpeer) {
 	ms := m.fps.mismatches(p)
 	p.mm = ms
@@ -525,11 +541,71 @@ func (m *Manager) checkMismatch(p *mpeer) {
 		return
 	}
 	m.pub.changed = true
-	if sig == "" {
-		m.log.Info("peer settings agree again", "peer", p.spec.Name)
-	} else {
-		m.log.Warn("peer settings differ", "peer", p.spec.Name, "mismatches", sig,
-			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")
-	}
 	p.mismatch = sig
+	now := time.Now()
+	every := m.fps.logEvery
+	if every == 0 {
+		every = mismatchLogEvery
+	}
+	if !p.mmLogAt.IsZero() && now.Sub(p.mmLogAt) < every {
+		if p.mmHeld == 0 {
+			m.fps.heldLog = append(m.fps.heldLog, p)
+		}
+		p.mmHeld++
+		return
+	}
+	held := p.mmHeld
+	p.mmHeld = 0 // flushMismatchLog skips it now
+	m.logMismatch(p, now, held)
+}
+
+// logMismatch logs p's mismatches as they are now, with the count of the
+// changes held back before them.
+func (m *Manager) logMismatch(p *mpeer, now time.Time, held int) {
+	p.mmLogAt = now
+	if p.mismatch == p.mmLogged {
+		if held > 0 {
+			m.log.Info("peer settings changed and changed back", "peer", p.spec.Name, "mismatch_changes_unlogged", held)
+		}
+		return
+	}
+	p.mmLogged = p.mismatch
+	args := []any{"peer", p.spec.Name}
+	if held > 0 {
+		args = append(args, "mismatch_changes_unlogged", held)
+	}
+	if p.mismatch == "" {
+		m.log.Info("peer settings agree again", args...)
+	} else {
+		m.log.Warn("peer settings differ", append(args, "mismatches", p.mismatch,
+			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")...)
+	}
+}
+
+// flushMismatchLog logs the held mismatch changes of the peers whose
+// interval is over (each tick; the list holds only peers with changes
+// held, so an idle fleet costs nothing).
+func (m *Manager) flushMismatchLog(now time.Time) {
+	if len(m.fps.heldLog) == 0 {
+		return
+	}
+	every := m.fps.logEvery
+	if every == 0 {
+		every = mismatchLogEvery
+	}
+	keep := m.fps.heldLog[:0]
+	for _, p := range m.fps.heldLog {
+		switch {
+		case p.mmHeld == 0:
+			// dropped meanwhile
+		case now.Sub(p.mmLogAt) < every:
+			keep = append(keep, p)
+		default:
+			held := p.mmHeld
+			p.mmHeld = 0
+			m.logMismatch(p, now, held)
+		}
+	}
+	clear(m.fps.heldLog[len(keep):])
+	m.fps.heldLog = keep
 }

@@ -2,17 +2,22 @@ package probe
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/probe/wire"
 )
@@ -485,5 +490,79 @@ func TestFingerprintNotPrintableDropped(t *testing.T) {
 	}
 	if p := a.peer("127.0.0.3"); p.Fingerprint != nil {
 		t.Errorf("peer's fingerprint = %+v; want nothing stored", p.Fingerprint)
+	}
+}
+
+// TestMismatchLogBounded performs #24 item 8's attack: without a fleet key,
+// a spoofer of a peer's address sends queries whose fingerprint changes
+// each time (here its kernel, 40 times in 0.4 s). The state follows every
+// change, but the log has one line for the first change and then, when
+// the interval is over, one for the state they led to, with the count of
+// the changes it held back.
+func TestMismatchLogBounded(t *testing.T) {
+	port := freePort(t)
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	var logs syncbuf.Buffer
+	n := &node{pr: f.newTransport(1), done: make(chan error, 1)}
+	s := Settings{Peers: []Spec{{Name: "127.0.0.3"}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
+		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
+	m, err := New(Options{Transport: n.pr, NodeID: 1, ListenHost: "127.0.0.2", Fingerprint: newFPSource(1500, "x").build,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const every = 800 * time.Millisecond
+	m.fps.logEvery = every
+	n.m = m
+	n.pr.onReply = m.OnReply
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- m.Run(ctx) }()
+	defer n.stop(t)
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	const changes = 40
+	start := time.Now()
+	for i := range changes {
+		fp := wire.Fingerprint{Kernel: fmt.Sprintf("6.%d.0-spoofed", i)}
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: uint64(i + 1), Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp.Marshal())}
+		b, _ := q.Append(nil, nil)
+		conn.WriteToUDPAddrPort(b, dst)
+		time.Sleep(10 * time.Millisecond)
+	}
+	last := fmt.Sprintf("6.%d.0-spoofed", changes-1)
+	waitPeer(t, n, "127.0.0.3", "the last spoofed kernel in the state", 3*time.Second, func(p apitype.Peer) bool {
+		return p.Fingerprint != nil && p.Fingerprint.Kernel == last
+	})
+	if time.Since(start) > every {
+		t.Skipf("the burst took %v, longer than the interval: too slow a machine to tell", time.Since(start))
+	}
+	if got := strings.Count(logs.String(), "peer settings differ"); got != 1 {
+		t.Errorf("%d 'peer settings differ' lines during a burst of %d changes; want 1:\n%s", got, changes, logs.String())
+	}
+	deadline := time.Now().Add(every + 2*time.Second)
+	for strings.Count(logs.String(), "peer settings differ") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	out := logs.String()
+	var final string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "peer settings differ") {
+			final = l
+		}
+	}
+	_, heldText, _ := strings.Cut(final, "mismatch_changes_unlogged=")
+	held, _ := strconv.Atoi(strings.Fields(heldText + " x")[0])
+	// The first change or two may come before the peer's first line
+	// (the query that made it known): all but those are held.
+	if strings.Count(out, "peer settings differ") != 2 || held < changes-3 || held > changes-1 || !strings.Contains(final, last) {
+		t.Errorf("after the interval: want one more line with the last state (%s) and about %d changes unlogged:\n%s", last, changes-1, out)
 	}
 }
