@@ -458,11 +458,11 @@ func TestFingerprintNotPrintableDropped(t *testing.T) {
 	defer conn.Close()
 	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
 	bad := []string{"fw\u202e2001.22", "fw\u0085x", "fw\xc3("}
-	for _, s := range bad {
+	send := func(fw string, nonce uint64) {
 		key := "fake0/1"
 		fp := append([]byte{0x10, byte(1 + len(key)), 0}, key...)
-		fp = append(append(fp, 0x15, byte(len(s))), s...)
-		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: 7, Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp)}
+		fp = append(append(fp, 0x15, byte(len(fw))), fw...)
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: nonce, Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp)}
 		b, err := q.Append(nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -471,25 +471,39 @@ func TestFingerprintNotPrintableDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		a.mu.Lock()
-		malformed := a.last.Counters.ControlMalformed
-		a.mu.Unlock()
-		if malformed >= uint64(len(bad)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control_malformed = %d after %d hostile queries; want each counted", malformed, len(bad))
-		}
-		time.Sleep(20 * time.Millisecond)
+	good := func(fw string, nonce uint64) {
+		t.Helper()
+		// Sent again until taken: the endpoint may not be up yet.
+		waitPeer(t, a, "127.0.0.3", "the good query's fingerprint", 5*time.Second, func(p apitype.Peer) bool {
+			if p.Fingerprint != nil && len(p.Fingerprint.Ports) == 1 && p.Fingerprint.Ports[0].Firmware == fw {
+				return true
+			}
+			nonce++
+			send(fw, nonce)
+			time.Sleep(50 * time.Millisecond)
+			return false
+		})
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		conn.ReadFromUDPAddrPort(make([]byte, wire.MaxSize)) // its answer
+	}
+	// A good query first: the endpoint is up and answers.
+	good("fw-1", 1)
+	for i, s := range bad {
+		send(s, uint64(7+i))
 	}
 	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	if n, _, err := conn.ReadFromUDPAddrPort(make([]byte, wire.MaxSize)); err == nil {
 		t.Errorf("a hostile query was answered (%d bytes)", n)
 	}
-	if p := a.peer("127.0.0.3"); p.Fingerprint != nil {
-		t.Errorf("peer's fingerprint = %+v; want nothing stored", p.Fingerprint)
+	// A good query last: its fingerprint replaces the first (nothing of
+	// the hostile ones came between), and the state is published with
+	// the counters.
+	good("fw-2", 99)
+	a.mu.Lock()
+	malformed := a.last.Counters.ControlMalformed
+	a.mu.Unlock()
+	if malformed != uint64(len(bad)) {
+		t.Errorf("control_malformed = %d after %d hostile queries; want each counted", malformed, len(bad))
 	}
 }
 
