@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +25,8 @@ const (
 	FieldRoCEToS   = "roce_tos"
 	FieldTrust     = "trust"
 	FieldPFC       = "pfc"
+	// FieldRate is the port's link rate (severity warn).
+	FieldRate = "rate"
 	FieldFirmware  = "firmware"
 	FieldDriver    = "driver"
 	// The node's own fields, compared once per peer (the ports are
@@ -46,10 +49,14 @@ type fieldValue struct {
 	text  string
 	num   uint64
 	isNum bool
+	mbps  bool // num is a rate in Mb/s, written in Gb/s
 	known bool
 }
 
 func (v fieldValue) String() string {
+	if v.mbps {
+		return strconv.FormatFloat(float64(v.num)/1000, 'f', -1, 64) + " Gb/s"
+	}
 	if v.isNum {
 		return strconv.FormatUint(v.num, 10)
 	}
@@ -67,6 +74,8 @@ func portField(p *wire.FingerprintPort, field string) fieldValue {
 		return number(uint64(p.ActiveMTU), p.ActiveMTU != 0)
 	case FieldRoCEToS:
 		return number(uint64(p.ToS), p.HasToS)
+	case FieldRate:
+		return fieldValue{num: uint64(p.RateMbps), isNum: true, mbps: true, known: p.RateMbps != 0}
 	case FieldLinkLayer:
 		return text(p.LinkLayer)
 	case FieldRoCEMode:
@@ -85,8 +94,9 @@ func portField(p *wire.FingerprintPort, field string) fieldValue {
 
 // compareFingerprint returns the fields on which the local port and the
 // peer's port disagree. A field either side does not know is not
-// compared: an unknown is not a mismatch. Firmware and driver differences
-// are of severity info; the rest must agree along a path.
+// compared: an unknown is not a mismatch (a peer that predates the rate
+// sends none). Firmware and driver differences are of severity info, the
+// link rate's warn; the rest must agree along a path.
 func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch {
 	var out []apitype.Mismatch
 	for _, f := range Fields {
@@ -95,8 +105,11 @@ func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch 
 			continue
 		}
 		sev := apitype.SeverityMust
-		if f == FieldFirmware || f == FieldDriver {
+		switch f {
+		case FieldFirmware, FieldDriver:
 			sev = apitype.SeverityInfo
+		case FieldRate:
+			sev = apitype.SeverityWarn
 		}
 		out = append(out, apitype.Mismatch{Field: f, Local: l.String(), Peer: r.String(), Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
 	}
@@ -125,7 +138,8 @@ func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 	out := &apitype.Fingerprint{Version: f.Version, Kernel: f.Kernel, PortsOmitted: f.Omitted, Ports: make([]apitype.FingerprintPort, 0, len(f.Ports))}
 	for _, p := range f.Ports {
 		sp := apitype.FingerprintPort{Index: int(p.Index), Key: p.Key, Netdev: p.Netdev, MTU: int(p.NetdevMTU), ActiveMTU: int(p.ActiveMTU),
-			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC}
+			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC,
+			RateGbps: float64(p.RateMbps) / 1000}
 		if p.HasToS {
 			tos := int(p.ToS)
 			sp.RoCEToS = &tos
@@ -184,6 +198,9 @@ func LocalFingerprint(snap *apitype.Snapshot, ports []ud.LocalPort, sysRoot, ker
 						if p.LinkLayer != "" {
 							fp.LinkLayer = p.LinkLayer
 						}
+						if p.RateGbps > 0 && p.RateGbps*1000 < 1<<32 {
+							fp.RateMbps = uint32(math.Round(p.RateGbps * 1000))
+						}
 					}
 				}
 			}
@@ -218,6 +235,13 @@ func LocalFingerprint(snap *apitype.Snapshot, ports []ud.LocalPort, sysRoot, ker
 		if fp.Netdev != "" {
 			if mtu, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "mtu"); ok && mtu > 0 {
 				fp.NetdevMTU = uint32(mtu)
+			}
+			// The port's rate unknown (no inventory yet): a RoCE
+			// netdev's speed in Mb/s (-1 or absent when it has none).
+			if fp.RateMbps == 0 {
+				if sp, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "speed"); ok && sp > 0 {
+					fp.RateMbps = uint32(sp)
+				}
 			}
 		}
 		if activeMTU != nil {

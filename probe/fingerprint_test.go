@@ -262,7 +262,7 @@ func TestLocalFingerprint(t *testing.T) {
 	must(os.Symlink(dev, filepath.Join(root, "sys/class/infiniband/mlx5_0/device")))
 
 	snap := &apitype.Snapshot{Version: "1.2.3",
-		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}}},
+		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0", RateGbps: 2.5}}}},
 		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
 			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: apitype.InSync},
 			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: apitype.Drifted},
@@ -277,7 +277,7 @@ func TestLocalFingerprint(t *testing.T) {
 		return 0
 	})
 	want := wire.FingerprintPort{Index: 0, Key: "mlx5_0/1", Netdev: "ens1f0", NetdevMTU: 4200, ActiveMTU: 4096, LinkLayer: "Ethernet",
-		FWVer: "22.39.1002", Driver: "mlx5_core 24.01-0.3.3", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3,4"}
+		FWVer: "22.39.1002", Driver: "mlx5_core 24.01-0.3.3", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3,4", RateMbps: 2500}
 	if f.Version != "1.2.3" || f.Kernel != "6.1.0-18" || len(f.Ports) != 2 || f.Ports[0] != want {
 		t.Fatalf("fingerprint = %+v\nwant port 0 %+v", f, want)
 	}
@@ -286,6 +286,44 @@ func TestLocalFingerprint(t *testing.T) {
 	}
 	if len(asked) != 2 || asked[0] != 4200 {
 		t.Errorf("active MTU asked with netdev MTUs %v", asked)
+	}
+	// Without the port's rate in the inventory, the netdev's speed (RoCE).
+	snap.Devices[0].Ports[0].RateGbps = 0
+	must(os.WriteFile(filepath.Join(root, "sys/class/net/ens1f0/speed"), []byte("100000\n"), 0o644))
+	if f := LocalFingerprint(snap, ports, root, "6.1.0-18", nil); f.Ports[0].RateMbps != 100000 {
+		t.Errorf("rate from the netdev speed = %d Mb/s; want 100000", f.Ports[0].RateMbps)
+	}
+	must(os.WriteFile(filepath.Join(root, "sys/class/net/ens1f0/speed"), []byte("-1\n"), 0o644))
+	if f := LocalFingerprint(snap, ports, root, "6.1.0-18", nil); f.Ports[0].RateMbps != 0 {
+		t.Errorf("a netdev without a speed: rate %d; want unknown", f.Ports[0].RateMbps)
+	}
+}
+
+// TestCompareRate (#25 item 4): the link rate is compared as a warn, shown
+// in Gb/s; a peer that predates the field (no rate) compares nothing.
+func TestCompareRate(t *testing.T) {
+	l := wire.FingerprintPort{Key: "a/1", LinkLayer: "Ethernet", RateMbps: 100000}
+	r := wire.FingerprintPort{Key: "b/1", LinkLayer: "Ethernet", RateMbps: 25000}
+	got := compareFingerprint(&l, &r)
+	if len(got) != 1 || got[0].Field != FieldRate || got[0].Severity != apitype.SeverityWarn || got[0].Local != "100 Gb/s" || got[0].Peer != "25 Gb/s" {
+		t.Errorf("compare = %+v; want rate 100 Gb/s vs 25 Gb/s, severity warn", got)
+	}
+	r.RateMbps = 2500
+	if got := compareFingerprint(&l, &r); len(got) != 1 || got[0].Peer != "2.5 Gb/s" {
+		t.Errorf("compare = %+v; want 2.5 Gb/s", got)
+	}
+	old := r
+	old.RateMbps = 0
+	if got := compareFingerprint(&l, &old); len(got) != 0 {
+		t.Errorf("an old peer without a rate: %+v; want nothing compared", got)
+	}
+	if !slices.Contains(apitype.MismatchFields, FieldRate) {
+		t.Errorf("MismatchFields %v lacks %q", apitype.MismatchFields, FieldRate)
+	}
+	// The state shows it in Gb/s.
+	st := fingerprintState(&wire.Fingerprint{Ports: []wire.FingerprintPort{r}})
+	if st.Ports[0].RateGbps != 2.5 {
+		t.Errorf("state rate %v; want 2.5", st.Ports[0].RateGbps)
 	}
 }
 
