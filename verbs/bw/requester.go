@@ -25,6 +25,9 @@ type Request struct {
 	// ControlKey tags the messages (wire.ControlKey of the fleet key);
 	// with one, only an authenticated answer is taken. Nil: no key.
 	ControlKey []byte
+	// OtherKeys are the control keys of a rotation's other keys: an
+	// answer tagged with one of them is authenticated too.
+	OtherKeys [][]byte
 }
 
 // answerWait bounds the wait for the peer's answer per attempt, and
@@ -182,7 +185,7 @@ func exchange(ctx context.Context, conn *net.UDPConn, r Request, req wire.Messag
 			if from != netip.AddrPortFrom(r.Peer.Addr().Unmap(), r.Peer.Port()) {
 				continue
 			}
-			m, err := wire.Decode(buf[:k], r.ControlKey)
+			m, err := wire.DecodeKeys(buf[:k], append([][]byte{r.ControlKey}, r.OtherKeys...)...)
 			if err != nil || m.Type != wire.TypeBWAnswer || m.Nonce != req.Nonce || (len(r.ControlKey) > 0 && !m.Authenticated) {
 				continue
 			}
