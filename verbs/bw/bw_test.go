@@ -318,3 +318,56 @@ func TestAddressBinding(t *testing.T) {
 		t.Errorf("stats %+v; want one bad_address refusal", s)
 	}
 }
+
+// TestExchangeKeyRotation: during a key rotation the requester takes an
+// answer tagged with either of its keys (a peer a step ahead tags with the
+// new one), and still not one tagged with a key it does not hold.
+func TestExchangeKeyRotation(t *testing.T) {
+	oldCK := wire.ControlKey([]byte("the old fleet key, 32 bytes long"))
+	newCK := wire.ControlKey([]byte("the new fleet key, 32 bytes long"))
+	third := wire.ControlKey([]byte("a third fleet's key, 32 bytes!!!"))
+	for _, tt := range []struct {
+		name string
+		tag  []byte
+		ok   bool
+	}{{"the new key", newCK, true}, {"the old key", oldCK, true}, {"a third key", third, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			peerConn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer peerConn.Close()
+			conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				buf := make([]byte, wire.MaxSize)
+				peerConn.SetReadDeadline(time.Now().Add(3 * time.Second))
+				k, src, err := peerConn.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				m, err := wire.DecodeKeys(buf[:k], newCK, oldCK)
+				if err != nil || !m.Authenticated {
+					return
+				}
+				refuse := wire.Message{Version: 2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, Ext: []wire.Ext{wire.BW{Op: wire.BWWrite, Status: wire.BWBusy}.Ext()}}
+				b, _ := refuse.Append(nil, tt.tag)
+				peerConn.WriteToUDPAddrPort(b, src)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+			defer cancel()
+			_, _, err = exchange(ctx, conn, Request{Peer: peerConn.LocalAddr().(*net.UDPAddr).AddrPort(), ControlKey: oldCK, OtherKeys: [][]byte{newCK}, Op: wire.BWWrite},
+				request(wire.BWWrite, 4096, time.Second))
+			<-done
+			var re *RefusedError
+			if got := errors.As(err, &re); got != tt.ok {
+				t.Errorf("exchange = %v; want the answer taken: %v", err, tt.ok)
+			}
+		})
+	}
+}
