@@ -25,8 +25,6 @@ const (
 	FieldRoCEToS   = "roce_tos"
 	FieldTrust     = "trust"
 	FieldPFC       = "pfc"
-	// FieldRate is the port's link rate (severity warn).
-	FieldRate = "rate"
 	FieldFirmware  = "firmware"
 	FieldDriver    = "driver"
 	// The node's own fields, compared once per peer (the ports are
@@ -34,6 +32,9 @@ const (
 	// differs in them on purpose.
 	FieldKernel  = "kernel"
 	FieldVersion = "rdmad_version"
+
+	// FieldRate is the port's link rate (severity warn).
+	FieldRate = "rate"
 )
 
 // nodePort stands for the port in a mismatch of a node's own field.

@@ -81,10 +81,11 @@ type udPort struct {
 	// (authLocked); nil when authentication is off.
 	mac    *tagger
 	macFor *authConf
-	// macAlso check tags with macFor's other keys (a rotation).
-	macAlso []*tagger
 	pkt    [grhSize + PayloadSize]byte // a received packet, copied out of its slot
 	broken error                       // set when the QP left RTS; the engine rebuilds the port
+
+	// macAlso check tags with macFor's other keys (a rotation).
+	macAlso []*tagger
 }
 
 // An outgoing is a probe or reply waiting to be posted.
