@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/throttle"
 	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
 )
@@ -153,6 +154,8 @@ type Node struct {
 	// clock (tests).
 	seen map[uint64]time.Time
 	now  func() time.Time
+	// badAddrLog bounds the log lines of refusals for the RDMA address.
+	badAddrLog *throttle.Log[netip.Addr]
 }
 
 // Stats count a node's bandwidth tests.
@@ -171,7 +174,7 @@ func New(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}}
+	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
 }
 
 // SetEnabled switches answering other nodes' tests on or off ([probe]

@@ -3,12 +3,14 @@ package bw
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/probe/wire"
 )
 
@@ -316,6 +318,23 @@ func TestAddressBinding(t *testing.T) {
 	}
 	if s := n.Stats(); s.Refused["bad_address"] != 1 || s.Served != 0 {
 		t.Errorf("stats %+v; want one bad_address refusal", s)
+	}
+
+	// A flood of them (a spoofer of an allowed address, at its admission
+	// rate): every one refused and counted, one log line per source.
+	var logs syncbuf.Buffer
+	f := New(Config{NodeID: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer f.Close()
+	f.SetEnabled(true)
+	m.GID = third
+	for i := range 200 {
+		m.Nonce = uint64(1000 + i)
+		if ans, _ := f.Handle(from, m); status(t, ans) != wire.BWBadAddress {
+			t.Fatalf("request %d: status %d", i, status(t, ans))
+		}
+	}
+	if got := strings.Count(logs.String(), "towards another host"); got != 1 || f.Stats().Refused["bad_address"] != 200 {
+		t.Errorf("%d log lines, %d counted for 200 refusals; want 1 line, 200 counted", got, f.Stats().Refused["bad_address"])
 	}
 }
 
