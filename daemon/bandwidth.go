@@ -12,6 +12,7 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/service"
+	"github.com/rdmad/rdmad/probe"
 	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs/bw"
 )
@@ -22,6 +23,9 @@ import (
 type bwConf struct {
 	port int
 	key  []byte
+	// others are the control keys of the rotation's other keys: an
+	// answer tagged with one is taken too.
+	others [][]byte
 }
 
 // bandwidthParts are the peer runner's bandwidth tests: the node (its one
@@ -36,6 +40,17 @@ type bandwidthParts struct {
 func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 	b := &bandwidthParts{}
 	b.node = bw.New(bw.Config{NodeID: nodeID(), TrafficClass: r.class.of, Logger: d.log.With("component", "peers"),
+		// On InfiniBand a test connects only to a port the peer
+		// announced in its answers (r.mgr is set before anything can
+		// ask: before the control endpoint runs and the API finds r).
+		PeerPorts: func(a netip.Addr) []bw.PeerPort {
+			eps := r.mgr.AnnouncedPorts(a)
+			out := make([]bw.PeerPort, 0, len(eps))
+			for _, e := range eps {
+				out = append(out, bw.PeerPort{GID: e.GID, LID: e.LID})
+			}
+			return out
+		},
 		OnChange: func() {
 			// Keyed: a burst of refusals is one update of the state.
 			d.mail.post("bandwidth", func(s *apitype.Snapshot) {
@@ -48,9 +63,15 @@ func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 
 // set puts [probe] bandwidth, port and the fleet key in force (at start and
 // at every reload). Runs on the main loop.
-func (b *bandwidthParts) set(cfg *config.Config, auth []byte) {
+func (b *bandwidthParts) set(cfg *config.Config, auth probe.Auth) {
 	b.node.SetEnabled(cfg.Probe.Bandwidth)
-	b.conf.Store(&bwConf{port: cfg.Probe.Port, key: wire.ControlKey(auth)})
+	c := &bwConf{port: cfg.Probe.Port, key: wire.ControlKey(auth.Key)}
+	if len(auth.Key) > 0 {
+		for _, k := range auth.Others {
+			c.others = append(c.others, wire.ControlKey(k))
+		}
+	}
+	b.conf.Store(c)
 }
 
 // Bandwidth serves POST /v1/bw and D-Bus Bandwidth: an RC bandwidth test
@@ -77,7 +98,7 @@ func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (a
 	ctx, cancel := context.WithTimeout(ctx, req.Duration+30*time.Second)
 	defer cancel()
 	return r.bw.node.Run(ctx, bw.Request{Peer: netip.AddrPortFrom(addr, uint16(conf.port)), Name: req.Peer,
-		Op: op, Size: req.Size, Duration: req.Duration, ControlKey: conf.key})
+		Op: op, Size: req.Size, Duration: req.Duration, ControlKey: conf.key, OtherKeys: conf.others})
 }
 
 // resolvePeer returns the address of name (an IP address or a host name).

@@ -91,7 +91,7 @@ func bwControl(t *testing.T, auth probe.Auth, enabled bool) (*probe.Control, *bw
 
 func bwRequest(op wire.BWOp, size uint32, d time.Duration) wire.Message {
 	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 42, QPN: 0x33, GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 4},
-		Ext: []wire.Ext{wire.BW{Op: op, MTU: 3, PSN: 5, Size: size, Duration: d}.Ext()}}
+		Ext: []wire.Ext{wire.BW{Op: op, MTU: 3, PSN: 5, Size: size, Duration: d}.Ext(), wire.BWTimeExt(time.Now())}}
 }
 
 func bwEnc(t *testing.T, m wire.Message, key []byte) []byte {
@@ -185,6 +185,34 @@ func TestBandwidthRefusals(t *testing.T) {
 		}
 		if m, _ := wire.Decode(a, ck); !m.Authenticated {
 			t.Errorf("the answer is not tagged")
+		}
+	})
+
+	t.Run("replayed with the key", func(t *testing.T) {
+		// A captured authenticated request sent again: refused as
+		// stale, as is one without a time (an older requester) or
+		// naming a third host's GID.
+		c, node, _ := bwControl(t, probe.Auth{Key: bwFleetKey, Require: true}, true)
+		cl := bwUDPFrom(t, "127.0.0.4", 0)
+		req := bwEnc(t, bwRequest(wire.BWWrite, 65536, wire.MaxBWDuration+time.Second), ck)
+		if a := bwExchange(t, cl, c.Addr(), req); a == nil || bwStatus(t, a, ck, 42) != wire.BWBadRequest {
+			t.Fatalf("the first request: %x; want a refusal of its duration", a)
+		}
+		if a := bwExchange(t, cl, c.Addr(), req); a == nil || bwStatus(t, a, ck, 42) != wire.BWStale {
+			t.Errorf("the replay: %x; want stale", a)
+		}
+		old := bwRequest(wire.BWWrite, 65536, time.Second)
+		old.Nonce, old.Ext = 43, old.Ext[:1]
+		if a := bwExchange(t, cl, c.Addr(), bwEnc(t, old, ck)); a == nil || bwStatus(t, a, ck, 43) != wire.BWStale {
+			t.Errorf("an authenticated request without a time: %x; want stale", a)
+		}
+		third := bwRequest(wire.BWRead, 65536, time.Second)
+		third.Nonce, third.GID = 44, netip.MustParseAddr("198.51.100.9").As16()
+		if a := bwExchange(t, cl, c.Addr(), bwEnc(t, third, ck)); a == nil || bwStatus(t, a, ck, 44) != wire.BWBadAddress {
+			t.Errorf("a third host's GID: %x; want bad address", a)
+		}
+		if s := node.Stats(); s.Served != 0 || s.Refused["stale"] != 2 || s.Refused["bad_address"] != 1 {
+			t.Errorf("node stats %+v", s)
 		}
 	})
 

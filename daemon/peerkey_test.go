@@ -52,18 +52,21 @@ func TestReadProbeKey(t *testing.T) {
 		{"short", file("short", " 0123456789abcde \n", 0o600, 0), []string{"15 bytes", "at least 16", "head -c 32 /dev/urandom"}},
 		{"missing", filepath.Join(dir, "none"), []string{filepath.Join(dir, "none"), "head -c 32 /dev/urandom"}},
 		{"FIFO", fifo, []string{fifo}},
+		{"a rotation's short line", file("rot-short", good+"0123456789\n", 0o600, 0), []string{":2", "10 bytes"}},
+		{"too many keys", file("rot-many", strings.Repeat(good, 5), 0o600, 0), []string{":5", "more than 4 keys"}},
+		{"a rotation group readable", file("rot-g", good+good, 0o640, 0), []string{"chmod 600"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			key, err := readProbeKey(tt.path)
+			keys, err := readProbeKey(tt.path)
 			if tt.want == nil {
-				if err != nil || string(key) != strings.TrimSpace(good) {
-					t.Fatalf("readProbeKey = %q, %v; want the trimmed key", key, err)
+				if err != nil || len(keys) != 1 || string(keys[0]) != strings.TrimSpace(good) {
+					t.Fatalf("readProbeKey = %q, %v; want the trimmed key", keys, err)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("readProbeKey = %q; want an error", key)
+				t.Fatalf("readProbeKey = %q; want an error", keys)
 			}
 			for _, w := range append(tt.want, "key_file") {
 				if !strings.Contains(err.Error(), w) {
@@ -71,6 +74,20 @@ func TestReadProbeKey(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// A rotation (#24 item 9): one key per line, the first tags; blank
+	// lines and comments skipped. A binary key with a newline byte inside
+	// stays one key, as before.
+	next := "bmV3IGZsZWV0IGtleSBvZiB0aGUgcm90YXRpb24sIDMyIQ==\n"
+	keys, err := readProbeKey(file("rot", "# tag with the first\n"+next+"\n"+good, 0o600, 0))
+	if err != nil || len(keys) != 2 || string(keys[0]) != strings.TrimSpace(next) || string(keys[1]) != strings.TrimSpace(good) {
+		t.Errorf("rotation file: %q, %v; want the two keys, the new one first", keys, err)
+	}
+	raw := "\x01\x02binary key\nwith a newline byte\xff\x00"
+	keys, err = readProbeKey(file("raw", raw, 0o600, 0))
+	if err != nil || len(keys) != 1 || string(keys[0]) != raw {
+		t.Errorf("binary key with a newline: %q, %v; want it whole", keys, err)
 	}
 
 	// auth defaults to require with a key; prefer is kept; no key_file is

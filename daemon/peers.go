@@ -75,11 +75,21 @@ const maxKeyFile = 4096
 // minKeyLen is the shortest fleet key taken, in bytes after trimming.
 const minKeyLen = 16
 
-// readProbeKey reads the fleet key of [probe] key_file: a regular file
+// maxKeys bounds the keys of a rotation in [probe] key_file: a message
+// with a wrong tag costs an HMAC per key.
+const maxKeys = 4
+
+// readProbeKey reads the fleet keys of [probe] key_file: a regular file
 // owned by root with no permissions for group or others (a key others can
-// read is no secret, one they can write not the admin's), holding at least
-// minKeyLen bytes after surrounding whitespace is trimmed.
-func readProbeKey(path string) ([]byte, error) {
+// read is no secret, one they can write not the admin's). It holds one key
+// (the whole file, surrounding whitespace trimmed, as always), or for a
+// rotation up to maxKeys keys, one per line, when the file is text: the
+// first line tags every message, each line's key verifies one (blank lines
+// and lines starting with '#' are skipped; base64 has neither). A file
+// with bytes that are not text (a raw binary key) is one key whatever it
+// holds, so that a key that happens to contain a newline byte stays one
+// key. Every key has at least minKeyLen bytes.
+func readProbeKey(path string) ([][]byte, error) {
 	b, err := safefile.ReadSecret(path, maxKeyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("[probe] key_file %w; create it on every node: `(umask 077; head -c 32 /dev/urandom | base64 > %s)`", err, path)
@@ -88,11 +98,41 @@ func readProbeKey(path string) ([]byte, error) {
 		// safefile's error names the file and the fix (chown, chmod 0600).
 		return nil, fmt.Errorf("[probe] key_file %w", err)
 	}
-	key := bytes.TrimSpace(b)
-	if len(key) < minKeyLen {
-		return nil, fmt.Errorf("[probe] key_file %s: the key has %d bytes, at least %d are needed; write a new one: `head -c 32 /dev/urandom | base64 > %s`", path, len(key), minKeyLen, path)
+	short := func(where string, n int) error {
+		return fmt.Errorf("[probe] key_file %s%s: the key has %d bytes, at least %d are needed; write a new one: `head -c 32 /dev/urandom | base64 > %s`", path, where, n, minKeyLen, path)
 	}
-	return key, nil
+	whole := bytes.TrimSpace(b)
+	if !bytes.ContainsAny(whole, "\r\n") || !isText(whole) {
+		if len(whole) < minKeyLen {
+			return nil, short("", len(whole))
+		}
+		return [][]byte{whole}, nil
+	}
+	var keys [][]byte
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		if len(line) < minKeyLen {
+			return nil, short(fmt.Sprintf(":%d", i+1), len(line))
+		}
+		if len(keys) == maxKeys {
+			return nil, fmt.Errorf("[probe] key_file %s:%d: more than %d keys; a rotation needs two (the key to tag with first, then the one to accept as well)", path, i+1, maxKeys)
+		}
+		keys = append(keys, line)
+	}
+	return keys, nil
+}
+
+// isText reports whether b is printable ASCII and whitespace only.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if (c < 0x20 || c > 0x7e) && c != '\n' && c != '\r' && c != '\t' {
+			return false
+		}
+	}
+	return true
 }
 
 // loadAuth reads the fleet key cfg names and returns the authentication to
@@ -104,12 +144,12 @@ func (r *peerRunner) loadAuth(cfg *config.Config) (probe.Auth, error) {
 		r.setKeyErr(nil)
 		return probe.Auth{}, nil
 	}
-	key, err := readProbeKey(pr.KeyFile)
+	keys, err := readProbeKey(pr.KeyFile)
 	r.setKeyErr(err)
 	if err != nil {
 		return probe.Auth{}, err
 	}
-	return probe.Auth{Key: key, Require: pr.Auth != "prefer"}, nil
+	return probe.Auth{Key: keys[0], Others: keys[1:], Require: pr.Auth != "prefer"}, nil
 }
 
 func (r *peerRunner) setKeyErr(err error) {
@@ -122,7 +162,17 @@ func (r *peerRunner) setKeyErr(err error) {
 // manager's next settings (control messages).
 func (r *peerRunner) useAuth(a probe.Auth) {
 	r.auth = a
+	if e, ok := r.eng.(keysEngine); ok {
+		e.SetAuthKeys(append([][]byte{a.Key}, a.Others...), a.Require)
+		return
+	}
 	r.eng.SetAuth(a.Key, a.Require)
+}
+
+// A keysEngine also verifies probe payloads under the other keys of a
+// rotation (verbs/peer's Engine does; the engines of tests need not).
+type keysEngine interface {
+	SetAuthKeys(keys [][]byte, require bool)
 }
 
 // peersFileCheck is how often peers_file is checked for changes between
@@ -175,7 +225,7 @@ func (d *Daemon) startPeers() {
 	}
 	r.useAuth(auth)
 	r.bw = newBandwidth(d, r)
-	r.bw.set(d.cfg, auth.Key)
+	r.bw.set(d.cfg, auth)
 	settings, fileErr := r.settings(d.cfg)
 	r.mgr, err = probe.New(probe.Options{
 		Transport:      r.eng,
@@ -292,7 +342,7 @@ func (d *Daemon) reloadPeers() {
 		return
 	}
 	r.useAuth(auth)
-	r.bw.set(d.cfg, auth.Key)
+	r.bw.set(d.cfg, auth)
 	// A changed traffic class replaces the ports' address handles at the
 	// engine's next scan: now.
 	r.class.set(d.cfg)

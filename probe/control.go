@@ -61,10 +61,14 @@ type ControlStats struct {
 // and whether messages without a valid tag are refused (require) or only
 // flagged (prefer, for rollouts).
 type Auth struct {
-	Key     []byte // the fleet key ([probe] key_file)
+	Key     []byte // the fleet key ([probe] key_file): tags, and verifies
 	Require bool
+	// Others are more keys a tag may verify under, never used to tag:
+	// the other keys of a rotation (key_file's further lines).
+	Others [][]byte
 
-	control []byte // wire.ControlKey(Key)
+	control []byte   // wire.ControlKey(Key)
+	verify  [][]byte // control, then wire.ControlKey of each of Others
 }
 
 // ControlOptions configure a Control.
@@ -167,6 +171,16 @@ func (c *Control) SetAuth(a Auth) {
 	a.Key = append([]byte(nil), a.Key...)
 	a.control = wire.ControlKey(a.Key)
 	a.Require = a.Require && len(a.Key) > 0
+	a.verify = nil
+	if len(a.Key) > 0 {
+		a.verify = [][]byte{a.control}
+		for _, k := range a.Others {
+			if len(k) > 0 {
+				a.verify = append(a.verify, wire.ControlKey(k))
+			}
+		}
+	}
+	a.Others = nil // kept only in their derived form
 	c.auth.Store(&a)
 }
 
@@ -271,7 +285,7 @@ func (c *Control) Serve(ctx context.Context) error {
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		a := c.auth.Load()
-		m, err := wire.Decode(buf[:n], a.control)
+		m, err := wire.DecodeKeys(buf[:n], a.verify...)
 		switch {
 		case errors.Is(err, wire.ErrBadTag):
 			c.n.badTag.Add(1)

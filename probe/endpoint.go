@@ -301,6 +301,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	}
 	first := !pa.resolved
 	pa.resolved = true
+	m.announce(p, a.from.Addr())
 	m.checkMismatch(p)
 	if first && pa.inflight == 0 {
 		m.send(p, pa, now)

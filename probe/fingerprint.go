@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,9 @@ const (
 	// differs in them on purpose.
 	FieldKernel  = "kernel"
 	FieldVersion = "rdmad_version"
+
+	// FieldRate is the port's link rate (severity warn).
+	FieldRate = "rate"
 )
 
 // nodePort stands for the port in a mismatch of a node's own field.
@@ -46,10 +50,14 @@ type fieldValue struct {
 	text  string
 	num   uint64
 	isNum bool
+	mbps  bool // num is a rate in Mb/s, written in Gb/s
 	known bool
 }
 
 func (v fieldValue) String() string {
+	if v.mbps {
+		return strconv.FormatFloat(float64(v.num)/1000, 'f', -1, 64) + " Gb/s"
+	}
 	if v.isNum {
 		return strconv.FormatUint(v.num, 10)
 	}
@@ -67,6 +75,8 @@ func portField(p *wire.FingerprintPort, field string) fieldValue {
 		return number(uint64(p.ActiveMTU), p.ActiveMTU != 0)
 	case FieldRoCEToS:
 		return number(uint64(p.ToS), p.HasToS)
+	case FieldRate:
+		return fieldValue{num: uint64(p.RateMbps), isNum: true, mbps: true, known: p.RateMbps != 0}
 	case FieldLinkLayer:
 		return text(p.LinkLayer)
 	case FieldRoCEMode:
@@ -85,8 +95,9 @@ func portField(p *wire.FingerprintPort, field string) fieldValue {
 
 // compareFingerprint returns the fields on which the local port and the
 // peer's port disagree. A field either side does not know is not
-// compared: an unknown is not a mismatch. Firmware and driver differences
-// are of severity info; the rest must agree along a path.
+// compared: an unknown is not a mismatch (a peer that predates the rate
+// sends none). Firmware and driver differences are of severity info, the
+// link rate's warn; the rest must agree along a path.
 func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch {
 	var out []apitype.Mismatch
 	for _, f := range Fields {
@@ -95,8 +106,11 @@ func compareFingerprint(local, remote *wire.FingerprintPort) []apitype.Mismatch 
 			continue
 		}
 		sev := apitype.SeverityMust
-		if f == FieldFirmware || f == FieldDriver {
+		switch f {
+		case FieldFirmware, FieldDriver:
 			sev = apitype.SeverityInfo
+		case FieldRate:
+			sev = apitype.SeverityWarn
 		}
 		out = append(out, apitype.Mismatch{Field: f, Local: l.String(), Peer: r.String(), Severity: sev, LocalPort: local.Key, PeerPort: remote.Key})
 	}
@@ -125,7 +139,8 @@ func fingerprintState(f *wire.Fingerprint) *apitype.Fingerprint {
 	out := &apitype.Fingerprint{Version: f.Version, Kernel: f.Kernel, PortsOmitted: f.Omitted, Ports: make([]apitype.FingerprintPort, 0, len(f.Ports))}
 	for _, p := range f.Ports {
 		sp := apitype.FingerprintPort{Index: int(p.Index), Key: p.Key, Netdev: p.Netdev, MTU: int(p.NetdevMTU), ActiveMTU: int(p.ActiveMTU),
-			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC}
+			LinkLayer: p.LinkLayer, Firmware: p.FWVer, Driver: p.Driver, RoCEMode: p.RoCEMode, Trust: p.Trust, PFC: p.PFC,
+			RateGbps: float64(p.RateMbps) / 1000}
 		if p.HasToS {
 			tos := int(p.ToS)
 			sp.RoCEToS = &tos
@@ -184,6 +199,9 @@ func LocalFingerprint(snap *apitype.Snapshot, ports []ud.LocalPort, sysRoot, ker
 						if p.LinkLayer != "" {
 							fp.LinkLayer = p.LinkLayer
 						}
+						if p.RateGbps > 0 && p.RateGbps*1000 < 1<<32 {
+							fp.RateMbps = uint32(math.Round(p.RateGbps * 1000))
+						}
 					}
 				}
 			}
@@ -218,6 +236,13 @@ func LocalFingerprint(snap *apitype.Snapshot, ports []ud.LocalPort, sysRoot, ker
 		if fp.Netdev != "" {
 			if mtu, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "mtu"); ok && mtu > 0 {
 				fp.NetdevMTU = uint32(mtu)
+			}
+			// The port's rate unknown (no inventory yet): a RoCE
+			// netdev's speed in Mb/s (-1 or absent when it has none).
+			if fp.RateMbps == 0 {
+				if sp, ok := readSysInt(sysRoot, "sys/class/net", fp.Netdev, "speed"); ok && sp > 0 {
+					fp.RateMbps = uint32(sp)
+				}
 			}
 		}
 		if activeMTU != nil {
@@ -343,6 +368,11 @@ type fingerprints struct {
 	own     *wire.Fingerprint
 	ownWire []byte
 	builtAt time.Time
+	// heldLog are the peers with mismatch changes held back from the
+	// log (checkMismatch); logEvery, if set, replaces mismatchLogEvery
+	// (tests).
+	heldLog  []*mpeer
+	logEvery time.Duration
 }
 
 func newFingerprints() fingerprints { return fingerprints{held: map[string]*sharedFP{}} }
@@ -509,10 +539,21 @@ func (f *fingerprints) mismatches(p *mpeer) []apitype.Mismatch {
 	return out
 }
 
+// mismatchLogEvery is the most often one peer's mismatch changes are
+// logged. Without a fleet key a spoofer of a peer's address can change what
+// the peer seems to say in every query it sends (it measured 28 log lines a
+// second per spoofed address): the first change after a quiet interval is
+// logged at once, later ones within the interval are held and counted, and
+// the state they led to is logged when the interval is over, with the count
+// (mismatch_changes_unlogged). The state always shows the current
+// mismatches.
+const mismatchLogEvery = time.Minute
+
 // checkMismatch keeps p's mismatches (the state shows them) and logs when
 // they change: a warning naming each field and both values, and a line
-// when they are gone. It is called whenever what they depend on changes:
-// either fingerprint, a path's peer port, the paths themselves.
+// when they are gone, at most once per mismatchLogEvery per peer. It is
+// called whenever what they depend on changes: either fingerprint, a
+// path's peer port, the paths themselves.
 func (m *Manager) checkMismatch(p *mpeer) {
 	ms := m.fps.mismatches(p)
 	p.mm = ms
@@ -525,11 +566,71 @@ func (m *Manager) checkMismatch(p *mpeer) {
 		return
 	}
 	m.pub.changed = true
-	if sig == "" {
-		m.log.Info("peer settings agree again", "peer", p.spec.Name)
-	} else {
-		m.log.Warn("peer settings differ", "peer", p.spec.Name, "mismatches", sig,
-			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")
-	}
 	p.mismatch = sig
+	now := time.Now()
+	every := m.fps.logEvery
+	if every == 0 {
+		every = mismatchLogEvery
+	}
+	if !p.mmLogAt.IsZero() && now.Sub(p.mmLogAt) < every {
+		if p.mmHeld == 0 {
+			m.fps.heldLog = append(m.fps.heldLog, p)
+		}
+		p.mmHeld++
+		return
+	}
+	held := p.mmHeld
+	p.mmHeld = 0 // flushMismatchLog skips it now
+	m.logMismatch(p, now, held)
+}
+
+// logMismatch logs p's mismatches as they are now, with the count of the
+// changes held back before them.
+func (m *Manager) logMismatch(p *mpeer, now time.Time, held int) {
+	p.mmLogAt = now
+	if p.mismatch == p.mmLogged {
+		if held > 0 {
+			m.log.Info("peer settings changed and changed back", "peer", p.spec.Name, "mismatch_changes_unlogged", held)
+		}
+		return
+	}
+	p.mmLogged = p.mismatch
+	args := []any{"peer", p.spec.Name}
+	if held > 0 {
+		args = append(args, "mismatch_changes_unlogged", held)
+	}
+	if p.mismatch == "" {
+		m.log.Info("peer settings agree again", args...)
+	} else {
+		m.log.Warn("peer settings differ", append(args, "mismatches", p.mismatch,
+			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")...)
+	}
+}
+
+// flushMismatchLog logs the held mismatch changes of the peers whose
+// interval is over (each tick; the list holds only peers with changes
+// held, so an idle fleet costs nothing).
+func (m *Manager) flushMismatchLog(now time.Time) {
+	if len(m.fps.heldLog) == 0 {
+		return
+	}
+	every := m.fps.logEvery
+	if every == 0 {
+		every = mismatchLogEvery
+	}
+	keep := m.fps.heldLog[:0]
+	for _, p := range m.fps.heldLog {
+		switch {
+		case p.mmHeld == 0:
+			// dropped meanwhile
+		case now.Sub(p.mmLogAt) < every:
+			keep = append(keep, p)
+		default:
+			held := p.mmHeld
+			p.mmHeld = 0
+			m.logMismatch(p, now, held)
+		}
+	}
+	clear(m.fps.heldLog[len(keep):])
+	m.fps.heldLog = keep
 }

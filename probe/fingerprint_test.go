@@ -2,17 +2,22 @@ package probe
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/probe/wire"
 )
@@ -257,7 +262,7 @@ func TestLocalFingerprint(t *testing.T) {
 	must(os.Symlink(dev, filepath.Join(root, "sys/class/infiniband/mlx5_0/device")))
 
 	snap := &apitype.Snapshot{Version: "1.2.3",
-		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0"}}}},
+		Devices: []apitype.Device{{Name: "mlx5_0", FWVer: "22.39.1002", Ports: []apitype.Port{{Port: 1, LinkLayer: "Ethernet", Netdev: "ens1f0", RateGbps: 2.5}}}},
 		Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "roce", Targets: []apitype.Target{
 			{Kind: "roce", Object: "mlx5_0/1", Actual: "tos=106 mode=v2", State: apitype.InSync},
 			{Kind: "qos", Object: "ens1f0", Actual: "trust=dscp pfc=3,4", State: apitype.Drifted},
@@ -272,7 +277,7 @@ func TestLocalFingerprint(t *testing.T) {
 		return 0
 	})
 	want := wire.FingerprintPort{Index: 0, Key: "mlx5_0/1", Netdev: "ens1f0", NetdevMTU: 4200, ActiveMTU: 4096, LinkLayer: "Ethernet",
-		FWVer: "22.39.1002", Driver: "mlx5_core 24.01-0.3.3", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3,4"}
+		FWVer: "22.39.1002", Driver: "mlx5_core 24.01-0.3.3", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3,4", RateMbps: 2500}
 	if f.Version != "1.2.3" || f.Kernel != "6.1.0-18" || len(f.Ports) != 2 || f.Ports[0] != want {
 		t.Fatalf("fingerprint = %+v\nwant port 0 %+v", f, want)
 	}
@@ -281,6 +286,44 @@ func TestLocalFingerprint(t *testing.T) {
 	}
 	if len(asked) != 2 || asked[0] != 4200 {
 		t.Errorf("active MTU asked with netdev MTUs %v", asked)
+	}
+	// Without the port's rate in the inventory, the netdev's speed (RoCE).
+	snap.Devices[0].Ports[0].RateGbps = 0
+	must(os.WriteFile(filepath.Join(root, "sys/class/net/ens1f0/speed"), []byte("100000\n"), 0o644))
+	if f := LocalFingerprint(snap, ports, root, "6.1.0-18", nil); f.Ports[0].RateMbps != 100000 {
+		t.Errorf("rate from the netdev speed = %d Mb/s; want 100000", f.Ports[0].RateMbps)
+	}
+	must(os.WriteFile(filepath.Join(root, "sys/class/net/ens1f0/speed"), []byte("-1\n"), 0o644))
+	if f := LocalFingerprint(snap, ports, root, "6.1.0-18", nil); f.Ports[0].RateMbps != 0 {
+		t.Errorf("a netdev without a speed: rate %d; want unknown", f.Ports[0].RateMbps)
+	}
+}
+
+// TestCompareRate (#25 item 4): the link rate is compared as a warn, shown
+// in Gb/s; a peer that predates the field (no rate) compares nothing.
+func TestCompareRate(t *testing.T) {
+	l := wire.FingerprintPort{Key: "a/1", LinkLayer: "Ethernet", RateMbps: 100000}
+	r := wire.FingerprintPort{Key: "b/1", LinkLayer: "Ethernet", RateMbps: 25000}
+	got := compareFingerprint(&l, &r)
+	if len(got) != 1 || got[0].Field != FieldRate || got[0].Severity != apitype.SeverityWarn || got[0].Local != "100 Gb/s" || got[0].Peer != "25 Gb/s" {
+		t.Errorf("compare = %+v; want rate 100 Gb/s vs 25 Gb/s, severity warn", got)
+	}
+	r.RateMbps = 2500
+	if got := compareFingerprint(&l, &r); len(got) != 1 || got[0].Peer != "2.5 Gb/s" {
+		t.Errorf("compare = %+v; want 2.5 Gb/s", got)
+	}
+	old := r
+	old.RateMbps = 0
+	if got := compareFingerprint(&l, &old); len(got) != 0 {
+		t.Errorf("an old peer without a rate: %+v; want nothing compared", got)
+	}
+	if !slices.Contains(apitype.MismatchFields, FieldRate) {
+		t.Errorf("MismatchFields %v lacks %q", apitype.MismatchFields, FieldRate)
+	}
+	// The state shows it in Gb/s.
+	st := fingerprintState(&wire.Fingerprint{Ports: []wire.FingerprintPort{r}})
+	if st.Ports[0].RateGbps != 2.5 {
+		t.Errorf("state rate %v; want 2.5", st.Ports[0].RateGbps)
 	}
 }
 
@@ -433,5 +476,151 @@ func TestFingerprintBeforeFirstAnswer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no answer within 10s of the fingerprint being ready")
 		}
+	}
+}
+
+// TestFingerprintNotPrintableDropped performs #24's attack on a running
+// node: its allowed peer's address sends queries whose fingerprint
+// strings carry a bidi override, a C1 control and invalid UTF-8. Each
+// query is counted as malformed, gets no answer, and nothing of it is
+// stored: the peer's fingerprint stays unknown.
+func TestFingerprintNotPrintableDropped(t *testing.T) {
+	port := freePort(t)
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	a := startNodeFP(t, f, "127.0.0.2", "127.0.0.3", port, 1, newFPSource(1500, "x"))
+	defer a.stop(t)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	bad := []string{"fw\u202e2001.22", "fw\u0085x", "fw\xc3("}
+	send := func(fw string, nonce uint64) {
+		key := "fake0/1"
+		fp := append([]byte{0x10, byte(1 + len(key)), 0}, key...)
+		fp = append(append(fp, 0x15, byte(len(fw))), fw...)
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: nonce, Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp)}
+		b, err := q.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteToUDPAddrPort(b, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := func(fw string, nonce uint64) {
+		t.Helper()
+		// Sent again until taken: the endpoint may not be up yet.
+		waitPeer(t, a, "127.0.0.3", "the good query's fingerprint", 5*time.Second, func(p apitype.Peer) bool {
+			if p.Fingerprint != nil && len(p.Fingerprint.Ports) == 1 && p.Fingerprint.Ports[0].Firmware == fw {
+				return true
+			}
+			nonce++
+			send(fw, nonce)
+			time.Sleep(50 * time.Millisecond)
+			return false
+		})
+	}
+	// A good query first: the endpoint is up and answers.
+	good("fw-1", 1)
+	for i, s := range bad {
+		send(s, uint64(1000+i))
+	}
+	// Answers to the good queries may still come; none to a hostile one.
+	buf := make([]byte, wire.MaxSize)
+	for {
+		conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, _, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		if m, err := wire.Decode(buf[:n], nil); err == nil && m.Nonce >= 1000 {
+			t.Errorf("a hostile query (nonce %d) was answered", m.Nonce)
+		}
+	}
+	// A good query last: its fingerprint replaces the first (nothing of
+	// the hostile ones came between), and the state is published with
+	// the counters.
+	good("fw-2", 500)
+	a.mu.Lock()
+	malformed := a.last.Counters.ControlMalformed
+	a.mu.Unlock()
+	if malformed != uint64(len(bad)) {
+		t.Errorf("control_malformed = %d after %d hostile queries; want each counted", malformed, len(bad))
+	}
+}
+
+// TestMismatchLogBounded performs #24 item 8's attack: without a fleet key,
+// a spoofer of a peer's address sends queries whose fingerprint changes
+// each time (here its kernel, 40 times in 0.4 s). The state follows every
+// change, but the log has one line for the first change and then, when
+// the interval is over, one for the state they led to, with the count of
+// the changes it held back.
+func TestMismatchLogBounded(t *testing.T) {
+	port := freePort(t)
+	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	var logs syncbuf.Buffer
+	n := &node{pr: f.newTransport(1), done: make(chan error, 1)}
+	s := Settings{Peers: []Spec{{Name: "127.0.0.3"}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
+		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
+	m, err := New(Options{Transport: n.pr, NodeID: 1, ListenHost: "127.0.0.2", Fingerprint: newFPSource(1500, "x").build,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		OnState: func(ps apitype.Peers) { n.mu.Lock(); n.last = ps; n.mu.Unlock() }}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const every = 800 * time.Millisecond
+	m.fps.logEvery = every
+	n.m = m
+	n.pr.onReply = m.OnReply
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- m.Run(ctx) }()
+	defer n.stop(t)
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	const changes = 40
+	start := time.Now()
+	for i := range changes {
+		fp := wire.Fingerprint{Kernel: fmt.Sprintf("6.%d.0-spoofed", i)}
+		q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: uint64(i + 1), Count: 1, QPN: 0x4242, QKey: 0x11, Ext: wire.WithFingerprint(fp.Marshal())}
+		b, _ := q.Append(nil, nil)
+		conn.WriteToUDPAddrPort(b, dst)
+		time.Sleep(10 * time.Millisecond)
+	}
+	last := fmt.Sprintf("6.%d.0-spoofed", changes-1)
+	waitPeer(t, n, "127.0.0.3", "the last spoofed kernel in the state", 3*time.Second, func(p apitype.Peer) bool {
+		return p.Fingerprint != nil && p.Fingerprint.Kernel == last
+	})
+	if time.Since(start) > every {
+		t.Skipf("the burst took %v, longer than the interval: too slow a machine to tell", time.Since(start))
+	}
+	if got := strings.Count(logs.String(), "peer settings differ"); got != 1 {
+		t.Errorf("%d 'peer settings differ' lines during a burst of %d changes; want 1:\n%s", got, changes, logs.String())
+	}
+	deadline := time.Now().Add(every + 2*time.Second)
+	for strings.Count(logs.String(), "peer settings differ") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	out := logs.String()
+	var final string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "peer settings differ") {
+			final = l
+		}
+	}
+	_, heldText, _ := strings.Cut(final, "mismatch_changes_unlogged=")
+	held, _ := strconv.Atoi(strings.Fields(heldText + " x")[0])
+	// The first change or two may come before the peer's first line
+	// (the query that made it known): all but those are held.
+	if strings.Count(out, "peer settings differ") != 2 || held < changes-3 || held > changes-1 || !strings.Contains(final, last) {
+		t.Errorf("after the interval: want one more line with the last state (%s) and about %d changes unlogged:\n%s", last, changes-1, out)
 	}
 }

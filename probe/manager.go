@@ -116,6 +116,8 @@ type Manager struct {
 	pub      publisher
 	fps      fingerprints
 	resolver resolver
+	// ann is the ports peers announced (announced.go); its own lock.
+	ann announced
 }
 
 // New returns a Manager with settings s.
@@ -214,6 +216,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
 	m.refreshFingerprint(now, false)
+	m.flushMismatchLog(now)
 	// Visit the peers due now and those due within the batch window:
 	// their probes leave a little early, together, at most maxBatch of
 	// them.

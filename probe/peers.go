@@ -87,6 +87,11 @@ type mpeer struct {
 	fp       *sharedFP
 	mismatch string
 	mm       []apitype.Mismatch
+	// mmLogged is the mismatches last logged and mmLogAt when; mmHeld
+	// counts the changes since that the log held back (checkMismatch).
+	mmLogged string
+	mmLogAt  time.Time
+	mmHeld   int
 }
 
 // A pendingQuery is an outstanding control query and its nonce.
@@ -237,7 +242,11 @@ func (m *Manager) drop(p *mpeer) {
 	m.sched.flights.forget(p)
 	m.sched.due.remove(p)
 	m.fps.release(p)
+	p.mmHeld = 0 // out of the held log
 	m.peers.remove(p)
+	if len(m.peers.at(p.addr)) == 0 {
+		m.ann.set(p.addr, nil)
+	}
 }
 
 func (m *Manager) anyResolved(p *mpeer) bool {

@@ -169,24 +169,30 @@ type FingerprintPort struct {
 	RoCEMode string `json:"roce_mode,omitempty"`
 	Trust    string `json:"trust,omitempty"`
 	PFC      string `json:"pfc,omitempty"`
+	// RateGbps is the port's link rate in Gb/s (0: unknown, e.g. a peer
+	// that predates the field).
+	RateGbps float64 `json:"rate_gbps,omitempty"`
 }
 
 // Mismatch severities: "must" for settings that must agree along a path
-// (MTU, link layer, RoCE mode and ToS, QoS trust and PFC), "info" for
-// firmware and driver versions, which may differ during a rollout.
+// (MTU, link layer, RoCE mode and ToS, QoS trust and PFC), "warn" for the
+// link rate (the slower port bounds the path, and a link that trained
+// down is a common fault, but a fleet may mix speeds on purpose), "info"
+// for firmware and driver versions, which may differ during a rollout.
 const (
 	SeverityMust = "must"
+	SeverityWarn = "warn"
 	SeverityInfo = "info"
 )
 
 // MismatchFields are the fields peers compare, in the order mismatches are
 // reported.
-var MismatchFields = []string{"mtu", "active_mtu", "link_layer", "roce_mode", "roce_tos", "trust", "pfc", "firmware", "driver", "kernel", "rdmad_version"}
+var MismatchFields = []string{"mtu", "active_mtu", "link_layer", "roce_mode", "roce_tos", "trust", "pfc", "rate", "firmware", "driver", "kernel", "rdmad_version"}
 
 // A Mismatch is one setting on which this node's probing port and the
 // peer's port it probes disagree.
 type Mismatch struct {
-	Field    string `json:"field"` // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, firmware, driver; kernel, rdmad_version (ports "node")
+	Field    string `json:"field"` // mtu, active_mtu, link_layer, roce_mode, roce_tos, trust, pfc, rate, firmware, driver; kernel, rdmad_version (ports "node")
 	Local    string `json:"local"`
 	Peer     string `json:"peer"`
 	Severity string `json:"severity"`

@@ -227,8 +227,9 @@ type Probe struct {
 	Rotate   Duration `toml:"rotate"`
 	// KeyFile holds the fleet key that authenticates control messages and
 	// probes (HMAC-SHA256): a root-owned file without group or other
-	// permissions, at least 16 bytes after trimming whitespace. Empty:
-	// no authentication.
+	// permissions, at least 16 bytes after trimming whitespace; for a
+	// rotation up to four keys, one per line, the first tagging
+	// (daemon/peers.go, readProbeKey). Empty: no authentication.
 	KeyFile string `toml:"key_file"`
 	// Auth is "require" (the default with a key: nothing unauthenticated
 	// is answered or believed) or "prefer" (for rollouts: peers without

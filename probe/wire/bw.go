@@ -31,6 +31,34 @@ const ExtBandwidth = ExtCritical | 0x0003
 // bwExtLen is the size of the bandwidth extension's value.
 const bwExtLen = 32
 
+// ExtBWTime is the time a bandwidth request was sent: 8 bytes, Unix time in
+// milliseconds (signed). Not critical: a responder that predates it skips
+// it. Covered by the tag like every extension, it lets a responder with a
+// fleet key refuse a captured request replayed later (MaxBWSkew) and, with
+// the nonces it remembers for that long, one replayed at once.
+const ExtBWTime = 0x0004
+
+// MaxBWSkew is how far a bandwidth request's time may be from the
+// responder's clock, either way: the clocks of a fleet agree far better
+// (NTP), and a replay has at most this long.
+const MaxBWSkew = 30 * time.Second
+
+// BWTimeExt returns t as an ExtBWTime extension.
+func BWTimeExt(t time.Time) Ext {
+	return Ext{Type: ExtBWTime, Value: binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(t.UnixMilli()))}
+}
+
+// BWTimeOf returns the time a bandwidth message carries (ok false when it
+// carries none: a requester that predates it). Decode has checked it.
+func BWTimeOf(m Message) (t time.Time, ok bool) {
+	for _, e := range m.Ext {
+		if e.Type == ExtBWTime && len(e.Value) == 8 {
+			return time.UnixMilli(int64(binary.BigEndian.Uint64(e.Value))), true
+		}
+	}
+	return time.Time{}, false
+}
+
 // Bounds of a bandwidth test: a responder refuses anything outside them
 // (BWBadRequest) and tears its side down when the duration and BWGrace
 // have passed, whatever the requester does.
@@ -87,7 +115,14 @@ const (
 	BWBusy        BWStatus = 2 // a test runs there already
 	BWBadRequest  BWStatus = 3 // size or duration out of bounds
 	BWUnavailable BWStatus = 4 // no ACTIVE port, or verbs failed there
-	maxBWStatus            = BWUnavailable
+	// BWStale: with a fleet key, a request without a time, with one more
+	// than MaxBWSkew from the responder's clock, or whose nonce the
+	// responder saw already (a replay).
+	BWStale BWStatus = 5
+	// BWBadAddress: the request's GID (LID on InfiniBand) is not the
+	// requester's own (see docs/PROBES.md, "Bandwidth tests").
+	BWBadAddress BWStatus = 6
+	maxBWStatus           = BWBadAddress
 )
 
 // Reason returns what a refusal means for the operator.
@@ -103,6 +138,10 @@ func (s BWStatus) Reason() string {
 		return fmt.Sprintf("it refused the parameters; the size must be 1 byte to %d KiB and the duration %s to %s", MaxBWSize>>10, MinBWDuration, MaxBWDuration)
 	case BWUnavailable:
 		return "it has no ACTIVE RDMA port it can test from (see rdmactl status and its journal there)"
+	case BWStale:
+		return fmt.Sprintf("it took the request for a stale or replayed one; the clocks of both nodes must agree within %s (check NTP), and with a fleet key both nodes need an rdmad that sends the request's time", MaxBWSkew)
+	case BWBadAddress:
+		return "the request's RDMA address is not this node's control address there: on RoCE the GID must be this node's IP address the request comes from (use a GID of the address it sends control messages from), on InfiniBand a port this node announced to it in its probe queries and answers"
 	}
 	return fmt.Sprintf("status %d", uint8(s))
 }
@@ -185,11 +224,20 @@ func BWOf(m Message) (BW, error) {
 func checkBW(m *Message) error {
 	if !IsBW(m.Type) {
 		for _, e := range m.Ext {
-			if e.Type == ExtBandwidth {
-				return fmt.Errorf("%w: bandwidth extension in a message of type %d", ErrMalformed, m.Type)
+			if e.Type == ExtBandwidth || e.Type == ExtBWTime {
+				return fmt.Errorf("%w: bandwidth extension in a message of type %d (extension %#x)", ErrMalformed, m.Type, e.Type)
 			}
 		}
 		return nil
+	}
+	times := 0
+	for _, e := range m.Ext {
+		if e.Type != ExtBWTime {
+			continue
+		}
+		if times++; times > 1 || len(e.Value) != 8 || m.Type != TypeBWRequest {
+			return fmt.Errorf("%w: a bandwidth request carries at most one time of 8 bytes, other messages none", ErrMalformed)
+		}
 	}
 	if m.Version != Version2 {
 		return fmt.Errorf("%w: bandwidth messages are version 2", ErrMalformed)

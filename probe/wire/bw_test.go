@@ -23,6 +23,41 @@ func bwSeeds() []Message {
 			Ext: []Ext{BW{Op: BWRead, MTU: 5, PSN: 1, Size: 1 << 20, Duration: 30 * time.Second, Addr: 0x7f0000001000, RKey: 0x1234}.Ext()}},
 		{Version: 2, Type: TypeBWAnswer, Nonce: 8, NodeID: 4, Ext: []Ext{BW{Op: BWSend, Status: BWBusy}.Ext()}},
 		{Version: 2, Type: TypeBWDone, Nonce: 7, QPN: 0x11, NodeID: 3, Ext: []Ext{BW{Op: BWSend}.Ext()}},
+		{Version: 2, Type: TypeBWRequest, Nonce: 9, QPN: 0x11, GID: bwGID, NodeID: 3,
+			Ext: []Ext{BW{Op: BWRead, MTU: 3, PSN: 5, Size: 4096, Duration: time.Second}.Ext(), BWTimeExt(time.UnixMilli(1795000000123))}},
+	}
+}
+
+// TestBWTime: a request's time round-trips to the millisecond; a time in
+// another message, twice, or of another size is malformed.
+func TestBWTime(t *testing.T) {
+	seeds := bwSeeds()
+	m := seeds[len(seeds)-1]
+	b, _ := m.Append(nil, testKey)
+	d, err := Decode(b, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := BWTimeOf(d); !ok || at.UnixMilli() != 1795000000123 {
+		t.Errorf("BWTimeOf = %v, %v", at, ok)
+	}
+	if _, ok := BWTimeOf(seeds[0]); ok {
+		t.Errorf("a request without a time has one")
+	}
+	tm := BWTimeExt(time.Now())
+	for name, bad := range map[string]Message{
+		"twice":    {Version: 2, Type: TypeBWRequest, Nonce: 9, QPN: 0x11, Ext: append(append([]Ext{}, m.Ext...), tm)},
+		"short":    {Version: 2, Type: TypeBWRequest, Nonce: 9, QPN: 0x11, Ext: []Ext{m.Ext[0], {Type: ExtBWTime, Value: tm.Value[:7]}}},
+		"in done":  {Version: 2, Type: TypeBWDone, Nonce: 7, QPN: 0x11, Ext: []Ext{BW{Op: BWSend}.Ext(), tm}},
+		"in query": {Version: 2, Type: TypeQuery, Nonce: 7, Count: 1, QPN: 0x11, QKey: 3, Ext: []Ext{tm}},
+	} {
+		b, err := bad.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(b, nil); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
 	}
 }
 

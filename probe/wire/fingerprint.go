@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -63,6 +64,9 @@ type FingerprintPort struct {
 	RoCEMode string
 	Trust    string
 	PFC      string
+	// RateMbps is the port's link rate in Mb/s (100 Gb/s: 100000), 0
+	// when unknown (a node that predates the field sends none).
+	RateMbps uint32
 }
 
 // Sub-field tags of the fingerprint value: tag (1 byte), length (1 byte),
@@ -83,15 +87,48 @@ const (
 	tagRoCEMode  = 0x18
 	tagTrust     = 0x19
 	tagPFC       = 0x1a
+	tagRate      = 0x1b // 4 bytes, Mb/s
 )
 
+// printable reports whether r may appear in a string the wire carries:
+// what a terminal, a journal line or a D-Bus string shows as text. It
+// refuses C0 and C1 controls, DEL, format characters (bidi overrides and
+// isolates, zero-width characters), line and paragraph separators, spaces
+// other than U+0020, unassigned code points and U+FFFD (which also stands
+// for invalid UTF-8 here).
+func printable(r rune) bool {
+	return r == ' ' || (r != utf8.RuneError && unicode.IsPrint(r))
+}
+
+// Printable reports whether s is valid UTF-8 of printable characters only
+// (see printable): what every string a decoder of this package accepts is.
+func Printable(s string) bool {
+	for _, r := range s {
+		if !printable(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func printableBytes(b []byte) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if !printable(r) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
 // clean makes s fit a fingerprint: at most MaxFingerprintString bytes cut
-// at a rune boundary, control characters replaced, so that what a peer
-// shows in a terminal is text.
+// at a rune boundary, every character that is not printable replaced, so
+// that what a peer shows in a terminal is text.
 func clean(s string) string {
 	out := make([]byte, 0, min(len(s), MaxFingerprintString))
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+		if !printable(r) {
 			r = '?'
 		}
 		if len(out)+utf8.RuneLen(r) > MaxFingerprintString {
@@ -132,7 +169,12 @@ func (p *FingerprintPort) append(b []byte) []byte {
 	}
 	b = appendStr(b, tagRoCEMode, p.RoCEMode)
 	b = appendStr(b, tagTrust, p.Trust)
-	return appendStr(b, tagPFC, p.PFC)
+	b = appendStr(b, tagPFC, p.PFC)
+	if p.RateMbps != 0 {
+		b = append(b, tagRate, 4)
+		b = binary.BigEndian.AppendUint32(b, p.RateMbps)
+	}
+	return b
 }
 
 // Marshal returns f's wire form, at most MaxFingerprint bytes: the node
@@ -166,71 +208,102 @@ func (f *Fingerprint) Marshal() []byte {
 // DecodeFingerprint parses an ExtFingerprint value. It fails (wrapping
 // ErrMalformed) for a value that overruns, exceeds the bounds, carries a
 // port field before any port, a number of the wrong size, or a string
-// with control characters or invalid UTF-8; unknown tags are skipped.
+// that is not valid UTF-8 of printable characters (Printable); unknown
+// tags are skipped.
 func DecodeFingerprint(b []byte) (Fingerprint, error) {
 	var f Fingerprint
+	err := parseFingerprint(b, &f)
+	return f, err
+}
+
+// CheckFingerprint reports whether b is an ExtFingerprint value that
+// DecodeFingerprint takes, without allocating: Decode checks every
+// fingerprint a message carries with it, so that a message with a bad one
+// is malformed as a whole.
+func CheckFingerprint(b []byte) error { return parseFingerprint(b, nil) }
+
+// parseFingerprint parses b into f, or only checks it when f is nil.
+func parseFingerprint(b []byte, f *Fingerprint) error {
 	if len(b) > MaxFingerprint {
-		return f, fmt.Errorf("%w: fingerprint of %d bytes, at most %d", ErrMalformed, len(b), MaxFingerprint)
+		return fmt.Errorf("%w: fingerprint of %d bytes, at most %d", ErrMalformed, len(b), MaxFingerprint)
 	}
-	var p *FingerprintPort
+	var (
+		p       *FingerprintPort
+		scratch FingerprintPort // the port fields' target when only checking
+		indices [MaxFingerprintPorts]uint8
+		ports   int
+		check   Fingerprint // the node fields' target when only checking
+	)
+	node := f
+	if node == nil {
+		node = &check
+	}
 	for len(b) > 0 {
 		if len(b) < 2 {
-			return f, fmt.Errorf("%w: stray byte after the fingerprint's fields", ErrMalformed)
+			return fmt.Errorf("%w: stray byte after the fingerprint's fields", ErrMalformed)
 		}
 		tag, n := b[0], int(b[1])
 		if 2+n > len(b) {
-			return f, fmt.Errorf("%w: fingerprint field %#x overruns", ErrMalformed, tag)
+			return fmt.Errorf("%w: fingerprint field %#x overruns", ErrMalformed, tag)
 		}
 		v := b[2 : 2+n]
 		b = b[2+n:]
 		str := func(dst *string) error {
-			if n > MaxFingerprintString || !utf8.Valid(v) || clean(string(v)) != string(v) {
+			if len(v) > MaxFingerprintString || !printableBytes(v) {
 				return fmt.Errorf("%w: fingerprint field %#x is not a short printable string", ErrMalformed, tag)
 			}
-			*dst = string(v)
+			if f != nil {
+				*dst = string(v)
+			}
 			return nil
 		}
 		if tag >= tagPort && tag < 0x20 && tag != tagPort && p == nil {
-			return f, fmt.Errorf("%w: fingerprint field %#x before any port", ErrMalformed, tag)
+			return fmt.Errorf("%w: fingerprint field %#x before any port", ErrMalformed, tag)
 		}
 		var err error
 		switch tag {
 		case tagVersion:
-			err = str(&f.Version)
+			err = str(&node.Version)
 		case tagKernel:
-			err = str(&f.Kernel)
+			err = str(&node.Kernel)
 		case tagOmitted:
 			if n != 1 {
-				return f, fmt.Errorf("%w: fingerprint omitted-ports field of %d bytes", ErrMalformed, n)
+				return fmt.Errorf("%w: fingerprint omitted-ports field of %d bytes", ErrMalformed, n)
 			}
-			f.Omitted = int(v[0])
+			node.Omitted = int(v[0])
 		case tagPort:
 			if n < 1 {
-				return f, fmt.Errorf("%w: fingerprint port without an index", ErrMalformed)
+				return fmt.Errorf("%w: fingerprint port without an index", ErrMalformed)
 			}
-			if len(f.Ports) >= MaxFingerprintPorts {
-				return f, fmt.Errorf("%w: fingerprint of more than %d ports", ErrMalformed, MaxFingerprintPorts)
+			if ports >= MaxFingerprintPorts {
+				return fmt.Errorf("%w: fingerprint of more than %d ports", ErrMalformed, MaxFingerprintPorts)
 			}
-			for _, q := range f.Ports {
-				if q.Index == v[0] {
-					return f, fmt.Errorf("%w: fingerprint port %d twice", ErrMalformed, v[0])
+			for _, q := range indices[:ports] {
+				if q == v[0] {
+					return fmt.Errorf("%w: fingerprint port %d twice", ErrMalformed, v[0])
 				}
 			}
-			f.Ports = append(f.Ports, FingerprintPort{Index: v[0]})
-			p = &f.Ports[len(f.Ports)-1]
-			n--
+			indices[ports] = v[0]
+			ports++
+			if f != nil {
+				f.Ports = append(f.Ports, FingerprintPort{Index: v[0]})
+				p = &f.Ports[len(f.Ports)-1]
+			} else {
+				scratch = FingerprintPort{Index: v[0]}
+				p = &scratch
+			}
 			v = v[1:]
 			err = str(&p.Key)
 		case tagNetdev:
 			err = str(&p.Netdev)
 		case tagNetdevMTU:
 			if n != 4 {
-				return f, fmt.Errorf("%w: fingerprint MTU of %d bytes", ErrMalformed, n)
+				return fmt.Errorf("%w: fingerprint MTU of %d bytes", ErrMalformed, n)
 			}
 			p.NetdevMTU = binary.BigEndian.Uint32(v)
 		case tagActiveMTU:
 			if n != 2 {
-				return f, fmt.Errorf("%w: fingerprint active MTU of %d bytes", ErrMalformed, n)
+				return fmt.Errorf("%w: fingerprint active MTU of %d bytes", ErrMalformed, n)
 			}
 			p.ActiveMTU = binary.BigEndian.Uint16(v)
 		case tagLinkLayer:
@@ -241,7 +314,7 @@ func DecodeFingerprint(b []byte) (Fingerprint, error) {
 			err = str(&p.Driver)
 		case tagToS:
 			if n != 1 {
-				return f, fmt.Errorf("%w: fingerprint ToS of %d bytes", ErrMalformed, n)
+				return fmt.Errorf("%w: fingerprint ToS of %d bytes", ErrMalformed, n)
 			}
 			p.HasToS, p.ToS = true, v[0]
 		case tagRoCEMode:
@@ -250,12 +323,17 @@ func DecodeFingerprint(b []byte) (Fingerprint, error) {
 			err = str(&p.Trust)
 		case tagPFC:
 			err = str(&p.PFC)
+		case tagRate:
+			if n != 4 {
+				return fmt.Errorf("%w: fingerprint link rate of %d bytes", ErrMalformed, n)
+			}
+			p.RateMbps = binary.BigEndian.Uint32(v)
 		}
 		if err != nil {
-			return f, err
+			return err
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // Fingerprint returns the fingerprint m carries: ok is false when it

@@ -12,7 +12,7 @@ import (
 func testFingerprint() Fingerprint {
 	return Fingerprint{Version: "1.4.0", Kernel: "6.1.0-18-amd64", Ports: []FingerprintPort{
 		{Index: 0, Key: "mlx5_0/1", Netdev: "ens1f0np0", NetdevMTU: 4200, ActiveMTU: 4096, LinkLayer: "Ethernet",
-			FWVer: "22.39.1002", Driver: "mlx5_core", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3"},
+			FWVer: "22.39.1002", Driver: "mlx5_core", HasToS: true, ToS: 106, RoCEMode: "v2", Trust: "dscp", PFC: "3", RateMbps: 100000},
 		{Index: 1, Key: "mlx5_1/1", NetdevMTU: 1500, LinkLayer: "Ethernet"},
 	}}
 }
@@ -103,6 +103,7 @@ func TestFingerprintRejects(t *testing.T) {
 		"mtu size":           {tagPort, 1, 0, tagNetdevMTU, 2, 5, 0xdc},
 		"control character":  {tagKernel, 2, 'a', 0x1b},
 		"invalid utf-8":      {tagKernel, 2, 0xff, 0xfe},
+		"rate size":          {tagPort, 1, 0, tagRate, 2, 1, 0},
 		"port without index": {tagPort, 0},
 		"port twice":         {tagPort, 1, 0, tagPort, 1, 0},
 		"too long":           bytes.Repeat([]byte{0x7e, 0}, MaxFingerprint/2+1),
@@ -116,17 +117,113 @@ func TestFingerprintRejects(t *testing.T) {
 	if err != nil || len(f.Ports) != 1 || f.Ports[0].Index != 3 || f.Ports[0].Trust != "dscp" {
 		t.Errorf("unknown tags: %+v, %v", f, err)
 	}
-	// A message whose fingerprint is malformed still decodes; only the
-	// fingerprint is refused.
+	// A message whose fingerprint is malformed is malformed as a whole:
+	// the receiver counts it and keeps nothing of it.
 	m := Message{Version: 2, Type: TypeAnswer, Nonce: 1, Ext: []Ext{{Type: ExtFingerprint, Value: []byte{tagKernel, 9}}}}
 	w, _ := m.Append(nil, nil)
-	d, err := Decode(w, nil)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := Decode(w, nil); !errors.Is(err, ErrMalformed) {
+		t.Errorf("message with a malformed fingerprint: %v, want ErrMalformed", err)
 	}
-	if _, ok, err := d.Fingerprint(); ok || !errors.Is(err, ErrMalformed) {
-		t.Errorf("malformed fingerprint: ok %v, %v", ok, err)
+}
+
+// TestFingerprintNotPrintable performs #24's attack: fingerprint strings
+// with C1 controls, bidi overrides and isolates, zero-width and separator
+// characters, U+FFFD or invalid UTF-8, in every string field. Each makes
+// the whole message malformed at Decode (the control endpoint counts it
+// as such and keeps nothing of it); Marshal replaces such characters, so
+// this rdmad never sends one.
+func TestFingerprintNotPrintable(t *testing.T) {
+	bad := map[string]string{
+		"C1 NEL":             "a\u0085b",
+		"C1 CSI":             "a\u009b31m",
+		"bidi override RLO":  "fw\u202e1.2",
+		"bidi isolate LRI":   "x\u2066y",
+		"bidi mark RLM":      "x\u200fy",
+		"arabic letter mark": "x\u061cy",
+		"zero width space":   "x\u200by",
+		"line separator":     "x\u2028y",
+		"no-break space":     "x\u00a0y",
+		"replacement char":   "x\ufffdy",
+		"invalid utf-8":      "x\xc3(",
+		"ESC":                "x\x1b[2J",
+		"DEL":                "x\x7f",
 	}
+	fields := map[string]func(p *FingerprintPort, f *Fingerprint, s string){
+		"version":   func(_ *FingerprintPort, f *Fingerprint, s string) { f.Version = s },
+		"kernel":    func(_ *FingerprintPort, f *Fingerprint, s string) { f.Kernel = s },
+		"key":       func(p *FingerprintPort, _ *Fingerprint, s string) { p.Key = s },
+		"netdev":    func(p *FingerprintPort, _ *Fingerprint, s string) { p.Netdev = s },
+		"firmware":  func(p *FingerprintPort, _ *Fingerprint, s string) { p.FWVer = s },
+		"driver":    func(p *FingerprintPort, _ *Fingerprint, s string) { p.Driver = s },
+		"link":      func(p *FingerprintPort, _ *Fingerprint, s string) { p.LinkLayer = s },
+		"roce mode": func(p *FingerprintPort, _ *Fingerprint, s string) { p.RoCEMode = s },
+		"trust":     func(p *FingerprintPort, _ *Fingerprint, s string) { p.Trust = s },
+		"pfc":       func(p *FingerprintPort, _ *Fingerprint, s string) { p.PFC = s },
+	}
+	for bname, str := range bad {
+		for fname, set := range fields {
+			f := Fingerprint{Ports: []FingerprintPort{{Index: 0, Key: "mlx5_0/1"}}}
+			set(&f.Ports[0], &f, str)
+			// A hostile sender writes the raw bytes (Marshal would
+			// clean them).
+			raw := rawFingerprint(f)
+			if _, err := DecodeFingerprint(raw); !errors.Is(err, ErrMalformed) {
+				t.Errorf("%s in %s: DecodeFingerprint = %v, want ErrMalformed", bname, fname, err)
+			}
+			for _, typ := range []uint8{TypeQuery, TypeAnswer} {
+				m := Message{Version: 2, Type: typ, Nonce: 1, Count: 1, QPN: 0x11, QKey: 3, Ext: WithFingerprint(raw)}
+				for _, key := range [][]byte{nil, testKey} {
+					w, err := m.Append(nil, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := Decode(w, key); !errors.Is(err, ErrMalformed) {
+						t.Errorf("%s in %s, type %d, key %v: Decode = %v, want ErrMalformed", bname, fname, typ, key != nil, err)
+					}
+				}
+			}
+			// What this rdmad sends is clean.
+			if got, err := DecodeFingerprint(f.Marshal()); err != nil {
+				t.Errorf("%s in %s: Marshal sent what Decode refuses: %v", bname, fname, err)
+			} else if s := got.Version + got.Kernel + got.Ports[0].Key + got.Ports[0].FWVer; !Printable(s) {
+				t.Errorf("%s in %s: Marshal sent %q", bname, fname, s)
+			}
+		}
+	}
+	// Printable text of other scripts is text.
+	if !Printable("Grüße 1.2-ü 固件") || Printable("a\u202eb") {
+		t.Errorf("Printable judges wrong")
+	}
+	// Checking allocates nothing (Decode checks every fingerprint).
+	fp := testFingerprint()
+	b := fp.Marshal()
+	if a := testing.AllocsPerRun(100, func() { CheckFingerprint(b) }); a != 0 {
+		t.Errorf("CheckFingerprint: %v allocations, want 0", a)
+	}
+}
+
+// rawFingerprint encodes f as Marshal does but without cleaning strings.
+func rawFingerprint(f Fingerprint) []byte {
+	str := func(b []byte, tag byte, s string) []byte {
+		if s == "" {
+			return b
+		}
+		return append(append(b, tag, byte(len(s))), s...)
+	}
+	b := str(nil, tagVersion, f.Version)
+	b = str(b, tagKernel, f.Kernel)
+	for _, p := range f.Ports {
+		b = append(b, tagPort, byte(1+len(p.Key)), p.Index)
+		b = append(b, p.Key...)
+		b = str(b, tagNetdev, p.Netdev)
+		b = str(b, tagLinkLayer, p.LinkLayer)
+		b = str(b, tagFWVer, p.FWVer)
+		b = str(b, tagDriver, p.Driver)
+		b = str(b, tagRoCEMode, p.RoCEMode)
+		b = str(b, tagTrust, p.Trust)
+		b = str(b, tagPFC, p.PFC)
+	}
+	return b
 }
 
 func FuzzDecodeFingerprint(f *testing.F) {

@@ -215,6 +215,15 @@ func (m *Message) Append(dst []byte, key []byte) ([]byte, error) {
 // against key when key is set: a tag that does not verify is ErrBadTag.
 // Without a key the tag cannot be checked and Authenticated stays false.
 func Decode(b []byte, key []byte) (Message, error) {
+	return DecodeKeys(b, key)
+}
+
+// DecodeKeys is Decode with the keys of a rotation ([probe] key_file with
+// several keys): a tag that verifies under any of them authenticates the
+// message; with none given, as Decode without a key. The first key is
+// tried first (the one nodes tag with), so a fleet that rotated pays one
+// HMAC per message; a wrong tag costs one per key.
+func DecodeKeys(b []byte, keys ...[]byte) (Message, error) {
 	var m Message
 	if len(b) < Size {
 		return m, fmt.Errorf("%w: %d bytes, want at least %d", ErrMalformed, len(b), Size)
@@ -291,14 +300,35 @@ func Decode(b []byte, key []byte) (Message, error) {
 	if err := checkBW(&m); err != nil {
 		return m, err
 	}
-	if m.Tagged && len(key) > 0 {
-		body := b[:len(b)-TagSize]
+	// A fingerprint is judged with the message: one with a string that is
+	// not printable text makes the whole message malformed, so that it is
+	// counted as such and nothing of it is kept.
+	for _, e := range m.Ext {
+		if e.Type == ExtFingerprint {
+			if err := CheckFingerprint(e.Value); err != nil {
+				return m, err
+			}
+		}
+	}
+	if !m.Tagged {
+		return m, nil
+	}
+	tried := false
+	body := b[:len(b)-TagSize]
+	for _, key := range keys {
+		if len(key) == 0 {
+			continue
+		}
+		tried = true
 		h := hmac.New(sha256.New, key)
 		h.Write(body)
-		if !hmac.Equal(h.Sum(nil), b[len(body):]) {
-			return m, ErrBadTag
+		if hmac.Equal(h.Sum(nil), b[len(body):]) {
+			m.Authenticated = true
+			return m, nil
 		}
-		m.Authenticated = true
+	}
+	if tried {
+		return m, ErrBadTag
 	}
 	return m, nil
 }

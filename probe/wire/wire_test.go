@@ -247,5 +247,20 @@ func FuzzDecode(f *testing.F) {
 		if diff := cmp.Diff(in, out); diff != "" {
 			t.Fatalf("re-encoding differs (-in +out):\n%s", diff)
 		}
+		// A message Decode takes carries only printable fingerprint
+		// strings (#24 item 4): never one a terminal or D-Bus chokes on.
+		if fp, ok, err := m.Fingerprint(); err != nil {
+			t.Fatalf("Decode took a message whose fingerprint is malformed: %v", err)
+		} else if ok {
+			strs := []string{fp.Version, fp.Kernel}
+			for _, p := range fp.Ports {
+				strs = append(strs, p.Key, p.Netdev, p.LinkLayer, p.FWVer, p.Driver, p.RoCEMode, p.Trust, p.PFC)
+			}
+			for _, s := range strs {
+				if !Printable(s) {
+					t.Fatalf("Decode took a fingerprint string %q", s)
+				}
+			}
+		}
 	})
 }

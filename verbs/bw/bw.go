@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/internal/throttle"
 	"github.com/rdmad/rdmad/probe/wire"
 	"github.com/rdmad/rdmad/verbs"
 )
@@ -61,6 +62,74 @@ type Config struct {
 	// Status changed: a request answered, a test run, SetEnabled.
 	OnChange func()
 	Logger   *slog.Logger
+	// PeerPorts, if set, returns the RDMA ports the peer whose control
+	// address is addr announced to this node in answers to its queries
+	// (nil: none known). On InfiniBand a test connects only to one of
+	// them (checkAddress).
+	PeerPorts func(addr netip.Addr) []PeerPort
+}
+
+// A PeerPort is an RDMA port a peer announced: its GID and LID.
+type PeerPort struct {
+	GID [16]byte
+	LID uint16
+}
+
+// errBadAddress is a request's or an answer's RDMA address that is not
+// the control address's own.
+var errBadAddress = errors.New("bw: the RDMA address is not the peer's own")
+
+// roceGID reports whether gid is addr's RoCE v2 GID: its IPv4-mapped form
+// for IPv4, the address itself for IPv6.
+func roceGID(addr netip.Addr, gid [16]byte) bool {
+	addr = addr.Unmap()
+	return addr.IsValid() && addr.WithZone("").As16() == gid
+}
+
+// knownPort reports whether gid and lid are a port the peer at addr
+// announced (Config.PeerPorts).
+func (n *Node) knownPort(addr netip.Addr, gid [16]byte, lid uint16) bool {
+	if n.cfg.PeerPorts == nil {
+		return false
+	}
+	for _, p := range n.cfg.PeerPorts(addr.Unmap()) {
+		if p.GID == gid && p.LID == lid {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAddress judges the RDMA address (GID, and LID on InfiniBand) a test
+// with the peer at control address addr would connect a QP to, on a local
+// port of link layer ib or RoCE. The test moves up to 1 MiB per message
+// towards that address (an RDMA READ's responses, or the requester's
+// writes), so an address that is not the peer's own would let an allowed
+// peer, or a spoofer of its address, aim a node's traffic at a third host
+// (a 10^4-fold amplification of its control messages). On RoCE the GID
+// must be addr's own (the GID of the IP address the control messages come
+// from or go to); on InfiniBand, where no GID or LID can be told from an
+// IP address, a port the peer announced in an answer to this node's query
+// (unknown: refused). ib is nil before a port is chosen: then either is
+// taken, and the check is made again once the port's link layer is known.
+func (n *Node) checkAddress(addr netip.Addr, gid [16]byte, lid uint16, ib *bool) error {
+	roce, known := roceGID(addr, gid), false
+	if ib == nil || *ib {
+		known = n.knownPort(addr, gid, lid)
+	}
+	switch {
+	case ib == nil && (roce || known):
+		return nil
+	case ib != nil && !*ib && roce:
+		return nil
+	case ib != nil && *ib && known:
+		return nil
+	}
+	g := netip.AddrFrom16(gid)
+	if ib != nil && *ib {
+		return fmt.Errorf("%w: %s named GID %s LID %d, not a port it announced in its control answers (InfiniBand: only those are taken)", errBadAddress, addr, g, lid)
+	}
+	return fmt.Errorf("%w: %s named GID %s, not its own address's GID %s", errBadAddress, addr, g, netip.AddrFrom16(addr.Unmap().As16()))
 }
 
 // A Node is one node's bandwidth tests, as requester and responder. Its
@@ -80,6 +149,13 @@ type Node struct {
 	// waits for them.
 	ending sync.WaitGroup
 	stats  Stats
+	// seen holds the nonces of authenticated requests until their time
+	// is out of wire.MaxBWSkew (responder.go, fresh); now, if set, is the
+	// clock (tests).
+	seen map[uint64]time.Time
+	now  func() time.Time
+	// badAddrLog bounds the log lines of refusals for the RDMA address.
+	badAddrLog *throttle.Log[netip.Addr]
 }
 
 // Stats count a node's bandwidth tests.
@@ -98,7 +174,7 @@ func New(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}}
+	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
 }
 
 // SetEnabled switches answering other nodes' tests on or off ([probe]

@@ -3,17 +3,19 @@ package bw
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/syncbuf"
 	"github.com/rdmad/rdmad/probe/wire"
 )
 
 func request(op wire.BWOp, size uint32, d time.Duration) wire.Message {
-	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 9, QPN: 0x33,
+	return wire.Message{Version: 2, Type: wire.TypeBWRequest, Nonce: 9, QPN: 0x33, GID: from.Addr().As16(),
 		Ext: []wire.Ext{wire.BW{Op: op, MTU: 3, PSN: 5, Size: size, Duration: d}.Ext()}}
 }
 
@@ -167,5 +169,224 @@ func TestExchangeNoAnswer(t *testing.T) {
 	_, _, err = exchange(context.Background(), conn, Request{Peer: silent.LocalAddr().(*net.UDPAddr).AddrPort()}, request(wire.BWWrite, 4096, time.Second))
 	if err == nil || !strings.Contains(err.Error(), "[probe] allow") {
 		t.Errorf("exchange = %v; want no answer, naming what to check", err)
+	}
+}
+
+// authed returns an authenticated request (as the control endpoint hands
+// one on with a fleet key) with nonce and, unless at is zero, that time.
+func authed(nonce uint64, at time.Time) wire.Message {
+	m := request(wire.BWRead, 1<<20, 30*time.Second)
+	m.Nonce, m.Authenticated = nonce, true
+	if !at.IsZero() {
+		m.Ext = append(m.Ext, wire.BWTimeExt(at))
+	}
+	return m
+}
+
+// TestHandleReplay performs #24 item 3's attack: an authenticated request
+// captured on the fabric and sent again (at once, and later) must not
+// start another test. With a key (an authenticated request) a request
+// needs a time within wire.MaxBWSkew and a nonce not seen in that time; the
+// nonces remembered are bounded. Without a key nothing changes: a request
+// without a time is taken as before. (No RDMA here: a request that passes
+// gets "unavailable" from openPort, which is how the test tells it passed.)
+func TestHandleReplay(t *testing.T) {
+	n := New(Config{NodeID: 1})
+	defer n.Close()
+	n.SetEnabled(true)
+	now := time.Unix(1795000000, 0)
+	n.now = func() time.Time { return now }
+	passed := func(st wire.BWStatus) bool { return st == wire.BWUnavailable || st == wire.BWOK }
+
+	ans, _ := n.Handle(from, authed(100, now.Add(-2*time.Second)))
+	if st := status(t, ans); !passed(st) {
+		t.Fatalf("a fresh authenticated request: status %d; want it to pass to the set-up", st)
+	}
+	n.release()
+	for name, m := range map[string]wire.Message{
+		"replayed at once":       authed(100, now.Add(-2*time.Second)),
+		"replayed, new from":     authed(100, now.Add(-2*time.Second)),
+		"31 s old":               authed(101, now.Add(-wire.MaxBWSkew-time.Second)),
+		"31 s in the future":     authed(102, now.Add(wire.MaxBWSkew+time.Second)),
+		"authenticated, no time": authed(103, time.Time{}),
+	} {
+		src := from
+		if name == "replayed, new from" {
+			src = netip.MustParseAddrPort("192.0.2.17:40001")
+		}
+		if ans, _ := n.Handle(src, m); status(t, ans) != wire.BWStale {
+			t.Errorf("%s: status %d; want stale", name, status(t, ans))
+		}
+	}
+	// A replay once the time is out of the window: refused by the time.
+	now = now.Add(wire.MaxBWSkew + time.Minute)
+	if ans, _ := n.Handle(from, authed(100, now.Add(-wire.MaxBWSkew-time.Minute-2*time.Second))); status(t, ans) != wire.BWStale {
+		t.Errorf("an old replay: status %d; want stale", status(t, ans))
+	}
+	// Without a key (unauthenticated): as before, no time needed.
+	if ans, _ := n.Handle(from, request(wire.BWWrite, 4096, time.Second)); !passed(status(t, ans)) {
+		t.Errorf("an unauthenticated request without a time: status %d; want it taken as before", status(t, ans))
+	}
+	n.release()
+
+	// Bounded: maxSeen nonces within their time fill the table; the next
+	// is refused (busy), and taken once the old ones' time is over.
+	n.mu.Lock()
+	for i := range maxSeen {
+		if st := n.fresh(authed(uint64(1000+i), now)); st != wire.BWOK {
+			t.Fatalf("nonce %d: %d", i, st)
+		}
+	}
+	if st := n.fresh(authed(99999, now)); st != wire.BWBusy {
+		t.Errorf("a full table: %d; want busy", st)
+	}
+	if len(n.seen) != maxSeen {
+		t.Errorf("%d nonces remembered; at most %d", len(n.seen), maxSeen)
+	}
+	now = now.Add(wire.MaxBWSkew + time.Second)
+	if st := n.fresh(authed(99999, now)); st != wire.BWOK || len(n.seen) != 1 {
+		t.Errorf("after the window: %d, %d remembered; want ok, 1", st, len(n.seen))
+	}
+	n.mu.Unlock()
+	if s := n.Stats(); s.Refused["stale"] != 6 {
+		t.Errorf("refused %v; want 6 stale", s.Refused)
+	}
+}
+
+// TestAddressBinding performs #24 item 2's attack: an allowed requester (or
+// a spoofer of its address) names a third host's GID in its request, so
+// that the RDMA READ responses of the test (up to 1 MiB each) go there;
+// and a malicious peer answers an admin's test with a third host's GID.
+// Each is refused: on RoCE only the GID of the control address itself
+// (IPv4-mapped, or the IPv6 address), on InfiniBand only a port (GID and
+// LID) the peer announced in an answer to this node's query.
+func TestAddressBinding(t *testing.T) {
+	third := netip.MustParseAddr("198.51.100.9").As16()
+	v6 := netip.MustParseAddr("2001:db8::17")
+	ibPort := PeerPort{GID: netip.MustParseAddr("fe80::2:c903:a:1234").As16(), LID: 7}
+	n := New(Config{NodeID: 1, PeerPorts: func(a netip.Addr) []PeerPort {
+		if a == from.Addr() {
+			return []PeerPort{ibPort}
+		}
+		return nil
+	}})
+	defer n.Close()
+	n.SetEnabled(true)
+	roce, ib := false, true
+	for _, tt := range []struct {
+		name string
+		addr netip.Addr
+		gid  [16]byte
+		lid  uint16
+		link *bool // nil: before a port is chosen
+		ok   bool
+	}{
+		{"RoCE: the source's IPv4-mapped GID", from.Addr(), from.Addr().As16(), 0, &roce, true},
+		{"RoCE: the source's IPv6 GID", v6, v6.As16(), 0, &roce, true},
+		{"RoCE: a third host's GID", from.Addr(), third, 0, &roce, false},
+		{"RoCE: another IPv6 address", v6, netip.MustParseAddr("2001:db8::18").As16(), 0, &roce, false},
+		{"RoCE: an announced IB port is not the source", from.Addr(), ibPort.GID, ibPort.LID, &roce, false},
+		{"IB: the port the peer announced", from.Addr(), ibPort.GID, ibPort.LID, &ib, true},
+		{"IB: the announced GID with another LID", from.Addr(), ibPort.GID, 8, &ib, false},
+		{"IB: a GID of the source's address", from.Addr(), from.Addr().As16(), 0, &ib, false},
+		{"IB: a peer that announced nothing", v6, ibPort.GID, ibPort.LID, &ib, false},
+		{"before the port: the source's GID", from.Addr(), from.Addr().As16(), 0, nil, true},
+		{"before the port: an announced port", from.Addr(), ibPort.GID, ibPort.LID, nil, true},
+		{"before the port: a third host", from.Addr(), third, 0, nil, false},
+	} {
+		err := n.checkAddress(tt.addr, tt.gid, tt.lid, tt.link)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, errBadAddress)) {
+			t.Errorf("%s: %v; want ok %v", tt.name, err, tt.ok)
+		}
+	}
+
+	// The responder refuses a third host's GID before it allocates
+	// anything, saying why; its own GID passes on to the set-up (no RDMA
+	// here: "unavailable").
+	m := request(wire.BWRead, 1<<20, 30*time.Second)
+	m.GID = third
+	ans, _ := n.Handle(from, m)
+	if st := status(t, ans); st != wire.BWBadAddress || ans.QPN != 0 {
+		t.Errorf("a third host's GID: status %d QPN %#x; want bad address, no QP", st, ans.QPN)
+	}
+	if !strings.Contains(wire.BWBadAddress.Reason(), "GID") {
+		t.Errorf("the refusal's reason %q does not say what to fix", wire.BWBadAddress.Reason())
+	}
+	m.GID = from.Addr().As16()
+	if ans, _ := n.Handle(from, m); status(t, ans) == wire.BWBadAddress {
+		t.Errorf("the requester's own GID was refused")
+	}
+	if s := n.Stats(); s.Refused["bad_address"] != 1 || s.Served != 0 {
+		t.Errorf("stats %+v; want one bad_address refusal", s)
+	}
+
+	// A flood of them (a spoofer of an allowed address, at its admission
+	// rate): every one refused and counted, one log line per source.
+	var logs syncbuf.Buffer
+	f := New(Config{NodeID: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer f.Close()
+	f.SetEnabled(true)
+	m.GID = third
+	for i := range 200 {
+		m.Nonce = uint64(1000 + i)
+		if ans, _ := f.Handle(from, m); status(t, ans) != wire.BWBadAddress {
+			t.Fatalf("request %d: status %d", i, status(t, ans))
+		}
+	}
+	if got := strings.Count(logs.String(), "towards another host"); got != 1 || f.Stats().Refused["bad_address"] != 200 {
+		t.Errorf("%d log lines, %d counted for 200 refusals; want 1 line, 200 counted", got, f.Stats().Refused["bad_address"])
+	}
+}
+
+// TestExchangeKeyRotation: during a key rotation the requester takes an
+// answer tagged with either of its keys (a peer a step ahead tags with the
+// new one), and still not one tagged with a key it does not hold.
+func TestExchangeKeyRotation(t *testing.T) {
+	oldCK := wire.ControlKey([]byte("the old fleet key, 32 bytes long"))
+	newCK := wire.ControlKey([]byte("the new fleet key, 32 bytes long"))
+	third := wire.ControlKey([]byte("a third fleet's key, 32 bytes!!!"))
+	for _, tt := range []struct {
+		name string
+		tag  []byte
+		ok   bool
+	}{{"the new key", newCK, true}, {"the old key", oldCK, true}, {"a third key", third, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			peerConn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer peerConn.Close()
+			conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				buf := make([]byte, wire.MaxSize)
+				peerConn.SetReadDeadline(time.Now().Add(3 * time.Second))
+				k, src, err := peerConn.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				m, err := wire.DecodeKeys(buf[:k], newCK, oldCK)
+				if err != nil || !m.Authenticated {
+					return
+				}
+				refuse := wire.Message{Version: 2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, Ext: []wire.Ext{wire.BW{Op: wire.BWWrite, Status: wire.BWBusy}.Ext()}}
+				b, _ := refuse.Append(nil, tt.tag)
+				peerConn.WriteToUDPAddrPort(b, src)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+			defer cancel()
+			_, _, err = exchange(ctx, conn, Request{Peer: peerConn.LocalAddr().(*net.UDPAddr).AddrPort(), ControlKey: oldCK, OtherKeys: [][]byte{newCK}, Op: wire.BWWrite},
+				request(wire.BWWrite, 4096, time.Second))
+			<-done
+			var re *RefusedError
+			if got := errors.As(err, &re); got != tt.ok {
+				t.Errorf("exchange = %v; want the answer taken: %v", err, tt.ok)
+			}
+		})
 	}
 }

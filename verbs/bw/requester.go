@@ -25,6 +25,9 @@ type Request struct {
 	// ControlKey tags the messages (wire.ControlKey of the fleet key);
 	// with one, only an authenticated answer is taken. Nil: no key.
 	ControlKey []byte
+	// OtherKeys are the control keys of a rotation's other keys: an
+	// answer tagged with one of them is authenticated too.
+	OtherKeys [][]byte
 }
 
 // answerWait bounds the wait for the peer's answer per attempt, and
@@ -92,10 +95,18 @@ func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 	psn := randPSN()
 	req := wire.Message{Version: wire.Version2, Type: wire.TypeBWRequest, Nonce: randNonce(), NodeID: n.cfg.NodeID,
 		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID,
-		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext()}}
+		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext(),
+			// The time lets a responder with a key refuse a replay.
+			wire.BWTimeExt(time.Now())}}
 	ans, bw, err := exchange(ctx, conn, r, req)
 	if err != nil {
 		return res, err
+	}
+	// The answer's QP must be the peer's own: a peer that named another
+	// host's would turn this node's test into a flood of that host.
+	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
+	if err := n.checkAddress(r.Peer.Addr(), ans.GID, ans.LID, &ib); err != nil {
+		return res, fmt.Errorf("%w; the test is refused here, so that it cannot be aimed at a third host", err)
 	}
 	path := p.path(n.cfg, ans.GID, ans.LID, bw.MTU)
 	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: ans.QPN, PSN: bw.PSN}); err != nil {
@@ -174,7 +185,7 @@ func exchange(ctx context.Context, conn *net.UDPConn, r Request, req wire.Messag
 			if from != netip.AddrPortFrom(r.Peer.Addr().Unmap(), r.Peer.Port()) {
 				continue
 			}
-			m, err := wire.Decode(buf[:k], r.ControlKey)
+			m, err := wire.DecodeKeys(buf[:k], append([][]byte{r.ControlKey}, r.OtherKeys...)...)
 			if err != nil || m.Type != wire.TypeBWAnswer || m.Nonce != req.Nonce || (len(r.ControlKey) > 0 && !m.Authenticated) {
 				continue
 			}

@@ -2,6 +2,7 @@ package bw
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -65,6 +66,10 @@ func statusName(s wire.BWStatus) string {
 		return "bad_request"
 	case wire.BWUnavailable:
 		return "unavailable"
+	case wire.BWStale:
+		return "stale"
+	case wire.BWBadAddress:
+		return "bad_address"
 	}
 	return fmt.Sprintf("status_%d", s)
 }
@@ -86,12 +91,25 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		// The requester did not get the answer and asked again.
 		defer n.mu.Unlock()
 		return n.resp.answer
+	}
+	if st := n.fresh(m); st != wire.BWOK {
+		defer n.mu.Unlock()
+		return n.refuse(m, req.Op, st)
+	}
+	switch {
 	case n.busy != "":
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBusy)
 	case CheckParams(int(req.Size), req.Duration) != nil:
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBadRequest)
+	case n.checkAddress(from.Addr(), m.GID, m.LID, nil) != nil:
+		// Not the requester's own address on any link layer: refused
+		// before anything is allocated (setUp checks again for the
+		// port's link layer).
+		defer n.mu.Unlock()
+		n.logBadAddress(from.Addr(), n.checkAddress(from.Addr(), m.GID, m.LID, nil))
+		return n.refuse(m, req.Op, wire.BWBadAddress)
 	}
 	n.busy = fmt.Sprintf("a bandwidth test for %s", from.Addr())
 	n.mu.Unlock()
@@ -101,6 +119,10 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 	if err != nil {
 		defer n.mu.Unlock()
 		n.busy = ""
+		if errors.Is(err, errBadAddress) {
+			n.logBadAddress(from.Addr(), err)
+			return n.refuse(m, req.Op, wire.BWBadAddress)
+		}
 		n.log.Warn("cannot serve a bandwidth test", "from", from.Addr().String(), "op", req.Op.String(), "err", err)
 		return n.refuse(m, req.Op, wire.BWUnavailable)
 	}
@@ -131,6 +153,11 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 func (n *Node) setUp(from netip.AddrPort, m wire.Message, req wire.BW) (*session, error) {
 	p, err := openPort()
 	if err != nil {
+		return nil, err
+	}
+	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
+	if err := n.checkAddress(from.Addr(), m.GID, m.LID, &ib); err != nil {
+		p.vctx.Close()
 		return nil, err
 	}
 	var access verbs.Access
@@ -240,4 +267,60 @@ func (s *session) teardown() {
 		}
 		s.set.close()
 	})
+}
+
+// maxSeen bounds the nonces of authenticated requests a node remembers:
+// only key holders can add one, at their sources' admission rate, and each
+// is forgotten MaxBWSkew after the time it carried.
+const maxSeen = 4096
+
+// fresh judges an authenticated request's time and nonce (called with
+// n.mu held) and remembers the nonce: BWOK, BWStale for a request without
+// a time, with one more than wire.MaxBWSkew from this node's clock, or
+// with a nonce seen within that time (a replay: without this, a captured
+// request started a new test each time it was sent again), BWBusy when
+// the table is full of nonces still within their time. A request without
+// a tag (no fleet key here) is taken as before: anyone could forge a new
+// one, so remembering it would protect nothing.
+func (n *Node) fresh(m wire.Message) wire.BWStatus {
+	if !m.Authenticated {
+		return wire.BWOK
+	}
+	now := time.Now()
+	if n.now != nil {
+		now = n.now()
+	}
+	at, ok := wire.BWTimeOf(m)
+	if !ok || at.Before(now.Add(-wire.MaxBWSkew)) || at.After(now.Add(wire.MaxBWSkew)) {
+		return wire.BWStale
+	}
+	if n.seen == nil {
+		n.seen = map[uint64]time.Time{}
+	}
+	if until, ok := n.seen[m.Nonce]; ok && !now.After(until) {
+		return wire.BWStale
+	}
+	if len(n.seen) >= maxSeen {
+		for k, until := range n.seen {
+			if now.After(until) {
+				delete(n.seen, k)
+			}
+		}
+		if len(n.seen) >= maxSeen {
+			return wire.BWBusy
+		}
+	}
+	// Past at+MaxBWSkew the time check refuses the request anyway.
+	n.seen[m.Nonce] = at.Add(wire.MaxBWSkew)
+	return wire.BWOK
+}
+
+// logBadAddress logs a request refused for its RDMA address: one line per
+// source every 10 s, with the count held back (a spoofer of an allowed
+// address can send such requests at its admission rate; the refusals are
+// counted in Stats whatever the log shows).
+func (n *Node) logBadAddress(from netip.Addr, err error) {
+	if ok, held := n.badAddrLog.Allow(from, time.Now()); ok {
+		n.log.Warn("refused a bandwidth test towards another host", "from", from.String(), "err", err, "refused_unlogged", held)
+	}
 }

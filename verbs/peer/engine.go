@@ -162,6 +162,9 @@ func (e *Engine) Stats() ud.Stats {
 type authConf struct {
 	key     []byte
 	require bool
+	// also are the other keys of a rotation: a tag that verifies under
+	// one of them is good too; key alone tags.
+	also [][]byte
 }
 
 // SetAuth sets the fleet key that tags probe payloads (version 2, see
@@ -179,6 +182,23 @@ func (e *Engine) SetAuth(key []byte, require bool) {
 		return
 	}
 	e.auth.Store(&authConf{key: bytes.Clone(key), require: require})
+}
+
+// SetAuthKeys is SetAuth for a key rotation ([probe] key_file with several
+// keys): keys[0] tags, and a tag that verifies under any of keys is good.
+// No keys (or an empty first one) turns authentication off.
+func (e *Engine) SetAuthKeys(keys [][]byte, require bool) {
+	if len(keys) == 0 || len(keys[0]) == 0 {
+		e.auth.Store(nil)
+		return
+	}
+	a := &authConf{key: bytes.Clone(keys[0]), require: require}
+	for _, k := range keys[1:] {
+		if len(k) > 0 {
+			a.also = append(a.also, bytes.Clone(k))
+		}
+	}
+	e.auth.Store(a)
 }
 
 // Ports returns the probing ports, sorted by key, or the reason there are

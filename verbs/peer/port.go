@@ -83,6 +83,9 @@ type udPort struct {
 	macFor *authConf
 	pkt    [grhSize + PayloadSize]byte // a received packet, copied out of its slot
 	broken error                       // set when the QP left RTS; the engine rebuilds the port
+
+	// macAlso check tags with macFor's other keys (a rotation).
+	macAlso []*tagger
 }
 
 // An outgoing is a probe or reply waiting to be posted.
@@ -509,9 +512,12 @@ func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []ud.Reply) []u
 func (p *udPort) authLocked() *authConf {
 	a := p.e.auth.Load()
 	if a != p.macFor {
-		p.macFor, p.mac = a, nil
+		p.macFor, p.mac, p.macAlso = a, nil, nil
 		if a != nil {
 			p.mac = newTagger(a.key)
+			for _, k := range a.also {
+				p.macAlso = append(p.macAlso, newTagger(k))
+			}
 		}
 	}
 	return a
@@ -573,7 +579,7 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 	authed := false
 	if pl.Version == PayloadV2 {
 		// Without a key a tag cannot be checked: as bad as a wrong one.
-		if p.mac == nil || !p.mac.verify(b, src, p.gid.GID) {
+		if p.mac == nil || !p.verifyTag(b, src) {
 			e.count(&e.stats.BadTag)
 			return replies
 		}
@@ -620,4 +626,19 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 			RTT: time.Duration(rtt), ResponderDelay: time.Duration(delay), At: now, Authenticated: authed})
 	}
 	return replies
+}
+
+// verifyTag reports whether the version-2 payload b from src carries the
+// tag of this port's key or of one of a rotation's other keys. Called with
+// p.mu held after authLocked, p.mac set.
+func (p *udPort) verifyTag(b []byte, src verbs.GID) bool {
+	if p.mac.verify(b, src, p.gid.GID) {
+		return true
+	}
+	for _, t := range p.macAlso {
+		if t.verify(b, src, p.gid.GID) {
+			return true
+		}
+	}
+	return false
 }
