@@ -2,8 +2,6 @@ package memlock
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -253,56 +251,23 @@ func readOurs(path string) ([]byte, fs.FileInfo, error) {
 	return b, fi, nil
 }
 
-// writeAtomic puts content at path through a new file in the same
-// directory. The new file is created with O_EXCL|O_NOFOLLOW (nothing that
-// exists, a symlink included, is opened) and rename(2) replaces the name
-// itself: whatever is at path, a symlink too, nothing is written through it.
-// dirHint says where the directory comes from, for the error when it is
-// missing.
-func writeAtomic(path string, content []byte, perm uint32, dirHint string) (err error) {
-	dir := filepath.Dir(path)
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+// writeAtomic puts content at path with safefile.WriteAtomic (nothing is
+// written through a symlink). dirHint says where the directory comes from,
+// for the error when it is missing.
+func writeAtomic(path string, content []byte, perm uint32, dirHint string) error {
+	err := safefile.WriteAtomic(path, content, perm)
+	var we *safefile.WriteError
+	if errors.As(err, &we) && we.Create {
+		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, we.Err, filepath.Dir(path), dirHint)
+	}
 	if err != nil {
-		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, &fs.PathError{Op: "create", Path: tmp, Err: err}, dir, dirHint)
+		return fmt.Errorf("memlock: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(content); err != nil {
-		return fmt.Errorf("memlock: write %s: %w", tmp, err)
-	}
-	// The umask may have taken bits off; pam_limits needs no more than
-	// root's read, but admins expect limits.d files readable (0644).
-	if err := f.Chmod(fs.FileMode(perm)); err != nil {
-		return fmt.Errorf("memlock: chmod %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("memlock: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("memlock: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("memlock: replace %s: %w", path, err)
-	}
-	syncDir(dir)
 	return nil
 }
 
 // syncDir makes a rename or unlink in dir durable.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { safefile.SyncDir(dir) }
 
 // RemoveLimits removes the drop-in at path if rdmad wrote it (a regular
 // file, not a symlink, that starts with rdmad's header) and reports whether
