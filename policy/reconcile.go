@@ -42,6 +42,9 @@ type Memlock struct {
 	Users       *size.Size
 	UsersDomain string
 	LimitsFile  string
+	// ConfigPath is the configuration file that declares it, which the
+	// limits file's header names ("" for memlock.DefaultConfigPath).
+	ConfigPath string
 }
 
 // A Scope limits a pass to the objects an event touched. A nil Scope is a
@@ -63,6 +66,9 @@ func (s *Scope) port(p Port) bool {
 // concurrent use: the daemon's main loop owns it.
 type Reconciler struct {
 	log  *slog.Logger
+	// overridden is what the last applying pass found overridden
+	// (Desired.Overridden), for status.
+	overridden []apitype.Override
 	mtu  *mtu.Client
 	dcb  *dcb.Conn
 	roce *roce.Client
@@ -132,6 +138,10 @@ func (r *Reconciler) Close() {
 		r.dcb.Close()
 	}
 }
+
+// Overridden returns the settings the last applying pass found taken
+// over by a later policy (Desired.Overridden). Callers must not modify it.
+func (r *Reconciler) Overridden() []apitype.Override { return r.overridden }
 
 // Forget drops what is remembered of netdevs (after a reload, so every
 // setting is looked at afresh).
@@ -247,6 +257,14 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 	if !apply {
 		return changes, nil
 	}
+	if !slices.Equal(r.overridden, want.Overridden) {
+		for _, o := range want.Overridden {
+			if !slices.Contains(r.overridden, o) {
+				r.log.Warn("policy setting overridden by a later policy; it is not applied", "policy", o.Policy, "kind", o.Kind, "object", o.Object, "by", o.By)
+			}
+		}
+	}
+	r.overridden = want.Overridden
 	// A target this pass should have visited but did not is no longer
 	// wanted: its object or its policy is gone. A scoped pass only speaks
 	// for the objects in its scope.
@@ -494,7 +512,7 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 	if r.written.Has(m.LimitsFile) || absent(m.LimitsFile) || memlock.IsOurs(m.LimitsFile) {
 		r.noteRecord(r.written.Add(m.LimitsFile))
 	}
-	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
+	changed, err := memlock.WriteLimitsFrom(m.LimitsFile, m.ConfigPath, []memlock.Rule{rule})
 	if errors.Is(err, memlock.ErrNotOurs) {
 		r.noteRecord(r.written.Drop(m.LimitsFile)) // swapped in meanwhile
 	}

@@ -47,6 +47,7 @@ func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
 		printJSON(g.stdout, res)
 	} else {
 		printDiff(g.stdout, cs, res.Policies, res.Unmatched)
+		printOverridden(g.stdout, res.Overridden)
 	}
 	if len(cs) > 0 {
 		return exitDegraded
@@ -70,6 +71,14 @@ func printDiff(w io.Writer, cs []apitype.Change, rules, idle []string) {
 	}
 	for _, n := range idle {
 		fmt.Fprintf(w, "Policy %q matches nothing on this node: no netdev or RDMA device fits its netdevs or devices globs, so it changes nothing here. Compare them with `ip link` and `rdma link`.\n", n)
+	}
+}
+
+// printOverridden says which settings a later policy takes over: the
+// earlier policy declares them in vain, which its own targets do not show.
+func printOverridden(w io.Writer, os []apitype.Override) {
+	for _, o := range os {
+		fmt.Fprintf(w, "Policy %q's %s of %s is overridden by the later policy %q, whose value applies; remove it from one of them if that is not meant.\n", o.Policy, o.Kind, o.Object, o.By)
 	}
 }
 

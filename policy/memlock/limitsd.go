@@ -24,8 +24,35 @@ const DefaultLimitsPath = "/etc/security/limits.d/90-rdmad.conf"
 // files that start with it, and rdmad only overwrites such files. The
 // package scripts (packaging/scripts) test for its first line, "# Managed
 // by rdmad", before they remove the file: keep the two in step.
-const limitsHeader = "# Managed by rdmad: written from the memlock settings in /etc/rdmad/rdmad.toml.\n" +
-	"# Do not edit; rdmad overwrites this file. Change rdmad.toml and run `rdmactl reload`.\n"
+// The header names the configuration file rdmad runs with (header); the
+// one of DefaultConfigPath is limitsHeader. A file is rdmad's if its first
+// line starts with limitsMark, whatever file it names.
+const limitsHeader = limitsMark + "/etc/rdmad/rdmad.toml.\n" + limitsHeader2
+
+const (
+	limitsMark    = "# Managed by rdmad: written from the memlock settings in "
+	limitsHeader2 = "# Do not edit; rdmad overwrites this file. Change the configuration and run `rdmactl reload`.\n"
+)
+
+// DefaultConfigPath is the configuration file the header names when the
+// caller names none (RenderLimits, WriteLimits).
+const DefaultConfigPath = "/etc/rdmad/rdmad.toml"
+
+// header is the header of a file written from the configuration at
+// config. A name that would break the comment (a newline, a control
+// character) is not written: only "rdmad.toml".
+func header(config string) string {
+	if config == "" {
+		config = DefaultConfigPath
+	}
+	for _, r := range config {
+		if r < 0x20 || r == 0x7f {
+			config = "rdmad.toml"
+			break
+		}
+	}
+	return limitsMark + config + ".\n" + limitsHeader2
+}
 
 // maxLimitsFile bounds what rdmad reads of an existing file at the limits
 // path: its own files are a few hundred bytes, anything larger is not
@@ -51,9 +78,13 @@ type Rule struct {
 // RenderLimits returns the drop-in content for rules, in order. It refuses
 // any domain CheckDomain refuses, so that one rule is always exactly two
 // lines, whoever calls it with whatever.
-func RenderLimits(rules []Rule) ([]byte, error) {
+func RenderLimits(rules []Rule) ([]byte, error) { return RenderLimitsFrom(DefaultConfigPath, rules) }
+
+// RenderLimitsFrom is RenderLimits for a file whose header names the
+// configuration file config (the one rdmad runs with).
+func RenderLimitsFrom(config string, rules []Rule) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString(limitsHeader)
+	b.WriteString(header(config))
 	for _, r := range rules {
 		if err := CheckDomain(r.Domain); err != nil {
 			return nil, fmt.Errorf("memlock: limits rule: %w", err)
@@ -205,7 +236,13 @@ func limitsValue(s Size) string {
 // that rdmad did not write (no header, not a regular file, a symlink) is
 // left alone and is an error wrapping ErrNotOurs: the admin decides.
 func WriteLimits(path string, rules []Rule) (changed bool, err error) {
-	content, err := RenderLimits(rules)
+	return WriteLimitsFrom(path, DefaultConfigPath, rules)
+}
+
+// WriteLimitsFrom is WriteLimits for a file whose header names the
+// configuration file config (the one rdmad runs with).
+func WriteLimitsFrom(path, config string, rules []Rule) (changed bool, err error) {
+	content, err := RenderLimitsFrom(config, rules)
 	if err != nil {
 		return false, err
 	}
@@ -245,7 +282,7 @@ func readOurs(path string) ([]byte, fs.FileInfo, error) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrNotOurs, err)
 	case err != nil:
 		return nil, nil, fmt.Errorf("read: %w", err)
-	case !bytes.HasPrefix(b, []byte(limitsHeader)):
+	case !bytes.HasPrefix(b, []byte(limitsMark)):
 		return nil, nil, fmt.Errorf("%s: %w (it lacks rdmad's header)", path, ErrNotOurs)
 	}
 	return b, fi, nil
