@@ -58,7 +58,7 @@ func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
 func printDiff(w io.Writer, cs []apitype.Change, rules, idle []string) {
 	switch {
 	case len(rules) == 0 && len(cs) == 0:
-		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in the configuration rdmad runs with (rdmactl status names it; see rdmad.toml(5)).")
 		return
 	case len(cs) > 0:
 		printChanges(w, cs)
@@ -87,7 +87,7 @@ func printOverridden(w io.Writer, os []apitype.Override) {
 func printApply(w io.Writer, res apitype.ApplyResult, sh *shortener) {
 	ps := res.Policy.Policies
 	if len(ps) == 0 {
-		fmt.Fprintln(w, "No policy is declared: there is nothing to apply. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		fmt.Fprintln(w, "No policy is declared: there is nothing to apply. Declare [[policy]] blocks in the configuration rdmad runs with (rdmactl status names it; see rdmad.toml(5)).")
 		return
 	}
 	if len(res.Changes) == 0 {
