@@ -66,9 +66,6 @@ func (s *Scope) port(p Port) bool {
 // concurrent use: the daemon's main loop owns it.
 type Reconciler struct {
 	log  *slog.Logger
-	// overridden is what the last applying pass found overridden
-	// (Desired.Overridden), for status.
-	overridden []apitype.Override
 	mtu  *mtu.Client
 	dcb  *dcb.Conn
 	roce *roce.Client
@@ -88,6 +85,9 @@ type Reconciler struct {
 	// the device has no DCB, so that it is reported once and not asked
 	// again until the link is replaced or the configuration reloaded.
 	unsupported map[string]int
+	// overridden is what the last applying pass found overridden
+	// (Desired.Overridden), for status.
+	overridden []apitype.Override
 }
 
 type entry struct {
