@@ -184,7 +184,6 @@ func Run(ctx context.Context, opts Options) error {
 			return &ConfigError{Path: opts.ConfigPath, Err: loadErr}
 		} else {
 			cfg = fromCopy
-			d.logRejected("configuration rejected; running on the last accepted configuration until it is fixed", "start", loadErr)
 		}
 	}
 	d.socket = cfg.Daemon.Socket
@@ -193,6 +192,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if fromCopy != nil {
 		d.accept(fromCopy, nil)
+		d.logRejected("configuration rejected; running on the last accepted configuration until it is fixed", "start", loadErr)
 	}
 	d.accept(cfg, loadErr)
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -54,6 +55,11 @@ func SaveCopy(cfg *Config, path string) error {
 	}
 	if len(b) > MaxSavedSize {
 		return fmt.Errorf("config: save a copy at %s: the configuration takes %d bytes, more than the %d a copy may hold; a start with errors will find no copy", path, len(b), MaxSavedSize)
+	}
+	// Every reload accepts: the copy is rewritten (and synced) only when
+	// it changes.
+	if old, _, err := safefile.Read(path, safefile.Options{Max: MaxSavedSize, NoFollow: true}); err == nil && bytes.Equal(old, b) {
+		return nil
 	}
 	if err := safefile.WriteAtomic(path, b, 0o600); err != nil {
 		return fmt.Errorf("config: save a copy: %w", err)

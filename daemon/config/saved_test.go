@@ -46,6 +46,14 @@ func TestSavedCopy(t *testing.T) {
 		t.Fatalf("copy: %v, %v; want a regular file of mode 0600", fi, err)
 	}
 
+	// The same configuration again (a reload) leaves the file alone.
+	if err := SaveCopy(cfg, copyPath); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := os.Lstat(copyPath); err != nil || !os.SameFile(fi, again) {
+		t.Errorf("saving an unchanged configuration replaced the copy (%v)", err)
+	}
+
 	// The files change (one breaks): the copy still loads as accepted.
 	os.WriteFile(p, []byte("bogus = 1\n"), 0o644)
 	os.Remove(filepath.Join(filepath.Dir(p), "rdmad.d", "50-b.toml"))
