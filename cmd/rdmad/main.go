@@ -30,7 +30,7 @@ func run(args []string) error {
 	socket := fs.String("socket", "", "Unix socket `path` of the API (overrides [daemon] socket)")
 	sysfs := fs.String("sysfs-root", "/", "root `dir` under which sys/class/infiniband is read (for tests)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	checkConfig := fs.Bool("check-config", false, "check the configuration (the `FILE` argument, else --config) and its drop-ins, print each error as file:line and exit: 0 valid, 1 invalid")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (the FILE argument, else --config) and its drop-ins, print each error as file:line and exit: 0 valid, 1 invalid")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n       rdmad --check-config [FILE]\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
 		fs.PrintDefaults()
