@@ -227,6 +227,29 @@ mode = "v3"
 			want:  []string{`D/rdmad.toml:6: policy "a".name: policy "a" is declared twice in this file (also at line 2); give each block its own name`},
 		},
 		{
+			name:  "limits_file outside limits.d, or not *.conf",
+			files: map[string]string{"rdmad.toml": "[memlock]\nlimits_file = \"/etc/rdmad/limits.conf\"\n", "rdmad.d/50-x.toml": "[memlock]\nlimits_file = \"/etc/security/limits.d/90-rdmad\"\n"},
+			want: []string{
+				`D/rdmad.d/50-x.toml:2: memlock.limits_file: "/etc/security/limits.d/90-rdmad" is not read by pam_limits, which reads only /etc/security/limits.d/*.conf; use e.g. "/etc/security/limits.d/90-rdmad.conf"`,
+			},
+		},
+		{
+			name:  "limits_file outside limits.d",
+			files: map[string]string{"rdmad.toml": "[memlock]\nlimits_file = \"/etc/rdmad/limits.conf\"\n"},
+			want: []string{
+				`D/rdmad.toml:2: memlock.limits_file: "/etc/rdmad/limits.conf" is not read by pam_limits, which reads only /etc/security/limits.d/*.conf; use e.g. "/etc/security/limits.d/90-rdmad.conf"`,
+			},
+		},
+		{
+			name:  "unknown table and keys in the wrong table",
+			files: map[string]string{"rdmad.toml": "[probes]\npeers = true\n[probe]\nlog_level = \"x\"\n[daemon]\nzzz = 1\n"},
+			want: []string{
+				"D/rdmad.toml:1: probes: unknown table; did you mean [probe]? (see rdmad.toml(5))",
+				"D/rdmad.toml:4: probe.log_level: unknown key here; log_level is a key of [daemon] (see rdmad.toml(5))",
+				"D/rdmad.toml:6: daemon.zzz: unknown key; see rdmad.toml(5) for the keys rdmad knows",
+			},
+		},
+		{
 			name:  "mrpool and probe values",
 			files: map[string]string{"rdmad.toml": "[mrpool]\nclasses = [{size = \"4KiB\", count = 0}, {size = \"2GiB\", count = 1}]\ncanary_interval = \"1ms\"\n[probe]\nloopback_interval = \"1ms\"\n"},
 			want: []string{
