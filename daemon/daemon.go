@@ -158,28 +158,41 @@ func Run(ctx context.Context, opts Options) error {
 		ECN:       []apitype.NetdevECN{},
 		QoS:       []apitype.NetdevQoS{},
 	})
-	d.store.SetFinish(func(prev, next *apitype.Snapshot) { d.health.finish(d, prev, next) })
+	d.store.SetFinish(func(prev, next *apitype.Snapshot) {
+		d.health.finish(d, prev, next)
+		logComponents(d.log, prev.Components, next.Components)
+	})
 
 	// The first load decides the socket. A broken file at start does not
-	// stop rdmad: it runs on defaults, reports the error and picks up the
-	// fix when the file changes, like any later bad edit.
+	// stop rdmad if it accepted a configuration before: it runs on the copy
+	// it kept of that one (config.SaveCopy), reports the error as a reload
+	// does and picks up the fix when the file changes. With no copy to run
+	// on it exits with ExitConfig: defaults would be a running service that
+	// does not do what its files say.
 	cfg, loadErr := config.Load(opts.ConfigPath)
+	var fromCopy *config.Config
 	if loadErr != nil {
 		if errors.Is(loadErr, fs.ErrNotExist) && opts.ConfigRequired {
 			return fmt.Errorf("%w; create it (see rdmad.toml(5)) or drop --config to run on defaults", loadErr)
 		}
-		cfg = config.Default()
 		if errors.Is(loadErr, fs.ErrNotExist) {
+			cfg = config.Default()
 			d.log.Warn("no configuration file; running on defaults", "path", opts.ConfigPath)
 			loadErr = nil
+		} else if fromCopy = d.loadSavedCopy(); fromCopy == nil {
+			d.logRejected("configuration rejected and no accepted configuration to run on; exiting", "start", loadErr)
+			return &ConfigError{Path: opts.ConfigPath, Err: loadErr}
 		} else {
-			d.log.Error("configuration rejected; running on defaults until it is fixed",
-				apitype.MessageIDKey, apitype.MsgConfigRejected, "why", "start", "err", oneLine(loadErr), "path", opts.ConfigPath)
+			cfg = fromCopy
 		}
 	}
 	d.socket = cfg.Daemon.Socket
 	if opts.Socket != "" {
 		d.socket = opts.Socket
+	}
+	if fromCopy != nil {
+		d.accept(fromCopy, nil)
+		d.logRejected("configuration rejected; running on the last accepted configuration until it is fixed", "start", loadErr)
 	}
 	d.accept(cfg, loadErr)
 
@@ -370,8 +383,7 @@ func (d *Daemon) reload(why string) apitype.ReloadResult {
 	res := apitype.ReloadResult{OK: err == nil, Generation: d.gen, RestartNeeded: keysOf(pending)}
 	if err != nil {
 		res.Error = err.Error()
-		d.log.Error("configuration rejected; keeping the running one", apitype.MessageIDKey, apitype.MsgConfigRejected,
-			"why", why, "err", oneLine(err), "generation", d.gen)
+		d.logRejected("configuration rejected; keeping the running one", why, err)
 	} else {
 		d.log.Info("configuration loaded", "why", why, "generation", d.gen, "files", strings.Join(cfg.Files, ","))
 		for _, p := range pending {
@@ -420,7 +432,8 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 		d.gen++
 		d.level.Set(parseLevel(cfg.Daemon.LogLevel))
 		d.health.configure(cfg)
-	} else if d.cfg == nil {
+		d.saveCopy(cfg)
+	} else if err != nil && d.cfg == nil {
 		d.cfg = config.Default()
 		d.health.configure(d.cfg)
 	}
@@ -441,6 +454,75 @@ func (d *Daemon) accept(cfg *config.Config, err error) {
 			state.SetComponent(s, apitype.ComponentConfig, apitype.Error, errors.New("configuration rejected; the last good one stays in force (see config.error)"), now)
 		}
 	})
+}
+
+// logRejected logs a rejected load with every problem it found (the
+// journal gets them all, one per line in ERR, not the first one only).
+func (d *Daemon) logRejected(msg, why string, err error) {
+	n := 1
+	var es config.Errors
+	if errors.As(err, &es) {
+		n = len(es)
+	}
+	d.log.Error(msg, apitype.MessageIDKey, apitype.MsgConfigRejected,
+		"why", why, "err", err.Error(), "errors", n, "generation", d.gen, "path", d.opts.ConfigPath)
+}
+
+// ExitConfig is rdmad's exit status when it cannot start because its
+// configuration has errors and it has accepted none before (EX_CONFIG of
+// sysexits.h); rdmad.service does not restart it (RestartPreventExitStatus=).
+const ExitConfig = 78
+
+// A ConfigError is Run's error when the configuration at start has errors
+// and there is no accepted configuration to run on. cmd/rdmad exits with
+// ExitConfig on it.
+type ConfigError struct {
+	Path string
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("configuration %s rejected, and there is no accepted configuration to run on (rdmad keeps one in its state directory once a configuration has loaded); fix these and start again:\n%v", e.Path, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// loadSavedCopy loads the copy of the last accepted configuration from the
+// state directory, or returns nil (and says why) when there is none that
+// loads. With no state directory (rdmad run by hand) there is no copy.
+func (d *Daemon) loadSavedCopy() *config.Config {
+	dir := stateDir(d.opts.StateDir)
+	if dir == "" {
+		d.log.Warn("no state directory, so no copy of an accepted configuration to run on", "state_dir", DefaultStateDir)
+		return nil
+	}
+	path := config.SavedPath(dir)
+	cfg, err := config.LoadSaved(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		d.log.Warn("no copy of an accepted configuration to run on", "copy", path)
+		return nil
+	case err != nil:
+		// Accepted once, but this rdmad reads it differently (a key gone
+		// in an upgrade, a group removed): it is not used.
+		d.log.Error("the copy of the last accepted configuration no longer loads; not using it", "copy", path, "err", err.Error())
+		return nil
+	}
+	d.log.Warn("running on the copy of the last accepted configuration", "copy", path, "files", strings.Join(cfg.Files, ","))
+	return cfg
+}
+
+// saveCopy keeps a copy of cfg, just accepted, in the state directory
+// for a start whose files have errors. A failure is logged, not fatal:
+// the running configuration is not affected.
+func (d *Daemon) saveCopy(cfg *config.Config) {
+	dir := stateDir(d.opts.StateDir)
+	if dir == "" || len(cfg.Files) == 0 {
+		return
+	}
+	if err := config.SaveCopy(cfg, config.SavedPath(dir)); err != nil {
+		d.log.Warn("copy of the accepted configuration not saved; a start with a bad configuration will not find it", "err", err)
+	}
 }
 
 // refresh re-reads the inventory, and logs the devices that came or went
@@ -732,4 +814,28 @@ func stateDir(dir string) string {
 		return DefaultStateDir
 	}
 	return ""
+}
+
+// CheckConfig loads the configuration at path and its drop-ins as a start
+// would, without starting anything (rdmad --check-config), and writes each
+// problem to w as file:line: key: message. It returns the exit status: 0
+// when the configuration is valid, 1 when it is not (a missing main file
+// included: a check is of a file).
+func CheckConfig(path string, w io.Writer) int {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	_, err := config.Load(path)
+	if err == nil {
+		return 0
+	}
+	var es config.Errors
+	if errors.As(err, &es) {
+		for _, e := range es {
+			fmt.Fprintln(w, e.Error())
+		}
+	} else {
+		fmt.Fprintln(w, "rdmad:", err)
+	}
+	return 1
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -177,11 +178,12 @@ func (d *Daemon) isPortNetdev(name string) bool {
 // result.
 func (d *Daemon) reconcile(sc *policy.Scope) []apitype.Change {
 	changes, policies := d.rec.Pass(d.declared(), portsOf(d.store.Load().Devices), sc, true)
-	if reflect.DeepEqual(d.store.Load().Policy.Policies, policies) {
+	over := d.rec.Overridden()
+	if cur := d.store.Load().Policy; reflect.DeepEqual(cur.Policies, policies) && slices.Equal(cur.Overridden, over) {
 		return changes // nothing new to publish
 	}
 	d.store.Update(func(s *apitype.Snapshot) {
-		s.Policy = apitype.PolicyState{Policies: policies}
+		s.Policy = apitype.PolicyState{Policies: policies, Overridden: over}
 		st := s.State
 		if st == apitype.Degraded {
 			st = apitype.Running // summarise decides again
@@ -195,7 +197,7 @@ func (d *Daemon) reconcile(sc *policy.Scope) []apitype.Change {
 func (d *Daemon) declared() policy.Declared {
 	m := d.cfg.Memlock
 	return policy.Declared{Rules: d.cfg.Rules(), Memlock: policy.Memlock{Daemon: m.Daemon, Users: m.Users,
-		UsersDomain: m.UsersDomain, LimitsFile: m.LimitsFile}, RDMA: policy.RDMASystem{NetnsMode: d.cfg.RDMA.NetnsMode}}
+		UsersDomain: m.UsersDomain, LimitsFile: m.LimitsFile, ConfigPath: d.opts.ConfigPath}, RDMA: policy.RDMASystem{NetnsMode: d.cfg.RDMA.NetnsMode}}
 }
 
 // portsOf lists the RDMA ports of devs, for the reconciler.

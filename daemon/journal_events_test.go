@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
@@ -63,6 +64,7 @@ func TestJournalEvents(t *testing.T) {
 	copyTree(t, "../inventory/testdata/roce-ib", root)
 	sock := filepath.Join(dir, "rdmad.sock")
 	limits := filepath.Join(dir, "90-rdmad.conf")
+	t.Setenv(config.TestLimitsDirEnv, dir)
 	lo, err := net.InterfaceByName("lo")
 	if err != nil {
 		t.Skipf("no loopback interface to observe: %v", err)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,4 +46,24 @@ func TestUnitPullsNoPassiveTarget(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestUnitPreventsConfigRestart: rdmad.service does not restart rdmad when
+// it exits with ExitConfig (a bad configuration and no accepted one to run
+// on): a restart would fail the same way, in a loop.
+func TestUnitPreventsConfigRestart(t *testing.T) {
+	b, err := os.ReadFile("../systemd/rdmad.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && k == "RestartPreventExitStatus" {
+			for _, f := range strings.Fields(v) {
+				if f == strconv.Itoa(ExitConfig) {
+					return
+				}
+			}
+		}
+	}
+	t.Errorf("rdmad.service has no RestartPreventExitStatus=%d (ExitConfig)", ExitConfig)
 }

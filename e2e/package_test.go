@@ -503,7 +503,7 @@ func pkgSandboxUnit(t *testing.T, text, exe, out string, env map[string]string) 
 		}
 		key, val, _ := strings.Cut(trim, "=")
 		switch key {
-		case "Type", "ExecStart", "ExecReload", "Restart", "RestartSec", "WatchdogSec", "Documentation":
+		case "Type", "ExecStart", "ExecReload", "Restart", "RestartSec", "RestartPreventExitStatus", "WatchdogSec", "Documentation":
 			continue
 		case "RuntimeDirectory", "StateDirectory":
 			line = key + "=" + val + "-pkgtest"

@@ -56,6 +56,9 @@ type Memlock struct {
 	Users       *size.Size
 	UsersDomain string
 	LimitsFile  string
+	// ConfigPath is the configuration file that declares it, which the
+	// limits file's header names ("" for memlock.DefaultConfigPath).
+	ConfigPath string
 }
 
 // A Scope limits a pass to the objects an event touched. A nil Scope is a
@@ -109,6 +112,9 @@ type Reconciler struct {
 	// nicUnsupported does the same per ethtool group target ("rings
 	// ens1f0").
 	nicUnsupported map[string]int
+	// overridden is what the last applying pass found overridden
+	// (Desired.Overridden), for status.
+	overridden []apitype.Override
 }
 
 type entry struct {
@@ -177,6 +183,10 @@ func (r *Reconciler) Close() {
 		r.rdma.Close()
 	}
 }
+
+// Overridden returns the settings the last applying pass found taken
+// over by a later policy (Desired.Overridden). Callers must not modify it.
+func (r *Reconciler) Overridden() []apitype.Override { return r.overridden }
 
 // Forget drops what is remembered of netdevs (after a reload, so every
 // setting is looked at afresh).
@@ -332,6 +342,14 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 	if !apply {
 		return changes, nil
 	}
+	if !slices.Equal(r.overridden, want.Overridden) {
+		for _, o := range want.Overridden {
+			if !slices.Contains(r.overridden, o) {
+				r.log.Warn("policy setting overridden by a later policy; it is not applied", "policy", o.Policy, "kind", o.Kind, "object", o.Object, "by", o.By)
+			}
+		}
+	}
+	r.overridden = want.Overridden
 	// A target this pass should have visited but did not is no longer
 	// wanted: its object or its policy is gone. A scoped pass only speaks
 	// for the objects in its scope.
@@ -611,7 +629,7 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 	if r.written.Has(m.LimitsFile) || absent(m.LimitsFile) || memlock.IsOurs(m.LimitsFile) {
 		r.noteRecord(r.written.Add(m.LimitsFile))
 	}
-	changed, err := memlock.WriteLimits(m.LimitsFile, []memlock.Rule{rule})
+	changed, err := memlock.WriteLimitsFrom(m.LimitsFile, m.ConfigPath, []memlock.Rule{rule})
 	if errors.Is(err, memlock.ErrNotOurs) {
 		r.noteRecord(r.written.Drop(m.LimitsFile)) // swapped in meanwhile
 	}

@@ -131,6 +131,10 @@ type Desired struct {
 	// Matches lists, per policy name, the objects it is in charge of (for
 	// status: a policy that matches nothing says so).
 	Matches map[string][]string
+	// Overridden lists the settings a policy declares for an object that a
+	// later policy sets too (and wins), so that status and policy diff
+	// show them instead of dropping them silently; sorted.
+	Overridden []apitype.Override
 }
 
 // Resolve matches policies against netdevs and ports.
@@ -167,13 +171,16 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 			}
 			w := d.Netdevs[nd]
 			if p.MTU != 0 {
+				d.override(w.MTU != 0, w.MTUSrc, "mtu", nd, p.Name)
 				w.MTU, w.MTUSrc = p.MTU, src
 			}
 			if p.QoS != nil {
+				d.override(w.QoS != nil, w.QoSSrc, "qos", nd, p.Name)
 				q := *p.QoS
 				w.QoS, w.QoSSrc = &q, src
 			}
 			if p.ECN != nil {
+				d.override(w.ECN != nil, w.ECNSrc, "ecn", nd, p.Name)
 				e := *p.ECN
 				w.ECN, w.ECNSrc = &e, src
 			}
@@ -208,6 +215,8 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
 					continue
 				}
+				prev, had := d.Ports[pt]
+				d.override(had, prev.RoCESrc, "roce", pt.String(), p.Name)
 				d.Ports[pt] = PortWant{ToS: p.RoCE.ToS, Mode: p.RoCE.Mode, RoCESrc: src}
 				d.Matches[p.Name] = append(d.Matches[p.Name], pt.String())
 			}
@@ -215,7 +224,27 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 		sort.Strings(d.Matches[p.Name])
 		d.Matches[p.Name] = dedup(d.Matches[p.Name])
 	}
+	sort.Slice(d.Overridden, func(i, j int) bool {
+		a, b := d.Overridden[i], d.Overridden[j]
+		if a.Object != b.Object {
+			return a.Object < b.Object
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Policy < b.Policy
+	})
 	return d
+}
+
+// override records that policy by takes kind of object over from the
+// policy of prev, when set says that one was in charge. A policy that
+// selects an object twice (by netdev and by device) does not override
+// itself.
+func (d *Desired) override(set bool, prev Source, kind, object, by string) {
+	if set && prev.Policy != by {
+		d.Overridden = append(d.Overridden, apitype.Override{Policy: prev.Policy, Kind: kind, Object: object, By: by})
+	}
 }
 
 func anyMatch(globs []string, name string) bool {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/policy/nicq"
 	"github.com/rdmad/rdmad/policy/qos"
 )
@@ -60,6 +61,8 @@ func TestResolve(t *testing.T) {
 			"override":    {"rdt1"},
 			"nothing":     {},
 		},
+		// ... and the earlier one's setting is reported, not dropped.
+		Overridden: []apitype.Override{{Policy: "fabric", Kind: "mtu", Object: "rdt1", By: "override"}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Resolve (-want +got):\n%s", diff)

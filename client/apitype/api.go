@@ -51,6 +51,9 @@ type DiffResult struct {
 	// nothing here, which "no changes" alone would hide.
 	Policies  []string `json:"policies"`
 	Unmatched []string `json:"unmatched"`
+	// Overridden lists the settings a later policy takes over (see
+	// PolicyState.Overridden).
+	Overridden []Override `json:"overridden"`
 }
 
 // DiffPolicies returns the names of the declared [[policy]] blocks in ps

@@ -52,4 +52,11 @@ const (
 	// MsgPortFlapping: a port went down too often within the flap window
 	// ([health] flap_downs, flap_window). Fields: PORT, DOWNS, WINDOW.
 	MsgPortFlapping = "260c6d4f2f37462587436606e2e134ff"
+	// MsgComponentProblem, MsgComponentOK: one of rdmad's components (the
+	// configuration, verbs, the peer probes, D-Bus, ...; see
+	// status.components) failed, is unavailable on this node or changed
+	// its reason, or works again. Fields: COMPONENT, FROM, TO, REASON
+	// (and WAS, the problem that ended, for MsgComponentOK).
+	MsgComponentProblem = "a651e31b57674ed28e1df3d11fb95907"
+	MsgComponentOK      = "e05d530f3c9b47d8849551ad7ae42e6c"
 )

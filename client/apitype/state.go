@@ -351,6 +351,19 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // PolicyState is the state of every declared policy.
 type PolicyState struct {
 	Policies []PolicyStatus `json:"policies"`
+	// Overridden lists the settings a policy declares that a later policy
+	// sets on the same object (the later one wins, as drop-ins override
+	// the main file): they are not applied, and not silently either.
+	Overridden []Override `json:"overridden"`
+}
+
+// An Override is one setting (Kind: mtu, qos, ecn or roce) of one Object
+// that Policy declares and the later policy By sets instead.
+type Override struct {
+	Policy string `json:"policy"`
+	Kind   string `json:"kind"`
+	Object string `json:"object"`
+	By     string `json:"by"`
 }
 
 // A PolicyStatus is one [[policy]] block and its targets.

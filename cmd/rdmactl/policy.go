@@ -47,6 +47,7 @@ func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
 		printJSON(g.stdout, res)
 	} else {
 		printDiff(g.stdout, cs, res.Policies, res.Unmatched)
+		printOverridden(g.stdout, res.Overridden)
 	}
 	if len(cs) > 0 {
 		return exitDegraded
@@ -57,7 +58,7 @@ func policyDiff(ctx context.Context, g *globals, c *client.Client) int {
 func printDiff(w io.Writer, cs []apitype.Change, rules, idle []string) {
 	switch {
 	case len(rules) == 0 && len(cs) == 0:
-		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		fmt.Fprintln(w, "No policy is declared: there is nothing to diff. Declare [[policy]] blocks in the configuration rdmad runs with (rdmactl status names it; see rdmad.toml(5)).")
 		return
 	case len(cs) > 0:
 		printChanges(w, cs)
@@ -73,12 +74,20 @@ func printDiff(w io.Writer, cs []apitype.Change, rules, idle []string) {
 	}
 }
 
+// printOverridden says which settings a later policy takes over: the
+// earlier policy declares them in vain, which its own targets do not show.
+func printOverridden(w io.Writer, os []apitype.Override) {
+	for _, o := range os {
+		fmt.Fprintf(w, "Policy %q's %s of %s is overridden by the later policy %q, whose value applies; remove it from one of them if that is not meant.\n", o.Policy, o.Kind, o.Object, o.By)
+	}
+}
+
 // printApply prints what a policy pass found and did, then the targets;
 // without policies, no empty table.
 func printApply(w io.Writer, res apitype.ApplyResult, sh *shortener) {
 	ps := res.Policy.Policies
 	if len(ps) == 0 {
-		fmt.Fprintln(w, "No policy is declared: there is nothing to apply. Declare [[policy]] blocks in /etc/rdmad/rdmad.toml (see rdmad.toml(5)).")
+		fmt.Fprintln(w, "No policy is declared: there is nothing to apply. Declare [[policy]] blocks in the configuration rdmad runs with (rdmactl status names it; see rdmad.toml(5)).")
 		return
 	}
 	if len(res.Changes) == 0 {

@@ -118,6 +118,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	if len(s.Policy.Policies) > 0 {
 		fmt.Fprintln(w)
 		printPolicies(w, s.Policy.Policies, sh)
+		printOverridden(w, s.Policy.Overridden)
 	}
 
 	fmt.Fprintln(w)

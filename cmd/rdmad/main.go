@@ -30,8 +30,9 @@ func run(args []string) error {
 	socket := fs.String("socket", "", "Unix socket `path` of the API (overrides [daemon] socket)")
 	sysfs := fs.String("sysfs-root", "/", "root `dir` under which sys/class/infiniband is read (for tests)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (the FILE argument, else --config) and its drop-ins, print each error as file:line and exit: 0 valid, 1 invalid")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n       rdmad --check-config [FILE]\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -40,8 +41,20 @@ func run(args []string) error {
 		}
 		os.Exit(2)
 	}
+	if *checkConfig {
+		path := *cfgPath
+		switch fs.NArg() {
+		case 0:
+		case 1:
+			path = fs.Arg(0)
+		default:
+			fmt.Fprintf(os.Stderr, "rdmad: --check-config takes one file, not %d arguments\n", fs.NArg())
+			os.Exit(2)
+		}
+		os.Exit(daemon.CheckConfig(path, os.Stderr))
+	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q; rdmad takes only flags (see rdmad --help)\n", fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q; rdmad takes only flags, and a file after --check-config (see rdmad --help)\n", fs.Arg(0))
 		os.Exit(2)
 	}
 	if *showVersion {
@@ -62,6 +75,13 @@ func run(args []string) error {
 	})
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	// A configuration with errors and none accepted before: EX_CONFIG,
+	// which rdmad.service does not restart (RestartPreventExitStatus=).
+	var ce *daemon.ConfigError
+	if errors.As(err, &ce) {
+		fmt.Fprintln(os.Stderr, "rdmad:", err)
+		os.Exit(daemon.ExitConfig)
 	}
 	return err
 }

@@ -179,9 +179,10 @@ func (s *Server) servePolicyDiff(w http.ResponseWriter, r *http.Request) {
 	if cs == nil {
 		cs = []apitype.Change{}
 	}
-	res := apitype.DiffResult{Changes: cs, Policies: []string{}, Unmatched: []string{}}
+	res := apitype.DiffResult{Changes: cs, Policies: []string{}, Unmatched: []string{}, Overridden: []apitype.Override{}}
 	if snap := s.backend.Snapshot(); snap != nil {
 		res.Policies, res.Unmatched = apitype.DiffPolicies(snap.Policy.Policies)
+		res.Overridden = append(res.Overridden, snap.Policy.Overridden...)
 	}
 	writeJSON(w, http.StatusOK, res)
 }

@@ -259,8 +259,13 @@ func (o serverObject) getAll(c call) ([]any, error) {
 func (o serverObject) set(c call) ([]any, error) {
 	ifc, name := c.args[0].(string), c.args[1].(string)
 	if _, ok := o.v.objects[o.path].props[ifc][name]; ok {
+		// The running configuration's file, as status reports it.
+		cfg := "rdmad.toml"
+		if o.v.snap != nil && o.v.snap.Config.Path != "" {
+			cfg = o.v.snap.Config.Path
+		}
 		return nil, dbusError("org.freedesktop.DBus.Error.PropertyReadOnly",
-			"%s.%s is read-only: it reports the daemon's state; change /etc/rdmad/rdmad.toml and call Reload", ifc, name)
+			"%s.%s is read-only: it reports the daemon's state; change %s and call Reload", ifc, name, cfg)
 	}
 	return nil, dbusError("org.freedesktop.DBus.Error.UnknownProperty", "%s has no property %s.%s", o.path, ifc, name)
 }

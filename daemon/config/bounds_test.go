@@ -236,7 +236,7 @@ func TestErrorFlood(t *testing.T) {
 	}
 	p = write(t, map[string]string{"rdmad.toml": b.String()})
 	_, err = loadWithin(t, 30*time.Second, p)
-	wantLoadError(t, err, "policy[0]", "more problems not listed")
+	wantLoadError(t, err, `policy "p0"`, "more problems not listed")
 
 	// A megabyte-long value is clipped in the message.
 	p = write(t, map[string]string{"rdmad.toml": "[daemon]\nlog_level = \"" + strings.Repeat("x", 900000) + "\"\n"})

@@ -46,6 +46,8 @@ type Config struct {
 
 	// Files lists the files that were merged, main file first.
 	Files []string `toml:"-"`
+	// raw is the content of Files as read, for the saved copy (saved.go).
+	raw [][]byte
 }
 
 // Daemon holds the [daemon] table.

@@ -144,7 +144,7 @@ func TestLoadPeers(t *testing.T) {
 	}
 }
 
-var cmpIgnoreSrc = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".src" }, cmp.Ignore())
+var cmpIgnoreSrc = cmp.FilterPath(func(p cmp.Path) bool { s := p.Last().String(); return s == ".src" || s == ".raw" }, cmp.Ignore())
 
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
@@ -155,17 +155,17 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:  "unknown top-level key",
 			files: map[string]string{"rdmad.toml": "\n[daemon]\nsockett = \"/x\"\n"},
-			want:  []string{"D/rdmad.toml:3: daemon.sockett: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"},
+			want:  []string{"D/rdmad.toml:3: daemon.sockett: unknown key; did you mean socket? (see rdmad.toml(5))"},
 		},
 		{
 			name:  "unknown key in the second policy",
 			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = 1500\n\n[[policy]]\nname = \"b\"\nnetdevs = [\"y\"]\nmtu = 1500\n[policy.qos]\npfcc = [3]\n"},
-			want:  []string{"D/rdmad.toml:11: policy[1].qos.pfcc: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"},
+			want:  []string{"D/rdmad.toml:11: policy \"b\".qos.pfcc: unknown key; did you mean pfc? (see rdmad.toml(5))"},
 		},
 		{
 			name:  "wrong type",
 			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = \"big\"\n"},
-			want:  []string{"D/rdmad.toml:4: policy[0].mtu: TOML value has type string; destination has type integer"},
+			want:  []string{"D/rdmad.toml:4: policy \"a\".mtu: mtu must be an integer, not \"big\""},
 		},
 		{
 			name:  "syntax error",
@@ -201,15 +201,15 @@ tos = 300
 mode = "v3"
 `},
 			want: []string{
-				`D/rdmad.toml:3: policy[0].netdevs: bad glob "[x": syntax error in pattern`,
-				`D/rdmad.toml:4: policy[0].mode: "sometimes" is not a mode; use "enforce" (apply) or "observe" (report drift only)`,
-				`D/rdmad.toml:5: policy[0].mtu: 70000 is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)`,
-				`D/rdmad.toml:7: policy[0].qos.trust: "cos" is not a trust mode; use "pcp" or "dscp"`,
-				`D/rdmad.toml:8: policy[0].qos.pfc: priority 3 is listed twice; list each PFC priority once (pfc = [3], not the 8 flags of mlnx_qos)`,
-				`D/rdmad.toml:8: policy[0].qos.pfc: priority 9 is out of range; list the priorities 0-7 that get PFC, e.g. pfc = [3]`,
-				`D/rdmad.toml:9: policy[0].qos.dscp_to_prio.64: "64" is not a DSCP code point; use 0 to 63`,
-				`D/rdmad.toml:11: policy[0].roce.tos: 300 is out of range; use 0 to 255 (e.g. 106 for DSCP 26 with ECN)`,
-				`D/rdmad.toml:12: policy[0].roce.mode: "v3" is not a RoCE mode; use "v1" or "v2"`,
+				`D/rdmad.toml:3: policy "p".netdevs: bad glob "[x": syntax error in pattern`,
+				`D/rdmad.toml:4: policy "p".mode: "sometimes" is not a mode; use "enforce" (apply) or "observe" (report drift only)`,
+				`D/rdmad.toml:5: policy "p".mtu: 70000 is out of range; use 68 to 65535 (the netdev's own limits are checked when applied)`,
+				`D/rdmad.toml:7: policy "p".qos.trust: "cos" is not a trust mode; use "pcp" or "dscp"`,
+				`D/rdmad.toml:8: policy "p".qos.pfc: priority 3 is listed twice; list each PFC priority once (pfc = [3], not the 8 flags of mlnx_qos)`,
+				`D/rdmad.toml:8: policy "p".qos.pfc: priority 9 is out of range; list the priorities 0-7 that get PFC, e.g. pfc = [3]`,
+				`D/rdmad.toml:9: policy "p".qos.dscp_to_prio.64: "64" is not a DSCP code point; use 0 to 63`,
+				`D/rdmad.toml:11: policy "p".roce.tos: 300 is out of range; use 0 to 255 (e.g. 106 for DSCP 26 with ECN)`,
+				`D/rdmad.toml:12: policy "p".roce.mode: "v3" is not a RoCE mode; use "v1" or "v2"`,
 			},
 		},
 		{
@@ -217,14 +217,37 @@ mode = "v3"
 			files: map[string]string{"rdmad.toml": "# c\n[[policy]]\nmode = \"observe\"\n"},
 			want: []string{
 				`D/rdmad.toml:2: policy[0]: every [[policy]] needs a name (name = "fabric"); it identifies the policy in status and logs`,
-				`D/rdmad.toml:2: policy[0]: policy "" selects nothing; set netdevs = ["ens1f*"] and/or devices = ["mlx5_*"]`,
-				`D/rdmad.toml:2: policy[0]: policy "" manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce] or min_rate`,
+				`D/rdmad.toml:2: policy[0]: selects nothing; set netdevs = ["ens1f*"] and/or devices = ["mlx5_*"]`,
+				`D/rdmad.toml:2: policy[0]: manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce], [policy.rdma], [policy.rings], [policy.channels], [policy.coalesce], firmware or min_rate`,
 			},
 		},
 		{
 			name:  "duplicate policy in one file",
 			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nnetdevs = [\"x\"]\nmtu = 1500\n[[policy]]\nname = \"a\"\nnetdevs = [\"y\"]\nmtu = 1500\n"},
-			want:  []string{`D/rdmad.toml:6: policy[1].name: policy "a" is declared twice in this file (also policy[0]); give each block its own name`},
+			want:  []string{`D/rdmad.toml:6: policy "a".name: policy "a" is declared twice in this file (also at line 2); give each block its own name`},
+		},
+		{
+			name:  "limits_file outside limits.d, or not *.conf",
+			files: map[string]string{"rdmad.toml": "[memlock]\nlimits_file = \"/etc/rdmad/limits.conf\"\n", "rdmad.d/50-x.toml": "[memlock]\nlimits_file = \"/etc/security/limits.d/90-rdmad\"\n"},
+			want: []string{
+				`D/rdmad.d/50-x.toml:2: memlock.limits_file: "/etc/security/limits.d/90-rdmad" is not read by pam_limits, which reads only /etc/security/limits.d/*.conf; use e.g. "/etc/security/limits.d/90-rdmad.conf"`,
+			},
+		},
+		{
+			name:  "limits_file outside limits.d",
+			files: map[string]string{"rdmad.toml": "[memlock]\nlimits_file = \"/etc/rdmad/limits.conf\"\n"},
+			want: []string{
+				`D/rdmad.toml:2: memlock.limits_file: "/etc/rdmad/limits.conf" is not read by pam_limits, which reads only /etc/security/limits.d/*.conf; use e.g. "/etc/security/limits.d/90-rdmad.conf"`,
+			},
+		},
+		{
+			name:  "unknown table and keys in the wrong table",
+			files: map[string]string{"rdmad.toml": "[probes]\npeers = true\n[probe]\nlog_level = \"x\"\n[daemon]\nzzz = 1\n"},
+			want: []string{
+				"D/rdmad.toml:1: probes: unknown table; did you mean [probe]? (see rdmad.toml(5))",
+				"D/rdmad.toml:4: probe.log_level: unknown key here; log_level is a key of [daemon] (see rdmad.toml(5))",
+				"D/rdmad.toml:6: daemon.zzz: unknown key; see rdmad.toml(5) for the keys rdmad knows",
+			},
 		},
 		{
 			name:  "mrpool and probe values",

@@ -57,15 +57,15 @@ func TestLoadECNErrors(t *testing.T) {
 		want       []string
 	}{
 		{"values", "[[policy]]\nname = \"p\"\nnetdevs = [\"x\"]\n[policy.ecn]\nnp = [3, 8, 3]\nrp = [-1]\n", []string{
-			`D/rdmad.toml:5: policy[0].ecn.np: priority 8 is out of range; list the priorities 0-7 on which the notification point is enabled, e.g. np = [3] (the RoCE priority)`,
-			`D/rdmad.toml:5: policy[0].ecn.np: priority 3 is listed twice; list each priority once, e.g. np = [3]`,
-			`D/rdmad.toml:6: policy[0].ecn.rp: priority -1 is out of range; list the priorities 0-7 on which the reaction point is enabled, e.g. rp = [3] (the RoCE priority)`,
+			`D/rdmad.toml:5: policy "p".ecn.np: priority 8 is out of range; list the priorities 0-7 on which the notification point is enabled, e.g. np = [3] (the RoCE priority)`,
+			`D/rdmad.toml:5: policy "p".ecn.np: priority 3 is listed twice; list each priority once, e.g. np = [3]`,
+			`D/rdmad.toml:6: policy "p".ecn.rp: priority -1 is out of range; list the priorities 0-7 on which the reaction point is enabled, e.g. rp = [3] (the RoCE priority)`,
 		}},
 		{"empty table", "[[policy]]\nname = \"p\"\nnetdevs = [\"x\"]\n[policy.ecn]\n", []string{
-			`D/rdmad.toml:4: policy[0].ecn: [policy.ecn] sets neither np nor rp; list the priorities DCQCN is enabled on, e.g. np = [3] and rp = [3], or remove the table`,
+			`D/rdmad.toml:4: policy "p".ecn: [policy.ecn] sets neither np nor rp; list the priorities DCQCN is enabled on, e.g. np = [3] and rp = [3], or remove the table`,
 		}},
 		{"unknown key", "[[policy]]\nname = \"p\"\nnetdevs = [\"x\"]\n[policy.ecn]\nnp = [3]\ncnp_dscp = 48\n", []string{
-			`D/rdmad.toml:6: policy[0].ecn.cnp_dscp: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows`,
+			`D/rdmad.toml:6: policy "p".ecn.cnp_dscp: unknown key; see rdmad.toml(5) for the keys rdmad knows`,
 		}},
 		{"wrong type", "[[policy]]\nname = \"p\"\nnetdevs = [\"x\"]\n[policy.ecn]\nnp = 3\n", nil},
 	} {

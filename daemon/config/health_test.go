@@ -37,7 +37,7 @@ func TestHealthConfigErrors(t *testing.T) {
 		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device or port`},
 		{"[health]\nflap_downs = 0\n", "rdmad.toml:2: health.flap_downs: 0 is out of range; use 1 to 1000"},
 		{"[health]\nflap_window = \"10ms\"\n", "rdmad.toml:2: health.flap_window: 10ms is out of range"},
-		{"[[policy]]\nname = \"r\"\ndevices = [\"x\"]\nmin_rate = \"fast\"\n", `rdmad.toml:4: policy[0].min_rate: "fast" is not a link rate; write e.g. "200Gb/s"`},
+		{"[[policy]]\nname = \"r\"\ndevices = [\"x\"]\nmin_rate = \"fast\"\n", `rdmad.toml:4: policy "r".min_rate: "fast" is not a link rate; write e.g. "200Gb/s"`},
 	} {
 		_, err := Load(write(t, map[string]string{"rdmad.toml": tc.body}))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

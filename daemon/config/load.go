@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"os/user"
 	"path"
 	"path/filepath"
@@ -95,7 +96,11 @@ func Load(path string) (*Config, error) {
 	}
 	sort.Strings(files)
 	files = append([]string{path}, files...)
+	return load(files, func(f string) ([]byte, error) { return safefile.ReadRegular(f, MaxFileSize) })
+}
 
+// load merges and validates files, main file first, each read with read.
+func load(files []string, read func(string) ([]byte, error)) (*Config, error) {
 	cfg := Default()
 	locs := map[string]*locator{}
 	var errs Errors
@@ -105,7 +110,7 @@ func Load(path string) (*Config, error) {
 			errs = append(errs, &Error{File: f, Msg: "not read: too many problems in the files before it; fix those first"})
 			break
 		}
-		data, err := safefile.ReadRegular(f, MaxFileSize)
+		data, err := read(f)
 		if err != nil {
 			if i == 0 && errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("config: read %s: %w", f, err)
@@ -123,6 +128,7 @@ func Load(path string) (*Config, error) {
 			continue
 		}
 		cfg.Files = append(cfg.Files, f)
+		cfg.raw = append(cfg.raw, data)
 		locs[f] = newLocator(data)
 		errs = append(errs, decodeFile(cfg, f, data, locs[f])...)
 	}
@@ -130,9 +136,34 @@ func Load(path string) (*Config, error) {
 		errs = append(errs, cfg.validate(locs)...)
 	}
 	if len(errs) > 0 {
+		nameBlocks(errs, locs, cfg)
 		return nil, capErrors(errs)
 	}
 	return cfg, nil
+}
+
+var blockRE = regexp.MustCompile(`^policy\[(\d+)\]`)
+
+// nameBlocks names the [[policy]] block of each error by its name, as
+// status and the logs do (policy "fabric".mtu), instead of its index in
+// the file (policy[3].mtu). A block without a name keeps its index.
+func nameBlocks(errs Errors, locs map[string]*locator, cfg *Config) {
+	raw := make(map[string][]byte, len(cfg.Files))
+	for i, f := range cfg.Files {
+		raw[f] = cfg.raw[i]
+	}
+	for _, e := range errs {
+		m := blockRE.FindStringSubmatch(e.Key)
+		if m == nil || locs[e.File] == nil {
+			continue
+		}
+		if _, line := locs[e.File].find(m[0] + ".name"); line > 0 {
+			v := valueOn(lineText(raw[e.File], line), "name")
+			if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+				e.Key = "policy " + v + e.Key[len(m[0]):]
+			}
+		}
+	}
 }
 
 // readError turns a failed read of a configuration file into an *Error that
@@ -339,6 +370,7 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 	if err != nil {
 		e := decodeError(file, err)
 		e.Key = loc.at(e.Key, e.Line)
+		e.Msg = plainType(e.Msg, e.Key, lineText(data, e.Line))
 		return Errors{e}
 	}
 	var errs Errors
@@ -349,8 +381,19 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 			Msg: fmt.Sprintf("%d unknown keys in all; the first %d follow", len(undecoded), maxErrors)})
 		undecoded = undecoded[:maxErrors]
 	}
+	unknownTable := map[string]bool{}
 	for _, k := range undecoded {
 		key := strings.Join(k, ".")
+		// The keys of an unknown table are not listed one by one: the
+		// table's own error says it all.
+		if under(unknownTable, k) {
+			continue
+		}
+		typ := md.Type(k...)
+		isTable := typ == "Hash" || typ == "ArrayHash"
+		if isTable {
+			unknownTable[key] = true
+		}
 		// A key outside [[arrays]] is found directly; find's search for
 		// an indexed form scans every key of the file.
 		line, ok := loc.lines[key]
@@ -358,7 +401,7 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 			key, line = loc.find(key)
 		}
 		errs = append(errs, &Error{File: file, Line: line, Key: key,
-			Msg: "unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows"})
+			Msg: unknownKeyMsg(k, isTable)})
 	}
 	seen := map[string]int{}
 	policyAt := make(map[string]int, len(cfg.Policies))
@@ -373,10 +416,11 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 		p.src = source{file: file, index: i}
 		if p.Name != "" {
 			if j, dup := seen[p.Name]; dup {
+				_, j = loc.find(fmt.Sprintf("policy[%d].name", j))
 				if dups++; dups <= maxErrors {
 					key, line := loc.find(fmt.Sprintf("policy[%d].name", i))
 					errs = append(errs, &Error{File: file, Line: line, Key: key,
-						Msg: fmt.Sprintf("policy %q is declared twice in this file (also policy[%d]); give each block its own name", clip(p.Name), j)})
+						Msg: fmt.Sprintf("policy %q is declared twice in this file (also at line %d); give each block its own name", clip(p.Name), j)})
 				}
 				continue
 			}
@@ -397,6 +441,34 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 		errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("and %d more policies declared twice", dups-maxErrors)})
 	}
 	return errs
+}
+
+// under reports whether one of k's parents is in tables.
+func under(tables map[string]bool, k []string) bool {
+	for i := 1; i < len(k); i++ {
+		if tables[strings.Join(k[:i], ".")] {
+			return true
+		}
+	}
+	return false
+}
+
+// lineText returns line n (from 1) of data, or "".
+func lineText(data []byte, n int) string {
+	if n < 1 {
+		return ""
+	}
+	for i := 1; i < n; i++ {
+		j := bytes.IndexByte(data, '\n')
+		if j < 0 {
+			return ""
+		}
+		data = data[j+1:]
+	}
+	if j := bytes.IndexByte(data, '\n'); j >= 0 {
+		data = data[:j]
+	}
+	return string(data)
 }
 
 var decodeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
@@ -505,7 +577,30 @@ func (c *Config) validateMemlock(k *checker) {
 	if !filepath.IsAbs(m.LimitsFile) {
 		k.bad(k.setter("memlock.limits_file"), "memlock.limits_file",
 			"%q is not an absolute path; use e.g. %q", m.LimitsFile, memlock.DefaultLimitsPath)
+	} else if dir := filepath.Dir(filepath.Clean(m.LimitsFile)); !limitsDirOK(dir) || !strings.HasSuffix(m.LimitsFile, ".conf") {
+		// pam_limits reads limits.conf and limits.d/*.conf only: a file
+		// anywhere else would be written and never applied.
+		k.bad(k.setter("memlock.limits_file"), "memlock.limits_file",
+			"%q is not read by pam_limits, which reads only %s/*.conf; use e.g. %q", m.LimitsFile, LimitsDir, memlock.DefaultLimitsPath)
 	}
+}
+
+// LimitsDir is the directory of pam_limits' drop-ins, where
+// [memlock] limits_file must be.
+const LimitsDir = "/etc/security/limits.d"
+
+// TestLimitsDirEnv names a directory that tests may put limits_file in
+// besides LimitsDir (anywhere below it), as they cannot write the host's
+// limits.d. rdmad.service never sets it.
+const TestLimitsDirEnv = "RDMAD_TEST_LIMITS_DIR"
+
+// limitsDirOK reports whether limits_file may be in dir.
+func limitsDirOK(dir string) bool {
+	if dir == LimitsDir {
+		return true
+	}
+	t := os.Getenv(TestLimitsDirEnv)
+	return t != "" && filepath.IsAbs(t) && (dir == filepath.Clean(t) || strings.HasPrefix(dir, filepath.Clean(t)+"/"))
 }
 
 // validateMRPool checks [mrpool].
@@ -552,7 +647,7 @@ func (p *Policy) validate(k *checker) {
 		bad(f, key(), "every [[policy]] needs a name (name = \"fabric\"); it identifies the policy in status and logs")
 	}
 	if len(p.Netdevs) == 0 && len(p.Devices) == 0 {
-		bad(f, key(), "policy %q selects nothing; set netdevs = [\"ens1f*\"] and/or devices = [\"mlx5_*\"]", p.Name)
+		bad(f, key(), "selects nothing; set netdevs = [\"ens1f*\"] and/or devices = [\"mlx5_*\"]")
 	}
 	for _, g := range p.Netdevs {
 		if _, err := path.Match(g, ""); err != nil {
@@ -582,7 +677,7 @@ func (p *Policy) validate(k *checker) {
 		}
 	}
 	if p.MTU == 0 && p.QoS == nil && p.RoCE == nil && p.ECN == nil && p.MinRate == "" && !p.managesDepth() {
-		bad(f, key(), "policy %q manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce] or min_rate", p.Name)
+		bad(f, key(), "manages nothing; set mtu, [policy.qos], [policy.ecn], [policy.roce], [policy.rdma], [policy.rings], [policy.channels], [policy.coalesce], firmware or min_rate")
 	}
 	if q := p.QoS; q != nil {
 		switch q.Trust {

@@ -71,36 +71,36 @@ func TestLoadDepthErrors(t *testing.T) {
 		want       []string
 	}{
 		{"ets lengths", head + "[policy.qos.ets]\nprio_tc = [0, 0, 0]\ntsa = [\"ets\"]\ntc_bw = [100, 0, 0, 0, 0, 0, 0, 0]\n", []string{
-			`D/rdmad.toml:5: policy[0].qos.ets.prio_tc: has 3 entries; list all 8, one per priority 0-7, as mlnx_qos takes them`,
-			`D/rdmad.toml:6: policy[0].qos.ets.tsa: has 1 entries; list all 8, one per traffic class 0-7, as mlnx_qos takes them`,
+			`D/rdmad.toml:5: policy "p".qos.ets.prio_tc: has 3 entries; list all 8, one per priority 0-7, as mlnx_qos takes them`,
+			`D/rdmad.toml:6: policy "p".qos.ets.tsa: has 1 entries; list all 8, one per traffic class 0-7, as mlnx_qos takes them`,
 		}},
 		{"ets sum", head + "[policy.qos.ets]\nprio_tc = [0, 0, 0, 1, 0, 0, 0, 0]\ntsa = [\"ets\", \"ets\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\"]\ntc_bw = [50, 40, 0, 0, 0, 0, 0, 0]\n", []string{
-			`D/rdmad.toml:7: policy[0].qos.ets.tc_bw: qos: ets tc_bw: the shares of the ets traffic classes sum to 90%, want 100%`,
+			`D/rdmad.toml:7: policy "p".qos.ets.tc_bw: qos: ets tc_bw: the shares of the ets traffic classes sum to 90%, want 100%`,
 		}},
 		{"ets tsa", head + "[policy.qos.ets]\nprio_tc = [0, 0, 0, 1, 0, 0, 0, 0]\ntsa = [\"ets\", \"wrr\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\"]\ntc_bw = [100, 0, 0, 0, 0, 0, 0, 0]\n", []string{
-			`D/rdmad.toml:6: policy[0].qos.ets.tsa: qos: ets tsa: traffic class 1: "wrr" is not "strict", "ets" or "vendor"`,
+			`D/rdmad.toml:6: policy "p".qos.ets.tsa: qos: ets tsa: traffic class 1: "wrr" is not "strict", "ets" or "vendor"`,
 		}},
 		{"ets class", head + "[policy.qos.ets]\nprio_tc = [0, 0, 0, 9, 0, 0, 0, 0]\ntsa = [\"ets\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\", \"strict\"]\ntc_bw = [100, 0, 0, 0, 0, 0, 0, 0]\n", []string{
-			`D/rdmad.toml:5: policy[0].qos.ets.prio_tc: qos: ets prio_tc: priority 3 -> traffic class 9: want 0..7`,
+			`D/rdmad.toml:5: policy "p".qos.ets.prio_tc: qos: ets prio_tc: priority 3 -> traffic class 9: want 0..7`,
 		}},
 		{"rings", head + "[policy.rings]\nrx = 0\ntx = -4\n", []string{
-			`D/rdmad.toml:5: policy[0].rings.rx: 0 is out of range; use 1 or more (the driver's maximum is checked when applied: ethtool shows it)`,
-			`D/rdmad.toml:6: policy[0].rings.tx: -4 is out of range; use 1 or more (the driver's maximum is checked when applied: ethtool shows it)`,
+			`D/rdmad.toml:5: policy "p".rings.rx: 0 is out of range; use 1 or more (the driver's maximum is checked when applied: ethtool shows it)`,
+			`D/rdmad.toml:6: policy "p".rings.tx: -4 is out of range; use 1 or more (the driver's maximum is checked when applied: ethtool shows it)`,
 		}},
 		{"empty channels", head + "[policy.channels]\n", []string{
-			`D/rdmad.toml:4: policy[0].channels: [policy.channels] sets nothing; set combined = 16, or rx = 8 and tx = 8, or remove the table`,
+			`D/rdmad.toml:4: policy "p".channels: [policy.channels] sets nothing; set combined = 16, or rx = 8 and tx = 8, or remove the table`,
 		}},
 		{"coalesce unknown key", head + "[policy.coalesce]\nrx_frames = 4\n", []string{
-			`D/rdmad.toml:5: policy[0].coalesce.rx_frames: unknown key; see rdmad.toml(5) or /etc/rdmad/rdmad.toml for the keys rdmad knows`,
+			`D/rdmad.toml:5: policy "p".coalesce.rx_frames: unknown key; see rdmad.toml(5) for the keys rdmad knows`,
 		}},
 		{"empty coalesce", head + "[policy.coalesce]\n", []string{
-			`D/rdmad.toml:4: policy[0].coalesce: [policy.coalesce] sets nothing; set rx_usecs = 8, tx_usecs = 16, adaptive_rx = true, or remove the table`,
+			`D/rdmad.toml:4: policy "p".coalesce: [policy.coalesce] sets nothing; set rx_usecs = 8, tx_usecs = 16, adaptive_rx = true, or remove the table`,
 		}},
 		{"empty rdma", head + "[policy.rdma]\n", []string{
-			`D/rdmad.toml:4: policy[0].rdma: [policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table`,
+			`D/rdmad.toml:4: policy "p".rdma: [policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table`,
 		}},
 		{"firmware", head + "firmware = \"latest\"\n", []string{
-			`D/rdmad.toml:4: policy[0].firmware: firmware "latest": "latest" is not a dotted version of decimal numbers; write a version such as "22.39.1002" or ">=22.39.1002"`,
+			`D/rdmad.toml:4: policy "p".firmware: firmware "latest": "latest" is not a dotted version of decimal numbers; write a version such as "22.39.1002" or ">=22.39.1002"`,
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,8 +2,6 @@ package memlock
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,8 +24,35 @@ const DefaultLimitsPath = "/etc/security/limits.d/90-rdmad.conf"
 // files that start with it, and rdmad only overwrites such files. The
 // package scripts (packaging/scripts) test for its first line, "# Managed
 // by rdmad", before they remove the file: keep the two in step.
-const limitsHeader = "# Managed by rdmad: written from the memlock settings in /etc/rdmad/rdmad.toml.\n" +
-	"# Do not edit; rdmad overwrites this file. Change rdmad.toml and run `rdmactl reload`.\n"
+// The header names the configuration file rdmad runs with (header); the
+// one of DefaultConfigPath is limitsHeader. A file is rdmad's if its first
+// line starts with limitsMark, whatever file it names.
+const limitsHeader = limitsMark + "/etc/rdmad/rdmad.toml.\n" + limitsHeader2
+
+const (
+	limitsMark    = "# Managed by rdmad: written from the memlock settings in "
+	limitsHeader2 = "# Do not edit; rdmad overwrites this file. Change the configuration and run `rdmactl reload`.\n"
+)
+
+// DefaultConfigPath is the configuration file the header names when the
+// caller names none (RenderLimits, WriteLimits).
+const DefaultConfigPath = "/etc/rdmad/rdmad.toml"
+
+// header is the header of a file written from the configuration at
+// config. A name that would break the comment (a newline, a control
+// character) is not written: only "rdmad.toml".
+func header(config string) string {
+	if config == "" {
+		config = DefaultConfigPath
+	}
+	for _, r := range config {
+		if r < 0x20 || r == 0x7f {
+			config = "rdmad.toml"
+			break
+		}
+	}
+	return limitsMark + config + ".\n" + limitsHeader2
+}
 
 // maxLimitsFile bounds what rdmad reads of an existing file at the limits
 // path: its own files are a few hundred bytes, anything larger is not
@@ -53,9 +78,13 @@ type Rule struct {
 // RenderLimits returns the drop-in content for rules, in order. It refuses
 // any domain CheckDomain refuses, so that one rule is always exactly two
 // lines, whoever calls it with whatever.
-func RenderLimits(rules []Rule) ([]byte, error) {
+func RenderLimits(rules []Rule) ([]byte, error) { return RenderLimitsFrom(DefaultConfigPath, rules) }
+
+// RenderLimitsFrom is RenderLimits for a file whose header names the
+// configuration file config (the one rdmad runs with).
+func RenderLimitsFrom(config string, rules []Rule) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString(limitsHeader)
+	b.WriteString(header(config))
 	for _, r := range rules {
 		if err := CheckDomain(r.Domain); err != nil {
 			return nil, fmt.Errorf("memlock: limits rule: %w", err)
@@ -207,7 +236,13 @@ func limitsValue(s Size) string {
 // that rdmad did not write (no header, not a regular file, a symlink) is
 // left alone and is an error wrapping ErrNotOurs: the admin decides.
 func WriteLimits(path string, rules []Rule) (changed bool, err error) {
-	content, err := RenderLimits(rules)
+	return WriteLimitsFrom(path, DefaultConfigPath, rules)
+}
+
+// WriteLimitsFrom is WriteLimits for a file whose header names the
+// configuration file config (the one rdmad runs with).
+func WriteLimitsFrom(path, config string, rules []Rule) (changed bool, err error) {
+	content, err := RenderLimitsFrom(config, rules)
 	if err != nil {
 		return false, err
 	}
@@ -247,62 +282,29 @@ func readOurs(path string) ([]byte, fs.FileInfo, error) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrNotOurs, err)
 	case err != nil:
 		return nil, nil, fmt.Errorf("read: %w", err)
-	case !bytes.HasPrefix(b, []byte(limitsHeader)):
+	case !bytes.HasPrefix(b, []byte(limitsMark)):
 		return nil, nil, fmt.Errorf("%s: %w (it lacks rdmad's header)", path, ErrNotOurs)
 	}
 	return b, fi, nil
 }
 
-// writeAtomic puts content at path through a new file in the same
-// directory. The new file is created with O_EXCL|O_NOFOLLOW (nothing that
-// exists, a symlink included, is opened) and rename(2) replaces the name
-// itself: whatever is at path, a symlink too, nothing is written through it.
-// dirHint says where the directory comes from, for the error when it is
-// missing.
-func writeAtomic(path string, content []byte, perm uint32, dirHint string) (err error) {
-	dir := filepath.Dir(path)
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+// writeAtomic puts content at path with safefile.WriteAtomic (nothing is
+// written through a symlink). dirHint says where the directory comes from,
+// for the error when it is missing.
+func writeAtomic(path string, content []byte, perm uint32, dirHint string) error {
+	err := safefile.WriteAtomic(path, content, perm)
+	var we *safefile.WriteError
+	if errors.As(err, &we) && we.Create {
+		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, we.Err, filepath.Dir(path), dirHint)
+	}
 	if err != nil {
-		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, &fs.PathError{Op: "create", Path: tmp, Err: err}, dir, dirHint)
+		return fmt.Errorf("memlock: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(content); err != nil {
-		return fmt.Errorf("memlock: write %s: %w", tmp, err)
-	}
-	// The umask may have taken bits off; pam_limits needs no more than
-	// root's read, but admins expect limits.d files readable (0644).
-	if err := f.Chmod(fs.FileMode(perm)); err != nil {
-		return fmt.Errorf("memlock: chmod %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("memlock: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("memlock: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("memlock: replace %s: %w", path, err)
-	}
-	syncDir(dir)
 	return nil
 }
 
 // syncDir makes a rename or unlink in dir durable.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { safefile.SyncDir(dir) }
 
 // RemoveLimits removes the drop-in at path if rdmad wrote it (a regular
 // file, not a symlink, that starts with rdmad's header) and reports whether

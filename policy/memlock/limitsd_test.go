@@ -292,3 +292,28 @@ func inode(t *testing.T, path string) uint64 {
 	}
 	return statIno(st)
 }
+
+// TestLimitsHeaderNamesConfig: the header names the configuration rdmad
+// runs with, not a fixed path; a file written from another configuration
+// is still rdmad's (overwritten, removed); a name that would break the
+// comment line is not written.
+func TestLimitsHeaderNamesConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "90-rdmad.conf")
+	rules := []Rule{{Domain: "*", Soft: 1024, Hard: 1024}}
+	if _, err := WriteLimitsFrom(path, "/srv/rdmad/node.toml", rules); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.HasPrefix(string(b), "# Managed by rdmad: written from the memlock settings in /srv/rdmad/node.toml.\n") {
+		t.Errorf("header:\n%s", b)
+	}
+	if changed, err := WriteLimitsFrom(path, "/etc/rdmad/rdmad.toml", rules); err != nil || !changed {
+		t.Errorf("rewrite from another configuration: %v, %v; want it rewritten", changed, err)
+	}
+	if h := header("/x\n*\thard\tmemlock\tunlimited"); strings.Count(h, "\n") != 2 || !strings.Contains(h, " rdmad.toml.") {
+		t.Errorf("header of a name with a newline: %q", h)
+	}
+	if removed, err := RemoveLimits(path); err != nil || !removed {
+		t.Errorf("RemoveLimits: %v, %v", removed, err)
+	}
+}

@@ -80,7 +80,7 @@ func TestNestedDropInKeepsServing(t *testing.T) {
 	}
 
 	// A fresh rdmad with the file in place (the boot case) starts, on
-	// defaults, and says why.
+	// the copy of the configuration it accepted before, and says why.
 	m := start(t, "")
 	os.Mkdir(filepath.Join(m.dir, "rdmad.d"), 0o755)
 	os.WriteFile(filepath.Join(m.dir, "rdmad.d", "50-nest.toml"), []byte(nest), 0o644)

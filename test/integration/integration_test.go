@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
@@ -93,7 +94,8 @@ func (n *node) start(prefix []string, extra ...string) {
 	n.cmd = exec.Command(argv[0], append(argv[1:], extra...)...)
 	// Its own state directory: never the record of limits files in the
 	// host's /var/lib/rdmad (a test bed with the package installed).
-	n.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+n.dir)
+	// limits_file may be in the tests' temporary directories.
+	n.cmd.Env = append(os.Environ(), "STATE_DIRECTORY="+n.dir, config.TestLimitsDirEnv+"="+os.TempDir())
 	n.cmd.Stderr = n.log
 	n.cmd.Stdout = n.log
 	if err := n.cmd.Start(); err != nil {
@@ -283,11 +285,11 @@ func TestReloadAndEdits(t *testing.T) {
 		s, code = n.status()
 		return s.Config.Error != ""
 	})
-	if code != 3 || s.State != "degraded" || s.Config.Generation != 3 || !strings.Contains(s.Config.Error, "rdmad.toml:4: policy[0].mtu: 99999 is out of range") {
+	if code != 3 || s.State != "degraded" || s.Config.Generation != 3 || !strings.Contains(s.Config.Error, `rdmad.toml:4: policy "fabric".mtu: 99999 is out of range`) {
 		t.Errorf("after a bad edit: exit %d, %+v", code, s)
 	}
 	out, errOut, code := n.ctl("status")
-	if code != 3 || !strings.Contains(out, "policy[0].mtu: 99999 is out of range") {
+	if code != 3 || !strings.Contains(out, `policy "fabric".mtu: 99999 is out of range`) {
 		t.Errorf("human status after a bad edit (exit %d):\n%s%s", code, out, errOut)
 	}
 	_, errOut, code = n.ctl("reload")

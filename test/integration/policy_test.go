@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // netns is a private network namespace made for one test.
@@ -212,5 +214,45 @@ pfc = [3]
 	}
 	if got := s.Policy.Policies[0].Targets[0]; got.Actual != "1419" || got.State != "drifted" {
 		t.Errorf("observe MTU after flips: %+v, want actual 1419", got)
+	}
+}
+
+// TestPolicyOverridden is issue #27 item 3: an MTU that a later policy
+// (later in the file, as a drop-in's is) sets on the same netdev is reported, in status
+// (policy.overridden), `rdmactl status`, `policy diff` and the log, not
+// dropped silently; the later one's value applies.
+func TestPolicyOverridden(t *testing.T) {
+	ns := newNetns(t)
+	ns.ip(t, "link", "add", "rdt0", "type", "veth", "peer", "name", "other0")
+	ns.ip(t, "link", "add", "rdt1", "type", "veth", "peer", "name", "other1")
+	n := startIn(t, ns, "[[policy]]\nname = \"fabric\"\nnetdevs = [\"rdt*\"]\nmtu = 4200\n\n[[policy]]\nname = \"rack7\"\nnetdevs = [\"rdt1\"]\nmtu = 2000\n")
+	eventually(t, "MTU 4200 on rdt0 and 2000 on rdt1", func() bool { return ns.mtu(t, "rdt0") == 4200 && ns.mtu(t, "rdt1") == 2000 })
+	var s struct {
+		Policy struct {
+			Overridden []apitype.Override `json:"overridden"`
+		} `json:"policy"`
+	}
+	out, _, _ := n.ctl("--json", "status")
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatal(err)
+	}
+	want := apitype.Override{Policy: "fabric", Kind: "mtu", Object: "rdt1", By: "rack7"}
+	if len(s.Policy.Overridden) != 1 || s.Policy.Overridden[0] != want {
+		t.Errorf("policy.overridden = %+v, want [%+v]", s.Policy.Overridden, want)
+	}
+	const line = `Policy "fabric"'s mtu of rdt1 is overridden by the later policy "rack7"`
+	if out, _, _ := n.ctl("status"); !strings.Contains(out, line) {
+		t.Errorf("rdmactl status does not say %q:\n%s", line, out)
+	}
+	if out, _, _ := n.ctl("policy", "diff"); !strings.Contains(out, line) {
+		t.Errorf("rdmactl policy diff does not say %q:\n%s", line, out)
+	}
+	var diff apitype.DiffResult
+	out, _, _ = n.ctl("--json", "policy", "diff")
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Overridden) != 1 || diff.Overridden[0] != want {
+		t.Errorf("policy diff --json: %v\n%s", err, out)
+	}
+	if !strings.Contains(n.log.String(), "policy setting overridden by a later policy") {
+		t.Errorf("the log does not report the override:\n%s", n.log)
 	}
 }

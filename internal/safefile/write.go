@@ -1,0 +1,78 @@
+package safefile
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// A WriteError says which step of WriteAtomic failed; Create is true when
+// the new file could not be created (the directory is missing or not
+// writable), for callers that say where the directory comes from.
+type WriteError struct {
+	Path   string // the file being replaced
+	Create bool
+	Err    error
+}
+
+func (e *WriteError) Error() string { return e.Err.Error() }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// WriteAtomic puts content at path through a new file in the same
+// directory. The new file is created with O_EXCL|O_NOFOLLOW (nothing that
+// exists, a symlink included, is opened) and rename(2) replaces the name
+// itself: whatever is at path, a symlink too, nothing is written through
+// it. The file gets mode perm exactly (whatever the umask) and is synced,
+// with its directory, before WriteAtomic returns.
+func WriteAtomic(path string, content []byte, perm uint32) (err error) {
+	dir := filepath.Dir(path)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return &WriteError{Path: path, Create: true, Err: &fs.PathError{Op: "create", Path: tmp, Err: err}}
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	fail := func(op string, err error) error {
+		return &WriteError{Path: path, Err: fmt.Errorf("%s %s: %w", op, tmp, err)}
+	}
+	if _, err := f.Write(content); err != nil {
+		return fail("write", err)
+	}
+	// The umask may have taken bits off (or left some on): the caller's
+	// mode is the one meant.
+	if err := f.Chmod(fs.FileMode(perm)); err != nil {
+		return fail("chmod", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := f.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return &WriteError{Path: path, Err: fmt.Errorf("replace %s: %w", path, err)}
+	}
+	SyncDir(dir)
+	return nil
+}
+
+// SyncDir makes a rename or unlink in dir durable.
+func SyncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
