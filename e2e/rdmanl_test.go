@@ -47,8 +47,11 @@ func TestRDMAAdaptiveModeration(t *testing.T) {
 	waitActive(t)
 	// Last of the cleanups: later tests need rxe0 back and its peer up.
 	t.Cleanup(func() { waitHealthy(t, 120*time.Second) })
+	// rdma(8) prints the setting with its details (-d).
+	var lastShow string
 	dimOn := func() bool {
-		out, err := run("rdma", "dev", "show", "rxe0")
+		out, err := run("rdma", "-d", "dev", "show", "rxe0")
+		lastShow = strings.TrimSpace(out)
 		return err == nil && strings.Contains(out, "adaptive-moderation on")
 	}
 	mustRun(t, "rdma", "dev", "set", "rxe0", "adaptive-moderation", "off")
@@ -64,7 +67,7 @@ func TestRDMAAdaptiveModeration(t *testing.T) {
 	mustRun(t, "rdmactl", "reload")
 	waitFor(t, 30*time.Second, "adaptive moderation on for rxe0", func() (bool, string) {
 		st := rdmaTarget(t, "e2e-rdma", "rxe0")
-		return dimOn() && (strings.HasPrefix(st, "in-sync") || strings.HasPrefix(st, "applied")), st
+		return dimOn() && (strings.HasPrefix(st, "in-sync") || strings.HasPrefix(st, "applied")), st + "; rdma -d dev show: " + lastShow
 	})
 	// Gone with the device, back with it: rdmad reapplies it.
 	mustRun(t, "rdma", "link", "del", "rxe0")
@@ -75,6 +78,6 @@ func TestRDMAAdaptiveModeration(t *testing.T) {
 	})
 	mustRun(t, "rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "eth0")
 	waitFor(t, 30*time.Second, "adaptive moderation on again after rdma link add", func() (bool, string) {
-		return dimOn(), rdmaTarget(t, "e2e-rdma", "rxe0")
+		return dimOn(), rdmaTarget(t, "e2e-rdma", "rxe0") + "; rdma -d dev show: " + lastShow
 	})
 }
