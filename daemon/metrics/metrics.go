@@ -451,7 +451,7 @@ var (
 	targetApplies = prometheus.NewDesc("rdmad_policy_target_applies_total",
 		"Times rdmad changed the target to match its policy.", []string{"policy", "kind", "object"}, nil)
 	targetDrifts = prometheus.NewDesc("rdmad_policy_target_drifts_total",
-		"Times rdmad found the target different from its policy.", []string{"policy", "kind", "object"}, nil)
+		"Drift events of the target: corrections applied, and times it began to differ from its policy (a target still drifted counts once).", []string{"policy", "kind", "object"}, nil)
 	targetLastChange = prometheus.NewDesc("rdmad_policy_target_last_change_timestamp_seconds",
 		"When the target's state last changed, in seconds since the Unix epoch.", []string{"policy", "kind", "object"}, nil)
 )
