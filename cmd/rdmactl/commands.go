@@ -188,7 +188,7 @@ func init() {
 				"last inventory refresh, whether or not a [policy.qos] manages it, like mlnx_qos -i NETDEV: DCBX mode, " +
 				"trust (pcp or dscp), the DSCP to priority map, PFC per priority and ETS per traffic class. A netdev whose " +
 				"driver has no DCB (veth, virtio, Soft-RoCE's) says so. --json prints the status's qos list (docs/API.md).",
-			exits:   "0 shown (a netdev without DCB too); 1 error, rdmad unreachable or NETDEV not a RoCE netdev; 2 usage",
+			exits:    "0 shown (a netdev without DCB too); 1 error, rdmad unreachable or NETDEV not a RoCE netdev; 2 usage",
 			maxArgs:  1,
 			complete: "netdevs",
 			daemon:   true,
@@ -204,7 +204,7 @@ func init() {
 			missing:  "say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer; `rdmactl peers` lists them)",
 			complete: "peers",
 			daemon:   true,
-			run:     cmdProbe,
+			run:      cmdProbe,
 		},
 		{
 			name:    "bw",

@@ -306,8 +306,8 @@ func TestZshCompletion(t *testing.T) {
 // with rdmad down it prints nothing and exits 0.
 func TestCompleteLive(t *testing.T) {
 	s := apitype.Snapshot{Version: "t",
-		Peers: apitype.Peers{Peers: []apitype.Peer{{Name: "node2", Group: "tor-b"}, {Name: "192.0.2.7", Group: "tor-a"}, {Name: "x;rm -rf /", Group: "tor-a"}, {Name: "node3"}}},
-		QoS:   []apitype.NetdevQoS{{Netdev: "ens1f0"}},
+		Peers:   apitype.Peers{Peers: []apitype.Peer{{Name: "node2", Group: "tor-b"}, {Name: "192.0.2.7", Group: "tor-a"}, {Name: "x;rm -rf /", Group: "tor-a"}, {Name: "node3"}}},
+		QoS:     []apitype.NetdevQoS{{Netdev: "ens1f0"}},
 		Devices: []apitype.Device{{Name: "mlx5_0", Ports: []apitype.Port{{Port: 1, Netdev: "ens1f0"}, {Port: 2, Netdev: "ens1f1"}}}},
 	}
 	sock := fakeRdmad(t, map[string]http.HandlerFunc{"GET /v1/status": answer(t, s)})
