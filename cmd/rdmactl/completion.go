@@ -87,8 +87,11 @@ func cmdComplete(ctx context.Context, g *globals, c *client.Client, x call) int 
 	return exitOK
 }
 
-// liveCmd is the shell command that prints the live values of kind.
-func liveCmd(kind string) string { return "rdmactl __complete " + kind + " 2>/dev/null" }
+// liveCmd is the bash command that prints the live values of kind, from
+// the rdmad of the --socket on the command line ($sock), if any.
+func liveCmd(kind string) string {
+	return `rdmactl ${sock:+--socket "$sock"} __complete ` + kind + " 2>/dev/null"
+}
 
 // longAndShort lists the ways to write the flags: --long and -short.
 func longAndShort(fs []flagDef, topLevel bool) []string {
@@ -170,6 +173,9 @@ func bashCompletion(w io.Writer) {
 	fmt.Fprint(w, "\tlocal cur prev words cword split\n")
 	fmt.Fprintf(w, "\tlocal commands='%s'\n", strings.Join(names, " "))
 	fmt.Fprint(w, "\t_init_completion -s || return\n\n")
+	fmt.Fprint(w, "\t# The socket on the line, for the live values (rdmactl __complete).\n")
+	fmt.Fprint(w, "\tlocal j sock=\n\tfor ((j = 1; j < cword; j++)); do\n\t\tcase ${words[j]} in\n")
+	fmt.Fprint(w, "\t\t--socket | -s) sock=${words[j+1]} ;;\n\t\t--socket=*) sock=${words[j]#--socket=} ;;\n\t\tesac\n\tdone\n\n")
 
 	fmt.Fprint(w, "\t# The value of a flag.\n\tcase $prev in\n")
 	if len(files) > 0 {
@@ -272,11 +278,13 @@ func zshSpec(f flagDef) string {
 func zshCompletion(w io.Writer) {
 	fmt.Fprint(w, "#compdef rdmactl\n# zsh completion for rdmactl(8).\n")
 	fmt.Fprint(w, commentLines("# ", fmt.Sprintf(completionHeader, "zsh")))
-	fmt.Fprint(w, "\n# rdmad's live values of a kind (peers, groups, netdevs): rdmactl __complete.\n")
+	fmt.Fprint(w, "\n# rdmad's live values of a kind (peers, groups, netdevs): rdmactl __complete,\n")
+	fmt.Fprint(w, "# from the rdmad of the --socket on the line (after the command, else before it).\n")
 	// _arguments passes its description options (-J, -X) before the
 	// action's own word, the kind: the kind is the last argument.
-	fmt.Fprint(w, "(( $+functions[_rdmactl_live] )) ||\n_rdmactl_live() {\n\tlocal -a vals\n")
-	fmt.Fprint(w, "\tvals=(${(f)\"$(_call_program ${@[-1]} rdmactl __complete ${@[-1]} 2>/dev/null)\"})\n\tcompadd \"${@[1,-2]}\" -a vals\n}\n")
+	fmt.Fprint(w, "(( $+functions[_rdmactl_live] )) ||\n_rdmactl_live() {\n\tlocal -a vals sock\n")
+	fmt.Fprint(w, "\tlocal s=${opt_args[--socket]:-${opt_args[-s]:-$_rdmactl_sock}}\n\t[[ -n $s ]] && sock=(--socket ${(Q)s})\n")
+	fmt.Fprint(w, "\tvals=(${(f)\"$(_call_program ${@[-1]} rdmactl ${(q)sock} __complete ${@[-1]} 2>/dev/null)\"})\n\tcompadd \"${@[1,-2]}\" -a vals\n}\n")
 	fmt.Fprint(w, "\nlocal curcontext=$curcontext state state_descr line ret=1\ntypeset -A opt_args\n")
 	fmt.Fprint(w, "local -a commands globals\n\ncommands=(\n")
 	for _, c := range visible() {
@@ -294,7 +302,8 @@ func zshCompletion(w io.Writer) {
 			fmt.Fprintf(w, "\t%s \\\n", zshSpec(f))
 		}
 	}
-	fmt.Fprint(w, "\t'1:command:->command' \\\n\t'*::argument:->argument' && ret=0\n\n")
+	fmt.Fprint(w, "\t'1:command:->command' \\\n\t'*::argument:->argument' && ret=0\n")
+	fmt.Fprint(w, "local _rdmactl_sock=${opt_args[--socket]:-$opt_args[-s]}\n\n")
 	fmt.Fprint(w, "case $state in\ncommand)\n\t_describe -t commands 'rdmactl command' commands && ret=0\n\t;;\nargument)\n")
 	fmt.Fprint(w, "\tcurcontext=${curcontext%:*:*}:rdmactl-$words[1]:\n\tcase $words[1] in\n")
 	for _, c := range visible() {
@@ -346,7 +355,12 @@ func fq(s string) string {
 func fishCompletion(w io.Writer) {
 	fmt.Fprint(w, "# fish completion for rdmactl(8).\n")
 	fmt.Fprint(w, commentLines("# ", fmt.Sprintf(completionHeader, "fish")))
-	fmt.Fprint(w, "\n# rdmad's live values of a kind (peers, groups, netdevs).\nfunction __rdmactl_live\n\trdmactl __complete $argv 2>/dev/null\nend\n\n")
+	fmt.Fprint(w, "\n# rdmad's live values of a kind (peers, groups, netdevs), from the rdmad of\n# the --socket on the line.\n")
+	fmt.Fprint(w, "function __rdmactl_live\n\tset -l sock\n\tset -l words (commandline -opc)\n")
+	fmt.Fprint(w, "\tfor i in (seq (count $words))\n\t\tswitch $words[$i]\n")
+	fmt.Fprint(w, "\t\t\tcase --socket -s\n\t\t\t\tset sock --socket $words[(math $i + 1)]\n")
+	fmt.Fprint(w, "\t\t\tcase '--socket=*'\n\t\t\t\tset sock --socket (string replace -- --socket= '' $words[$i])\n")
+	fmt.Fprint(w, "\t\tend\n\tend\n\trdmactl $sock __complete $argv 2>/dev/null\nend\n\n")
 	fmt.Fprint(w, "complete -c rdmactl -f\n\n# The commands.\n")
 	var names []string
 	for _, c := range visible() {

@@ -154,10 +154,15 @@ func TestBashCompletion(t *testing.T) {
 		{"rdmactl probe node2 ''", ""},
 		{"rdmactl peers --group ''", "tor-a tor-b"},
 		{"rdmactl qos ''", "ens1f0"},
+		// From the rdmad of the socket on the line.
+		{"rdmactl --socket " + dir + "/rdmad.sock probe ''", "via" + dir + "/rdmad.sock"},
+		{"rdmactl probe -s " + dir + "/rdmad.sock ''", "via" + dir + "/rdmad.sock"},
+		{"rdmactl --socket=" + dir + "/rdmad.sock peers --group ''", "tor-a tor-b"},
 	}
 	var prog strings.Builder
 	prog.WriteString("source " + lib + "\nsource " + script + "\n")
-	prog.WriteString(`rdmactl() { [[ $1 == __complete ]] || return 1; case $2 in peers) printf '%s\n' 192.0.2.7 node2 ;; groups) printf '%s\n' tor-a tor-b ;; netdevs) echo ens1f0 ;; esac; }` + "\n")
+	prog.WriteString(`rdmactl() { local s=; [[ $1 == --socket ]] && { s=$2; shift 2; }; [[ $1 == __complete ]] || return 1; ` +
+		`case $2 in peers) if [[ $s ]]; then echo "via$s"; else printf '%s\n' 192.0.2.7 node2; fi ;; groups) printf '%s\n' tor-a tor-b ;; netdevs) echo ens1f0 ;; esac; }` + "\n")
 	prog.WriteString(`t() { COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<<"$COMP_LINE"; [[ $COMP_LINE == *\  ]] && COMP_WORDS+=(""); ` +
 		`COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _rdmactl; echo "${COMPREPLY[*]}"; }` + "\n")
 	for _, c := range cases {
@@ -253,7 +258,8 @@ func TestZshCompletion(t *testing.T) {
 	}
 	// A stand-in for rdmactl __complete, first on the PATH.
 	bin := filepath.Join(dir, "bin")
-	fake := "#!/bin/sh\n[ \"$1\" = __complete ] || exit 1\ncase $2 in peers) printf '%s\\n' 192.0.2.7 node2 ;; groups) echo tor-a ;; esac\n"
+	fake := "#!/bin/sh\ns=\nif [ \"$1\" = --socket ]; then s=$2; shift 2; fi\n[ \"$1\" = __complete ] || exit 1\n" +
+		"case $2 in peers) if [ -n \"$s\" ]; then echo \"via$s\"; else printf '%s\\n' 192.0.2.7 node2; fi ;; groups) echo tor-a ;; esac\n"
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +285,7 @@ func TestZshCompletion(t *testing.T) {
 			{"rdmactl peers --state d", "degraded down"},
 			{"rdmactl probe ", "192.0.2.7 node2"},
 			{"rdmactl peers --group ", "tor-a"},
+			{"rdmactl --socket " + dir + "/_rdmactl probe ", "via" + dir + "/_rdmactl"},
 		} {
 			t.Run(c.line, func(t *testing.T) {
 				t.Parallel()
@@ -327,11 +334,50 @@ func TestCompleteLive(t *testing.T) {
 	}
 }
 
-// TestFishCompletion: fish parses the generated script (when fish is here).
+// TestFishCompletion: fish parses the generated script and completes
+// command lines with it (when fish is here).
 func TestFishCompletion(t *testing.T) {
 	testenv.Tool(t, "fish", "apt-get install fish")
-	out, err := exec.Command("fish", "--no-execute", "-c", completion(t, "fish")).CombinedOutput()
-	if err != nil {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "rdmactl.fish")
+	if err := os.WriteFile(script, []byte(completion(t, "fish")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("fish", "--no-execute", script).CombinedOutput(); err != nil {
 		t.Fatalf("fish --no-execute: %v\n%s", err, out)
+	}
+	// A stand-in for rdmactl __complete, first on the PATH.
+	bin := filepath.Join(dir, "bin")
+	fake := "#!/bin/sh\ns=\nif [ \"$1\" = --socket ]; then s=$2; shift 2; fi\n[ \"$1\" = __complete ] || exit 1\n" +
+		"case $2 in peers) if [ -n \"$s\" ]; then echo \"via$s\"; else printf '%s\\n' 192.0.2.7 node2; fi ;; netdevs) echo ens1f0 ;; esac\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "rdmactl"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ line, want string }{
+		{"rdmactl pol", "policy"},
+		{"rdmactl policy ", "apply diff"},
+		{"rdmactl peers --state d", "degraded down"},
+		{"rdmactl bw x --op ", "read send write"},
+		{"rdmactl check --format n", "nhc npd"},
+		{"rdmactl probe ", "192.0.2.7 node2"},
+		{"rdmactl --socket /run/x.sock probe ", "via/run/x.sock"},
+		{"rdmactl qos ", "ens1f0"},
+	} {
+		cmd := exec.Command("fish", "--no-config", "-c", "source "+script+"; complete -C "+strings.ReplaceAll(fmt.Sprintf("%q", c.line), "$", "\\$"))
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("fish completing %q: %v", c.line, err)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			got = append(got, strings.SplitN(l, "\t", 2)[0])
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("fish completes %q to %q, want %q", c.line, g, c.want)
+		}
 	}
 }

@@ -7,6 +7,15 @@ _rdmactl() {
 	local commands='status check reload policy peers qos probe bw doctor watch resources version help'
 	_init_completion -s || return
 
+	# The socket on the line, for the live values (rdmactl __complete).
+	local j sock=
+	for ((j = 1; j < cword; j++)); do
+		case ${words[j]} in
+		--socket | -s) sock=${words[j+1]} ;;
+		--socket=*) sock=${words[j]#--socket=} ;;
+		esac
+	done
+
 	# The value of a flag.
 	case $prev in
 	--socket | -s)
@@ -18,7 +27,7 @@ _rdmactl() {
 		return
 		;;
 	--group)
-		COMPREPLY=($(compgen -W "$(rdmactl __complete groups 2>/dev/null)" -- "$cur"))
+		COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete groups 2>/dev/null)" -- "$cur"))
 		return
 		;;
 	--op)
@@ -69,9 +78,9 @@ _rdmactl() {
 	case $cmd in
 	'') COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
 	policy) ((nargs == 0)) && COMPREPLY=($(compgen -W 'diff apply' -- "$cur")) ;;
-	qos) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl __complete netdevs 2>/dev/null)" -- "$cur")) ;;
-	probe) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl __complete peers 2>/dev/null)" -- "$cur")) ;;
-	bw) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl __complete peers 2>/dev/null)" -- "$cur")) ;;
+	qos) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete netdevs 2>/dev/null)" -- "$cur")) ;;
+	probe) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete peers 2>/dev/null)" -- "$cur")) ;;
+	bw) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete peers 2>/dev/null)" -- "$cur")) ;;
 	help) ((nargs == 0)) && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
 	esac
 } &&

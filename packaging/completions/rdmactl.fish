@@ -3,9 +3,20 @@
 # `rdmactl completion fish`; do not edit. After changing the table, run
 # go test ./cmd/rdmactl -run TestCompletionFiles -update
 
-# rdmad's live values of a kind (peers, groups, netdevs).
+# rdmad's live values of a kind (peers, groups, netdevs), from the rdmad of
+# the --socket on the line.
 function __rdmactl_live
-	rdmactl __complete $argv 2>/dev/null
+	set -l sock
+	set -l words (commandline -opc)
+	for i in (seq (count $words))
+		switch $words[$i]
+			case --socket -s
+				set sock --socket $words[(math $i + 1)]
+			case '--socket=*'
+				set sock --socket (string replace -- --socket= '' $words[$i])
+		end
+	end
+	rdmactl $sock __complete $argv 2>/dev/null
 end
 
 complete -c rdmactl -f
