@@ -121,8 +121,8 @@ func (d *Daemon) setMetricsListen(addr string) {
 	old := m.bound
 	ln, err := metrics.Listen(addr)
 	if err != nil && m.serving() && samePort(addr, m.bound) && errors.Is(err, syscall.EADDRINUSE) {
-		// The new address overlaps the one in use (127.0.0.1:9879 to
-		// 0.0.0.0:9879): it can only be bound once the old listener is
+		// The new address overlaps the one in use (127.0.0.1:10879 to
+		// 0.0.0.0:10879): it can only be bound once the old listener is
 		// closed. If it still cannot, the old address is taken back.
 		oldAddr, oldBound := m.addr, m.bound
 		m.stopServing()

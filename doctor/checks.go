@@ -88,6 +88,10 @@ func contains(ss []string, s string) bool {
 
 func checkDaemon(e *Env) Result {
 	s := e.Snapshot
+	if s == nil && e.DaemonRefused {
+		return Result{Verdict: Warn, Message: fmt.Sprintf("rdmad refused this caller: %v", e.DaemonErr),
+			Fix: "run rdmactl doctor as root or as a member of the socket's group ([daemon] socket_group); the checks that need rdmad's state are skipped"}
+	}
 	if s == nil {
 		return Result{Verdict: Warn, Message: fmt.Sprintf("rdmad not reachable: %v", e.DaemonErr),
 			Fix: "start it (systemctl start rdmad) or point --socket at its socket; the checks that need it are skipped"}

@@ -85,6 +85,9 @@ type Env struct {
 	// DaemonErr says why.
 	Snapshot  *apitype.Snapshot
 	DaemonErr error
+	// DaemonRefused: rdmad answers but refused this caller (DaemonErr is
+	// the refusal), so the fix is the caller's access, not starting rdmad.
+	DaemonRefused bool
 	// Interval separates the two counter reads of the "rising" checks; 0
 	// skips them.
 	Interval time.Duration

@@ -225,7 +225,13 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		prev, ok := r.targets[key]
 		t.Kind, t.Object = kind, object
 		t.Applies, t.Drifts, t.LastChange = prev.t.Applies, prev.t.Drifts, prev.t.LastChange
-		if len(cs) > 0 {
+		// Drifts counts drift events, not passes: a correction applied
+		// (each one, also one that follows another: the kernel reverted
+		// the setting again), or a target that starts to differ. A
+		// target still drifted (observe mode) or still failing to apply
+		// at the next pass is the same event.
+		stillDiffers := ok && (prev.t.State == apitype.Drifted || prev.t.State == apitype.TargetError)
+		if len(cs) > 0 && (t.State == apitype.Applied || !stillDiffers) {
 			t.Drifts++
 		}
 		if t.State == apitype.Applied {

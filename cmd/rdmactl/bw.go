@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +22,9 @@ const (
 	bwMaxDuration = 30 * time.Second
 )
 
+// bwOps are the operations --op takes.
+var bwOps = []string{"write", "read", "send"}
+
 // cmdBW runs an RC bandwidth test to a peer (POST /v1/bw). Its arguments
 // are checked before rdmad is asked, so a mistake is a usage error (2)
 // whether or not rdmad runs. Exit codes: 0 the test ran; 1 rdmad could not
@@ -32,7 +34,7 @@ func cmdBW(ctx context.Context, g *globals, c *client.Client, x call) int {
 	cmd := lookupCommand("bw")
 	op := "write"
 	if v, ok := x.flags["op"]; ok {
-		if v != "write" && v != "read" && v != "send" {
+		if !slices.Contains(bwOps, v) {
 			usageError(g.stderr, cmd, fmt.Errorf("--op %q: use write, read or send", v))
 			return exitUsage
 		}
@@ -64,12 +66,7 @@ func cmdBW(ctx context.Context, g *globals, c *client.Client, x call) int {
 	}
 	res, err := c.Bandwidth(ctx, x.args[0], op, sz, d)
 	if err != nil {
-		fail(g, err)
-		var ae *client.APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity {
-			return exitDegraded
-		}
-		return exitError
+		return fail(g, err)
 	}
 	if g.json {
 		printJSON(g.stdout, res)

@@ -29,6 +29,9 @@ const (
 // plugin's output beyond it is cut.
 const npdMaxOutput = 80
 
+// checkFormats are the formats --format takes (the completions offer them).
+var checkFormats = []string{"npd", "nhc"}
+
 // cmdCheck answers "may this node run RDMA jobs?" from rdmad's verdict
 // (GET /v1/health), or, when rdmad does not answer, from what rdmactl can
 // read itself (the inventory): a problem there is still a problem; else

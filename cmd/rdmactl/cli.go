@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 
@@ -89,11 +90,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return p.cmd.run(ctx, g, client.New(g.socket), call{args: p.args, flags: p.flags})
 }
 
-// fail prints err the way a person should read it and returns the exit code.
+// fail prints err the way a person should read it and returns the exit
+// code. Every command gives the same code for the same cause: rdmad's 422
+// (it understood the request and could not do it on that object: not a
+// configured peer, a bandwidth test the peer refused) is 3, as a reload
+// that is rejected; any other error is 1. rdmad's message is printed
+// without the HTTP status, which is the API's business, not the reader's.
 func fail(g *globals, err error) int {
-	if errors.Is(err, context.Canceled) {
+	var ae *client.APIError
+	switch {
+	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(g.stderr, "rdmactl: interrupted")
-	} else {
+	case errors.As(err, &ae):
+		fmt.Fprintln(g.stderr, "rdmactl:", ae.Message)
+		if ae.Status == http.StatusUnprocessableEntity {
+			return exitDegraded
+		}
+	default:
 		fmt.Fprintln(g.stderr, "rdmactl:", err)
 	}
 	return exitError

@@ -86,7 +86,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--bogus", "status"}, "rdmactl: unknown flag --bogus\n"},
 		{[]string{"--jsno", "status"}, "rdmactl: unknown flag --jsno; did you mean --json?\n"},
 		{[]string{}, "rdmactl: no command given\n"},
-		{[]string{"completion", "fish"}, `rdmactl completion: unknown action "fish"; say bash or zsh`},
+		{[]string{"completion", "tcsh"}, `rdmactl completion: unknown action "tcsh"; say bash or zsh or fish`},
 	} {
 		code, out, errs := rdmactl(t, tc.args...)
 		if code != exitUsage {

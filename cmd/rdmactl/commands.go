@@ -7,7 +7,7 @@ import (
 )
 
 // The command table: `rdmactl help`, each command's -h, the parser, and the
-// bash and zsh completions (`rdmactl completion bash|zsh`, checked in as
+// bash, zsh and fish completions (`rdmactl completion bash|zsh|fish`, checked in as
 // packaging/completions/) all come from it. A change here changes them all;
 // TestCompletionFiles fails until the files are regenerated.
 
@@ -30,7 +30,9 @@ type command struct {
 	// missing says what to give when there are fewer than minArgs.
 	minArgs, maxArgs int
 	missing          string
-	// complete names what completes the first argument: "commands" or "".
+	// complete names what completes the first argument: "commands", or
+	// a kind of live data the hidden __complete command prints ("peers",
+	// "netdevs"), or "".
 	complete string
 	// daemon: the command talks to rdmad (the socket is checked first).
 	daemon bool
@@ -55,6 +57,11 @@ type flagDef struct {
 	help    string
 	// files: complete the value with file names.
 	files bool
+	// values are the fixed values the flag takes, offered by completion.
+	values []string
+	// live names the kind of live data that completes the value
+	// (__complete's action: "groups").
+	live string
 	// topOnly: completion offers it only before the command (it is still
 	// accepted anywhere).
 	topOnly bool
@@ -91,7 +98,7 @@ var globalFlags = []flagDef{
 	{long: "json", short: "j", help: "print the API's JSON instead of tables"},
 	{long: "full", short: "l", help: "print long texts whole (shortened only on a terminal)"},
 	{long: "help", short: "h", help: "show this help, or a command's (rdmactl COMMAND -h)"},
-	{long: "version", topOnly: true, help: "print rdmactl's version and exit"},
+	{long: "version", short: "V", topOnly: true, help: "print rdmactl's version and exit"},
 }
 
 var commands []*command
@@ -123,7 +130,7 @@ func init() {
 			exits: "0 healthy; 1 a problem (a condition is a problem); 2 unknown (rdmad does not answer and the local " +
 				"checks found no problem, a condition is unknown, or a usage error)",
 			flags: []flagDef{
-				{long: "format", arg: "FORMAT", eg: "npd", help: "npd (one line of at most 80 bytes, the default) or nhc (a line per condition not ok)"},
+				{long: "format", arg: "FORMAT", eg: "npd", values: checkFormats, help: "npd (one line of at most 80 bytes, the default) or nhc (a line per condition not ok)"},
 				{long: "timeout", arg: "DURATION", eg: "5s", help: "how long to wait for rdmad (default 10s, 100ms to 1m)"},
 			},
 			daemon:        true,
@@ -167,8 +174,8 @@ func init() {
 				"among a thousand: rdmactl peers --state down,degraded.",
 			exits: "0 every probed peer up (with --state or --group: every peer shown); 1 error or rdmad unreachable; 2 usage; 3 a peer not up",
 			flags: []flagDef{
-				{long: "state", arg: "STATE", eg: "down", repeat: true, help: "show only peers in STATE: unknown, up, degraded or down; repeat it or give a comma list (down,degraded)"},
-				{long: "group", arg: "GROUP", eg: "tor-a", help: "show only the peers of GROUP, their group label (- for peers without one)"},
+				{long: "state", arg: "STATE", eg: "down", repeat: true, values: peerStates, help: "show only peers in STATE: unknown, up, degraded or down; repeat it or give a comma list (down,degraded)"},
+				{long: "group", arg: "GROUP", eg: "tor-a", live: "groups", help: "show only the peers of GROUP, their group label (- for peers without one)"},
 			},
 			daemon: true,
 			run:    cmdPeers,
@@ -181,21 +188,23 @@ func init() {
 				"last inventory refresh, whether or not a [policy.qos] manages it, like mlnx_qos -i NETDEV: DCBX mode, " +
 				"trust (pcp or dscp), the DSCP to priority map, PFC per priority and ETS per traffic class. A netdev whose " +
 				"driver has no DCB (veth, virtio, Soft-RoCE's) says so. --json prints the status's qos list (docs/API.md).",
-			exits:   "0 shown (a netdev without DCB too); 1 error, rdmad unreachable or NETDEV not a RoCE netdev; 2 usage",
-			maxArgs: 1,
-			daemon:  true,
-			run:     cmdQoS,
+			exits:    "0 shown (a netdev without DCB too); 1 error, rdmad unreachable or NETDEV not a RoCE netdev; 2 usage",
+			maxArgs:  1,
+			complete: "netdevs",
+			daemon:   true,
+			run:      cmdQoS,
 		},
 		{
 			name:    "probe",
 			args:    "PEER",
 			summary: "probe a configured peer now (root or admin_group)",
 			help:    "Probe a configured peer now (one round from every local probe port) and show the result.",
-			exits:   "0 the peer is up; 1 error, rdmad unreachable, access denied or not a configured peer; 2 usage; 3 the peer is not up",
+			exits:   "0 the peer is up; 1 error, rdmad unreachable or access denied; 2 usage; 3 the peer is not up, or rdmad could not probe it (not a configured peer)",
 			minArgs: 1, maxArgs: 1,
-			missing: "say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer; `rdmactl peers` lists them)",
-			daemon:  true,
-			run:     cmdProbe,
+			missing:  "say which peer, e.g. `rdmactl probe 192.0.2.17` (a configured peer; `rdmactl peers` lists them)",
+			complete: "peers",
+			daemon:   true,
+			run:      cmdProbe,
 		},
 		{
 			name:    "bw",
@@ -209,12 +218,13 @@ func init() {
 			exits: "0 the test ran; 1 error, rdmad unreachable or access denied; 2 usage; 3 the test did not run or failed " +
 				"(the peer refused it: disabled, busy or bad parameters; no answer; a test runs here already)",
 			flags: []flagDef{
-				{long: "op", arg: "OP", eg: "write", help: "write (default), read or send"},
+				{long: "op", arg: "OP", eg: "write", values: bwOps, help: "write (default), read or send"},
 				{long: "size", arg: "BYTES", eg: "65536", help: "bytes per message, 1 to 1MiB (default 65536; 64KiB works too)"},
 				{long: "duration", arg: "DURATION", eg: "5s", help: "how long to send, 100ms to 30s (default 5s)"},
 			},
 			minArgs: 1, maxArgs: 1,
 			missing:       "say which peer, e.g. `rdmactl bw 192.0.2.17` (an rdmad node with [probe] bandwidth = true)",
+			complete:      "peers",
 			daemon:        true,
 			withoutDaemon: true,
 			run:           cmdBW,
@@ -224,7 +234,7 @@ func init() {
 			summary: "the RDMA troubleshooting checks, each with its fix",
 			help: "Print the RDMA troubleshooting table as rdmad ran it on this node, then the checks of your own " +
 				"session (memlock-user, clock); each warning or failure comes with its fix. When rdmad does not " +
-				"answer, rdmactl runs the table itself and the checks that need rdmad's state are skipped.",
+				"answer or refuses the caller (access denied), rdmactl runs the table itself and the checks that need rdmad's state are skipped.",
 			exits: "0 every check ok or skipped; 1 the checks could not run; 2 usage; 3 a check warns or fails",
 			flags: []flagDef{
 				{long: "interval", arg: "DURATION", eg: "5s", help: "time between the two counter reads of the rising-counter checks (default 2s, 0 to 10s; 0 skips them)"},
@@ -278,17 +288,36 @@ func init() {
 		},
 		{
 			name:    "completion",
-			args:    "bash|zsh",
+			args:    "bash|zsh|fish",
 			summary: "print the shell completion script generated from this command table",
-			help: "Print the bash or zsh completion script of rdmactl. The packages install them " +
+			help: "Print the bash, zsh or fish completion script of rdmactl. The packages install them " +
 				"(packaging/completions/ holds the same text).",
 			exits: "0 printed; 2 usage",
 			subs: []subcommand{
 				{"bash", "the bash completion script"},
 				{"zsh", "the zsh completion script"},
+				{"fish", "the fish completion script"},
 			},
 			hidden: true,
 			run:    cmdCompletion,
+		},
+		{
+			name:    "__complete",
+			args:    "peers|groups|netdevs",
+			summary: "print live values for the shell completions, one a line",
+			help: "Print what the completion scripts offer from rdmad's live state, one value a line: the probed peers " +
+				"(rdmactl probe and bw), their groups (peers --group) or the RoCE netdevs (qos). Prints nothing, and " +
+				"exits 0, when rdmad does not answer within a second: a completion never shows an error.",
+			exits: "0 printed (maybe nothing); 2 usage",
+			subs: []subcommand{
+				{"peers", "the probed peers"},
+				{"groups", "the peers' groups"},
+				{"netdevs", "the RoCE netdevs"},
+			},
+			daemon:        true,
+			withoutDaemon: true,
+			hidden:        true,
+			run:           cmdComplete,
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/testenv"
 )
 
@@ -22,6 +24,7 @@ var update = flag.Bool("update", false, "write packaging/completions/ from the c
 var completionFiles = map[string]string{
 	"bash": "../../packaging/completions/rdmactl.bash",
 	"zsh":  "../../packaging/completions/_rdmactl",
+	"fish": "../../packaging/completions/rdmactl.fish",
 }
 
 func completion(t *testing.T, shell string) string {
@@ -141,9 +144,25 @@ func TestBashCompletion(t *testing.T) {
 		{"rdmactl help d", "doctor"},
 		{"rdmactl help doctor ''", ""},
 		{"rdmactl comp", ""},
+		// Fixed values, and live ones from rdmactl __complete (the
+		// function below stands for it).
+		{"rdmactl peers --state d", "degraded down"},
+		{"rdmactl bw x --op ''", "write read send"},
+		{"rdmactl check --format n", "npd nhc"},
+		{"rdmactl probe ''", "192.0.2.7 node2"},
+		{"rdmactl bw n", "node2"},
+		{"rdmactl probe node2 ''", ""},
+		{"rdmactl peers --group ''", "tor-a tor-b"},
+		{"rdmactl qos ''", "ens1f0"},
+		// From the rdmad of the socket on the line.
+		{"rdmactl --socket " + dir + "/rdmad.sock probe ''", "via" + dir + "/rdmad.sock"},
+		{"rdmactl probe -s " + dir + "/rdmad.sock ''", "via" + dir + "/rdmad.sock"},
+		{"rdmactl --socket=" + dir + "/rdmad.sock peers --group ''", "tor-a tor-b"},
 	}
 	var prog strings.Builder
 	prog.WriteString("source " + lib + "\nsource " + script + "\n")
+	prog.WriteString(`rdmactl() { local s=; [[ $1 == --socket ]] && { s=$2; shift 2; }; [[ $1 == __complete ]] || return 1; ` +
+		`case $2 in peers) if [[ $s ]]; then echo "via$s"; else printf '%s\n' 192.0.2.7 node2; fi ;; groups) printf '%s\n' tor-a tor-b ;; netdevs) echo ens1f0 ;; esac; }` + "\n")
 	prog.WriteString(`t() { COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<<"$COMP_LINE"; [[ $COMP_LINE == *\  ]] && COMP_WORDS+=(""); ` +
 		`COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _rdmactl; echo "${COMPREPLY[*]}"; }` + "\n")
 	for _, c := range cases {
@@ -237,6 +256,16 @@ func TestZshCompletion(t *testing.T) {
 	if out, err := exec.Command("zsh", "-n", filepath.Join(dir, "_rdmactl")).CombinedOutput(); err != nil {
 		t.Fatalf("zsh -n _rdmactl: %v\n%s", err, out)
 	}
+	// A stand-in for rdmactl __complete, first on the PATH.
+	bin := filepath.Join(dir, "bin")
+	fake := "#!/bin/sh\ns=\nif [ \"$1\" = --socket ]; then s=$2; shift 2; fi\n[ \"$1\" = __complete ] || exit 1\n" +
+		"case $2 in peers) if [ -n \"$s\" ]; then echo \"via$s\"; else printf '%s\\n' 192.0.2.7 node2; fi ;; groups) echo tor-a ;; esac\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "rdmactl"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	capture := filepath.Join(dir, "capture.zsh")
 	if err := os.WriteFile(capture, []byte(zshCapture), 0o644); err != nil {
 		t.Fatal(err)
@@ -253,12 +282,18 @@ func TestZshCompletion(t *testing.T) {
 			{"rdmactl --socket " + dir + "/_rdm", "_rdmactl"},
 			{"rdmactl help d", "doctor"},
 			{"rdmactl comp", ""},
+			{"rdmactl peers --state d", "degraded down"},
+			{"rdmactl probe ", "192.0.2.7 node2"},
+			{"rdmactl peers --group ", "tor-a"},
+			{"rdmactl --socket " + dir + "/_rdmactl probe ", "via" + dir + "/_rdmactl"},
 		} {
 			t.Run(c.line, func(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				out, err := exec.CommandContext(ctx, "zsh", "-f", capture, dir, c.line).Output()
+				cmd := exec.CommandContext(ctx, "zsh", "-f", capture, dir, c.line)
+				cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+				out, err := cmd.Output()
 				if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
 					t.Skip("zsh has no zsh/zpty module")
 				}
@@ -271,4 +306,78 @@ func TestZshCompletion(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestCompleteLive: rdmactl __complete prints rdmad's live values one a
+// line, sorted, without repeats and without words a shell would act on;
+// with rdmad down it prints nothing and exits 0.
+func TestCompleteLive(t *testing.T) {
+	s := apitype.Snapshot{Version: "t",
+		Peers:   apitype.Peers{Peers: []apitype.Peer{{Name: "node2", Group: "tor-b"}, {Name: "192.0.2.7", Group: "tor-a"}, {Name: "x;rm -rf /", Group: "tor-a"}, {Name: "node3"}}},
+		QoS:     []apitype.NetdevQoS{{Netdev: "ens1f0"}},
+		Devices: []apitype.Device{{Name: "mlx5_0", Ports: []apitype.Port{{Port: 1, Netdev: "ens1f0"}, {Port: 2, Netdev: "ens1f1"}}}},
+	}
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{"GET /v1/status": answer(t, s)})
+	for kind, want := range map[string]string{
+		"peers":   "192.0.2.7\nnode2\nnode3\n",
+		"groups":  "tor-a\ntor-b\n",
+		"netdevs": "ens1f0\nens1f1\n",
+	} {
+		code, out, errs := rdmactl(t, "--socket", sock, "__complete", kind)
+		if code != exitOK || out != want || errs != "" {
+			t.Errorf("__complete %s: exit %d, %q, stderr %q; want %q", kind, code, out, errs, want)
+		}
+	}
+	down := filepath.Join(t.TempDir(), "none.sock")
+	if code, out, errs := rdmactl(t, "--socket", down, "__complete", "peers"); code != exitOK || out != "" || errs != "" {
+		t.Errorf("__complete with rdmad down: exit %d, %q, %q; want 0 and nothing", code, out, errs)
+	}
+}
+
+// TestFishCompletion: fish parses the generated script and completes
+// command lines with it (when fish is here).
+func TestFishCompletion(t *testing.T) {
+	testenv.Tool(t, "fish", "apt-get install fish")
+	dir := t.TempDir()
+	script := filepath.Join(dir, "rdmactl.fish")
+	if err := os.WriteFile(script, []byte(completion(t, "fish")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("fish", "--no-execute", script).CombinedOutput(); err != nil {
+		t.Fatalf("fish --no-execute: %v\n%s", err, out)
+	}
+	// A stand-in for rdmactl __complete, first on the PATH.
+	bin := filepath.Join(dir, "bin")
+	fake := "#!/bin/sh\ns=\nif [ \"$1\" = --socket ]; then s=$2; shift 2; fi\n[ \"$1\" = __complete ] || exit 1\n" +
+		"case $2 in peers) if [ -n \"$s\" ]; then echo \"via$s\"; else printf '%s\\n' 192.0.2.7 node2; fi ;; netdevs) echo ens1f0 ;; esac\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "rdmactl"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ line, want string }{
+		{"rdmactl pol", "policy"},
+		{"rdmactl policy ", "apply diff"},
+		{"rdmactl peers --state d", "degraded down"},
+		{"rdmactl bw x --op ", "read send write"},
+		{"rdmactl check --format n", "nhc npd"},
+		{"rdmactl probe ", "192.0.2.7 node2"},
+		{"rdmactl --socket /run/x.sock probe ", "via/run/x.sock"},
+		{"rdmactl qos ", "ens1f0"},
+	} {
+		cmd := exec.Command("fish", "--no-config", "-c", "source "+script+"; complete -C "+strings.ReplaceAll(fmt.Sprintf("%q", c.line), "$", "\\$"))
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("fish completing %q: %v", c.line, err)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			got = append(got, strings.SplitN(l, "\t", 2)[0])
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("fish completes %q to %q, want %q", c.line, g, c.want)
+		}
+	}
 }

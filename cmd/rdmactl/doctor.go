@@ -46,18 +46,19 @@ func cmdDoctor(ctx context.Context, g *globals, c *client.Client, x call) int {
 		rep, err = c.Doctor(dctx, interval)
 		cancel()
 	}
-	var ae *client.AccessDeniedError
 	var api *client.APIError
 	switch {
 	case err == nil:
-	case errors.As(err, &ae):
-		return fail(g, err)
 	case errors.As(err, &api) && api.Status != http.StatusNotFound:
 		return fail(g, err)
 	default:
-		// rdmad is down, unreachable or too old to run the doctor: run the
-		// table here; its daemon check says why rdmad's view is missing.
+		// rdmad is down, unreachable, refuses this caller (access
+		// denied: the socket's group, [daemon] access) or is too old to
+		// run the doctor: run the table here, as rdmad's view is missing
+		// either way; its daemon check says why.
 		env.DaemonErr = err
+		var denied *client.AccessDeniedError
+		env.DaemonRefused = errors.As(err, &denied)
 		// The packet-loss check reads the RoCE netdevs' pause and discard
 		// counters here, as rdmad would have.
 		net := &localNet{open: ethtool.Open}

@@ -26,21 +26,31 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 	probed := len(s.Peers.Peers)
 	ps := s.Peers
 	ps.Peers = f.apply(ps.Peers)
+	comp, hasComp := s.Components[apitype.ComponentPeers]
+	// failed: the probes could not start (a key file that cannot be
+	// read, a port in use): that is what to fix, not the configuration
+	// of peers, and no peer is probed.
+	failed := hasComp && (comp.State == apitype.Error || comp.State == apitype.Unavailable) && probed == 0
 	if g.json {
 		printJSON(g.stdout, ps)
 	} else {
-		if comp, ok := s.Components[apitype.ComponentPeers]; ok && comp.State != apitype.OK {
+		if hasComp && comp.State != apitype.OK {
 			fmt.Fprintf(g.stdout, "Peer probes: %s", comp.State)
 			if d := comp.Detail(); d != "" {
 				fmt.Fprintf(g.stdout, ": %s", d)
 			}
 			fmt.Fprintln(g.stdout)
 		}
-		if f.any() {
+		switch {
+		case failed:
+		case f.any():
 			printFiltered(g.stdout, ps, probed, f)
-		} else {
+		default:
 			printPeers(g.stdout, ps)
 		}
+	}
+	if failed {
+		return exitDegraded
 	}
 	return peersExit(ps.Peers...)
 }

@@ -21,7 +21,7 @@ func cmdPolicy(ctx context.Context, g *globals, c *client.Client, x call) int {
 	if g.json {
 		printJSON(g.stdout, res)
 	} else {
-		printApply(g.stdout, res, &shortener{full: g.full})
+		printApply(g.stdout, res, newShortener(g, "policy apply"))
 	}
 	for _, p := range res.Policy.Policies {
 		for _, t := range p.Targets {

@@ -167,7 +167,7 @@ func printQoSTable(w io.Writer, qs []apitype.NetdevQoS, sh *shortener) {
 	fmt.Fprintln(w, "QOS\tDEVICE\tTRUST\tPFC\tDSCP MAP\tETS\tDETAIL")
 	for _, q := range qs {
 		if !q.Supported {
-			row(w, q.Netdev, dash(q.Device), "-", "-", "-", "-", sh.cell(q.Error, 120))
+			row(w, q.Netdev, dash(q.Device), "-", "-", "-", "-", sh.cell(q.Error))
 			continue
 		}
 		pfc := "-"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,7 +32,7 @@ func cmdStatus(ctx context.Context, g *globals, c *client.Client, x call) int {
 			fmt.Fprintln(g.stdout)
 		}
 	} else {
-		sh := &shortener{full: g.full}
+		sh := newShortener(g, "status")
 		printStatus(g.stdout, s, sh)
 		sh.hint(g.stdout)
 	}
@@ -56,7 +57,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	printHealth(w, s.Health, sh)
 	fmt.Fprintln(w)
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(sh.fit(w), 0, 0, 2, ' ', 0)
 	if s.NoDevices() {
 		fmt.Fprintln(w, "DEGRADED: "+apitype.NoDevice+".")
 	} else if len(s.Devices) == 0 {
@@ -104,7 +105,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 				canary = fmt.Sprintf("%d ok, %d failed, last %s", p.Canary.Registrations, p.Canary.Failures, p.Canary.LastLatency.Round(time.Microsecond))
 			}
 			row(tw, p.Device, reg, fmt.Sprintf("%d (%s)", p.InUse, sizeOf(p.InUseBytes)), strings.Join(cls, " "), canary,
-				dash(sh.cell(p.LastError, 80)))
+				dash(sh.cell(p.LastError)))
 		}
 		tw.Flush()
 	}
@@ -130,7 +131,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		row(tw, n, c.State, ago(c.Since), sh.cell(c.Detail(), 160))
+		row(tw, n, c.State, ago(c.Since), sh.cell(c.Detail()))
 	}
 	tw.Flush()
 }
@@ -146,10 +147,11 @@ func printHealth(w io.Writer, h apitype.Health, sh *shortener) {
 		return
 	}
 	fmt.Fprintf(w, "health: %s\n", strings.ToUpper(h.Status))
+	w = sh.fit(w)
 	for _, st := range []string{apitype.ConditionProblem, apitype.ConditionUnknown} {
 		for _, c := range h.Conditions {
 			if c.Status == st {
-				fmt.Fprintf(w, "  %s %s (%s): %s\n", c.Type, c.Status, c.Reason, sh.cell(c.Message, 160))
+				fmt.Fprintf(w, "  %s %s (%s): %s\n", c.Type, c.Status, c.Reason, sh.cell(c.Message))
 			}
 		}
 	}
@@ -225,7 +227,7 @@ func decodeSnapshot(raw []byte) (*apitype.Snapshot, error) {
 }
 
 func printPolicies(w io.Writer, ps []apitype.PolicyStatus, sh *shortener) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(sh.fit(w), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tMODE\tKIND\tOBJECT\tDESIRED\tACTUAL\tSTATE")
 	for _, p := range ps {
 		if len(p.Targets) == 0 {
@@ -234,7 +236,7 @@ func printPolicies(w io.Writer, ps []apitype.PolicyStatus, sh *shortener) {
 		for _, t := range p.Targets {
 			st := t.State
 			if t.Error != "" {
-				st += ": " + sh.cell(t.Error, 120)
+				st += ": " + sh.cell(t.Error)
 			}
 			row(tw, p.Name, p.Mode, t.Kind, t.Object, dash(t.Desired), dash(t.Actual), st)
 		}
@@ -251,33 +253,116 @@ func rtts(o apitype.OpStats) string {
 
 func sizeOf(n int64) string { return size.Size(n).String() }
 
-// A shortener decides how long texts go into table cells: on a terminal it
-// shortens them to their first line and a bound (and remembers that it
-// did); with full set (--full, or stdout not a terminal) it keeps them
-// whole. --json always has the whole text.
+// A shortener decides how long texts go into tables: on a terminal it
+// keeps a text's first line and cuts the table's lines to the terminal's
+// width (and remembers that it did); with full set (--full, or stdout not
+// a terminal) it keeps them whole. --json always has the whole text.
 type shortener struct {
 	full bool
-	cut  bool // a text was shortened
+	// width is the terminal's columns (terminalWidth).
+	width int
+	// cmd is the command in use ("status", "policy apply"), for the hint.
+	cmd string
+	cut bool // a text was shortened
 }
 
-// cell returns s for a table cell of at most n bytes.
-func (sh *shortener) cell(s string, n int) string {
+// newShortener returns the shortener of command cmd's output to g.stdout.
+func newShortener(g *globals, cmd string) *shortener {
+	sh := &shortener{full: g.full, cmd: cmd}
+	if !g.full {
+		sh.width = terminalWidth(g.stdout)
+	}
+	return sh
+}
+
+// cell returns s for a table cell: its first line, on a terminal.
+func (sh *shortener) cell(s string) string {
 	if sh.full {
 		return s
 	}
-	c := clip(s, n)
+	c := clip(s, len(s))
 	if c != s {
 		sh.cut = true
 	}
 	return c
 }
 
+// fit returns w, or on a terminal a writer that cuts every line written
+// through it to the terminal's width. Tables go through it: their columns
+// are only known once the whole table is, so the line, not the cell, is
+// cut.
+func (sh *shortener) fit(w io.Writer) io.Writer {
+	if sh.full || sh.width <= 0 {
+		return w
+	}
+	return &lineFitter{w: w, sh: sh}
+}
+
 // hint tells the reader of a terminal that texts were shortened and how to
-// see them whole.
+// see them whole, with the command in use.
 func (sh *shortener) hint(w io.Writer) {
 	if sh.cut {
-		fmt.Fprintln(w, "\nSome texts are shortened to fit the terminal (...): rdmactl status --full (-l) prints them whole.")
+		fmt.Fprintf(w, "\nSome texts are shortened to fit the terminal (...): rdmactl %s --full (-l) prints them whole.\n", sh.cmd)
 	}
+}
+
+// A lineFitter cuts each line written through it to sh.width columns,
+// ending a cut line with "...". It holds a line until its newline comes
+// (a tabwriter writes whole lines).
+type lineFitter struct {
+	w       io.Writer
+	sh      *shortener
+	pending []byte
+}
+
+func (f *lineFitter) Write(b []byte) (int, error) {
+	f.pending = append(f.pending, b...)
+	for {
+		i := bytes.IndexByte(f.pending, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line, cut := fitLine(string(f.pending[:i]), f.sh.width)
+		if cut {
+			f.sh.cut = true
+		}
+		if _, err := io.WriteString(f.w, line+"\n"); err != nil {
+			return len(b), err
+		}
+		f.pending = f.pending[i+1:]
+	}
+}
+
+// fitLine cuts line to at most width columns, the last three of a cut line
+// being "...", and says whether it cut text. Padding at the end of a line
+// (a tabwriter's) is dropped, not cut. A rune counts one column, a control
+// character the width of its escape (escape.go: \x1b, \u202e).
+func fitLine(line string, width int) (string, bool) {
+	cols, end := 0, -1 // end: where the line is cut, once it must be
+	for i, r := range line {
+		w := runeColumns(r)
+		if end < 0 && cols+w > width-3 {
+			end = i
+		}
+		cols += w
+		if cols > width {
+			if strings.TrimRight(line[i:], " ") == "" {
+				return strings.TrimRight(line, " "), false
+			}
+			return strings.TrimRight(line[:end], " ") + "...", true
+		}
+	}
+	return line, false
+}
+
+func runeColumns(r rune) int {
+	switch {
+	case r < 0x20 || r == 0x7f:
+		return 4 // \x1b
+	case r >= 0x80 && r < 0xa0, r >= 0x2028 && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == utf8.RuneError:
+		return 6 // \u202e
+	}
+	return 1
 }
 
 // clip shortens s to its first line and at most n bytes (not splitting a

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"golang.org/x/sys/unix"
@@ -119,6 +120,10 @@ func TestStatusPipedIsWhole(t *testing.T) {
 // the terminal showed.
 func onTerminal(t *testing.T, args ...string) (int, string) {
 	ptmx, tty := openPTY(t)
+	return onTerminalPair(t, ptmx, tty, args...)
+}
+
+func onTerminalPair(t *testing.T, ptmx, tty *os.File, args ...string) (int, string) {
 	// Output as written: no \r\n for \n.
 	tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
 	if err != nil {
@@ -162,5 +167,73 @@ func TestStatusTerminalShortens(t *testing.T) {
 		if strings.Contains(out, "shortened") {
 			t.Errorf("status %s says texts are shortened:\n%s", flag, out)
 		}
+	}
+}
+
+// onTerminalOf is onTerminal on a terminal of cols columns.
+func onTerminalOf(t *testing.T, cols uint16, args ...string) (int, string) {
+	ptmx, tty := openPTY(t)
+	if err := unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 24, Col: cols}); err != nil {
+		t.Fatalf("set the terminal's size: %v", err)
+	}
+	return onTerminalPair(t, ptmx, tty, args...)
+}
+
+// TestStatusFitsTheTerminal: on a terminal, no line of the status's tables
+// is wider than the terminal, whatever its width (a sentence, such as the
+// no-device one, wraps as the terminal wraps it: nothing is lost); a wide
+// one shows what fits whole.
+func TestStatusFitsTheTerminal(t *testing.T) {
+	sock := longStatus(t)
+	for _, cols := range []uint16{40, 80, 132} {
+		_, out := onTerminalOf(t, cols, "--socket", sock, "status")
+		for _, l := range strings.Split(out, "\n") {
+			if n := utf8.RuneCountInString(l); n > int(cols) && !strings.HasPrefix(l, "Some texts are shortened") && !strings.HasPrefix(l, "DEGRADED: ") {
+				t.Errorf("%d columns: a line of %d:\n%s", cols, n, l)
+			}
+		}
+		if !strings.Contains(out, "rdmactl status --full (-l) prints them whole") {
+			t.Errorf("%d columns: shortened texts are not announced:\n%s", cols, out)
+		}
+	}
+	_, out := onTerminalOf(t, 250, "--socket", sock, "status")
+	if !strings.Contains(out, strings.Repeat("x", 200)+" END") || !strings.Contains(out, longMRPool) {
+		t.Errorf("a 250-column terminal does not show what fits whole:\n%s", out)
+	}
+}
+
+// TestFitLine: a cut line ends in "..." within the width; padding is
+// dropped, not cut; an escaped control counts as its escape.
+func TestFitLine(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		width int
+		want  string
+		cut   bool
+	}{
+		{"short", 10, "short", false},
+		{"exactly10!", 10, "exactly10!", false},
+		{"one more 11", 10, "one mor...", true},
+		{"pad       ", 5, "pad", false},
+		{"héllo wörld", 8, "héllo...", true},
+		{"a\x1bb", 5, "a...", true},
+	} {
+		got, cut := fitLine(c.in, c.width)
+		if got != c.want || cut != c.cut {
+			t.Errorf("fitLine(%q, %d) = %q, %v; want %q, %v", c.in, c.width, got, cut, c.want, c.cut)
+		}
+	}
+}
+
+// TestPolicyApplyHintNamesItself: the hint under policy apply's table names
+// policy apply, not status.
+func TestPolicyApplyHintNamesItself(t *testing.T) {
+	res := apitype.ApplyResult{Policy: apitype.PolicyState{Policies: []apitype.PolicyStatus{{Name: "fabric", Mode: "enforce", Targets: []apitype.Target{
+		{Kind: "qos", Object: "ens1f0", Desired: "pfc 3", Actual: "-", State: apitype.TargetError, Error: longTarget},
+	}}}}}
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{"POST /v1/policy/apply": answer(t, res)})
+	_, out := onTerminalOf(t, 80, "--socket", sock, "policy", "apply")
+	if !strings.Contains(out, "rdmactl policy apply --full (-l) prints them whole") {
+		t.Errorf("policy apply's hint does not name it:\n%s", out)
 	}
 }

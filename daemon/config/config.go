@@ -302,11 +302,11 @@ type Peer struct {
 // Metrics holds [metrics]: where Prometheus can scrape rdmad. GET /metrics
 // on the Unix socket is always there; Listen adds a TCP listener.
 type Metrics struct {
-	// Listen is a TCP host:port ("127.0.0.1:9879") serving GET /metrics;
+	// Listen is a TCP host:port ("127.0.0.1:10879") serving GET /metrics;
 	// empty (the default) opens no port. It follows reloads.
 	Listen string `toml:"listen"`
 	// ListenAny allows a Listen without a host or with a wildcard one
-	// (":9879", "0.0.0.0:9879", "[::]:9879"), which serves every
+	// (":10879", "0.0.0.0:10879", "[::]:10879"), which serves every
 	// interface: the metrics tell anyone who reaches the port the node's
 	// devices, peers and their states, so it must be asked for.
 	ListenAny bool `toml:"listen_any"`

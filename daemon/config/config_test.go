@@ -283,22 +283,22 @@ mode = "v3"
 		},
 		{
 			name: "metrics listen addresses",
-			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"9879\"\n",
+			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"10879\"\n",
 				"rdmad.d/1.toml": "[metrics]\nlisten = \"127.0.0.1:http\"\n",
 				"rdmad.d/2.toml": "[metrics]\nlisten = \"127.0.0.1:70000\"\n",
-				"rdmad.d/3.toml": "[metrics]\nlisten = \"example.org:9879\"\n"},
+				"rdmad.d/3.toml": "[metrics]\nlisten = \"example.org:10879\"\n"},
 			// Only the last file's value is in force, so only it is reported.
-			want: []string{`D/rdmad.d/3.toml:2: metrics.listen: "example.org:9879" has host "example.org", which is not an IP address or localhost; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
+			want: []string{`D/rdmad.d/3.toml:2: metrics.listen: "example.org:10879" has host "example.org", which is not an IP address or localhost; write host:port, e.g. "127.0.0.1:10879" (or remove the key to serve metrics on the socket only)`},
 		},
 		{
 			name:  "metrics listen without port",
 			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"127.0.0.1\"\n"},
-			want:  []string{`D/rdmad.toml:2: metrics.listen: "127.0.0.1" is not host:port; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
+			want:  []string{`D/rdmad.toml:2: metrics.listen: "127.0.0.1" is not host:port; write host:port, e.g. "127.0.0.1:10879" (or remove the key to serve metrics on the socket only)`},
 		},
 		{
 			name:  "metrics listen port out of range",
 			files: map[string]string{"rdmad.toml": "[metrics]\nlisten = \"[::1]:0\"\n"},
-			want:  []string{`D/rdmad.toml:2: metrics.listen: "[::1]:0" has port "0"; use a number from 1 to 65535; write host:port, e.g. "127.0.0.1:9879" (or remove the key to serve metrics on the socket only)`},
+			want:  []string{`D/rdmad.toml:2: metrics.listen: "[::1]:0" has port "0"; use a number from 1 to 65535; write host:port, e.g. "127.0.0.1:10879" (or remove the key to serve metrics on the socket only)`},
 		},
 		{
 			name:  "missing group",
@@ -372,8 +372,8 @@ func TestLoadMetricsListen(t *testing.T) {
 	for _, tt := range []struct {
 		addr string
 		any  bool
-	}{{"127.0.0.1:9879", false}, {"[::1]:9879", false}, {"localhost:9879", false}, {"192.0.2.7:9879", false},
-		{":9879", true}, {"0.0.0.0:65535", true}, {"[::]:9879", true}} {
+	}{{"127.0.0.1:10879", false}, {"[::1]:10879", false}, {"localhost:10879", false}, {"192.0.2.7:10879", false},
+		{":10879", true}, {"0.0.0.0:65535", true}, {"[::]:10879", true}} {
 		t.Run(tt.addr, func(t *testing.T) {
 			conf := "[metrics]\nlisten = \"" + tt.addr + "\"\n"
 			if tt.any {
@@ -391,11 +391,11 @@ func TestLoadMetricsListen(t *testing.T) {
 	}
 }
 
-// TestLoadMetricsListenAny is issue #24's silent wildcard: ":9879" bound
+// TestLoadMetricsListenAny is issue #24's silent wildcard: ":10879" bound
 // every interface. A listen address without a host, or with 0.0.0.0 or ::,
 // is refused with file:line unless [metrics] listen_any = true says so.
 func TestLoadMetricsListenAny(t *testing.T) {
-	for _, addr := range []string{":9879", "0.0.0.0:9879", "[::]:9879", "[0:0::0]:9879"} {
+	for _, addr := range []string{":10879", "0.0.0.0:10879", "[::]:10879", "[0:0::0]:10879"} {
 		t.Run(addr, func(t *testing.T) {
 			p := write(t, map[string]string{"rdmad.toml": "[metrics]\nlisten = \"" + addr + "\"\n"})
 			_, err := Load(p)

@@ -627,12 +627,12 @@ func (c *Config) validateMetrics(k *checker) {
 	}
 	if msg := checkListen(l); msg != "" {
 		k.bad(k.setter("metrics.listen"), "metrics.listen",
-			"%q %s; write host:port, e.g. \"127.0.0.1:9879\" (or remove the key to serve metrics on the socket only)", l, msg)
+			"%q %s; write host:port, e.g. \"127.0.0.1:10879\" (or remove the key to serve metrics on the socket only)", l, msg)
 		return
 	}
 	if host, _, _ := net.SplitHostPort(l); !c.Metrics.ListenAny && isWildcard(host) {
 		k.bad(k.setter("metrics.listen"), "metrics.listen",
-			"%q listens on every interface, and the metrics tell whoever reaches the port this node's devices and peers; name one address, e.g. \"127.0.0.1:9879\" or the node's management address, or set listen_any = true in [metrics] if every interface is meant", l)
+			"%q listens on every interface, and the metrics tell whoever reaches the port this node's devices and peers; name one address, e.g. \"127.0.0.1:10879\" or the node's management address, or set listen_any = true in [metrics] if every interface is meant", l)
 	}
 }
 

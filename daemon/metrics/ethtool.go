@@ -50,11 +50,18 @@ var ethtoolSection = section{
 		}
 		netdevs := roceNetdevs(s)
 		if len(netdevs) == 0 {
-			return
+			return // nothing to read: no collector to report
 		}
-		for _, nc := range c.opts.NetStats(netdevs) {
-			collectNetdev(nc, ch)
-		}
+		c.timed(collectorEthtool, ch, func() bool {
+			// The source answers nothing when it cannot read at all
+			// (no ethtool netlink, a deadline); a netdev without
+			// some of the counters is no failure.
+			ncs := c.opts.NetStats(netdevs)
+			for _, nc := range ncs {
+				collectNetdev(nc, ch)
+			}
+			return len(ncs) > 0
+		})
 	},
 }
 

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rdmad/rdmad/client/apitype"
@@ -47,6 +48,10 @@ type Options struct {
 	// since it started, by reason (daemon/bus Counters.Refused); nil
 	// exports no rdmad_dbus_calls_refused_total.
 	DBusRefused func() map[string]uint64
+	// Now is the clock that times the scrape-time reads
+	// (rdmad_scrape_collector_duration_seconds); nil means time.Now.
+	// Tests fix it for their golden files.
+	Now func() time.Time
 }
 
 // A Collector is a prometheus.Collector over rdmad's snapshots.
@@ -79,6 +84,41 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- configFailures
 	ch <- dbusRefused
+	ch <- scrapeSuccess
+	ch <- scrapeDuration
+}
+
+// The reads a scrape makes itself, beyond the snapshot (ethtool's pause
+// and discard counters, the RDMA objects over RDMA netlink), report their
+// own outcome and time, as node_exporter's collectors do
+// (node_scrape_collector_success): a read that fails or is slow is seen
+// as such, not as series that vanish.
+var (
+	scrapeSuccess = prometheus.NewDesc("rdmad_scrape_collector_success",
+		"1 when the scrape-time read of the collector succeeded, 0 when it failed (its series are missing from this scrape): ethtool (pause and discard counters of the RoCE netdevs), rdma_netlink (the RDMA objects per device).",
+		[]string{"collector"}, nil)
+	scrapeDuration = prometheus.NewDesc("rdmad_scrape_collector_duration_seconds",
+		"How long the scrape-time read of the collector took, in seconds.",
+		[]string{"collector"}, nil)
+)
+
+// Collectors of the scrape-time reads, the values of the collector label.
+const (
+	collectorEthtool     = "ethtool"
+	collectorRDMANetlink = "rdma_netlink"
+)
+
+// timed runs read, one scrape-time read of collector, and exports whether
+// it succeeded and how long it took.
+func (c *Collector) timed(collector string, ch chan<- prometheus.Metric, read func() bool) {
+	now := c.opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := now()
+	ok := read()
+	ch <- gauge(scrapeDuration, now().Sub(start).Seconds(), collector)
+	ch <- gauge(scrapeSuccess, b2f(ok), collector)
 }
 
 // Collect implements prometheus.Collector.
@@ -451,7 +491,7 @@ var (
 	targetApplies = prometheus.NewDesc("rdmad_policy_target_applies_total",
 		"Times rdmad changed the target to match its policy.", []string{"policy", "kind", "object"}, nil)
 	targetDrifts = prometheus.NewDesc("rdmad_policy_target_drifts_total",
-		"Times rdmad found the target different from its policy.", []string{"policy", "kind", "object"}, nil)
+		"Drift events of the target: corrections applied, and times it began to differ from its policy (a target still drifted counts once).", []string{"policy", "kind", "object"}, nil)
 	targetLastChange = prometheus.NewDesc("rdmad_policy_target_last_change_timestamp_seconds",
 		"When the target's state last changed, in seconds since the Unix epoch.", []string{"policy", "kind", "object"}, nil)
 )

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,7 +153,21 @@ func fixtureCollector(t *testing.T) *Collector {
 	snap := fixtureSnapshot(t)
 	return NewCollector(Options{Snapshot: func() *apitype.Snapshot { return snap }, SysfsRoot: "testdata/netroot", GoVersion: "go1.x",
 		NetStats: fixtureNetStats(t), Resources: fixtureResources,
-		DBusRefused: func() map[string]uint64 { return map[string]uint64{"budget": 4963, "denied": 37, "unverified": 0} }})
+		DBusRefused: func() map[string]uint64 { return map[string]uint64{"budget": 4963, "denied": 37, "unverified": 0} },
+		Now:         steppingClock(25 * time.Millisecond)})
+}
+
+// steppingClock is a clock that moves by step at every reading: each
+// scrape-time read of the fixture takes step.
+func steppingClock(step time.Duration) func() time.Time {
+	var mu sync.Mutex
+	t := time.Unix(1_700_000_000, 0)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		t = t.Add(step)
+		return t
+	}
 }
 
 // TestGolden scrapes the fixture snapshot and compares the exposition with

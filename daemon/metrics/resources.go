@@ -26,7 +26,11 @@ var resourcesSection = section{
 		if c.opts.Resources == nil {
 			return
 		}
-		res := c.opts.Resources()
+		var res apitype.Resources
+		c.timed(collectorRDMANetlink, ch, func() bool {
+			res = c.opts.Resources()
+			return res.Error == ""
+		})
 		if res.Error != "" {
 			return
 		}

@@ -7,13 +7,38 @@ _rdmactl() {
 	local commands='status check reload policy peers qos probe bw doctor watch resources version help'
 	_init_completion -s || return
 
+	# The socket on the line, for the live values (rdmactl __complete).
+	local j sock=
+	for ((j = 1; j < cword; j++)); do
+		case ${words[j]} in
+		--socket | -s) sock=${words[j+1]} ;;
+		--socket=*) sock=${words[j]#--socket=} ;;
+		esac
+	done
+
 	# The value of a flag.
 	case $prev in
 	--socket | -s)
 		_filedir
 		return
 		;;
-	--format | --timeout | --state | --group | --op | --size | --duration | --interval)
+	--format)
+		COMPREPLY=($(compgen -W 'npd nhc' -- "$cur"))
+		return
+		;;
+	--group)
+		COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete groups 2>/dev/null)" -- "$cur"))
+		return
+		;;
+	--op)
+		COMPREPLY=($(compgen -W 'write read send' -- "$cur"))
+		return
+		;;
+	--state)
+		COMPREPLY=($(compgen -W 'unknown up degraded down' -- "$cur"))
+		return
+		;;
+	--timeout | --size | --duration | --interval)
 		return
 		;;
 	esac
@@ -24,7 +49,7 @@ _rdmactl() {
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s | --format | --timeout | --state | --group | --op | --size | --duration | --interval) ((i++)) ;;
+		--socket | -s | --format | --group | --op | --state | --timeout | --size | --duration | --interval) ((i++)) ;;
 		-*) ;;
 		*)
 			if [ -z "$cmd" ]; then
@@ -53,6 +78,9 @@ _rdmactl() {
 	case $cmd in
 	'') COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
 	policy) ((nargs == 0)) && COMPREPLY=($(compgen -W 'diff apply' -- "$cur")) ;;
+	qos) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete netdevs 2>/dev/null)" -- "$cur")) ;;
+	probe) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete peers 2>/dev/null)" -- "$cur")) ;;
+	bw) ((nargs == 0)) && COMPREPLY=($(compgen -W "$(rdmactl ${sock:+--socket "$sock"} __complete peers 2>/dev/null)" -- "$cur")) ;;
 	help) ((nargs == 0)) && COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
 	esac
 } &&

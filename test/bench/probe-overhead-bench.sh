@@ -160,11 +160,11 @@ scrape() { # port: one GET /metrics over bash's /dev/tcp; prints the bytes
 	wc -c <&3
 	exec 3<&-
 }
-printf '[metrics]\nlisten = "127.0.0.1:9879"\n' >"$dropin"
+printf '[metrics]\nlisten = "127.0.0.1:10879"\n' >"$dropin"
 rdmactl reload >/dev/null
 sleep 2
 for i in 1 2 3; do
-	echo "scrape $i: rdmad $(scrape 9879) bytes, node_exporter $(scrape 9100) bytes"
+	echo "scrape $i: rdmad $(scrape 10879) bytes, node_exporter $(scrape 9100) bytes"
 	sleep 1
 done
 sleep 10
