@@ -71,43 +71,49 @@ func realInstalls(t *testing.T, dir string) []string {
 	return out
 }
 
-// TestInstallUpgradesNothing: the install helper of packaging/build and
-// packaging/check (apt_install) refuses an install that would upgrade an
-// installed package (make package upgraded perl-base with lintian) and
-// names it; with RDMAD_ALLOW_UPGRADES=1 it installs, and never with the
-// named package upgraded (--no-upgrade).
+// TestInstallUpgradesNothing: the install helpers of packaging/build and
+// packaging/check (apt_install) and of the VM test bed (host_apt_install)
+// refuse an install that would upgrade an installed package (make package
+// upgraded perl-base with lintian) and name it; with
+// RDMAD_ALLOW_UPGRADES=1 they install, and never with the named package
+// upgraded (--no-upgrade).
 func TestInstallUpgradesNothing(t *testing.T) {
-	for _, script := range []string{"build", "check"} {
-		t.Run(script, func(t *testing.T) {
-			body, err := os.ReadFile(script)
+	for _, tt := range []struct{ script, fn string }{
+		{"build", "apt_install"}, {"check", "apt_install"}, {"../test/vm/lib.sh", "host_apt_install"},
+	} {
+		t.Run(tt.script, func(t *testing.T) {
+			body, err := os.ReadFile(tt.script)
 			if err != nil {
 				t.Fatal(err)
 			}
 			fn := string(body)
-			start := strings.Index(fn, "\napt_install() {")
+			start := strings.Index(fn, "\n"+tt.fn+"() {")
+			if start < 0 {
+				t.Fatalf("%s has no %s function", tt.script, tt.fn)
+			}
 			end := strings.Index(fn[start+1:], "\n}\n")
-			if start < 0 || end < 0 {
-				t.Fatalf("%s has no apt_install function", script)
+			if end < 0 {
+				t.Fatalf("%s: %s does not end", tt.script, tt.fn)
 			}
 			fn = fn[start+1 : start+1+end+3]
 			for _, allow := range []string{"", "1"} {
 				dir := t.TempDir()
 				fakeApt(t, dir)
-				cmd := exec.Command("bash", "-c", "die() { echo \"DIE: $*\"; exit 2; }\n"+fn+"apt_install lintian")
+				cmd := exec.Command("bash", "-c", "die() { echo \"DIE: $*\"; exit 2; }\n"+fn+tt.fn+" lintian")
 				cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "RDMAD_ALLOW_UPGRADES=" + allow}
 				out, err := cmd.CombinedOutput()
 				installs := realInstalls(t, dir)
 				if allow == "" {
 					if err == nil || !strings.Contains(string(out), "would upgrade installed packages (perl-base 5.36.0-7+deb12u2 -> 5.36.0-7+deb12u4)") {
-						t.Errorf("apt_install lintian with an upgrade pending: %v\n%s\nwant a refusal naming perl-base", err, out)
+						t.Errorf("%s lintian with an upgrade pending: %v\n%s\nwant a refusal naming perl-base", tt.fn, err, out)
 					}
 					if len(installs) != 0 {
-						t.Errorf("apt_install lintian refused, yet it ran %q", installs)
+						t.Errorf("%s lintian refused, yet it ran %q", tt.fn, installs)
 					}
 					continue
 				}
 				if err != nil || len(installs) != 1 || !strings.Contains(installs[0], "--no-upgrade") || !strings.HasSuffix(installs[0], " lintian") {
-					t.Errorf("apt_install lintian with RDMAD_ALLOW_UPGRADES=1: %v, installs %q\n%s; want one install of lintian with --no-upgrade", err, installs, out)
+					t.Errorf("%s lintian with RDMAD_ALLOW_UPGRADES=1: %v, installs %q\n%s; want one install of lintian with --no-upgrade", tt.fn, err, installs, out)
 				}
 			}
 		})
