@@ -195,7 +195,9 @@ func TestPackageInstalled(t *testing.T) {
 		"/usr/share/doc/rdmad/copyright", "/usr/share/doc/rdmad/changelog.Debian.gz",
 		"/usr/lib/systemd/catalog/rdmad.catalog",
 		"/usr/share/rdmad/prometheus/rdmad-alerts.yml", "/usr/share/rdmad/prometheus/rdmad-recording.yml",
-		"/usr/share/rdmad/prometheus/rdmad-dashboard.json",
+		"/usr/share/rdmad/prometheus/rdmad-dashboard.json", "/usr/share/rdmad/prometheus/rdmad-alertmanager.yml",
+		"/usr/share/rdmad/node-problem-detector/rdmad-health.json", "/usr/share/rdmad/nhc/rdmad.nhc",
+		"/usr/share/doc/rdmad/docs/HEALTH.md", "/usr/share/doc/rdmad/docs/RUNBOOK.md",
 	} {
 		if !slices.Contains(files, want) {
 			t.Errorf("dpkg -L rdmad lacks %s", want)

@@ -15,8 +15,9 @@ import (
 
 // TestPackageRPM installs the .rpm of the same build in place of the .deb,
 // for real, on the test bed's Debian guest with systemd as PID 1 (Debian's
-// rpm, --nodeps: the dependencies are Debian's packages): rpm -i enables and
-// starts rdmad, rpm -U restarts it, rpm -e stops it and removes what the
+// rpm, --nodeps: the dependencies are Debian's packages): rpm -i applies the
+// presets as %systemd_post does (Debian's enable rdmad) and starts nothing,
+// as on RHEL (#27 item 7), rpm -U restarts it, rpm -e stops it and removes what the
 // package installed. Then the scriptlets run as in an image build, with no
 // running systemd: the unit is enabled, not started, and an erase disables
 // it (its wants links go). The .deb is installed again at the end, with the
@@ -51,11 +52,16 @@ func TestPackageRPM(t *testing.T) {
 		t.Fatalf("after dpkg --purge rdmad.service is %v, want not-found", u)
 	}
 
-	// Install: %post enables and starts the unit.
+	// Install: %post applies the presets (none of Debian's disables
+	// rdmad, so it is enabled) and starts nothing; the admin does.
 	pkgMustRun(t, "rpm", "-i", "--nodeps", rpm)
 	if got, _ := pkgRun("systemctl", "is-enabled", "rdmad.service"); got != "enabled" {
-		t.Errorf("after rpm -i: is-enabled = %q, want enabled", got)
+		t.Errorf("after rpm -i: is-enabled = %q, want enabled (the presets)", got)
 	}
+	if u := pkgShow(t, "ActiveState"); u["ActiveState"] != "inactive" {
+		t.Errorf("after rpm -i: rdmad.service %v, want inactive (%%systemd_post starts nothing)", u)
+	}
+	pkgMustRun(t, "systemctl", "start", "rdmad.service")
 	pid := pkgWaitRunning(t)
 	files := strings.Split(pkgMustRun(t, "rpm", "-ql", "rdmad"), "\n")
 	for _, f := range []string{"/usr/sbin/rdmad", "/usr/bin/rdmactl", "/usr/lib/systemd/system/rdmad.service", "/etc/rdmad/rdmad.toml"} {

@@ -231,11 +231,11 @@ func (o serverObject) introspect(call) ([]any, error) {
 
 func (o serverObject) get(c call) ([]any, error) {
 	ifc, name := c.args[0].(string), c.args[1].(string)
-	ps, ok := o.v.objects[o.path].props[ifc]
-	if !ok {
+	obj := o.v.objects[o.path]
+	if _, ok := obj.props[ifc]; !ok {
 		return nil, dbusError("org.freedesktop.DBus.Error.UnknownInterface", "%s has no interface %s", o.path, ifc)
 	}
-	val, ok := ps[name]
+	val, ok := obj.prop(ifc, name)
 	if !ok {
 		return nil, dbusError("org.freedesktop.DBus.Error.UnknownProperty", "%s has no property %s.%s", o.path, ifc, name)
 	}
@@ -244,7 +244,7 @@ func (o serverObject) get(c call) ([]any, error) {
 
 func (o serverObject) getAll(c call) ([]any, error) {
 	ifc := c.args[0].(string)
-	ps, ok := o.v.objects[o.path].props[ifc]
+	ps, ok := o.v.objects[o.path].all(ifc)
 	if !ok {
 		if ifc == PropertiesInterface || ifc == IntrospectableInterface || ifc == ObjectManagerInterface || ifc == peerInterface {
 			// Standard interfaces have no properties; an empty answer is
@@ -258,7 +258,7 @@ func (o serverObject) getAll(c call) ([]any, error) {
 
 func (o serverObject) set(c call) ([]any, error) {
 	ifc, name := c.args[0].(string), c.args[1].(string)
-	if _, ok := o.v.objects[o.path].props[ifc][name]; ok {
+	if _, ok := o.v.objects[o.path].prop(ifc, name); ok {
 		// The running configuration's file, as status reports it.
 		cfg := "rdmad.toml"
 		if o.v.snap != nil && o.v.snap.Config.Path != "" {

@@ -70,24 +70,45 @@ func quiet(p introspect.Property) introspect.Property {
 	return p
 }
 
+// invalidates marks a property whose changes are signalled without its
+// value (EmitsChangedSignal "invalidates": the name in
+// PropertiesChanged's invalidated_properties, as systemd does for large
+// values): clients that want the new value Get it.
+func invalidates(p introspect.Property) introspect.Property {
+	p.Annotations = append(p.Annotations, introspect.Annotation{Name: emitsChangedSignal, Value: "invalidates"})
+	return p
+}
+
+// invalidatedOnly reports whether iface's property name is marked
+// invalidates in the introspection data.
+func invalidatedOnly(iface, name string) bool { return invalidatingProps[iface+"."+name] }
+
+// invalidatingProps holds "interface.property" of every property marked
+// invalidates.
+var invalidatingProps = annotatedProps("invalidates")
+
 // unsignalled reports whether iface's property name is marked quiet in the
 // introspection data, the one place that says so.
 func unsignalled(iface, name string) bool { return quietProps[iface+"."+name] }
 
 // quietProps holds "interface.property" of every quiet property.
-var quietProps = func() map[string]bool {
+var quietProps = annotatedProps("false")
+
+// annotatedProps returns "interface.property" of every property of rdmad's
+// interfaces whose EmitsChangedSignal is value.
+func annotatedProps(value string) map[string]bool {
 	m := map[string]bool{}
 	for _, i := range []introspect.Interface{agentIntrospection, deviceIntrospection} {
 		for _, p := range i.Properties {
 			for _, a := range p.Annotations {
-				if a.Name == emitsChangedSignal && a.Value == "false" {
+				if a.Name == emitsChangedSignal && a.Value == value {
 					m[i.Name+"."+p.Name] = true
 				}
 			}
 		}
 	}
 	return m
-}()
+}
 
 func out(name, typ string) introspect.Arg {
 	return introspect.Arg{Name: name, Type: typ, Direction: "out"}
@@ -139,6 +160,16 @@ var agentIntrospection = introspect.Interface{
 		ro("QoS", "a(ssbssaua(uu)aua(uus))"),
 		ro("HealthStatus", "s"),
 		ro("Health", "a{sv}"),
+		// The a{sv} forms of PolicyTargets, Peers and QoS, whose tuples
+		// are frozen (docs/DBUS.md, "Records"). PeerRecords leaves out the
+		// figures that move with every probe, so that its changes can be
+		// signalled; at 1,000 peers it is ~480 kB, too large to broadcast
+		// at each change (BenchmarkPeerRecordsSignal), so only its name is.
+		// PeerFigures has the figures and is quiet, like Peers.
+		ro("PolicyTargetRecords", "aa{sv}"),
+		invalidates(ro("PeerRecords", "aa{sv}")),
+		quiet(ro("PeerFigures", "aa{sv}")),
+		ro("QoSRecords", "aa{sv}"),
 	},
 }
 
@@ -160,6 +191,7 @@ var deviceIntrospection = introspect.Interface{
 		ro("Health", "a{sv}"),
 		ro("ProbeState", "s"),
 		quiet(ro("ProbeResults", "a(ssbtts)")),
+		ro("PolicyTargetRecords", "aa{sv}"),
 	},
 }
 

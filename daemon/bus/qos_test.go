@@ -50,8 +50,8 @@ func TestQoSProperty(t *testing.T) {
 			changed = append(changed, sg.Body[1].([]string)...)
 		}
 	}
-	if !slices.Equal(changed, []string{"QoS"}) {
-		t.Errorf("properties signalled when PFC goes off: %v, want [QoS]", changed)
+	if !slices.Equal(changed, []string{"QoS", "QoSRecords"}) {
+		t.Errorf("properties signalled when PFC goes off: %v, want [QoS QoSRecords]", changed)
 	}
 }
 

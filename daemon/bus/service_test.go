@@ -447,6 +447,12 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		"FleetMismatches": [][]any{},
 		"PeerGroupFaults": [][]any{},
 		"QoS":             [][]any{},
+		// The records, the lazy ones (PeerRecords, PeerFigures)
+		// built for GetAll.
+		"PolicyTargetRecords": []map[string]dbus.Variant{},
+		"PeerRecords":         []map[string]dbus.Variant{},
+		"PeerFigures":         []map[string]dbus.Variant{},
+		"QoSRecords":          []map[string]dbus.Variant{},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)

@@ -141,6 +141,34 @@ type props map[string]map[string]dbus.Variant
 type object struct {
 	path  dbus.ObjectPath
 	props props
+	// lazy holds the properties built on their first read rather than
+	// with the view (lazyAgentProps): interface -> property -> value.
+	lazy map[string]map[string]func() dbus.Variant
+}
+
+// prop returns the value of iface's property name.
+func (o *object) prop(iface, name string) (dbus.Variant, bool) {
+	if v, ok := o.props[iface][name]; ok {
+		return v, true
+	}
+	if f, ok := o.lazy[iface][name]; ok {
+		return f(), true
+	}
+	return dbus.Variant{}, false
+}
+
+// all returns every property of iface, the lazy ones built, or false when
+// o has no such interface.
+func (o *object) all(iface string) (map[string]dbus.Variant, bool) {
+	ps, ok := o.props[iface]
+	if !ok || len(o.lazy[iface]) == 0 {
+		return ps, ok
+	}
+	m := maps.Clone(ps)
+	for name, f := range o.lazy[iface] {
+		m[name] = f()
+	}
+	return m, true
 }
 
 // A view is what the service exports for one snapshot. It is built once per
@@ -163,6 +191,7 @@ func DevicePath(name string) dbus.ObjectPath {
 func newView(s *apitype.Snapshot) *view {
 	v := &view{snap: s, objects: map[dbus.ObjectPath]*object{}, nodes: map[dbus.ObjectPath][]string{}}
 	targets := allTargets(s)
+	qos := qosEntries(s)
 	var paths []dbus.ObjectPath
 	total, active := uint32(0), uint32(0)
 	for _, d := range s.Devices {
@@ -203,10 +232,13 @@ func newView(s *apitype.Snapshot) *view {
 		"Peers":            dbus.MakeVariant(peerEntries(s)),
 		"FleetMismatches":  dbus.MakeVariant(fleetMismatches(s)),
 		"PeerGroupFaults":  dbus.MakeVariant(peerGroupFaults(s)),
-		"QoS":              dbus.MakeVariant(qosEntries(s)),
+		"QoS":              dbus.MakeVariant(qos),
 		"HealthStatus":     dbus.MakeVariant(orUnknown(s.Health.Status)),
 		"Health":           dbus.MakeVariant(healthDict(s.Health)),
-	}}}
+		// The a{sv} forms of the frozen tuples (records.go).
+		"PolicyTargetRecords": dbus.MakeVariant(targetRecords(targets)),
+		"QoSRecords":          dbus.MakeVariant(qosRecords(qos)),
+	}}, lazy: map[string]map[string]func() dbus.Variant{Interface: lazyProps(s)}}
 	for p := range v.objects {
 		v.addNodes(p)
 	}
@@ -270,6 +302,8 @@ func deviceProps(d apitype.Device, targets []Target) map[string]dbus.Variant {
 		"Netdevs":         dbus.MakeVariant(netdevs),
 		"PolicyState":     dbus.MakeVariant(worstState(mine)),
 		"PolicyTargets":   dbus.MakeVariant(mine),
+		// The a{sv} form of PolicyTargets (records.go).
+		"PolicyTargetRecords": dbus.MakeVariant(targetRecords(mine)),
 	}
 }
 
@@ -334,7 +368,7 @@ func changes(old, cur *view) []signal {
 		}
 		n := cur.objects[p]
 		for _, iface := range slices.Sorted(maps.Keys(n.props)) {
-			changed := map[string]dbus.Variant{}
+			changed, invalidated := map[string]dbus.Variant{}, []string{}
 			for name, val := range n.props[iface] {
 				if unsignalled(iface, name) {
 					continue
@@ -343,9 +377,19 @@ func changes(old, cur *view) []signal {
 					changed[name] = val
 				}
 			}
-			if len(changed) > 0 {
+			for _, name := range slices.Sorted(maps.Keys(n.lazy[iface])) {
+				same := lazyAgentProps[name].same
+				switch {
+				case same == nil || same(old.snap, cur.snap):
+				case invalidatedOnly(iface, name):
+					invalidated = append(invalidated, name)
+				default:
+					changed[name] = n.lazy[iface][name]()
+				}
+			}
+			if len(changed) > 0 || len(invalidated) > 0 {
 				sigs = append(sigs, signal{p, PropertiesInterface + ".PropertiesChanged",
-					[]any{iface, changed, []string{}}})
+					[]any{iface, changed, invalidated}})
 			}
 		}
 	}

@@ -132,7 +132,8 @@ func TestNewViewProperties(t *testing.T) {
 	// Every property's type must match what the introspection declares,
 	// or busctl and gdbus would show one thing and receive another.
 	for p, o := range v.objects {
-		for ifc, ps := range o.props {
+		for ifc := range o.props {
+			ps, _ := o.all(ifc)
 			decl := map[string]string{}
 			src := agentIntrospection
 			if ifc == DeviceInterface {
@@ -208,6 +209,9 @@ func summarise(sigs []signal) []sigSummary {
 			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(props)))}
 		case PropertiesInterface + ".PropertiesChanged":
 			body = []any{s.body[0], slices.Sorted(maps.Keys(s.body[1].(map[string]dbus.Variant)))}
+			if inv := s.body[2].([]string); len(inv) > 0 {
+				body = append(body, inv)
+			}
 		}
 		out = append(out, sigSummary{s.path, s.name, body})
 	}
@@ -304,8 +308,8 @@ func TestChanges(t *testing.T) {
 					{Kind: "mtu", Object: "eth0", Desired: "9000", Actual: "1500", State: apitype.Drifted}}}}}
 			}),
 			want: []sigSummary{
-				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Healthy", "PolicyTargets"}}},
-				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"Healthy", "PolicyTargetRecords", "PolicyTargets"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargetRecords", "PolicyTargets"}}},
 				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", apitype.InSync, apitype.Drifted, "9000", "1500", ""}},
 			},
 		},
@@ -324,6 +328,9 @@ func TestChanges(t *testing.T) {
 				s.Peers.Peers = []apitype.Peer{{Name: "node2", State: apitype.PeerDown, Reason: "3 probes in a row lost"}}
 			}),
 			want: []sigSummary{
+				// PeerRecords, which carries the state, is
+				// invalidated; Peers, with its figures, is quiet.
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string(nil), []string{"PeerRecords"}}},
 				{Path, Interface + ".PeerStateChanged", []any{"node2", apitype.PeerUp, apitype.PeerDown, "3 probes in a row lost"}},
 			},
 		},
@@ -332,8 +339,8 @@ func TestChanges(t *testing.T) {
 			old:  base,
 			cur:  withState(func(s *apitype.Snapshot) { s.Policy = apitype.PolicyState{} }),
 			want: []sigSummary{
-				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PolicyTargets"}}},
-				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargets"}}},
+				{Path, PropertiesInterface + ".PropertiesChanged", []any{Interface, []string{"PolicyTargetRecords", "PolicyTargets"}}},
+				{rxe, PropertiesInterface + ".PropertiesChanged", []any{DeviceInterface, []string{"PolicyState", "PolicyTargetRecords", "PolicyTargets"}}},
 				{Path, Interface + ".PolicyChanged", []any{"roce", "mtu", "eth0", apitype.InSync, "", "9000", "9000", ""}},
 			},
 		},
@@ -472,14 +479,26 @@ func TestPeerChanges(t *testing.T) {
 // PropertiesChanged are exactly those the introspection marks
 // EmitsChangedSignal=false: Peers and the devices' ProbeResults (each
 // round's figures; ProbeState, ProbeFailed and ProbeRecovered carry the
-// changes clients follow), and nothing else.
+// changes clients follow), PeerFigures (the figures of PeerRecords), and
+// nothing else: PeerRecords is signalled.
 func TestQuietProperties(t *testing.T) {
-	want := map[string]bool{Interface + ".Peers": true, DeviceInterface + ".ProbeResults": true}
+	want := map[string]bool{Interface + ".Peers": true, Interface + ".PeerFigures": true, DeviceInterface + ".ProbeResults": true}
 	if diff := cmp.Diff(want, quietProps); diff != "" {
 		t.Errorf("quiet properties -want +got:\n%s", diff)
 	}
-	if !unsignalled(Interface, "Peers") || unsignalled(Interface, "State") || unsignalled(DeviceInterface, "Peers") {
+	if !unsignalled(Interface, "Peers") || unsignalled(Interface, "State") || unsignalled(DeviceInterface, "Peers") ||
+		unsignalled(Interface, "PeerRecords") {
 		t.Error("unsignalled disagrees with quietProps")
+	}
+	// PeerRecords' changes are signalled by name (it is too large to
+	// broadcast), nothing else's.
+	if diff := cmp.Diff(map[string]bool{Interface + ".PeerRecords": true}, invalidatingProps); diff != "" {
+		t.Errorf("properties marked invalidates -want +got:\n%s", diff)
+	}
+	for name, p := range lazyAgentProps {
+		if (p.same == nil) != unsignalled(Interface, name) {
+			t.Errorf("lazy property %s: quiet in the view is %v, in the introspection %v", name, p.same == nil, unsignalled(Interface, name))
+		}
 	}
 }
 

@@ -1,10 +1,13 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,11 +135,25 @@ func TestCheckNesting(t *testing.T) {
 }
 
 // TestDefaultFileLoads: the documented default configuration passes every
-// bound (a legitimate config still loads).
+// bound (a legitimate config still loads). It names the group the packages
+// create (socket_group = "rdmad"); on a host without that group it loads
+// with the group rdmad itself runs as instead, so that the rest of the file
+// is still checked.
 func TestDefaultFileLoads(t *testing.T) {
 	b, err := os.ReadFile("../../etc/rdmad.toml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	const shipped = "\nsocket_group = \"rdmad\"\n"
+	if !bytes.Contains(b, []byte(shipped)) {
+		t.Fatalf("etc/rdmad.toml does not set socket_group = \"rdmad\", the group the packages create")
+	}
+	if _, err := user.LookupGroup("rdmad"); err != nil {
+		g, err := user.LookupGroupId(strconv.Itoa(os.Getgid()))
+		if err != nil {
+			t.Fatalf("look up this process's group: %v", err)
+		}
+		b = bytes.Replace(b, []byte(shipped), []byte("\nsocket_group = \""+g.Name+"\"\n"), 1)
 	}
 	if line, _, msg := checkNesting(b); msg != "" {
 		t.Fatalf("etc/rdmad.toml: line %d: %s", line, msg)

@@ -273,3 +273,54 @@ func TestRPMPreunDisablesWithoutSystemd(t *testing.T) {
 	r.run("rpm-preun", "0")
 	check("rpm-preun 0 (erase)", false)
 }
+
+// TestRPMPostFollowsPresets runs the rpm %post for real (#27 item 7): as
+// %systemd_post, a fresh install applies the presets, so RHEL's and
+// Fedora's "disable *" leaves rdmad.service disabled, a site's "enable
+// rdmad.service" before it enables it, and an upgrade keeps what the
+// admin chose whatever the presets say. (With no preset about rdmad the
+// unit is enabled: TestRPMPreunDisablesWithoutSystemd.)
+func TestRPMPostFollowsPresets(t *testing.T) {
+	testenv.Tool(t, "systemctl", "apt-get install systemd")
+	unit, err := os.ReadFile("../../systemd/rdmad.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{"/etc/systemd/system/multi-user.target.wants/rdmad.service", "/etc/systemd/system/rdma-hw.target.wants/rdmad.service"}
+	for _, tt := range []struct {
+		name, preset, arg string
+		adminEnabled      bool // the links are there before %post
+		want              bool
+	}{
+		{name: "install, disable *", preset: "disable *\n", arg: "1", want: false},
+		{name: "install, site enables rdmad", preset: "enable rdmad.service\ndisable *\n", arg: "1", want: true},
+		{name: "upgrade, admin enabled, disable *", preset: "disable *\n", arg: "2", adminEnabled: true, want: true},
+		{name: "upgrade, not enabled, enable *", preset: "enable *\n", arg: "2", want: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newScriptRoot(t)
+			os.MkdirAll(r.path("/etc/systemd/system-preset"), 0o755)
+			os.MkdirAll(r.path("/etc/systemd/system"), 0o755)
+			if err := os.WriteFile(r.path("/etc/systemd/system/rdmad.service"), unit, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(r.path("/etc/systemd/system-preset/90-default.preset"), []byte(tt.preset), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tt.adminEnabled {
+				for _, p := range wants {
+					os.MkdirAll(filepath.Dir(r.path(p)), 0o755)
+					if err := os.Symlink("/etc/systemd/system/rdmad.service", r.path(p)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			r.run("rpm-post", tt.arg)
+			for _, p := range wants {
+				if got := r.exists(p); got != tt.want {
+					t.Errorf("rpm-post %s with presets %q: %s exists = %v, want %v", tt.arg, tt.preset, p, got, tt.want)
+				}
+			}
+		})
+	}
+}

@@ -22,9 +22,24 @@ ensure_host_tools() {
 		die "missing host packages: ${missing[*]}; install them (apt-get install ${missing[*]}) or run as root"
 	fi
 	log "installing host packages: ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
-		{ apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2; } ||
+	host_apt_install "${missing[@]}" ||
+		{ apt-get update >&2 && host_apt_install "${missing[@]}"; } ||
 		die "apt-get install ${missing[*]} failed"
+}
+
+# host_apt_install PACKAGE...: installs the packages, but only when that
+# upgrades no package already on the host (apt-get upgrades a dependency a
+# new package wants newer without asking; installing lintian upgraded
+# perl-base): a simulated run names the upgrades first and, with any, it
+# stops, unless RDMAD_ALLOW_UPGRADES=1. packaging/build has the same check.
+host_apt_install() {
+	local upgrades
+	upgrades=$(apt-get -s -q --no-upgrade --no-install-recommends install "$@" 2>/dev/null |
+		sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\).*/\1 \2 -> \3/p' | paste -sd, - | sed 's/,/, /g')
+	if [ -n "$upgrades" ] && [ "${RDMAD_ALLOW_UPGRADES:-}" != 1 ]; then
+		die "installing $* would upgrade installed packages ($upgrades); install them yourself (apt-get install $*) if that is fine, or set RDMAD_ALLOW_UPGRADES=1"
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-upgrade --no-install-recommends "$@" >&2
 }
 
 # vm_cache_root prints the directory that holds built images.
