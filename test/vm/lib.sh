@@ -31,13 +31,15 @@ ensure_host_tools() {
 # upgrades no package already on the host (apt-get upgrades a dependency a
 # new package wants newer without asking; installing lintian upgraded
 # perl-base): a simulated run names the upgrades first and, with any, it
-# stops, unless RDMAD_ALLOW_UPGRADES=1. packaging/build has the same check.
+# stops instead when RDMAD_NO_UPGRADES=1. packaging/build has the same check.
 host_apt_install() {
 	local upgrades
-	upgrades=$(apt-get -s -q --no-upgrade --no-install-recommends install "$@" 2>/dev/null |
+	upgrades=$(apt-get -s -q --no-upgrade --no-install-recommends install "$@"|
 		sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\).*/\1 \2 -> \3/p' | paste -sd, - | sed 's/,/, /g')
-	if [ -n "$upgrades" ] && [ "${RDMAD_ALLOW_UPGRADES:-}" != 1 ]; then
-		die "installing $* would upgrade installed packages ($upgrades); install them yourself (apt-get install $*) if that is fine, or set RDMAD_ALLOW_UPGRADES=1"
+	if [ -n "$upgrades" ]; then
+		[ "${RDMAD_NO_UPGRADES:-}" = 1 ] &&
+			die "installing $* would upgrade installed packages ($upgrades), and RDMAD_NO_UPGRADES=1 forbids it; install them yourself (apt-get install $*) if that is fine"
+		echo "installing $* also upgrades installed packages their dependencies need newer: $upgrades (RDMAD_NO_UPGRADES=1 stops instead)" >&2
 	fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-upgrade --no-install-recommends "$@" >&2
 }
