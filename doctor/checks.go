@@ -801,6 +801,8 @@ func fleetFix(field string) string {
 		return "declare the same [[policy]] roce tos/mode on every node, so that RDMA-CM traffic lands in the same class everywhere"
 	case "trust", "pfc":
 		return "declare the same [[policy]] qos trust and pfc on every node (and the switches): lossless RoCE needs PFC on the same priority end to end"
+	case "rate":
+		return "one end trained at a lower rate: check that port's cable, transceiver and switch port speed (a [[policy]] min_rate makes rdmactl check report it as LinkDegraded), or expect it where the fleet mixes NIC generations"
 	}
 	return "align the setting on both nodes"
 }

@@ -486,6 +486,10 @@ func TestChecks(t *testing.T) {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.3", []apitype.Mismatch{
 				{Field: "pfc", Local: "3", Peer: "none", Severity: apitype.SeverityMust, LocalPort: "mlx5_0/1", PeerPort: "mlx5_1/1"}}))}
 		}, Warn, "MISMATCH 192.0.2.3: pfc 3 here (mlx5_0/1) but none on 192.0.2.3 (mlx5_1/1)", "[[policy]] qos trust and pfc"},
+		{"fleet rate mismatch", "fleet", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.4", []apitype.Mismatch{
+				{Field: "rate", Local: "200 Gb/s", Peer: "100 Gb/s", Severity: apitype.SeverityWarn, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
+		}, Warn, "MISMATCH 192.0.2.4: rate 200 Gb/s here (mlx5_0/1) but 100 Gb/s on 192.0.2.4", "min_rate makes rdmactl check report it as LinkDegraded"},
 		{"firmware older than the policy's", "firmware", func(t *testing.T) *Env {
 			return &Env{Snapshot: snapWith(apitype.Target{Kind: "firmware", Object: "mlx5_0", Desired: ">=22.39.1002", Actual: "22.38.1900", State: apitype.Drifted})}
 		}, Warn, `mlx5_0: firmware 22.38.1900, policy "fabric" expects >=22.39.1002`, "vendor's tool"},

@@ -268,13 +268,17 @@ func peerSince(t time.Time) string {
 // printMismatches prints a MISMATCH line per setting on which a peer's
 // fingerprint disagrees with this node's (docs/PROBES.md, "Fingerprints"):
 // the field, both values and both ports; firmware and driver differences
-// are marked informational.
+// are marked informational, a rate difference a warning (a link trained
+// low, or a fleet of mixed NICs).
 func printMismatches(w io.Writer, ps []apitype.Peer) {
 	for _, p := range ps {
 		for _, m := range p.Mismatches {
 			info := ""
-			if m.Severity == apitype.SeverityInfo {
+			switch m.Severity {
+			case apitype.SeverityInfo:
 				info = " (informational)"
+			case apitype.SeverityWarn:
+				info = " (warning: the ports train at different rates)"
 			}
 			fmt.Fprintf(w, "MISMATCH %s: %s %s here (%s), %s on the peer (%s)%s\n", p.Name, m.Field, m.Local, m.LocalPort, m.Peer, m.PeerPort, info)
 		}
