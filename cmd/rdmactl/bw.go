@@ -97,7 +97,7 @@ func parseBWSize(v string) (int, error) {
 
 func printBW(w io.Writer, r apitype.BandwidthResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tOP\tSIZE\tDURATION\tGB/S\tMSG/S\tLOCAL")
+	fmt.Fprintln(tw, "PEER\tOP\tSIZE\tDURATION\tGb/s\tMSG/S\tLOCAL")
 	peer := r.Peer
 	if r.Address != "" && r.Address != r.Peer {
 		peer += " (" + r.Address + ")"

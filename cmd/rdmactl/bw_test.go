@@ -34,7 +34,7 @@ func TestBW(t *testing.T) {
 	if query != "duration=3s&op=write&peer=node2&size=65536" {
 		t.Errorf("query %q", query)
 	}
-	for _, want := range []string{"PEER", "GB/S", "MSG/S", "node2 (192.168.77.2)", "WRITE", "65536", "3s", "5.243", "10000", "rxe0/1", "busy-polled"} {
+	for _, want := range []string{"PEER", "Gb/s", "MSG/S", "node2 (192.168.77.2)", "WRITE", "65536", "3s", "5.243", "10000", "rxe0/1", "busy-polled"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
