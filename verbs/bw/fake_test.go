@@ -19,7 +19,7 @@ import (
 // the control endpoint would: every operation moves exactly the bytes the
 // result reports, and nothing is left open.
 func TestFakeBandwidth(t *testing.T) {
-	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+	if err := verbs.FakeAddDevice(loopbackDevice()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -65,7 +65,7 @@ func TestFakeBandwidth(t *testing.T) {
 // mid-test (the fake's injected retry exceeded) ends the test, and Run
 // returns that completion's error.
 func TestFakeBandwidthErrorCompletion(t *testing.T) {
-	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+	if err := verbs.FakeAddDevice(loopbackDevice()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -93,6 +93,22 @@ func TestFakeBandwidthErrorCompletion(t *testing.T) {
 	if !errors.As(err, &wce) || wce.Status != 12 {
 		t.Errorf("Run = %v, want the error completion", err)
 	}
+}
+
+// loopbackDevice is a fake RoCE device whose RoCE v2 GID is 127.0.0.1's,
+// the address the tests' control endpoint answers on and sends from: a
+// bandwidth test connects only to the peer's own address's GID (#24 item
+// 2), on both sides.
+func loopbackDevice() verbs.FakeDevice {
+	var ll, v4 verbs.GID
+	ll[0], ll[1], ll[15] = 0xfe, 0x80, 1
+	v4[10], v4[11], v4[12], v4[15] = 0xff, 0xff, 127, 1
+	return verbs.FakeDevice{Name: "fake0", Ports: []verbs.FakePort{{GIDs: []verbs.GIDEntry{
+		{Index: 0, GID: ll, Type: verbs.GIDTypeRoCEv1, IfIndex: 1},
+		{Index: 1, GID: ll, Type: verbs.GIDTypeRoCEv2, IfIndex: 1},
+		{Index: 2, GID: v4, Type: verbs.GIDTypeRoCEv1, IfIndex: 1},
+		{Index: 3, GID: v4, Type: verbs.GIDTypeRoCEv2, IfIndex: 1},
+	}}}}
 }
 
 func (n *Node) busyWith() string {
