@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmad/rdmad/verbs"
 	"github.com/rdmad/rdmad/probe/wire"
+	"github.com/rdmad/rdmad/verbs"
 )
 
 // TestFakeBandwidth runs a requester and a responder against each other on
