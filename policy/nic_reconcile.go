@@ -24,15 +24,7 @@ func (r *Reconciler) checkNIC(g *nicq.Group, nd string, ifindex int, want nicq.V
 		}
 	}
 	if r.nicq == nil {
-		err := r.nicqErr
-		if err == nil {
-			err = errors.New("ethtool netlink is unavailable (see the log)")
-		}
-		if nicq.IsUnsupported(err) {
-			t.State, t.Actual, t.Error = apitype.Unsupported, "no ethtool netlink", err.Error()
-			return t, nil
-		}
-		return failed(t, err), nil
+		return noClient(t, r.nicqErr, "ethtool netlink", nicq.IsUnsupported), nil
 	}
 	unsupported := func(err error) (apitype.Target, []apitype.Change) {
 		r.nicUnsupported[key] = ifindex
@@ -122,15 +114,7 @@ func onOff(b bool) string {
 func (r *Reconciler) checkDIM(device string, want bool, devs map[string]rdmanl.Device, dumpErr error, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: onOff(want)}
 	if r.rdma == nil {
-		err := r.rdmaErr
-		if err == nil {
-			err = errors.New("RDMA netlink is unavailable")
-		}
-		if rdmanl.IsUnsupported(err) {
-			t.State, t.Actual, t.Error = apitype.Unsupported, "no RDMA netlink", err.Error()
-			return t, nil
-		}
-		return failed(t, err), nil
+		return noClient(t, r.rdmaErr, "RDMA netlink", rdmanl.IsUnsupported), nil
 	}
 	if dumpErr != nil {
 		return failed(t, dumpErr), nil
@@ -159,15 +143,7 @@ func (r *Reconciler) checkDIM(device string, want bool, devs map[string]rdmanl.D
 func (r *Reconciler) checkNetnsMode(want string, enforce bool) (apitype.Target, []apitype.Change) {
 	t := apitype.Target{Desired: want}
 	if r.rdma == nil {
-		err := r.rdmaErr
-		if err == nil {
-			err = errors.New("RDMA netlink is unavailable")
-		}
-		if rdmanl.IsUnsupported(err) {
-			t.State, t.Actual, t.Error = apitype.Unsupported, "no RDMA netlink", err.Error()
-			return t, nil
-		}
-		return failed(t, err), nil
+		return noClient(t, r.rdmaErr, "RDMA netlink", rdmanl.IsUnsupported), nil
 	}
 	have, err := r.rdma.NetnsMode()
 	if rdmanl.IsUnsupported(err) {
@@ -183,4 +159,19 @@ func (r *Reconciler) checkNetnsMode(want string, enforce bool) (apitype.Target, 
 		return t, nil
 	}
 	return settle(t, []apitype.Change{{From: have, To: want}}, enforce, func() error { return r.rdma.SetNetnsMode(want) })
+}
+
+// noClient is target t when the kernel interface its setting goes through
+// (what: ethtool netlink, RDMA netlink) could not be opened, err saying why
+// (nil: not opened at all): unsupported when the kernel lacks it, an error
+// otherwise.
+func noClient(t apitype.Target, err error, what string, unsupported func(error) bool) apitype.Target {
+	if err == nil {
+		err = errors.New(what + " is unavailable")
+	}
+	if unsupported(err) {
+		t.State, t.Actual, t.Error = apitype.Unsupported, "no "+what, err.Error()
+		return t
+	}
+	return failed(t, err)
 }
