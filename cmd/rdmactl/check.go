@@ -58,7 +58,7 @@ func cmdCheck(ctx context.Context, g *globals, c *client.Client, x call) int {
 
 	h, raw, why := daemonHealth(ctx, g, c)
 	if raw == nil && h.Status == "" {
-		h = localHealth(why)
+		h = localHealth("/", why)
 	}
 	switch {
 	case g.json && raw != nil:
@@ -108,9 +108,9 @@ func daemonHealth(ctx context.Context, g *globals, c *client.Client) (apitype.He
 // localHealth is the verdict rdmactl decides alone: the inventory it reads
 // from sysfs (devices, uverbs nodes, port states, PCIe links) can show a
 // problem; what only rdmad knows is unknown.
-func localHealth(why error) apitype.Health {
+func localHealth(root string, why error) apitype.Health {
 	s := &apitype.Snapshot{Components: map[string]apitype.Component{}}
-	devs, err := inventory.Reader{Root: "/"}.Read()
+	devs, err := inventory.Reader{Root: root}.Read()
 	if err != nil {
 		s.Components[apitype.ComponentInventory] = apitype.Component{State: apitype.Error, Error: err.Error()}
 	} else {

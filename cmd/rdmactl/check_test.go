@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func TestCheckOlderRdmad(t *testing.T) {
 func TestCheckWithoutRdmad(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	code, out, _ := rdmactl(t, "--socket", sock, "check", "--format", "nhc")
-	h := localHealth(nil)
+	h := localHealth("/", nil)
 	want := 2
 	if h.Status == apitype.ConditionProblem {
 		want = 1
@@ -100,5 +101,32 @@ func TestCheckUsage(t *testing.T) {
 	}
 	if code, _, errOut := rdmactl(t, "check", "--timeout", "1h"); code != 2 || !strings.Contains(errOut, "100ms to 1m") {
 		t.Errorf("bad timeout: exit %d, %q", code, errOut)
+	}
+}
+
+// TestLocalHealth: rdmactl's own verdict from an inventory: the fixture's
+// down port and device without a verbs node are problems; a node without
+// devices is NoDevice; what only rdmad knows is unknown, never ok.
+func TestLocalHealth(t *testing.T) {
+	h := localHealth("../../inventory/testdata/roce-ib", errors.New("connect: no such file"))
+	if h.Status != apitype.ConditionProblem {
+		t.Fatalf("fixture: %s, want problem", h.Status)
+	}
+	for typ, want := range map[string]string{apitype.CondPortDown: "mlx5_0/2", apitype.CondVerbs: "mlx4_0"} {
+		if c, _ := h.Condition(typ); c.Status != apitype.ConditionProblem || len(c.Objects) != 1 || c.Objects[0] != want {
+			t.Errorf("%s: %+v, want a problem about %s", typ, c, want)
+		}
+	}
+	for _, typ := range []string{apitype.CondLoopback, apitype.CondPeers, apitype.CondKernelFault, apitype.CondDaemon} {
+		if c, _ := h.Condition(typ); c.Status != apitype.ConditionUnknown {
+			t.Errorf("%s: %+v, want unknown without rdmad", typ, c)
+		}
+	}
+	if c, _ := h.Condition(apitype.CondDaemon); !strings.Contains(c.Message, "connect: no such file") {
+		t.Errorf("DaemonDegraded does not say why rdmad did not answer: %q", c.Message)
+	}
+	h = localHealth("../../inventory/testdata/empty", nil)
+	if c, _ := h.Condition(apitype.CondNoDevice); h.Status != apitype.ConditionProblem || c.Status != apitype.ConditionProblem {
+		t.Errorf("no devices: %s, NoDevice %+v", h.Status, c)
 	}
 }
