@@ -12,9 +12,9 @@ import (
 
 // lintedScripts are the shell scripts kept clean under shellcheck (#27
 // item 7): the package build, its maintainer scripts and the install and
-// run scripts of the repository. packaging/check is not yet among them.
+// run scripts of the repository, and the package check itself.
 var lintedScripts = []string{
-	"build",
+	"build", "check",
 	"scripts/deb-postinst", "scripts/deb-prerm", "scripts/deb-postrm",
 	"scripts/rpm-post", "scripts/rpm-preun", "scripts/rpm-postun",
 	"../scripts/deps", "../scripts/run-foreground",
