@@ -32,11 +32,31 @@ import (
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
+// The run's size: SOAK_PEERS peers (default 1,000) configured and probed at
+// any time, of a fleet a tenth larger; a twentieth of them churn. At most
+// 4,096, the most [probe] max_peers lets a node probe at once: issue #24 item
+// 12 sizes the unit's MemoryMax= and TasksMax= from a run there.
+var (
+	peers     = soakPeers()
+	fleetSize = peers + peers/10 // fake peers; the configured ones are a window of them
+	churn     = max(peers/20, 1) // peers removed and as many added at every churn
+)
+
+func soakPeers() int {
+	v := os.Getenv("SOAK_PEERS")
+	if v == "" {
+		return 1000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 10 || n > 4096 {
+		fmt.Fprintf(os.Stderr, "SOAK_PEERS=%q: want a number of peers from 10 to 4096 (the most [probe] max_peers allows)\n", v)
+		os.Exit(2)
+	}
+	return n
+}
+
 // The run's shape (issue #18 item 5).
 const (
-	peers       = 1000             // configured at any time
-	fleetSize   = 1100             // fake peers; the configured ones are a window of them
-	churn       = 50               // peers removed and as many added at every churn
 	churnEvery  = time.Minute      // the peers file changes
 	reloadEvery = 10 * time.Second // the configuration reloads (file edit and POST /v1/reload in turn)
 	scrapeEvery = 10 * time.Second // GET /v1/status and GET /metrics
@@ -109,7 +129,7 @@ func runDaemonChild(cfg string) int {
 		defer tk.Stop()
 		for range tk.C {
 			s := takeSample(start, tr.Load())
-			fmt.Printf("sample %.1f %d %d %d %d %d %d %d %d\n", s.t, s.heap, s.heapInuse, s.goroutines, s.fds, s.rss, s.threads, s.probes, s.lost)
+			fmt.Printf("sample %.1f %d %d %d %d %d %d %d %d %d\n", s.t, s.heap, s.heapInuse, s.goroutines, s.fds, s.rss, s.rssPeak, s.threads, s.probes, s.lost)
 		}
 	}()
 	if err := daemon.Run(ctx, opts); err != nil {
@@ -126,6 +146,7 @@ type sample struct {
 	goroutines      int
 	fds             int
 	rss             uint64 // bytes
+	rssPeak         uint64 // bytes: VmHWM, the most RSS has been since the start
 	threads         int
 	probes, lost    uint64 // sent by the transport so far, lost on purpose
 }
@@ -145,6 +166,9 @@ func takeSample(start time.Time, tr *probetest.MemTransport) sample {
 			case len(f) >= 2 && f[0] == "VmRSS:":
 				kb, _ := strconv.ParseUint(f[1], 10, 64)
 				s.rss = kb << 10
+			case len(f) >= 2 && f[0] == "VmHWM:":
+				kb, _ := strconv.ParseUint(f[1], 10, 64)
+				s.rssPeak = kb << 10
 			case len(f) >= 2 && f[0] == "Threads:":
 				s.threads, _ = strconv.Atoi(f[1])
 			}
@@ -158,7 +182,7 @@ func takeSample(start time.Time, tr *probetest.MemTransport) sample {
 
 func parseSample(line string) (sample, bool) {
 	var s sample
-	_, err := fmt.Sscanf(line, "sample %g %d %d %d %d %d %d %d %d", &s.t, &s.heap, &s.heapInuse, &s.goroutines, &s.fds, &s.rss, &s.threads, &s.probes, &s.lost)
+	_, err := fmt.Sscanf(line, "sample %g %d %d %d %d %d %d %d %d %d", &s.t, &s.heap, &s.heapInuse, &s.goroutines, &s.fds, &s.rss, &s.rssPeak, &s.threads, &s.probes, &s.lost)
 	return s, err == nil
 }
 
@@ -653,7 +677,7 @@ func (s *soak) checkRate(steady []sample) {
 	}
 	a, b := steady[0], steady[len(steady)-1]
 	rate := float64(b.probes-a.probes) / (b.t - a.t)
-	if rate < 0.9*peers || rate > 1.2*peers {
+	if n := float64(peers); rate < 0.9*n || rate > 1.2*n {
 		s.t.Errorf("%.0f probes/s after warm-up, want about %d (%d peers at 1 Hz)", rate, peers, peers)
 	}
 }
@@ -770,6 +794,16 @@ func (s *soak) report(st *apitype.Snapshot, elapsed, w time.Duration, all, stead
 		a, z := steady[0], steady[len(steady)-1]
 		fmt.Fprintf(&b, "probes %.0f/s after warm-up\n", float64(z.probes-a.probes)/(z.t-a.t))
 	}
+	// The peaks over the whole run, warm-up included: what the unit's
+	// MemoryMax= and TasksMax= are sized from (issue #24 item 12).
+	var peakRSS uint64
+	peakThreads, peakGoroutines := 0, 0
+	for _, s := range all {
+		peakRSS = max(peakRSS, s.rssPeak, s.rss)
+		peakThreads, peakGoroutines = max(peakThreads, s.threads), max(peakGoroutines, s.goroutines)
+	}
+	fmt.Fprintf(&b, "peaks over the run: RSS %.1f MiB (VmHWM), threads %d, goroutines %d (sampled every %v)\n",
+		float64(peakRSS)/(1<<20), peakThreads, peakGoroutines, sampleEvery)
 	fmt.Fprintf(&b, "\n%d samples every %v; slopes over the %d after %v of warm-up (least squares):\n", len(all), sampleEvery, len(steady), w)
 	fmt.Fprintf(&b, "%-28s %8s %8s %8s %8s %14s %10s\n", "", "first", "last", "min", "max", "slope per hour", "% per hour")
 	xs := mapf(steady, func(s sample) float64 { return s.t / 3600 })
@@ -808,9 +842,9 @@ func (s *soak) report(st *apitype.Snapshot, elapsed, w time.Duration, all, stead
 
 func writeCSV(path string, all []sample) error {
 	var b strings.Builder
-	b.WriteString("seconds,heap_bytes,heap_inuse_bytes,goroutines,open_files,rss_bytes,threads,probes_sent,probes_lost\n")
+	b.WriteString("seconds,heap_bytes,heap_inuse_bytes,goroutines,open_files,rss_bytes,rss_peak_bytes,threads,probes_sent,probes_lost\n")
 	for _, s := range all {
-		fmt.Fprintf(&b, "%.1f,%d,%d,%d,%d,%d,%d,%d,%d\n", s.t, s.heap, s.heapInuse, s.goroutines, s.fds, s.rss, s.threads, s.probes, s.lost)
+		fmt.Fprintf(&b, "%.1f,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", s.t, s.heap, s.heapInuse, s.goroutines, s.fds, s.rss, s.rssPeak, s.threads, s.probes, s.lost)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

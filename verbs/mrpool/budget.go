@@ -41,29 +41,46 @@ type Fit struct {
 }
 
 // A BudgetError is returned when the configured classes need more locked
-// memory than RLIMIT_MEMLOCK leaves. It lists what would fit.
+// memory than RLIMIT_MEMLOCK leaves, or more memory than the memory cgroup
+// (MemoryMax=) leaves (Cgroup set). It lists what would fit.
 type BudgetError struct {
 	Device string
 	Need   int64
 	Avail  int64
 	Limit  int64
 	Fits   []Fit
+	// Cgroup names the memory cgroup whose limit (Limit) is short, with
+	// CgroupUsed charged to it already; empty for RLIMIT_MEMLOCK.
+	Cgroup     string
+	CgroupUsed int64
 }
 
 func (e *BudgetError) Error() string {
 	var b strings.Builder
+	if e.Cgroup != "" {
+		fmt.Fprintf(&b, "mrpool: register buffers on %s: classes need %s but the memory cgroup %s (MemoryMax=) of %s, %s in use, leaves only %s after %s for rdmad itself",
+			e.Device, size.Size(e.Need).String(), e.Cgroup, size.Size(e.Limit).String(), size.Size(e.CgroupUsed).String(), size.Size(e.Avail).String(), size.Size(cgroupReserve).String())
+		e.writeFits(&b)
+		fmt.Fprintf(&b, "; raise MemoryMax= of rdmad.service by at least %s in a drop-in (systemctl edit rdmad), or lower [mrpool] classes counts",
+			size.Size(e.Need-e.Avail).String())
+		return b.String()
+	}
 	fmt.Fprintf(&b, "mrpool: register buffers on %s: classes need %s of locked memory but only %s of RLIMIT_MEMLOCK %s is left",
 		e.Device, size.Size(e.Need).String(), size.Size(e.Avail).String(), size.Size(e.Limit).String())
+	e.writeFits(&b)
+	fmt.Fprintf(&b, "; raise LimitMEMLOCK= in rdmad.service to at least %s more, or lower [mrpool] classes counts",
+		size.Size(e.Need-e.Avail).String())
+	return b.String()
+}
+
+func (e *BudgetError) writeFits(b *strings.Builder) {
 	b.WriteString("; would fit:")
 	for i, f := range e.Fits {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		fmt.Fprintf(&b, " %s x %d of %d", f.Class.Size, f.Fits, f.Class.Count)
+		fmt.Fprintf(b, " %s x %d of %d", f.Class.Size, f.Fits, f.Class.Count)
 	}
-	fmt.Fprintf(&b, "; raise LimitMEMLOCK= in rdmad.service to at least %s more, or lower [mrpool] classes counts",
-		size.Size(e.Need-e.Avail).String())
-	return b.String()
 }
 
 // PlanBudget checks classes against avail bytes of lockable memory. Classes

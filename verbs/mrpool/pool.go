@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmad/rdmad/internal/cgroupmem"
 	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
@@ -64,6 +65,9 @@ type Config struct {
 	// memlock is replaced by tests to simulate budgets; nil reads the
 	// process's limit.
 	memlock func() (verbs.MemlockStatus, error)
+	// memcg is replaced by tests to simulate a memory cgroup; nil reads
+	// the process's own (cgroupmem.Own).
+	memcg func() (cgroupmem.Limit, error)
 }
 
 // A Pool holds a DevicePool per device.
@@ -100,6 +104,9 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.memlock == nil {
 		cfg.memlock = verbs.ReadMemlock
+	}
+	if cfg.memcg == nil {
+		cfg.memcg = cgroupmem.Own
 	}
 	p := &Pool{cfg: cfg, wanted: map[string]bool{}, canary: map[string]*canaryStats{}}
 	empty := map[string]*DevicePool{}
@@ -206,6 +213,9 @@ func (p *Pool) openDevice(name string) (*DevicePool, error) {
 			return nil, err
 		}
 	}
+	if err := p.checkCgroup(name); err != nil {
+		return nil, err
+	}
 	ctx, err := verbs.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("mrpool: add %s: %w", name, err)
@@ -229,6 +239,37 @@ func (p *Pool) openDevice(name string) (*DevicePool, error) {
 	// first whatever order the config lists them in.
 	slices.SortFunc(d.classes, func(a, b *class) int { return cmp.Compare(a.size, b.size) })
 	return d, nil
+}
+
+// cgroupReserve is the room left in the memory cgroup for rdmad itself
+// when the pool plans what it registers: the soak's peak RSS at 4,096 peers
+// (the most a node probes) with margin (docs/BENCHMARKS.md, "Soak").
+const cgroupReserve = 64 << 20
+
+// checkCgroup refuses a device whose classes do not fit in what the memory
+// cgroup (the unit's MemoryMax=) leaves, less cgroupReserve: registered
+// pages are charged there, and a pool past the limit would have the kernel
+// kill rdmad over and over rather than refuse once. An unreadable cgroup
+// is logged and does not stop registration (the limit cannot be known;
+// RLIMIT_MEMLOCK still applies).
+func (p *Pool) checkCgroup(name string) error {
+	l, err := p.cfg.memcg()
+	if err != nil {
+		p.cfg.Logger.Warn("mrpool: cannot read the memory cgroup's limit; registering without checking it", "device", name, "err", err)
+		return nil
+	}
+	if !l.Limited {
+		return nil
+	}
+	avail := int64(l.Available()) - cgroupReserve
+	if _, _, err := PlanBudget(p.cfg.Classes, max(avail, 0)); err != nil {
+		var be *BudgetError
+		if errors.As(err, &be) {
+			be.Device, be.Limit, be.Cgroup, be.CgroupUsed = name, int64(l.Max), l.Cgroup, int64(l.Current)
+		}
+		return err
+	}
+	return nil
 }
 
 // publish replaces the device snapshot with one where name maps to d (or

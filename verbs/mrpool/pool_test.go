@@ -2,6 +2,7 @@ package mrpool
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmad/rdmad/internal/cgroupmem"
 	"github.com/rdmad/rdmad/internal/size"
 	"github.com/rdmad/rdmad/verbs"
 )
@@ -329,4 +331,56 @@ func BenchmarkChanFreeList(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestAddDeviceCgroupBudget: classes that do not fit in what the memory
+// cgroup (MemoryMax=) leaves are refused with an error naming MemoryMax=,
+// the cgroup and what would fit, before any device is opened: past the
+// limit the kernel would kill rdmad instead (issue #24 item 12).
+func TestAddDeviceCgroupBudget(t *testing.T) {
+	p, err := New(Config{Classes: []Class{{4 << 10, 256}, {1 << 20, 8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.memlock = func() (verbs.MemlockStatus, error) { return verbs.MemlockStatus{Unlimited: true}, nil }
+	p.cfg.memcg = func() (cgroupmem.Limit, error) {
+		// 72 MiB limit, 4 MiB used: 68 MiB left, 4 MiB after the reserve.
+		return cgroupmem.Limit{Limited: true, Max: 72 << 20, Current: 4 << 20, Cgroup: "/system.slice/rdmad.service"}, nil
+	}
+	err = p.AddDevice("rxe0")
+	var be *BudgetError
+	if !errors.As(err, &be) {
+		t.Fatalf("AddDevice with 4 MiB left in the cgroup = %v, want *BudgetError", err)
+	}
+	for _, want := range []string{"rxe0", "/system.slice/rdmad.service", "MemoryMax=", "systemctl edit rdmad", "4MiB", "1MiB x 3 of 8"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if p.Device("rxe0") != nil {
+		t.Error("a device was registered past the cgroup's limit")
+	}
+}
+
+// TestCgroupUnreadable: a cgroup that cannot be read does not stop the pool
+// at the check (RLIMIT_MEMLOCK still bounds it); it is logged.
+func TestCgroupUnreadable(t *testing.T) {
+	var logs strings.Builder
+	p, err := New(Config{Classes: []Class{{4 << 10, 1}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.memcg = func() (cgroupmem.Limit, error) {
+		return cgroupmem.Limit{}, errors.New("cgroupmem: read /proc/self/cgroup: boom")
+	}
+	if err := p.checkCgroup("rxe0"); err != nil {
+		t.Fatalf("checkCgroup with an unreadable cgroup = %v, want nil", err)
+	}
+	if !strings.Contains(logs.String(), "boom") {
+		t.Errorf("log %q does not carry the read error", logs.String())
+	}
+	p.cfg.memcg = func() (cgroupmem.Limit, error) { return cgroupmem.Limit{Limited: true, Max: 1 << 30}, nil }
+	if err := p.checkCgroup("rxe0"); err != nil {
+		t.Errorf("checkCgroup with 1 GiB left = %v, want nil", err)
+	}
 }
