@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/daemon/kmsg"
+	"github.com/rdmad/rdmad/internal/cgroupmem"
 	"github.com/rdmad/rdmad/policy/memlock"
 	"github.com/rdmad/rdmad/policy/mtu"
 	"github.com/rdmad/rdmad/policy/roce"
@@ -381,7 +382,7 @@ type pkgStep struct {
 var pkgSandboxSteps = []string{
 	"sysfs-read", "uverbs-open", "ibv_devinfo", "rdma-netlink", "rtnetlink-mtu", "uevent-netlink",
 	"configfs-rdma_cm", "memlock-mlock", "memlock-raise", "limits.d-write", "state-dir-write",
-	"af-unix-dbus", "af-inet-loopback", "af-inet-node-address", "af-inet6-loopback",
+	"cgroup-limits", "af-unix-dbus", "af-inet-loopback", "af-inet-node-address", "af-inet6-loopback",
 	"kmsg-read", "denied-write-usr", "denied-mount", "denied-kmsg-write",
 }
 
@@ -656,6 +657,31 @@ func TestPackageSandboxHelper(t *testing.T) {
 			return "", err
 		}
 		return p, os.Remove(p)
+	})
+	// MemoryMax= and TasksMax= (issue #24 item 12) are in force, and the MR
+	// pool's reader (internal/cgroupmem) sees the memory limit from inside
+	// the sandbox (ProtectControlGroups= leaves the cgroup readable).
+	step("cgroup-limits", func() (string, error) {
+		l, err := cgroupmem.Own()
+		if err != nil {
+			return "", err
+		}
+		if !l.Limited || l.Max != 512<<20 {
+			return "", fmt.Errorf("memory limit seen from the sandbox %+v, want MemoryMax=512M", l)
+		}
+		cg, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return "", err
+		}
+		_, path, _ := strings.Cut(strings.TrimSpace(string(cg)), "0::")
+		pids, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "pids.max"))
+		if err != nil {
+			return "", err
+		}
+		if got := strings.TrimSpace(string(pids)); got != "256" {
+			return "", fmt.Errorf("pids.max %s, want TasksMax=256", got)
+		}
+		return fmt.Sprintf("memory.max %d in %s (%d in use), pids.max 256", l.Max, l.Cgroup, l.Current), nil
 	})
 	step("af-unix-dbus", func() (string, error) {
 		c, err := dbus.ConnectSystemBus()

@@ -243,8 +243,9 @@ func (p *Pool) openDevice(name string) (*DevicePool, error) {
 
 // cgroupReserve is the room left in the memory cgroup for rdmad itself
 // when the pool plans what it registers: the soak's peak RSS at 4,096 peers
-// (the most a node probes) with margin (docs/BENCHMARKS.md, "Soak").
-const cgroupReserve = 64 << 20
+// (the most a node probes), 158 MiB, with margin (docs/BENCHMARKS.md,
+// "Soak"). The unit's MemoryMax= of 512 MiB leaves about 300 MiB of pool.
+const cgroupReserve = 192 << 20
 
 // checkCgroup refuses a device whose classes do not fit in what the memory
 // cgroup (the unit's MemoryMax=) leaves, less cgroupReserve: registered

@@ -344,8 +344,8 @@ func TestAddDeviceCgroupBudget(t *testing.T) {
 	}
 	p.cfg.memlock = func() (verbs.MemlockStatus, error) { return verbs.MemlockStatus{Unlimited: true}, nil }
 	p.cfg.memcg = func() (cgroupmem.Limit, error) {
-		// 72 MiB limit, 4 MiB used: 68 MiB left, 4 MiB after the reserve.
-		return cgroupmem.Limit{Limited: true, Max: 72 << 20, Current: 4 << 20, Cgroup: "/system.slice/rdmad.service"}, nil
+		// 200 MiB limit, 4 MiB used: 196 MiB left, 4 MiB after the reserve.
+		return cgroupmem.Limit{Limited: true, Max: 200 << 20, Current: 4 << 20, Cgroup: "/system.slice/rdmad.service"}, nil
 	}
 	err = p.AddDevice("rxe0")
 	var be *BudgetError
