@@ -158,10 +158,11 @@ func (b *bugReport) tool(ctx context.Context, item string, max int, name string,
 	b.addCapped(item, out, err)
 }
 
-// jsonItem adds v as indented JSON, or the error that kept it.
+// jsonItem adds v, rdmad's answer, as indented JSON, or the error that
+// kept it.
 func (b *bugReport) jsonItem(name string, v any, err error) {
 	if err != nil {
-		b.add(name, nil, fmt.Errorf("rdmad did not answer: %w", err))
+		b.add(name, nil, fmt.Errorf("ask rdmad: %w", err))
 		return
 	}
 	data, err := json.MarshalIndent(v, "", "  ")
@@ -431,9 +432,16 @@ func (b *bugReport) collect(ctx context.Context, g *globals, c *client.Client, s
 	down := g.socketErr
 	if down == nil {
 		raw, err := c.StatusRaw(ctx)
-		if err != nil {
-			down = err
-		} else {
+		var notRunning *client.NotRunningError
+		switch {
+		case errors.As(err, &notRunning) || errors.Is(err, context.DeadlineExceeded):
+			down = err // nothing answers, or it hangs: not asked again
+		case err != nil:
+			// It answered, but not with a status (too large, an
+			// error): the other questions may still be answered.
+			b.add("status.json", nil, fmt.Errorf("ask rdmad for its status: %w", err))
+			versions += fmt.Sprintf("rdmad: no status (%v)\n", err)
+		default:
 			b.add("status.json", append(bytes.TrimSpace(raw), '\n'), nil)
 			var s struct {
 				Version string `json:"version"`
@@ -457,7 +465,7 @@ func (b *bugReport) collect(ctx context.Context, g *globals, c *client.Client, s
 	} else {
 		_, raw, err := c.HealthRaw(ctx)
 		if err != nil {
-			b.add("health.json", nil, fmt.Errorf("rdmad did not answer: %w", err))
+			b.add("health.json", nil, fmt.Errorf("ask rdmad for its health: %w", err))
 		} else {
 			b.add("health.json", append(bytes.TrimSpace(raw), '\n'), nil)
 		}

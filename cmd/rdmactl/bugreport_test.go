@@ -261,6 +261,7 @@ func TestBugreportHugeAnswer(t *testing.T) {
 			}
 			io.WriteString(w, `"}`)
 		},
+		"GET /v1/health": answer(t, apitype.Health{}),
 	})
 	out := filepath.Join(t.TempDir(), "r.tar.gz")
 	code, stdout, stderr := rdmactl(t, "--socket", sock, "bugreport", "-o", out)
@@ -268,7 +269,10 @@ func TestBugreportHugeAnswer(t *testing.T) {
 		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
 	}
 	got := untar(t, out)
-	if !strings.Contains(got["MANIFEST"], "failed    status.json") || len(got["status.json"]) > 4096 {
+	if !strings.Contains(got["MANIFEST"], "ok        health.json") {
+		t.Errorf("the other answers were not collected after the huge one:\n%s", got["MANIFEST"])
+	}
+	if !strings.Contains(got["MANIFEST"], "failed    status.json") || !strings.Contains(got["status.json"], "32 MiB") || len(got["status.json"]) > 4096 {
 		t.Errorf("status.json: %d bytes; MANIFEST:\n%s", len(got["status.json"]), got["MANIFEST"])
 	}
 	for name, body := range got {
