@@ -215,11 +215,18 @@ func (b *bugReport) configFiles(fromStatus []string) []string {
 	return files
 }
 
+// configPathOK reports whether f may be read as a configuration file: an
+// absolute, clean *.toml under confDir. Whatever answers on the socket
+// names the files, and rdmactl may run as root.
+func (b *bugReport) configPathOK(f string) bool {
+	return filepath.IsAbs(f) && filepath.Clean(f) == f && strings.HasPrefix(f, b.confDir) && strings.HasSuffix(f, ".toml")
+}
+
 func (b *bugReport) collectConfig(ctx context.Context, fromStatus []string, mainPath string) {
 	for _, f := range b.configFiles(fromStatus) {
 		name := "config" + filepath.Clean("/"+f)
 		clean := filepath.Clean(f)
-		if !filepath.IsAbs(f) || clean != f || !strings.HasPrefix(clean, b.confDir) || !strings.HasSuffix(clean, ".toml") {
+		if !b.configPathOK(f) {
 			b.add(name, nil, fmt.Errorf("%q is not a *.toml file under %s: not read", f, b.confDir))
 			continue
 		}
@@ -232,7 +239,8 @@ func (b *bugReport) collectConfig(ctx context.Context, fromStatus []string, main
 		r.Write(redactTOML(c.Bytes()))
 		b.addCapped(name, r, nil)
 	}
-	if mainPath == "" {
+	if !b.configPathOK(mainPath) {
+		// Its errors quote the file: only a configuration file.
 		mainPath = filepath.Join(b.confDir, "rdmad.toml")
 	}
 	// Whether the files on disk now would be accepted: status.json's

@@ -282,6 +282,19 @@ func TestBugreportHugeAnswer(t *testing.T) {
 	}
 }
 
+func TestBugreportConfigPaths(t *testing.T) {
+	b := &bugReport{confDir: "/etc/rdmad/"}
+	for p, ok := range map[string]bool{
+		"/etc/rdmad/rdmad.toml": true, "/etc/rdmad/rdmad.d/10-a.toml": true,
+		"/etc/shadow": false, "/etc/rdmad/../shadow.toml": false, "/etc/rdmad/fleet.key": false,
+		"etc/rdmad/rdmad.toml": false, "/etc/rdmadx/rdmad.toml": false, "": false,
+	} {
+		if got := b.configPathOK(p); got != ok {
+			t.Errorf("configPathOK(%q) = %v, want %v", p, got, ok)
+		}
+	}
+}
+
 func TestRedactTOML(t *testing.T) {
 	in := "[probe]\nkey_file = \"/etc/rdmad/fleet.key\"\nkey = \"abc\"\npsk_key=\"x\"\n\"Secret\" = 1\n# password = kept in a comment\nname = \"token-free\"\nsession_password = 'p'"
 	want := "[probe]\nkey_file = \"/etc/rdmad/fleet.key\"\nkey = \"(redacted by rdmactl bugreport)\"\npsk_key= \"(redacted by rdmactl bugreport)\"\n\"Secret\" = \"(redacted by rdmactl bugreport)\"\n# password = kept in a comment\nname = \"token-free\"\nsession_password = \"(redacted by rdmactl bugreport)\""
