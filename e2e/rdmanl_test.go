@@ -12,10 +12,19 @@ import (
 
 // RDMA netlink policies on Soft-RoCE (issue #28 item 1): [policy.rdma]
 // adaptive_moderation turns CQ DIM on for rxe0, as `rdma dev show` reports
-// it, and comes back after the device is deleted and added again.
+// it, and comes back after the device is deleted and added again;
+// optional_counters on rxe0/1 are unsupported (rxe offers none), logged
+// once; qp_counters = "auto" is set as far as the kernel lets it.
 
 // rdmaTarget returns the state of the rdma target of policy on object.
 func rdmaTarget(t *testing.T, policy, object string) string {
+	t.Helper()
+	return policyTarget(t, policy, "rdma", object)
+}
+
+// policyTarget returns the state and error of the target kind of policy
+// on object, "absent" when status has none.
+func policyTarget(t *testing.T, policy, kind, object string) string {
 	t.Helper()
 	out, _ := run("rdmactl", "--json", "status") // exit 3 while degraded
 	var s struct {
@@ -33,7 +42,7 @@ func rdmaTarget(t *testing.T, policy, object string) string {
 	}
 	for _, p := range s.Policy.Policies {
 		for _, tg := range p.Targets {
-			if p.Name == policy && tg.Kind == "rdma" && tg.Object == object {
+			if p.Name == policy && tg.Kind == kind && tg.Object == object {
 				return tg.State + " " + tg.Error
 			}
 		}
@@ -79,5 +88,102 @@ func TestRDMAAdaptiveModeration(t *testing.T) {
 	mustRun(t, "rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "eth0")
 	waitFor(t, 30*time.Second, "adaptive moderation on again after rdma link add", func() (bool, string) {
 		return dimOn(), rdmaTarget(t, "e2e-rdma", "rxe0") + "; rdma -d dev show: " + lastShow
+	})
+}
+
+// unsupportedLogged counts rdmad's journal entries since since that say
+// the kind target on object is unsupported.
+func unsupportedLogged(t *testing.T, since, kind, object string) int {
+	t.Helper()
+	out := mustRun(t, "journalctl", "-u", "rdmad", "--since", since, "--no-pager", "-o", "cat", "KIND="+kind, "OBJECT="+object)
+	return strings.Count(out, "policy setting unsupported here")
+}
+
+func TestRDMAStatisticCounters(t *testing.T) {
+	peersOther(t)
+	healthDiag(t)
+	waitActive(t)
+	t.Cleanup(func() { waitHealthy(t, 120*time.Second) })
+	const port = "rxe0/1"
+	var lastMode string
+	qpAuto := func() bool {
+		out, err := run("rdma", "statistic", "qp", "mode", "link", port)
+		lastMode = strings.TrimSpace(out)
+		return err == nil && strings.Contains(out, "auto type on")
+	}
+	run("rdma", "statistic", "qp", "set", "link", port, "auto", "off")
+	qpAuto()
+	t.Logf("before: rdma statistic qp mode link %s: %s", port, lastMode)
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	const dropin = "/etc/rdmad/rdmad.d/60-e2e-counters.toml"
+	// Renamed into place: rdmad watches the directory, and a load that
+	// saw the file half written would drop the target and log it anew.
+	if err := os.WriteFile(dropin+".tmp", []byte("[[policy]]\nname = \"e2e-counters\"\ndevices = [\"rxe0\"]\n[policy.rdma]\noptional_counters = [\"cc_rx_ce_pkts\"]\nqp_counters = \"auto\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dropin+".tmp", dropin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(dropin)
+		run("rdmactl", "reload")
+		run("rdma", "statistic", "qp", "set", "link", port, "auto", "off")
+	})
+	mustRun(t, "rdmactl", "reload")
+
+	// rxe has hardware counters but none optional: unsupported, with the
+	// reason, and not an error.
+	waitFor(t, 30*time.Second, "optional_counters on "+port+" unsupported", func() (bool, string) {
+		st := policyTarget(t, "e2e-counters", "optional_counters", port)
+		return strings.HasPrefix(st, "unsupported ") && strings.Contains(st, "optional counters"), st
+	})
+	var qp string
+	waitFor(t, 30*time.Second, "qp_counters on "+port+" settled", func() (bool, string) {
+		qp = policyTarget(t, "e2e-counters", "qp_counters", port)
+		return strings.HasPrefix(qp, "in-sync") || strings.HasPrefix(qp, "applied") || strings.HasPrefix(qp, "unsupported "), qp
+	})
+	// More passes: the refusals are not asked again nor logged again.
+	for i := 0; i < 3; i++ {
+		run("rdmactl", "policy", "apply") // exit 3 when another target differs
+	}
+	if st := policyTarget(t, "e2e-counters", "optional_counters", port); !strings.HasPrefix(st, "unsupported ") {
+		t.Errorf("optional_counters after more passes: %s", st)
+	}
+	if n := unsupportedLogged(t, since, "optional_counters", port); n != 1 {
+		t.Errorf("optional_counters unsupported logged %d times since %s, want once", n, since)
+	}
+
+	qpAuto()
+	t.Logf("qp_counters target: %s; rdma statistic qp mode link %s: %s", qp, port, lastMode)
+	if strings.HasPrefix(qp, "unsupported ") {
+		// The kernel refused the auto mode on rxe: reported once, the
+		// port left as it was.
+		if n := unsupportedLogged(t, since, "qp_counters", port); n != 1 {
+			t.Errorf("qp_counters unsupported logged %d times, want once", n)
+		}
+		if qpAuto() {
+			t.Errorf("qp_counters unsupported, yet rdma shows auto: %s", lastMode)
+		}
+		return
+	}
+	if !qpAuto() {
+		t.Fatalf("qp_counters %s, but rdma statistic qp mode link %s: %s", qp, port, lastMode)
+	}
+	// Drift: an outside change is reverted.
+	mustRun(t, "rdma", "statistic", "qp", "set", "link", port, "auto", "off")
+	run("rdmactl", "policy", "apply")
+	waitFor(t, 30*time.Second, "QP counter auto mode back after auto off", func() (bool, string) {
+		return qpAuto(), policyTarget(t, "e2e-counters", "qp_counters", port) + "; rdma: " + lastMode
+	})
+	// Gone with the device, back with it.
+	mustRun(t, "rdma", "link", "del", "rxe0")
+	t.Cleanup(func() {
+		if _, err := run("rdma", "dev", "show", "rxe0"); err != nil {
+			run("rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "eth0")
+		}
+	})
+	mustRun(t, "rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "eth0")
+	waitFor(t, 30*time.Second, "QP counter auto mode again after rdma link add", func() (bool, string) {
+		return qpAuto(), policyTarget(t, "e2e-counters", "qp_counters", port) + "; rdma: " + lastMode
 	})
 }

@@ -112,6 +112,10 @@ type Reconciler struct {
 	// nicUnsupported does the same per ethtool group target ("rings
 	// ens1f0").
 	nicUnsupported map[string]int
+	// rdmaUnsupported does the same per RDMA port target
+	// ("optional_counters mlx5_0/1"), by the RDMA device's index, which
+	// the kernel renews when the device comes back; nil until needed.
+	rdmaUnsupported map[string]uint32
 	// overridden is what the last applying pass found overridden
 	// (Desired.Overridden), for status.
 	overridden []apitype.Override
@@ -193,6 +197,7 @@ func (r *Reconciler) Overridden() []apitype.Override { return r.overridden }
 func (r *Reconciler) Forget() {
 	r.unsupported = map[string]int{}
 	r.nicUnsupported = map[string]int{}
+	r.rdmaUnsupported = nil
 }
 
 // Pass reconciles the objects in sc among the RDMA ports given and the
@@ -256,6 +261,12 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			}
 			r.log.Warn(msg, apitype.MessageIDKey, apitype.MsgDriftDetected,
 				"policy", src.Policy, "kind", kind, "object", object, "desired", t.Desired, "actual", t.Actual)
+		case t.State == apitype.Unsupported && (!ok || prev.t.State != t.State || prev.t.Error != t.Error):
+			// Once: the kernel's or driver's answer does not change
+			// from pass to pass (a setting that is not asked again, or
+			// one whose refusal is steady).
+			r.log.Warn("policy setting unsupported here; rdmad leaves it alone", "policy", src.Policy,
+				"kind", kind, "object", object, "desired", t.Desired, "err", t.Error)
 		case ok && prev.t.State != t.State:
 			attrs := []any{"policy", src.Policy, "kind", kind, "object", object, "state", t.State, "desired", t.Desired, "actual", t.Actual}
 			if t.Error != "" {
@@ -317,8 +328,25 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		if !ok || !sc.port(p) {
 			continue
 		}
-		t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
-		record(w.RoCESrc, "roce", p.String(), t, cs)
+		if w.RoCE {
+			t, cs := r.checkRoCE(p, w, apply && !w.RoCESrc.Observe)
+			record(w.RoCESrc, "roce", p.String(), t, cs)
+		}
+		if w.Counters == nil && w.QPCounters == "" {
+			continue
+		}
+		if !rdmaDumped && r.rdma != nil {
+			rdmaDevs, rdmaErr = r.rdma.Devices()
+			rdmaDumped = true
+		}
+		if w.Counters != nil {
+			t, cs := r.checkCounters(p, *w.Counters, rdmaDevs, rdmaErr, apply && !w.CountersSrc.Observe)
+			record(w.CountersSrc, "optional_counters", p.String(), t, cs)
+		}
+		if w.QPCounters != "" {
+			t, cs := r.checkQPCounters(p, w.QPCounters, rdmaDevs, rdmaErr, apply && !w.QPSrc.Observe)
+			record(w.QPSrc, "qp_counters", p.String(), t, cs)
+		}
 	}
 	if sc == nil && d.RDMA.NetnsMode != "" {
 		t, cs := r.checkNetnsMode(d.RDMA.NetnsMode, apply)
@@ -363,7 +391,7 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		if seen[key] {
 			continue
 		}
-		inScope := sc == nil || sc.Netdevs[e.t.Object] || (e.t.Kind == "roce" && sc.Devices[deviceOf(e.t.Object)]) ||
+		inScope := sc == nil || sc.Netdevs[e.t.Object] || (portKind(e.t.Kind) && sc.Devices[deviceOf(e.t.Object)]) ||
 			((e.t.Kind == "firmware" || e.t.Kind == "rdma") && sc.Devices[e.t.Object])
 		_, ok := want.Matches[e.policy]
 		if e.t.Kind == "memlock" || e.policy == rdmaPolicy {
@@ -374,6 +402,12 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 		}
 	}
 	return changes, r.status(d, want)
+}
+
+// portKind reports whether targets of kind are per RDMA port (object
+// "dev/port").
+func portKind(kind string) bool {
+	return kind == "roce" || kind == "optional_counters" || kind == "qp_counters"
 }
 
 func deviceOf(object string) string {

@@ -46,6 +46,13 @@ type Rule struct {
 	// AdaptiveModeration is the RDMA devices' CQ adaptive interrupt
 	// moderation (DIM) over RDMA netlink; nil leaves it unmanaged.
 	AdaptiveModeration *bool
+	// OptionalCounters are the optional hardware counters the selected
+	// ports should have enabled, sorted, every other optional counter
+	// off; empty turns them all off, nil leaves them unmanaged.
+	OptionalCounters *[]string
+	// QPCounters is the selected ports' QP counter mode
+	// (rdmanl.QPCountersAuto or QPCountersOff); "" leaves it unmanaged.
+	QPCounters string
 }
 
 // An ECNRule is what a Rule wants of DCQCN on its netdevs: the priorities
@@ -121,6 +128,14 @@ type PortWant struct {
 	ToS     *int   // nil: unmanaged
 	Mode    string // "", "v1" or "v2"
 	RoCESrc Source
+	// RoCE says whether a [policy.roce] is in charge of the port (ToS
+	// and Mode may both be unset by one that only selects).
+	RoCE bool
+	// Counters are the optional counters to enable (nil: unmanaged).
+	Counters    *[]string
+	CountersSrc Source
+	QPCounters  string // "": unmanaged
+	QPSrc       Source
 }
 
 // Desired is the resolved policy for every matched object.
@@ -146,9 +161,9 @@ type Desired struct {
 // several policies set the same thing on the same object, the later one in
 // configuration order wins (drop-ins are merged after the main file, so a
 // drop-in overrides it); MTU, [policy.qos], [policy.ecn], [policy.roce],
-// [policy.rings], [policy.channels], [policy.coalesce] and firmware are
-// resolved separately (a table as a whole: a later [policy.rings] with
-// only rx leaves tx unmanaged).
+// [policy.rings], [policy.channels], [policy.coalesce], firmware and each
+// [policy.rdma] key are resolved separately (a table as a whole: a later
+// [policy.rings] with only rx leaves tx unmanaged).
 func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 	d := Desired{Netdevs: map[string]NetdevWant{}, Ports: map[Port]PortWant{}, Devices: map[string]DeviceWant{}, Matches: map[string][]string{}}
 	for _, p := range policies {
@@ -210,14 +225,25 @@ func Resolve(policies []Rule, netdevs []string, ports []Port) Desired {
 				d.Matches[p.Name] = append(d.Matches[p.Name], pt.Device)
 			}
 		}
-		if p.RoCE != nil {
+		if p.RoCE != nil || p.OptionalCounters != nil || p.QPCounters != "" {
 			for _, pt := range ports {
 				if !anyMatch(p.Devices, pt.Device) && !(pt.Netdev != "" && anyMatch(p.Netdevs, pt.Netdev)) {
 					continue
 				}
-				prev, had := d.Ports[pt]
-				d.override(had, prev.RoCESrc, "roce", pt.String(), p.Name)
-				d.Ports[pt] = PortWant{ToS: p.RoCE.ToS, Mode: p.RoCE.Mode, RoCESrc: src}
+				w := d.Ports[pt]
+				if p.RoCE != nil {
+					d.override(w.RoCE, w.RoCESrc, "roce", pt.String(), p.Name)
+					w.ToS, w.Mode, w.RoCESrc, w.RoCE = p.RoCE.ToS, p.RoCE.Mode, src, true
+				}
+				if p.OptionalCounters != nil {
+					d.override(w.Counters != nil, w.CountersSrc, "optional_counters", pt.String(), p.Name)
+					w.Counters, w.CountersSrc = p.OptionalCounters, src
+				}
+				if p.QPCounters != "" {
+					d.override(w.QPCounters != "", w.QPSrc, "qp_counters", pt.String(), p.Name)
+					w.QPCounters, w.QPSrc = p.QPCounters, src
+				}
+				d.Ports[pt] = w
 				d.Matches[p.Name] = append(d.Matches[p.Name], pt.String())
 			}
 		}

@@ -45,7 +45,7 @@ func TestResolve(t *testing.T) {
 			}},
 		},
 		Ports: map[Port]PortWant{
-			{"mlx5_1", 1, "ens1f1"}: {ToS: &tos, Mode: "v2", RoCESrc: enforce("roce")},
+			{"mlx5_1", 1, "ens1f1"}: {ToS: &tos, Mode: "v2", RoCESrc: enforce("roce"), RoCE: true},
 		},
 		Devices: map[string]DeviceWant{
 			"mlx5_0": {Firmware: ">=22.39.1002", FirmwareSrc: enforce("fw")},

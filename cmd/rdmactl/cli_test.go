@@ -64,7 +64,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"doctor", "--", "--json"}, "rdmactl doctor: --json is rdmactl's own flag: give it before --\n"},
 		{[]string{"--interval", "5s", "doctor"}, "rdmactl: --interval is a flag of doctor: give it after the command, e.g. rdmactl doctor --interval 5s\n"},
 		{[]string{"stauts"}, `rdmactl: unknown command "stauts"; did you mean status?`},
-		{[]string{"bogus"}, `rdmactl: unknown command "bogus"; the commands are status, check, reload, policy, peers, qos, probe, bw, doctor, watch, resources, version, help` + "\n"},
+		{[]string{"bogus"}, `rdmactl: unknown command "bogus"; the commands are status, check, reload, policy, peers, qos, probe, bw, doctor, bugreport, watch, resources, version, help` + "\n"},
 		{[]string{"help", "bogus"}, `rdmactl: unknown command "bogus"`},
 		{[]string{"policy"}, "rdmactl policy: say which: `rdmactl policy diff`"},
 		{[]string{"policy", "dif"}, `rdmactl policy: unknown action "dif"; did you mean diff?`},

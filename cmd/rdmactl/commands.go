@@ -244,6 +244,29 @@ func init() {
 			run:           cmdDoctor,
 		},
 		{
+			name:    "bugreport",
+			summary: "collect rdmad's state, the journal and the host's RDMA setup into one archive for a ticket",
+			help: "Write one archive (a gzip'd tar, mode 0600) for a support ticket: rdmad's status (with the peers), health, " +
+				"policy diff and resources as JSON, rdmactl doctor --json, the versions, the configuration files " +
+				"(secrets redacted: key_file stays a path, the key is never read) and rdmad --check-config's verdict on them, " +
+				"the unit's journal for --since, rdma dev/link/system show and ibv_devinfo -v where installed, the RDMA " +
+				"devices' sysfs (the inventory), the kernel and OS release, and a MANIFEST listing each item, what failed and why. " +
+				"When rdmad does not answer it collects the rest and says so. The output (default " +
+				"./rdmad-bugreport-HOST-TIME.tar.gz, --dir: a directory) must not exist: an existing file or symlink is refused, never " +
+				"written through. Every item is bounded in size; each tool runs without a shell and is killed after 20s. " +
+				"Root sees the most (the journal, the configuration).",
+			exits: "0 written (some items may have failed: MANIFEST says); 1 the output could not be written (it exists, " +
+				"or the directory is not writable); 2 usage",
+			flags: []flagDef{
+				{long: "output", short: "o", arg: "PATH", eg: "/tmp/ticket-1234.tar.gz", files: true, help: "where to write it; must not exist (default ./rdmad-bugreport-HOST-TIME.tar.gz)"},
+				{long: "dir", help: "write a directory of files instead of an archive"},
+				{long: "since", arg: "DURATION", eg: "24h", help: "how much of rdmad's journal to include (default 24h, up to 744h)"},
+			},
+			daemon:        true,
+			withoutDaemon: true,
+			run:           cmdBugreport,
+		},
+		{
 			name:    "watch",
 			summary: "print state changes as they happen, until interrupted",
 			help: "Print rdmad's state changes as they happen, one line each (--json: the stream's JSON lines), " +

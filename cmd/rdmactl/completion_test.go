@@ -99,7 +99,7 @@ func TestCompletionsOfferTheCommands(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\t'([a-z]*):`).FindAllStringSubmatch(completion(t, "zsh"), -1) {
 		fromZsh = append(fromZsh, m[1])
 	}
-	want := "status check reload policy peers qos probe bw doctor watch resources version help"
+	want := "status check reload policy peers qos probe bw doctor bugreport watch resources version help"
 	for name, got := range map[string]string{"rdmactl help": strings.Join(fromHelp, " "), "bash": m[1], "zsh": strings.Join(fromZsh, " ")} {
 		if got != want {
 			t.Errorf("%s offers %q, want %q", name, got, want)
@@ -124,7 +124,7 @@ func TestBashCompletion(t *testing.T) {
 	cases := []struct{ words, want string }{
 		// packaging/check's cases.
 		{"rdmactl st", "status"},
-		{"rdmactl --json ''", "status check reload policy peers qos probe bw doctor watch resources version help"},
+		{"rdmactl --json ''", "status check reload policy peers qos probe bw doctor bugreport watch resources version help"},
 		{"rdmactl status ''", ""},
 		{"rdmactl --j", "--json"},
 		{"rdmactl policy ''", "diff apply"},
@@ -274,7 +274,7 @@ func TestZshCompletion(t *testing.T) {
 	t.Run("cases", func(t *testing.T) {
 		for _, c := range []struct{ line, want string }{
 			{"rdmactl st", "status"},
-			{"rdmactl ", "status check reload policy peers qos probe bw doctor watch resources version help"},
+			{"rdmactl ", "status check reload policy peers qos probe bw doctor bugreport watch resources version help"},
 			{"rdmactl policy ", "diff apply"},
 			{"rdmactl policy diff ", ""},
 			{"rdmactl doctor --i", "--interval"},

@@ -54,6 +54,15 @@ type RDMA struct {
 	// AdaptiveModeration is CQ adaptive interrupt moderation (DIM, what
 	// `rdma dev set <dev> adaptive-moderation on` sets).
 	AdaptiveModeration *bool `toml:"adaptive_moderation"`
+	// OptionalCounters are the optional hardware counters enabled on each
+	// matched port, every other optional counter off (what `rdma
+	// statistic set link <dev>/<port> optional-counters a,b` sets); []
+	// turns them all off, absent leaves them alone.
+	OptionalCounters *[]string `toml:"optional_counters"`
+	// QPCounters is the ports' QP counter mode: "auto" binds each new QP
+	// to a counter per QP type (`rdma statistic qp set link ... auto type
+	// on`), "off" turns the auto mode off; "" leaves it alone.
+	QPCounters string `toml:"qp_counters"`
 }
 
 // RDMASystem holds [rdma]: node-wide settings of the RDMA subsystem.
@@ -147,13 +156,37 @@ func (p *Policy) validateDepth(k *checker, key func(...string) string) {
 			k.bad(f, key(tb.name), "[policy.%s] sets nothing; set %s, or remove the table", tb.name, tb.example)
 		}
 	}
-	if p.RDMA != nil && p.RDMA.AdaptiveModeration == nil {
-		k.bad(f, key("rdma"), "[policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table")
+	if p.RDMA != nil {
+		p.RDMA.validate(k, f, key)
 	}
 	if p.Firmware != "" {
 		if _, err := firmware.Parse(p.Firmware); err != nil {
 			k.bad(f, key("firmware"), "%v", err)
 		}
+	}
+}
+
+func (r *RDMA) validate(k *checker, f string, key func(...string) string) {
+	if r.AdaptiveModeration == nil && r.OptionalCounters == nil && r.QPCounters == "" {
+		k.bad(f, key("rdma"), "[policy.rdma] sets nothing; set adaptive_moderation = true (or false), optional_counters = [\"cc_rx_ce_pkts\"], qp_counters = \"auto\", or remove the table")
+	}
+	switch r.QPCounters {
+	case "", rdmanl.QPCountersAuto, rdmanl.QPCountersOff:
+	default:
+		k.bad(f, key("rdma", "qp_counters"), "%q is not a QP counter mode; use %q (a counter per QP type, bound automatically) or %q", r.QPCounters, rdmanl.QPCountersAuto, rdmanl.QPCountersOff)
+	}
+	if r.OptionalCounters == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, n := range *r.OptionalCounters {
+		switch {
+		case n == "" || strings.ContainsAny(n, ", \t\n/"):
+			k.bad(f, key("rdma", "optional_counters"), "%q is not a counter name; list names as rdma statistic show link prints them, one a string (\"cc_rx_ce_pkts\")", n)
+		case seen[n]:
+			k.bad(f, key("rdma", "optional_counters"), "%q is listed twice", n)
+		}
+		seen[n] = true
 	}
 }
 

@@ -42,6 +42,19 @@ name = "dim"
 devices = ["mlx5_*"]
 [policy.rdma]
 adaptive_moderation = true
+
+[[policy]]
+name = "counters"
+devices = ["mlx5_*"]
+[policy.rdma]
+optional_counters = ["cc_rx_cnp_pkts", "cc_rx_ce_pkts"]
+qp_counters = "auto"
+
+[[policy]]
+name = "no-counters"
+devices = ["rxe*"]
+[policy.rdma]
+optional_counters = []
 `})
 	cfg, err := Load(p)
 	if err != nil {
@@ -58,6 +71,12 @@ adaptive_moderation = true
 	}
 	if am := rules[2].AdaptiveModeration; am == nil || !*am || rules[0].AdaptiveModeration != nil {
 		t.Errorf("adaptive_moderation: %v, %v", rules[2].AdaptiveModeration, rules[0].AdaptiveModeration)
+	}
+	if oc := rules[3].OptionalCounters; oc == nil || !cmp.Equal(*oc, []string{"cc_rx_ce_pkts", "cc_rx_cnp_pkts"}) || rules[3].QPCounters != "auto" {
+		t.Errorf("counters: %v, %q; want sorted names and auto", oc, rules[3].QPCounters)
+	}
+	if oc := rules[4].OptionalCounters; oc == nil || len(*oc) != 0 || rules[4].QPCounters != "" || rules[2].OptionalCounters != nil {
+		t.Errorf("optional_counters = [] is %v (want empty, not unmanaged); unset is %v", oc, rules[2].OptionalCounters)
 	}
 	if rules[0].Firmware != ">=22.39.1002" || rules[1].Firmware != "22.39.1002" || rules[1].NIC != nil || rules[1].QoS != nil {
 		t.Errorf("rules = %+v", rules)
@@ -97,7 +116,14 @@ func TestLoadDepthErrors(t *testing.T) {
 			`D/rdmad.toml:4: policy "p".coalesce: [policy.coalesce] sets nothing; set rx_usecs = 8, tx_usecs = 16, adaptive_rx = true, or remove the table`,
 		}},
 		{"empty rdma", head + "[policy.rdma]\n", []string{
-			`D/rdmad.toml:4: policy "p".rdma: [policy.rdma] sets nothing; set adaptive_moderation = true (or false), or remove the table`,
+			`D/rdmad.toml:4: policy "p".rdma: [policy.rdma] sets nothing; set adaptive_moderation = true (or false), optional_counters = ["cc_rx_ce_pkts"], qp_counters = "auto", or remove the table`,
+		}},
+		{"qp_counters", head + "[policy.rdma]\nqp_counters = \"on\"\n", []string{
+			`D/rdmad.toml:5: policy "p".rdma.qp_counters: "on" is not a QP counter mode; use "auto" (a counter per QP type, bound automatically) or "off"`,
+		}},
+		{"optional_counters", head + "[policy.rdma]\noptional_counters = [\"a,b\", \"c\", \"c\"]\n", []string{
+			`D/rdmad.toml:5: policy "p".rdma.optional_counters: "a,b" is not a counter name; list names as rdma statistic show link prints them, one a string ("cc_rx_ce_pkts")`,
+			`D/rdmad.toml:5: policy "p".rdma.optional_counters: "c" is listed twice`,
 		}},
 		{"firmware", head + "firmware = \"latest\"\n", []string{
 			`D/rdmad.toml:4: policy "p".firmware: firmware "latest": "latest" is not a dotted version of decimal numbers; write a version such as "22.39.1002" or ">=22.39.1002"`,

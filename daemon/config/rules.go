@@ -26,6 +26,15 @@ func (p Policy) Rule() policy.Rule {
 	r.NIC, r.Firmware = p.nicRule(), p.Firmware
 	if p.RDMA != nil {
 		r.AdaptiveModeration = p.RDMA.AdaptiveModeration
+		if oc := p.RDMA.OptionalCounters; oc != nil {
+			names := slices.Clone(*oc)
+			if names == nil {
+				names = []string{}
+			}
+			slices.Sort(names)
+			r.OptionalCounters = &names
+		}
+		r.QPCounters = p.RDMA.QPCounters
 	}
 	if p.RoCE != nil {
 		r.RoCE = &policy.RoCERule{ToS: p.RoCE.TOS, Mode: p.RoCE.Mode}

@@ -4,7 +4,7 @@
 # go test ./cmd/rdmactl -run TestCompletionFiles -update
 _rdmactl() {
 	local cur prev words cword split
-	local commands='status check reload policy peers qos probe bw doctor watch resources version help'
+	local commands='status check reload policy peers qos probe bw doctor bugreport watch resources version help'
 	_init_completion -s || return
 
 	# The socket on the line, for the live values (rdmactl __complete).
@@ -18,7 +18,7 @@ _rdmactl() {
 
 	# The value of a flag.
 	case $prev in
-	--socket | -s)
+	--socket | -s | --output | -o)
 		_filedir
 		return
 		;;
@@ -38,7 +38,7 @@ _rdmactl() {
 		COMPREPLY=($(compgen -W 'unknown up degraded down' -- "$cur"))
 		return
 		;;
-	--timeout | --size | --duration | --interval)
+	--timeout | --size | --duration | --interval | --since)
 		return
 		;;
 	esac
@@ -49,7 +49,7 @@ _rdmactl() {
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s | --format | --group | --op | --state | --timeout | --size | --duration | --interval) ((i++)) ;;
+		--socket | -s | --output | -o | --format | --group | --op | --state | --timeout | --size | --duration | --interval | --since) ((i++)) ;;
 		-*) ;;
 		*)
 			if [ -z "$cmd" ]; then
@@ -69,6 +69,7 @@ _rdmactl() {
 		peers) flags='--state --group --socket --json --full --help' ;;
 		bw) flags='--op --size --duration --socket --json --full --help' ;;
 		doctor) flags='--interval --socket --json --full --help' ;;
+		bugreport) flags='--output --dir --since --socket --json --full --help' ;;
 		*) flags='--socket --json --full --help' ;;
 		esac
 		COMPREPLY=($(compgen -W "$flags" -- "$cur"))

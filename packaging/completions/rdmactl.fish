@@ -31,6 +31,7 @@ complete -c rdmactl -n __fish_use_subcommand -a qos -d 'the DCB state of the RoC
 complete -c rdmactl -n __fish_use_subcommand -a probe -d 'probe a configured peer now (root or admin_group)'
 complete -c rdmactl -n __fish_use_subcommand -a bw -d 'an RC bandwidth test to another rdmad node: Gb/s and messages/s (root or admin_group)'
 complete -c rdmactl -n __fish_use_subcommand -a doctor -d 'the RDMA troubleshooting checks, each with its fix'
+complete -c rdmactl -n __fish_use_subcommand -a bugreport -d 'collect rdmad\'s state, the journal and the host\'s RDMA setup into one archive for a ticket'
 complete -c rdmactl -n __fish_use_subcommand -a watch -d 'print state changes as they happen, until interrupted'
 complete -c rdmactl -n __fish_use_subcommand -a resources -d 'who pins memory: QPs, CQs, MRs, PDs and pinned bytes per process and device'
 complete -c rdmactl -n __fish_use_subcommand -a version -d 'rdmactl\'s and rdmad\'s versions'
@@ -70,5 +71,10 @@ complete -c rdmactl -n '__fish_seen_subcommand_from bw' -a '(__rdmactl_live peer
 # doctor
 complete -c rdmactl -n '__fish_seen_subcommand_from doctor' -l interval -x -d 'time between the two counter reads of the rising-counter checks (default 2s, 0 to 10s; 0 skips them)'
 
+# bugreport
+complete -c rdmactl -n '__fish_seen_subcommand_from bugreport' -s o -l output -r -F -d 'where to write it; must not exist (default ./rdmad-bugreport-HOST-TIME.tar.gz)'
+complete -c rdmactl -n '__fish_seen_subcommand_from bugreport' -l dir -d 'write a directory of files instead of an archive'
+complete -c rdmactl -n '__fish_seen_subcommand_from bugreport' -l since -x -d 'how much of rdmad\'s journal to include (default 24h, up to 744h)'
+
 # help
-complete -c rdmactl -n '__fish_seen_subcommand_from help; and not __fish_seen_subcommand_from status check reload policy peers qos probe bw doctor watch resources version help' -a 'status check reload policy peers qos probe bw doctor watch resources version help'
+complete -c rdmactl -n '__fish_seen_subcommand_from help; and not __fish_seen_subcommand_from status check reload policy peers qos probe bw doctor bugreport watch resources version help' -a 'status check reload policy peers qos probe bw doctor bugreport watch resources version help'

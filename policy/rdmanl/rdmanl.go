@@ -1,8 +1,11 @@
 // Package rdmanl applies rdmad's RDMA device policy over RDMA netlink
 // (NETLINK_RDMA, client RDMA_NL_NLDEV): adaptive interrupt moderation of
 // the device's completion queues (RDMA_NLDEV_ATTR_DEV_DIM, what `rdma dev
-// set <dev> adaptive-moderation on|off` sets). The socket is opened as
-// inventory/rdmares opens its own (rdmares.Dial).
+// set <dev> adaptive-moderation on|off` sets), a port's optional hardware
+// counters (`rdma statistic set link <dev>/<port> optional-counters`) and
+// its QP counter auto mode (`rdma statistic qp set link <dev>/<port> auto
+// type on`), and the subsystem's network namespace mode. The socket is
+// opened as inventory/rdmares opens its own (rdmares.Dial).
 //
 // The DIM setting takes effect for completion queues created afterwards;
 // existing ones keep theirs.
@@ -71,6 +74,9 @@ func Dial() (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The kernel's reason for refusing a setting, when it gives one,
+	// comes with the error (best effort: an old kernel has none).
+	_ = nl.SetOption(netlink.ExtendedAcknowledge, true)
 	return NewConn(nl), nil
 }
 
