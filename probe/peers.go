@@ -92,6 +92,8 @@ type mpeer struct {
 	mmLogged string
 	mmLogAt  time.Time
 	mmHeld   int
+	// clock holds the recent clock offset samples of the peer's answers.
+	clock clockFilter
 }
 
 // A pendingQuery is an outstanding control query and its nonce.

@@ -212,6 +212,9 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
 	if p.fp != nil {
 		sp.Fingerprint = p.fp.state
 	}
+	if b, ok := p.clock.best(); ok {
+		sp.ClockOffset, sp.ClockOffsetError, sp.ClockSamples = b.offset, b.err, p.clock.n
+	}
 	if p.addr.IsValid() {
 		if p.addrStr == "" {
 			p.addrStr = p.addr.String()
