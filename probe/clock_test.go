@@ -236,3 +236,30 @@ func TestClockAttacks(t *testing.T) {
 		t.Errorf("queries outstanding %+v; want the one answered from another port alone", p.queried)
 	}
 }
+
+// TestClockEvery: a peer's clock is asked every 15 s, less often above a
+// thousand peers (at most some 67 clock queries a second), and never less
+// often than the resolve interval's refresh.
+func TestClockEvery(t *testing.T) {
+	for _, c := range []struct {
+		peers   int
+		resolve time.Duration
+		want    time.Duration
+	}{
+		{10, time.Minute, 15 * time.Second},
+		{1000, time.Minute, 15 * time.Second},
+		{2000, time.Minute, 30 * time.Second},
+		{10000, time.Minute, time.Minute},
+		{10, 5 * time.Second, 5 * time.Second},
+	} {
+		m := resolvedManager(t, c.peers)
+		m.cfg.Resolve = c.resolve
+		if got := m.clockEvery(); got != c.want {
+			t.Errorf("%d peers, resolve %v: every %v, want %v", c.peers, c.resolve, got, c.want)
+		}
+		// Beyond the refresh every resolve interval, which asks anyway.
+		if rate := float64(c.peers) / m.clockEvery().Seconds(); m.clockEvery() < c.resolve && rate > 67 {
+			t.Errorf("%d peers: %.0f clock queries a second", c.peers, rate)
+		}
+	}
+}
