@@ -276,7 +276,7 @@ func (v *verbsParts) stop() {
 func toLoopback(ps []loopback.PortResult) []apitype.LoopbackPort {
 	out := make([]apitype.LoopbackPort, len(ps))
 	op := func(o loopback.OpStats) apitype.OpStats {
-		return apitype.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors}
+		return apitype.OpStats{LastRTT: o.LastRTT, P50: o.P50, P99: o.P99, Max: o.Max, Count: o.Count, Errors: o.Errors, RTTHist: o.RTTHist}
 	}
 	for i, p := range ps {
 		out[i] = apitype.LoopbackPort{Device: p.Device, Port: p.Port, State: string(p.State), PortState: p.PortState,

@@ -39,6 +39,7 @@ var Checks = []Check{
 	{"packet-loss", "no pause storms, heavy pausing or discards on the RoCE netdevs", checkPacketLoss},
 	{"peers", "peers answer probes", checkPeers},
 	{"fleet", "peers' MTU, link layer, RoCE, QoS, firmware and driver agree with this node's", checkFleet},
+	{"clock-offset", "peers' clocks agree with this node's", checkClockOffset},
 }
 
 // CallerChecks run in the caller's own session, after Checks: rdmactl

@@ -106,6 +106,14 @@ func addrs(m map[string][]string) func(string) ([]netip.Addr, error) {
 }
 
 // peersSnap is a snapshot whose peers component is comp, with peers.
+// clockPeer is an up peer whose clock rdmad measured off by offset ± err
+// over n exchanges.
+func clockPeer(name string, offset, err time.Duration, n int) apitype.Peer {
+	p := peerAt(name, apitype.PeerUp)
+	p.ClockOffset, p.ClockOffsetError, p.ClockSamples = offset, err, n
+	return p
+}
+
 func peersSnap(comp apitype.Component, peers ...apitype.Peer) *apitype.Snapshot {
 	s := snapWith()
 	s.Components = map[string]apitype.Component{"peers": comp}
@@ -490,6 +498,32 @@ func TestChecks(t *testing.T) {
 			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, fpPeer("192.0.2.4", []apitype.Mismatch{
 				{Field: "rate", Local: "200 Gb/s", Peer: "100 Gb/s", Severity: apitype.SeverityWarn, LocalPort: "mlx5_0/1", PeerPort: "mlx5_0/1"}}))}
 		}, Warn, "MISMATCH 192.0.2.4: rate 200 Gb/s here (mlx5_0/1) but 100 Gb/s on 192.0.2.4", "min_rate makes rdmactl check report it as LinkDegraded"},
+		{"clock-offset without daemon", "clock-offset", func(t *testing.T) *Env { return &Env{DaemonErr: errors.New("gone")} }, Skip, "rdmad not reachable", ""},
+		{"clock-offset without peer probes", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.Disabled})}
+		}, Skip, "no peer probes", ""},
+		{"clock-offset of old peers", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, peerAt("192.0.2.1", apitype.PeerUp))}
+		}, Skip, "no peer has sent clock timestamps yet", ""},
+		{"clock-offset one message is no verdict", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, clockPeer("192.0.2.1", time.Hour, time.Microsecond, 1))}
+		}, Skip, "1 peers have sent one clock sample so far", ""},
+		{"clock-offset in step", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, clockPeer("192.0.2.1", 3*time.Millisecond, 100*time.Microsecond, 8),
+				clockPeer("192.0.2.2", -90*time.Millisecond, 50*time.Microsecond, 3))}
+		}, OK, "2 peers' clocks are within 100ms of this node's (the largest offset 90ms)", ""},
+		{"clock-offset within the error bound", "clock-offset", func(t *testing.T) *Env {
+			// 150 ms ± 60 ms may be 90 ms: not judged off.
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, clockPeer("192.0.2.1", 150*time.Millisecond, 60*time.Millisecond, 4))}
+		}, OK, "1 peers' clocks are within 100ms", ""},
+		{"clock-offset peer ahead", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, clockPeer("192.0.2.1", 3*time.Second, 200*time.Microsecond, 2),
+				clockPeer("192.0.2.2", time.Millisecond, 100*time.Microsecond, 8), clockPeer("192.0.2.3", 0, 100*time.Microsecond, 8))}
+		}, Warn, "192.0.2.1's clock is 3s ahead of this node's (± 200µs)", "NTP"},
+		{"clock-offset this node off", "clock-offset", func(t *testing.T) *Env {
+			return &Env{Snapshot: peersSnap(apitype.Component{State: apitype.OK}, clockPeer("192.0.2.1", -2*time.Second, 200*time.Microsecond, 2),
+				clockPeer("192.0.2.2", -2*time.Second, 100*time.Microsecond, 8), clockPeer("192.0.2.3", 0, 100*time.Microsecond, 8))}
+		}, Warn, "192.0.2.1's clock is 2s behind this node's (± 200µs); 192.0.2.2's clock is 2s behind this node's (± 100µs); 2 of the 3 peers judged disagree with this node the same way: suspect this node's clock first", "chronyc tracking"},
 		{"firmware older than the policy's", "firmware", func(t *testing.T) *Env {
 			return &Env{Snapshot: snapWith(apitype.Target{Kind: "firmware", Object: "mlx5_0", Desired: ">=22.39.1002", Actual: "22.38.1900", State: apitype.Drifted})}
 		}, Warn, `mlx5_0: firmware 22.38.1900, policy "fabric" expects >=22.39.1002`, "vendor's tool"},
@@ -573,7 +607,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "firmware", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "memlock-user", "clock"}
+	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "firmware", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "clock-offset", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}

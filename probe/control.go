@@ -36,7 +36,11 @@ type Control struct {
 	qext atomic.Pointer[[]wire.Ext]
 	qmu  sync.Mutex
 	qbuf []byte
-	rate *rateLimiter // Serve's goroutine only
+	// qexts and qclock are the extensions of the query being encoded
+	// and its clock extension's value (qmu): no allocation per query.
+	qexts  []wire.Ext
+	qclock []byte
+	rate   *rateLimiter // Serve's goroutine only
 
 	n *ControlCounters
 }
@@ -217,6 +221,16 @@ func (c *Control) Counters() (malformed, refused, answered uint64) {
 // a fleet key is set and the version can carry a tag. A version-1 query is
 // never sent while a key is required: its answer could not be trusted.
 func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
+	_, err := c.QueryClock(to, m)
+	return err
+}
+
+// QueryClock is Query, and a version-2 query also carries this node's
+// realtime clock (wire.ExtClock's T1), read just before the query is
+// encoded and returned (with its monotonic reading, for the round trip):
+// the querier keeps it to compute the clock offset from the answer. It is
+// the zero time for a version-1 query, which carries none.
+func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, error) {
 	m.Type = wire.TypeQuery
 	m.NodeID = c.opts.NodeID
 	if ext := c.qext.Load(); ext != nil && m.Version != wire.Version1 && len(m.Ext) == 0 {
@@ -229,19 +243,26 @@ func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 	if m.Version != wire.Version1 {
 		key = a.control
 	} else if a.Require {
-		return fmt.Errorf("peers: query %s: version 1 has no authentication and [probe] auth = \"require\"", to)
+		return time.Time{}, fmt.Errorf("peers: query %s: version 1 has no authentication and [probe] auth = \"require\"", to)
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	var t1 time.Time
+	if m.Version != wire.Version1 {
+		t1 = time.Now()
+		c.qclock = wire.AppendClockQuery(c.qclock[:0], t1)
+		c.qexts = append(append(c.qexts[:0], m.Ext...), wire.Ext{Type: wire.ExtClock, Value: c.qclock})
+		m.Ext = c.qexts
+	}
 	b, err := m.Append(c.qbuf[:0], key)
 	if err != nil {
-		return fmt.Errorf("peers: query %s: %w", to, err)
+		return time.Time{}, fmt.Errorf("peers: query %s: %w", to, err)
 	}
 	c.qbuf = b
 	if _, err := c.conn.WriteToUDPAddrPort(b, to); err != nil {
-		return fmt.Errorf("peers: query control endpoint %s: %w", to, err)
+		return time.Time{}, fmt.Errorf("peers: query control endpoint %s: %w", to, err)
 	}
-	return nil
+	return t1, nil
 }
 
 // Serve reads messages until ctx is done or the socket is closed. A
@@ -273,6 +294,7 @@ func (c *Control) Serve(ctx context.Context) error {
 			idle = time.Now()
 		}
 		n, from, err := c.conn.ReadFromUDPAddrPort(buf)
+		rx := time.Now() // T2 of a query's clock exchange
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -321,7 +343,7 @@ func (c *Control) Serve(ctx context.Context) error {
 			continue
 		}
 		var ok bool
-		out, ok = c.answer(out[:0], from, m, a, n)
+		out, ok = c.answer(out[:0], from, m, a, n, rx)
 		if ok && c.opts.OnQuery != nil {
 			c.opts.OnQuery(from, m)
 		}
@@ -345,8 +367,10 @@ func (c *Control) pending() int {
 // tagged when this node has a key, whether or not the query was, and
 // carries this node's fingerprint when the answer stays within the query's
 // size (qlen) plus a tag: the endpoint never amplifies more than that. It
-// reports whether the querier's port was admitted.
-func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth, qlen int) ([]byte, bool) {
+// reports whether the querier's port was admitted. A version-2 query with
+// a clock (wire.ExtClock) gets this node's receive time rx and send time in
+// the answer, within the same bound (after the fingerprint).
+func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth, qlen int, rx time.Time) ([]byte, bool) {
 	ports := c.opts.Ports()
 	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
 	if len(ports) > 0 {
@@ -362,8 +386,15 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	var key []byte
 	if ans.Version == wire.Version2 {
 		key = a.control
-		if fp := c.fp.Load(); fp != nil && wire.Size+4+len(*fp)+len(key) <= qlen+wire.TagSize {
+		size := wire.Size + len(key)
+		if fp := c.fp.Load(); fp != nil && size+4+len(*fp) <= qlen+wire.TagSize {
 			ans.Ext = []wire.Ext{{Type: wire.ExtFingerprint, Value: *fp}}
+			size += 4 + len(*fp)
+		}
+		if _, ok := wire.QueryClock(&q); ok && size+wire.ClockExtLen <= qlen+wire.TagSize {
+			// T3 as late as the encoding allows: what the answer waits
+			// for after this is the tag and the send, both small.
+			ans.Ext = append(ans.Ext, wire.ClockAnswerExt(rx, time.Now()))
 		}
 	}
 	out, err := ans.Append(out, key)

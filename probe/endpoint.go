@@ -87,6 +87,9 @@ type query struct {
 	to   netip.AddrPort
 	ver  uint8
 	sent time.Time
+	// t1 is the realtime clock the query carried (wire.ExtClock, with
+	// its monotonic reading); zero for a version-1 query.
+	t1 time.Time
 }
 
 // listen opens the control endpoint on port and serves it, closing the one
@@ -104,7 +107,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 		AdmitFor: 3 * m.cfg.Resolve,
 		Auth:     m.cfg.Auth,
 		OnAnswer: func(from netip.AddrPort, msg wire.Message) {
-			m.in.addAnswer(answer{from: from, m: msg})
+			m.in.addAnswer(answer{from: from, m: msg, at: time.Now()})
 		},
 		OnQuery: func(from netip.AddrPort, msg wire.Message) {
 			if !hasExt(msg, wire.ExtFingerprint) {
@@ -222,9 +225,11 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	p.paths[i].asked = now
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
 		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
-	if err := m.control.ctl.Query(to, msg); err != nil {
+	t1, err := m.control.ctl.QueryClock(to, msg)
+	if err != nil {
 		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
 	}
+	p.queried[len(p.queried)-1].t1 = t1
 }
 
 // onAnswer takes an answer to one of this node's control queries: it must
@@ -266,6 +271,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		}
 	}
 	p.ver, p.qver, p.authenticated = a.m.Version, a.m.Version, a.m.Authenticated
+	m.takeClock(p, a, q.query)
 	// An answer without a fingerprint (version 1, an older version 2, or
 	// a malformed one) makes it unknown: nothing is compared.
 	fp, err := m.fps.decode(a.m)

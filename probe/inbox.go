@@ -45,6 +45,9 @@ type answer struct {
 	// query: m is a query this node answered, passed on for the
 	// fingerprint it carries.
 	query bool
+	// at is when the answer was read off the socket: T4 of its clock
+	// exchange (the manager takes it later, at its next pass).
+	at time.Time
 }
 
 // OnReply takes an answered probe from the prober. It never blocks; a reply

@@ -118,6 +118,9 @@ type Manager struct {
 	resolver resolver
 	// ann is the ports peers announced (announced.go); its own lock.
 	ann announced
+	// rtt counts every answered probe's RTT, of every path, since start:
+	// the node's histogram, which outlives the peers the selection drops.
+	rtt apitype.RTTHistogram
 }
 
 // New returns a Manager with settings s.

@@ -92,6 +92,8 @@ type mpeer struct {
 	mmLogged string
 	mmLogAt  time.Time
 	mmHeld   int
+	// clock holds the recent clock offset samples of the peer's answers.
+	clock clockFilter
 }
 
 // A pendingQuery is an outstanding control query and its nonce.
@@ -132,7 +134,8 @@ type path struct {
 	sent     uint64
 	lost     uint64
 	lastRTT  time.Duration
-	lastSeq  uint64 // last probe with a result
+	rtt      apitype.RTTHistogram // every answered probe's RTT
+	lastSeq  uint64               // last probe with a result
 	inflight int
 	auth     bool // the last reply carried a valid tag
 	// remoteIdx is the peer's port index the path probes (the answer's

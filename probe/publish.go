@@ -195,6 +195,7 @@ func (m *Manager) State() apitype.Peers {
 	}
 	out.Counters.ProbesNotSent = m.sched.notSent
 	out.Fingerprint = fingerprintState(m.fps.own)
+	out.RTTHist = m.rtt
 	return out
 }
 
@@ -210,6 +211,9 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
 		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.mm}
 	if p.fp != nil {
 		sp.Fingerprint = p.fp.state
+	}
+	if b, ok := p.clock.best(); ok {
+		sp.ClockOffset, sp.ClockOffsetError, sp.ClockSamples = b.offset, b.err, p.clock.n
 	}
 	if p.addr.IsValid() {
 		if p.addrStr == "" {
@@ -230,7 +234,7 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
 		}
 		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
 			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
-			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth}
+			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth, RTTHist: pa.rtt}
 		if pa.resolved {
 			if pa.gidStr == "" {
 				pa.gidStr = pa.remote.GID.String()

@@ -75,8 +75,11 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	// A version-1 peer due for a version-2 retry (see v2Retry) is asked
 	// now rather than at its next resolve, once, on its first path.
 	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.v2Tried) >= p.v2Wait
+	// A version-2 peer's first path is asked more often than the resolve
+	// interval, for the clock offset alone (clockEvery).
+	clockDue := p.ver == wire.Version2 && len(p.paths) > 0 && now.Sub(p.paths[0].asked) >= m.clockEvery()
 	for i, pa := range p.paths {
-		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) {
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) || (clockDue && i == 0) {
 			m.query(p, i, now)
 		}
 		if pa.resolved && pa.inflight < maxInflightPerPath {

@@ -38,6 +38,11 @@ func (m *Manager) onReply(r ud.Reply) {
 	// own would otherwise dodge the RTT threshold. The claim is kept
 	// apart, as the host delay the status shows.
 	pa.lastRTT = r.RTT
+	// Every answered probe goes into its path's and the node's histogram
+	// (the sent-minus-lost of the path, exactly): counters of a fixed
+	// size, nothing allocated.
+	pa.rtt.Observe(r.RTT)
+	m.rtt.Observe(r.RTT)
 	m.observe(p, pa, sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
 }
 

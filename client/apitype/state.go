@@ -128,6 +128,10 @@ type Peers struct {
 	// control exchange (docs/PROBES.md, "Fingerprints"); nil before the
 	// peer probes built it.
 	Fingerprint *Fingerprint `json:"fingerprint,omitempty"`
+	// RTTHist counts the RTT of every probe answered on any path since the
+	// prober started, peers since dropped from the selection included;
+	// not in the JSON, for the metrics' node-wide histogram.
+	RTTHist RTTHistogram `json:"-"`
 }
 
 // A Fingerprint describes a node as its peers compare it: per probe port
@@ -255,6 +259,18 @@ type Peer struct {
 	// Mismatches are the settings on which a path's two ends disagree.
 	// Never null in JSON.
 	Mismatches []Mismatch `json:"mismatches"`
+	// ClockOffset is how far the peer's realtime clock is ahead of this
+	// node's (negative: behind), from the timestamps of the control
+	// exchange (NTP's on-wire method: ((T2-T1)+(T3-T4))/2), and
+	// ClockOffsetError its error bound (half the round trip without the
+	// peer's claimed hold): the true offset lies within offset ± error.
+	// The best (smallest error) of the last ClockSamples exchanges; both
+	// are 0 and meaningless while ClockSamples is 0 (a peer that predates
+	// the clock extension, or not answered yet). docs/PROBES.md, "Clock
+	// offset".
+	ClockOffset      time.Duration `json:"clock_offset_ns"`
+	ClockOffsetError time.Duration `json:"clock_offset_error_ns"`
+	ClockSamples     int           `json:"clock_samples"`
 }
 
 // MarshalJSON writes Peer with paths and mismatches as [] rather than null.
@@ -295,6 +311,9 @@ type PeerPath struct {
 	// Authenticated reports whether the last reply on this path carried
 	// a valid tag of the fleet key.
 	Authenticated bool `json:"authenticated"`
+	// RTTHist counts every answered probe's RTT since the prober started
+	// (Count is Sent - Lost); not in the JSON, for the metrics.
+	RTTHist RTTHistogram `json:"-"`
 }
 
 // PeerCounters count what the probes dropped and answered.

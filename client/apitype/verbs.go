@@ -51,6 +51,9 @@ type OpStats struct {
 	Max     time.Duration `json:"max_ns"`
 	Count   uint64        `json:"count"`
 	Errors  uint64        `json:"errors"`
+	// RTTHist counts every successful operation's RTT since the probe
+	// started (Count of them); not in the JSON, for the metrics.
+	RTTHist RTTHistogram `json:"-"`
 }
 
 // A PoolDevice is the memory registration pool of one device.

@@ -225,6 +225,9 @@ func printPeerTable(w io.Writer, ps apitype.Peers) {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Reason)
 		}
 	}
+	if len(ps.Peers) == 1 {
+		printClock(w, ps.Peers[0])
+	}
 	printMismatches(w, ps.Peers)
 	printFingerprintUnknown(w, ps.Peers)
 	if ps.Auth == "" {
@@ -263,6 +266,16 @@ func peerSince(t time.Time) string {
 		return "-"
 	}
 	return time.Since(t).Round(time.Second).String()
+}
+
+// printClock prints the peer's clock offset in the detail view (one peer):
+// how far its clock is ahead of this node's, the error bound and how many
+// exchanges it is the best of (docs/PROBES.md, "Clock offset").
+func printClock(w io.Writer, p apitype.Peer) {
+	if p.ClockSamples == 0 {
+		return
+	}
+	fmt.Fprintf(w, "CLOCK %s: %+.6fs ahead of this node's (± %s, best of %d exchanges)\n", p.Name, p.ClockOffset.Seconds(), p.ClockOffsetError, p.ClockSamples)
 }
 
 // printMismatches prints a MISMATCH line per setting on which a peer's

@@ -94,18 +94,21 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 		}}}},
 		Loopback: []apitype.LoopbackPort{{Device: "rxe0", Port: 1, State: "ok", Rounds: 10, Failures: 1, QPRecreated: 1,
 			GID: "::ffff:192.0.2.1", TrafficClass: 106,
-			Write: apitype.OpStats{LastRTT: 40 * time.Microsecond, P50: 30 * time.Microsecond, P99: 90 * time.Microsecond, Max: 120 * time.Microsecond, Count: 9, Errors: 1},
-			Read:  apitype.OpStats{P50: 35 * time.Microsecond, P99: 80 * time.Microsecond, Max: 100 * time.Microsecond, LastRTT: 35 * time.Microsecond, Count: 9},
-			Send:  apitype.OpStats{Errors: 1}}},
+			Write: apitype.OpStats{LastRTT: 40 * time.Microsecond, P50: 30 * time.Microsecond, P99: 90 * time.Microsecond, Max: 120 * time.Microsecond, Count: 9, Errors: 1,
+				RTTHist: rtts(30*time.Microsecond, 8, 120*time.Microsecond, 1)},
+			Read: apitype.OpStats{P50: 35 * time.Microsecond, P99: 80 * time.Microsecond, Max: 100 * time.Microsecond, LastRTT: 35 * time.Microsecond, Count: 9,
+				RTTHist: rtts(35*time.Microsecond, 8, 100*time.Microsecond, 1)},
+			Send: apitype.OpStats{Errors: 1}}},
 		MRPool: []apitype.PoolDevice{{Device: "rxe0", Registered: true, RegisteredBytes: 9 << 20, InUse: 1, InUseBytes: 4 << 10, HighWaterBytes: 8 << 10, Failures: 3,
 			Classes: []apitype.PoolClass{{Size: 4 << 10, Count: 256, InUse: 1, HighWater: 2, Gets: 5, Exhausted: 0}, {Size: 1 << 20, Count: 8, Exhausted: 3}},
 			Canary:  apitype.Canary{Registrations: 4, LastLatency: 1500 * time.Microsecond, MaxLatency: 3 * time.Millisecond}}},
 		Peers: apitype.Peers{NodeID: "5eed0001", Ports: []apitype.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []apitype.Peer{
 			{Name: "192.0.2.17", Group: "tor-a", NodeID: "5eed0017", State: "up", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "up",
 				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
-				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1}}},
+				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1, RTTHist: rtts(20*time.Microsecond, 38, 50*time.Microsecond, 2)}},
+				ClockOffset: -1500 * time.Microsecond, ClockOffsetError: 40 * time.Microsecond, ClockSamples: 3},
 			{Name: "192.0.2.18", State: "down", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
-		}, Counters: apitype.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
+		}, RTTHist: rtts(20*time.Microsecond, 38, 50*time.Microsecond, 2), Counters: apitype.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},
 		ECN: []apitype.NetdevECN{{Netdev: "ens1f0np0", NP: []int{3}, RP: []int{3, 4}}},
 		QoS: []apitype.NetdevQoS{
 			{Netdev: "ens1f0np0", Device: "mlx5_0", Supported: true, Trust: apitype.TrustDSCP, HasPFC: true, PFCCap: 8, PFCEnabled: []int{3},
@@ -147,6 +150,18 @@ func scrape(t *testing.T, c *Collector) []byte {
 		}
 	}
 	return buf.Bytes()
+}
+
+// rtts returns the histogram of n RTTs of d and m of e.
+func rtts(d time.Duration, n int, e time.Duration, m int) apitype.RTTHistogram {
+	var h apitype.RTTHistogram
+	for range n {
+		h.Observe(d)
+	}
+	for range m {
+		h.Observe(e)
+	}
+	return h
 }
 
 func fixtureCollector(t *testing.T) *Collector {

@@ -22,6 +22,10 @@ var (
 		"The node id this node answers its peers with (the node_id of rdmad_peer_info on the other nodes); always 1.", []string{"node_id"}, nil)
 	peerRTT = prometheus.NewDesc("rdmad_peer_rtt_seconds",
 		"Probe round-trip time on the path as this node measured it, the responder's host delay included: stat p50, p99 or last.", []string{"peer", "group", "local", "stat"}, nil)
+	peerClockOffset = prometheus.NewDesc("rdmad_peer_clock_offset_seconds",
+		"How far the peer's realtime clock is ahead of this node's (negative: behind), from the control exchange's timestamps (NTP's on-wire method, the best of the recent exchanges); only once the peer sent timestamps.", []string{"peer", "group"}, nil)
+	peerClockError = prometheus.NewDesc("rdmad_peer_clock_offset_error_seconds",
+		"Error bound of rdmad_peer_clock_offset_seconds: the true offset lies within offset plus or minus this (half the exchange's round trip less the peer's claimed hold).", []string{"peer", "group"}, nil)
 	peerHostDelay = prometheus.NewDesc("rdmad_peer_host_delay_p99_seconds",
 		"p99 of the time the peer says its host held the probe between receiving and answering it (its claim; not taken out of the RTT).", []string{"peer", "group", "local"}, nil)
 	peerLoss = prometheus.NewDesc("rdmad_peer_loss_ratio",
@@ -47,7 +51,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches},
+	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches, peerProbeRTTHist, peerPathRTTHist, peerClockOffset, peerClockError},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		if s.Peers.NodeID != "" {
 			ch <- gauge(peerNodeInfo, 1, s.Peers.NodeID)
@@ -92,6 +96,7 @@ var peerSection = section{
 			for f, n := range count {
 				ch <- gauge(peerMismatches, float64(n), f)
 			}
+			ch <- rttHist(peerProbeRTTHist, &s.Peers.RTTHist)
 			ch <- counter(peerNotSent, float64(k.ProbesNotSent))
 			ch <- counter(peerControl, float64(k.ControlAnswered), "answered")
 			ch <- counter(peerControl, float64(k.ControlRefused), "refused")
@@ -179,7 +184,7 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 	pairs := make([]*dto.LabelPair, 0, 3+2+3*len(peerStates))
 	pairs = append(pairs, &pl.pGroup, &pl.pNode, &pl.pName, &pl.pGroup, &pl.pName)
 	info, up := pairs[0:3:3], pairs[3:5:5]
-	series := make([]peerSeries, 0, 2+len(peerStates)+7*len(p.Paths))
+	series := make([]peerSeries, 0, 4+len(peerStates)+7*len(p.Paths))
 	send := func(desc *prometheus.Desc, labels []*dto.LabelPair, v float64, count bool) {
 		series = append(series, peerSeries{desc: desc, labels: labels, value: v, isCount: count})
 		m := &series[len(series)-1]
@@ -197,10 +202,15 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 		pairs = append(pairs, &pl.pGroup, &pl.pName, statePairs[i])
 		send(peerState, pairs[k:k+3:k+3], b2f(p.State == st), false)
 	}
+	if p.ClockSamples > 0 {
+		send(peerClockOffset, up, p.ClockOffset.Seconds(), false)
+		send(peerClockError, up, p.ClockOffsetError.Seconds(), false)
+	}
 	if len(p.Paths) == 0 {
 		return
 	}
 	paths := make([]pathLabels, len(p.Paths))
+	hists := make([]rttSeries, len(p.Paths))
 	// Per path: (group, local, peer) and (group, local, peer, stat) x 3.
 	pp := make([]*dto.LabelPair, 0, 15*len(p.Paths))
 	for i := range p.Paths {
@@ -222,5 +232,7 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 		}
 		send(peerSent, l, float64(path.Sent), true)
 		send(peerLost, l, float64(path.Lost), true)
+		hists[i].set(peerPathRTTHist, l, &path.RTTHist)
+		ch <- &hists[i]
 	}
 }

@@ -36,7 +36,7 @@ var loopbackStates = []string{"ok", "paused", "failed", "unavailable"}
 
 var loopbackSection = section{
 	descs: []*prometheus.Desc{loopbackUp, loopbackState, loopbackRTT, loopbackOps, loopbackOpErrors, loopbackRounds, loopbackFailures, loopbackRecreated,
-		probeTrafficClass},
+		probeTrafficClass, loopbackRTTHist},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		for _, p := range s.Peers.Ports {
 			ch <- gauge(probeTrafficClass, float64(p.TrafficClass), "peer", p.Key)
@@ -63,6 +63,7 @@ var loopbackSection = section{
 						ch <- gauge(loopbackRTT, st.v, append(ol[:3:3], st.name)...)
 					}
 				}
+				ch <- rttHist(loopbackRTTHist, &op.s.RTTHist, ol...)
 				ch <- counter(loopbackOps, float64(op.s.Count), ol...)
 				ch <- counter(loopbackOpErrors, float64(op.s.Errors), ol...)
 			}

@@ -298,6 +298,9 @@ type use struct{ where, expr string }
 // known holds the names an expression may read.
 type known struct {
 	documented, golden, recorded map[string]bool
+	// histograms are the golden scrape's histogram families, whose
+	// _bucket, _sum and _count series the rules read by those names.
+	histograms map[string]bool
 }
 
 func knownNames(t *testing.T) known {
@@ -310,9 +313,12 @@ func knownNames(t *testing.T) known {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := known{documented: documentedNames(string(doc)), golden: map[string]bool{}, recorded: map[string]bool{}}
-	for _, m := range regexp.MustCompile(`(?m)^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) `).FindAllStringSubmatch(string(golden), -1) {
+	k := known{documented: documentedNames(string(doc)), golden: map[string]bool{}, recorded: map[string]bool{}, histograms: map[string]bool{}}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)`).FindAllStringSubmatch(string(golden), -1) {
 		k.golden[m[1]] = true
+		if m[2] == "histogram" {
+			k.histograms[m[1]] = true
+		}
 	}
 	for _, r := range allRules(t) {
 		if r.record != "" {
@@ -356,6 +362,11 @@ func (k known) check(t *testing.T, uses []use) []string {
 			continue
 		}
 		for _, n := range names {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(n, suffix); ok && k.histograms[base] {
+					n = base // a series of a histogram the docs list by its family's name
+				}
+			}
 			switch {
 			case strings.Contains(n, ":"):
 				if !k.recorded[n] {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -218,6 +219,14 @@ func FuzzDecode(f *testing.F) {
 	a3 := Message{Version: 2, Type: TypeAnswer, Nonce: 1, Count: 1, QPN: 0x12, QKey: 6, Ext: []Ext{{Type: ExtFingerprint, Value: fp.Marshal()}}}
 	v2a, _ := a3.Append(nil, nil)
 	f.Add(v2a)
+	// The clock extension of a query and of an answer.
+	qc := Message{Version: 2, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5,
+		Ext: append(WithFingerprint(fp.Marshal()), Ext{Type: ExtClock, Value: AppendClockQuery(nil, time.Unix(1_800_000_000, 0))})}
+	v2c, _ := qc.Append(nil, testKey)
+	f.Add(v2c)
+	ac := Message{Version: 2, Type: TypeAnswer, Nonce: 1, Count: 1, QPN: 0x12, QKey: 6, Ext: []Ext{ClockAnswerExt(time.Unix(1_800_000_000, 0), time.Unix(1_800_000_000, 5000))}}
+	v2ac, _ := ac.Append(nil, nil)
+	f.Add(v2ac)
 	for _, m := range bwSeeds() {
 		b, _ := m.Append(nil, testKey)
 		f.Add(b)
@@ -234,6 +243,13 @@ func FuzzDecode(f *testing.F) {
 		}
 		if m.Tagged != m.Authenticated {
 			t.Fatalf("tagged %v but authenticated %v under the key", m.Tagged, m.Authenticated)
+		}
+		// A clock taken is within the bounds a receiver relies on.
+		if t1, ok := QueryClock(&m); ok && !validClock(t1) {
+			t.Fatalf("query clock %d taken", t1)
+		}
+		if t2, t3, ok := AnswerClock(&m); ok && (!validClock(t2) || !validClock(t3) || t3 < t2) {
+			t.Fatalf("answer clock %d %d taken", t2, t3)
 		}
 		// The decoder accepts exactly what the encoder writes.
 		var key []byte

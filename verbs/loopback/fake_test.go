@@ -128,6 +128,16 @@ func TestFakeRounds(t *testing.T) {
 	if p.Failures != 0 || p.PortState != "ACTIVE" || p.GIDType != "RoCE v2" || p.Write.LastRTT <= 0 || p.Send.P99 <= 0 {
 		t.Errorf("result %+v", p)
 	}
+	// Every successful operation is in its histogram, and nothing else.
+	for name, op := range map[string]OpStats{"write": p.Write, "read": p.Read, "send": p.Send, "warmup": p.Warmup} {
+		var inBuckets uint64
+		for _, n := range op.RTTHist.Buckets {
+			inBuckets += n
+		}
+		if op.RTTHist.Count != op.Count || inBuckets > op.Count || op.RTTHist.Sum <= 0 {
+			t.Errorf("%s: histogram counts %d (%d in finite buckets, sum %v), the operation %d", name, op.RTTHist.Count, inBuckets, op.RTTHist.Sum, op.Count)
+		}
+	}
 }
 
 // TestFakeTimeout: the port's packets are lost, so the WRITE is retried

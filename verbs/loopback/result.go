@@ -1,6 +1,10 @@
 package loopback
 
-import "time"
+import (
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+)
 
 // A State is the health of one port as the loopback probe sees it.
 type State string
@@ -43,6 +47,9 @@ type OpStats struct {
 	Max     time.Duration `json:"max_ns"`
 	Count   uint64        `json:"count"`  // successful probes since start
 	Errors  uint64        `json:"errors"` // failed probes since start
+	// RTTHist counts every successful probe's RTT since start (Count of
+	// them), for the metrics' histograms.
+	RTTHist apitype.RTTHistogram `json:"-"`
 }
 
 // A PortResult is the latest loopback probe result of one port. Counters

@@ -568,6 +568,7 @@ func (r *Runner) probePort(ctx context.Context, vctx *verbs.Context, port int, s
 				st := stats[op]
 				st.LastRTT = rtts[op]
 				st.Count++
+				st.RTTHist.Observe(rtts[op])
 				st.P50, st.P99, st.Max = ps.win[op].quantiles()
 			}
 		}
