@@ -27,7 +27,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,6 +169,9 @@ type Stats struct {
 	Refused map[string]uint64
 	// Last is the last test this node ran as requester (nil: none yet).
 	Last *apitype.BandwidthResult
+	// Loopback is the last loopback test of each port ("rxe0/1") that
+	// ran to its end.
+	Loopback map[string]apitype.BandwidthResult
 }
 
 // New returns a Node with bandwidth tests disabled as responder.
@@ -195,7 +200,11 @@ func (n *Node) notify() {
 // Status returns the node's part of the status.
 func (n *Node) Status() apitype.BandwidthStatus {
 	s := n.Stats()
-	return apitype.BandwidthStatus{Enabled: n.Enabled(), Served: s.Served, Refused: s.Refused, Last: s.Last}
+	st := apitype.BandwidthStatus{Enabled: n.Enabled(), Served: s.Served, Refused: s.Refused, Last: s.Last}
+	for _, k := range slices.Sorted(maps.Keys(s.Loopback)) {
+		st.Loopback = append(st.Loopback, s.Loopback[k])
+	}
+	return st
 }
 
 // Enabled reports whether the node answers other nodes' tests.
@@ -217,6 +226,9 @@ func (n *Node) Stats() Stats {
 	if s.Last != nil {
 		l := *s.Last
 		s.Last = &l
+	}
+	if s.Loopback != nil {
+		s.Loopback = maps.Clone(s.Loopback)
 	}
 	return s
 }
@@ -310,6 +322,10 @@ type port struct {
 	attr verbs.PortAttr
 	dev  verbs.DeviceAttr
 	gid  verbs.GIDEntry
+	// shared marks a port whose context several qpSets use (the lanes
+	// of a loopback test): their close leaves it open, and its opener
+	// closes it.
+	shared bool
 }
 
 func (p *port) key() string { return fmt.Sprintf("%s/%d", p.vctx.Name(), p.num) }
@@ -323,7 +339,7 @@ func openPort() (*port, error) {
 	}
 	var errs []error
 	for _, d := range devs {
-		p, err := openDevicePort(d.Name)
+		p, err := openDevicePort(d.Name, 0)
 		if err == nil {
 			return p, nil
 		}
@@ -332,7 +348,9 @@ func openPort() (*port, error) {
 	return nil, fmt.Errorf("bw: no ACTIVE RDMA port with a usable GID: %w", errors.Join(errs...))
 }
 
-func openDevicePort(name string) (*port, error) {
+// openDevicePort opens device name at its port want, or at its first
+// ACTIVE port with a usable GID when want is 0.
+func openDevicePort(name string, want int) (*port, error) {
 	vctx, err := verbs.Open(name)
 	if err != nil {
 		return nil, err
@@ -342,17 +360,42 @@ func openDevicePort(name string) (*port, error) {
 		vctx.Close()
 		return nil, err
 	}
+	if want > da.PhysPortCount {
+		vctx.Close()
+		return nil, fmt.Errorf("bw: %s has no port %d (it has %d)", name, want, da.PhysPortCount)
+	}
 	for i := 1; i <= da.PhysPortCount; i++ {
+		if want != 0 && i != want {
+			continue
+		}
 		pa, err := vctx.QueryPort(i)
-		if err != nil || pa.State != verbs.PortActive {
+		if err == nil && pa.State != verbs.PortActive && want != 0 {
+			err = fmt.Errorf("bw: %s/%d is %s, not ACTIVE", name, i, pa.State)
+		}
+		if err != nil {
+			if want != 0 {
+				vctx.Close()
+				return nil, err
+			}
+			continue
+		}
+		if pa.State != verbs.PortActive {
 			continue
 		}
 		table, err := vctx.GIDTable(i)
 		if err != nil {
+			if want != 0 {
+				vctx.Close()
+				return nil, fmt.Errorf("bw: read the GID table of %s/%d: %w", name, i, err)
+			}
 			continue
 		}
 		gid, ok := verbs.PickGID(table, pa.LinkLayer)
 		if !ok {
+			if want != 0 {
+				vctx.Close()
+				return nil, fmt.Errorf("bw: %s/%d has no usable GID (for RoCE, an IP address on its netdev)", name, i)
+			}
 			continue
 		}
 		return &port{vctx: vctx, num: i, attr: pa, dev: da, gid: gid}, nil
@@ -422,7 +465,7 @@ func newQPSet(p *port, size int, access verbs.Access, cqe, sendWR, recvWR int, w
 	return s, nil
 }
 
-// close frees everything, the device included.
+// close frees everything, the device included unless the set is shared.
 func (s *qpSet) close() {
 	for _, c := range []interface{ Close() error }{s.qp, s.cq, s.ch, s.mr, s.pd} {
 		if c != nil && !isNilCloser(c) {
@@ -432,7 +475,9 @@ func (s *qpSet) close() {
 	if s.buf != nil {
 		s.buf.Close()
 	}
-	s.p.vctx.Close()
+	if !s.p.shared {
+		s.p.vctx.Close()
+	}
 }
 
 // isNilCloser reports whether c holds a nil pointer of its type.

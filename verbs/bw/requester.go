@@ -71,7 +71,7 @@ func (n *Node) Run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 
 func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, error) {
 	res := apitype.BandwidthResult{Peer: r.Name, Address: r.Peer.Addr().String(), Op: r.Op.String(), Size: r.Size,
-		Duration: r.Duration, Polling: "busy"}
+		Duration: r.Duration, QPs: 1, Polling: "busy"}
 	p, err := openPort()
 	if err != nil {
 		return res, err
@@ -213,8 +213,26 @@ func exchange(ctx context.Context, conn *net.UDPConn, r Request, req wire.Messag
 // r.Duration, busy-polling the CQ, and returns the messages completed and
 // the time from the first post to the last completion.
 func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, time.Duration, error) {
+	return blastLanes(ctx, []lane{{set: set, addr: peer.Addr, rkey: peer.RKey}}, r.Op, r.Size, r.Duration, r.Peer.Addr().String())
+}
+
+// A lane is one requester QP of a test and the memory its requests aim
+// at (for READ and WRITE; a SEND test's lanes have none).
+type lane struct {
+	set  *qpSet
+	addr uint64
+	rkey uint32
+}
+
+// blastLanes keeps Depth work requests of op outstanding on every lane
+// for d, busy-polling the lanes' CQs in turn on this one goroutine (as
+// ib_write_bw -q polls its QPs from one thread: a busy poller per QP would
+// take a core each), and returns the messages completed on all of them
+// and the time from the first post to the last completion. to names the
+// far end in errors.
+func blastLanes(ctx context.Context, lanes []lane, op wire.BWOp, size int, d time.Duration, to string) (uint64, time.Duration, error) {
 	var opcode verbs.Opcode
-	switch r.Op {
+	switch op {
 	case wire.BWWrite:
 		opcode = verbs.OpRDMAWrite
 	case wire.BWRead:
@@ -222,35 +240,51 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 	case wire.BWSend:
 		opcode = verbs.OpSend
 	}
-	wr := verbs.SendWR{Opcode: opcode, SGE: set.sge(r.Size), RemoteAddr: peer.Addr, RKey: peer.RKey, Signaled: true}
-	wrs := make([]verbs.SendWR, Depth)
-	for i := range wrs {
-		wrs[i] = wr
-		wrs[i].ID = uint64(i)
+	wrs := make([][]verbs.SendWR, len(lanes))
+	for l, ln := range lanes {
+		wr := verbs.SendWR{Opcode: opcode, SGE: ln.set.sge(size), RemoteAddr: ln.addr, RKey: ln.rkey, Signaled: true}
+		wrs[l] = make([]verbs.SendWR, Depth)
+		for i := range wrs[l] {
+			wrs[l][i] = wr
+			wrs[l][i].ID = uint64(i)
+		}
 	}
 	wcs := make([]verbs.WorkCompletion, 16)
 	start := time.Now()
-	end := start.Add(r.Duration)
-	posted, err := set.qp.PostSendList(wrs)
-	outstanding := posted
-	if err != nil {
-		return 0, 0, err
-	}
+	end := start.Add(d)
 	var (
-		completed uint64
-		last      = start
-		stopping  bool
-		drainEnd  time.Time
+		completed   uint64
+		outstanding int
+		last        = start
+		stopping    bool
+		drainEnd    time.Time
 	)
-	for polls := 0; outstanding > 0; polls++ {
-		k, err := set.cq.Poll(wcs)
+	for l, ln := range lanes {
+		posted, err := ln.set.qp.PostSendList(wrs[l])
+		outstanding += posted
 		if err != nil {
-			return completed, last.Sub(start), err
+			if l == 0 {
+				return 0, 0, err
+			}
+			// The lanes posted before still have requests in flight:
+			// they are freed with their QPs.
+			return 0, 0, fmt.Errorf("bw: post on QP %d of %d: %w", l+1, len(lanes), err)
 		}
-		if k > 0 {
+	}
+	for polls := 0; outstanding > 0; polls++ {
+		got := false
+		for l, ln := range lanes {
+			k, err := ln.set.cq.Poll(wcs)
+			if err != nil {
+				return completed, last.Sub(start), err
+			}
+			if k == 0 {
+				continue
+			}
+			got = true
 			for _, wc := range wcs[:k] {
 				if err := wc.Err(); err != nil {
-					return completed, last.Sub(start), fmt.Errorf("bw: %s to %s after %d messages: %w; did the peer stop, or its time run out?", r.Op, r.Peer.Addr(), completed, err)
+					return completed, last.Sub(start), fmt.Errorf("bw: %s to %s after %d messages: %w; did the peer stop, or its time run out?", op, to, completed, err)
 				}
 			}
 			completed += uint64(k)
@@ -261,12 +295,14 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 				stopping, drainEnd = true, now.Add(drainWait)
 			}
 			if !stopping {
-				m, err := set.qp.PostSendList(wrs[:k])
+				m, err := ln.set.qp.PostSendList(wrs[l][:k])
 				outstanding += m
 				if err != nil {
 					return completed, last.Sub(start), err
 				}
 			}
+		}
+		if got {
 			continue
 		}
 		// Nothing completed: look at the clock only now and then (a
@@ -279,10 +315,10 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 			stopping, drainEnd = true, now.Add(drainWait)
 		}
 		if stopping && now.After(drainEnd) {
-			return completed, last.Sub(start), fmt.Errorf("bw: %d %s requests to %s did not complete within %s after the test", outstanding, r.Op, r.Peer.Addr(), drainWait)
+			return completed, last.Sub(start), fmt.Errorf("bw: %d %s requests to %s did not complete within %s after the test", outstanding, op, to, drainWait)
 		}
 		if !stopping && now.Sub(last) > drainWait {
-			return completed, last.Sub(start), fmt.Errorf("bw: no %s completion from %s for %s", r.Op, r.Peer.Addr(), drainWait)
+			return completed, last.Sub(start), fmt.Errorf("bw: no %s completion from %s for %s", op, to, drainWait)
 		}
 	}
 	if err := ctx.Err(); err != nil {
