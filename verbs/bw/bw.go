@@ -64,6 +64,10 @@ type Config struct {
 	// Status changed: a request answered, a test run, SetEnabled.
 	OnChange func()
 	Logger   *slog.Logger
+	// Slot, if set, is the test slot the node shares with others (the
+	// daemon's loopback tests and its peer runner's): one test at a time
+	// between all of them. Nil: a slot of the node's own.
+	Slot *Slot
 	// PeerPorts, if set, returns the RDMA ports the peer whose control
 	// address is addr announced to this node in answers to its queries
 	// (nil: none known). On InfiniBand a test connects only to one of
@@ -140,10 +144,11 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
+	// slot is the node's one test slot (Config.Slot).
+	slot *Slot
+
 	mu      sync.Mutex
 	enabled bool
-	// busy says what holds the node's one test slot ("" when free).
-	busy string
 	// resp is the test this node serves as responder, nil when none.
 	resp   *session
 	closed bool
@@ -179,7 +184,11 @@ func New(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
+	slot := cfg.Slot
+	if slot == nil {
+		slot = NewSlot()
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, slot: slot, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
 }
 
 // SetEnabled switches answering other nodes' tests on or off ([probe]
@@ -255,17 +264,47 @@ func (n *Node) acquire(what string) error {
 	if n.closed {
 		return errors.New("bw: rdmad is stopping")
 	}
-	if n.busy != "" {
-		return &BusyError{What: n.busy}
+	return n.slot.take(what)
+}
+
+func (n *Node) release() { n.slot.free() }
+
+// A Slot is the one bandwidth test a node runs at a time, as requester,
+// responder or of its own ports (loopback): a test is meant to fill the
+// link or the adapter, and two at once would measure neither. Nodes made
+// with the same Slot share it. Its zero value is not usable; use NewSlot.
+type Slot struct {
+	mu sync.Mutex
+	// what says what holds the slot ("" when free).
+	what string
+}
+
+// NewSlot returns a free slot.
+func NewSlot() *Slot { return &Slot{} }
+
+// take takes s for what, or says what holds it. A Node calls it with or
+// without its own lock held; s never calls out while holding its lock.
+func (s *Slot) take(what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.what != "" {
+		return &BusyError{What: s.what}
 	}
-	n.busy = what
+	s.what = what
 	return nil
 }
 
-func (n *Node) release() {
-	n.mu.Lock()
-	n.busy = ""
-	n.mu.Unlock()
+func (s *Slot) free() {
+	s.mu.Lock()
+	s.what = ""
+	s.mu.Unlock()
+}
+
+// Holder says what holds s ("" when free).
+func (s *Slot) Holder() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.what
 }
 
 // A BusyError says the node's one test slot is taken.

@@ -111,11 +111,7 @@ func loopbackDevice() verbs.FakeDevice {
 	}}}}
 }
 
-func (n *Node) busyWith() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.busy
-}
+func (n *Node) busyWith() string { return n.slot.Holder() }
 
 // serveControl answers bandwidth messages for n on a loopback UDP socket,
 // as the peer control endpoint does after admitting them, until the test

@@ -120,7 +120,7 @@ func TestFakeLoopbackRefusals(t *testing.T) {
 }
 
 // TestFakeLoopbackOneTestAtATime: a loopback test takes the node's one
-// test slot. While it runs, a peer test from this node and a peer's
+// test slot (shared by the nodes made with it). While it runs, a peer test from this node and a peer's
 // request to this node are refused (busy), and while a peer test runs
 // (as requester or responder) a loopback test is refused with an error
 // that names what runs.
@@ -152,6 +152,14 @@ func TestFakeLoopbackOneTestAtATime(t *testing.T) {
 	ans, _ := n.Handle(from, request(wire.BWWrite, 65536, time.Second))
 	if status(t, ans) != wire.BWBusy {
 		t.Errorf("a peer's request during a loopback test got status %d; want busy", status(t, ans))
+	}
+	// A node that shares the slot (the daemon's peer runner beside its
+	// loopback tests) refuses too.
+	runner := New(Config{NodeID: 3, Slot: n.slot})
+	runner.SetEnabled(true)
+	defer runner.Close()
+	if ans, _ := runner.Handle(from, request(wire.BWWrite, 65536, time.Second)); status(t, ans) != wire.BWBusy {
+		t.Errorf("a peer's request to a node sharing the slot got status %d; want busy", status(t, ans))
 	}
 	_, err = n.RunLoopback(context.Background(), LoopbackRequest{Op: wire.BWWrite, Size: 4096, Duration: wire.MinBWDuration})
 	if !IsBusy(err) {

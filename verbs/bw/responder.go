@@ -96,29 +96,31 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, st)
 	}
-	switch {
-	case n.busy != "":
+	if n.slot.take(fmt.Sprintf("a bandwidth test for %s", from.Addr())) != nil {
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBusy)
+	}
+	switch {
 	case CheckParams(int(req.Size), req.Duration) != nil:
 		defer n.mu.Unlock()
+		n.slot.free()
 		return n.refuse(m, req.Op, wire.BWBadRequest)
 	case n.checkAddress(from.Addr(), m.GID, m.LID, nil) != nil:
 		// Not the requester's own address on any link layer: refused
 		// before anything is allocated (setUp checks again for the
 		// port's link layer).
 		defer n.mu.Unlock()
+		n.slot.free()
 		n.logBadAddress(from.Addr(), n.checkAddress(from.Addr(), m.GID, m.LID, nil))
 		return n.refuse(m, req.Op, wire.BWBadAddress)
 	}
-	n.busy = fmt.Sprintf("a bandwidth test for %s", from.Addr())
 	n.mu.Unlock()
 
 	s, err := n.setUp(from, m, req)
 	n.mu.Lock()
 	if err != nil {
 		defer n.mu.Unlock()
-		n.busy = ""
+		n.slot.free()
 		if errors.Is(err, errBadAddress) {
 			n.logBadAddress(from.Addr(), err)
 			return n.refuse(m, req.Op, wire.BWBadAddress)
@@ -130,7 +132,7 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		// Close came while the session was made: this caller frees
 		// it, before it answers, so nothing outlives Close's caller's
 		// endpoint.
-		n.busy = ""
+		n.slot.free()
 		ans := n.refuse(m, req.Op, wire.BWDisabled)
 		n.mu.Unlock()
 		s.teardown()
@@ -244,7 +246,7 @@ func (n *Node) endResponder(s *session, why string) {
 		return
 	}
 	n.resp = nil
-	n.busy = ""
+	n.slot.free()
 	// Claimed under the lock Close reads n.resp with: Close either ends
 	// s itself or waits here for whoever claimed it (the timer, the
 	// requester's done).
