@@ -165,7 +165,7 @@ func ParseLoopbackRequest(target, op string, size int, d time.Duration, qps int)
 		dev, port, hasPort = strings.Cut(target, "/")
 	}
 	if !loopbackDevice.MatchString(dev) {
-		return r, fmt.Errorf("device %.64q is not an RDMA device name; give one as rdmactl devices shows it, e.g. rxe0 or mlx5_0:1", dev)
+		return r, fmt.Errorf("device %.64q is not an RDMA device name; give one as rdmactl status shows it, e.g. rxe0 or mlx5_0:1", dev)
 	}
 	r.Device = dev
 	if hasPort {
