@@ -131,9 +131,6 @@ func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (a
 	if req.Loopback {
 		return b.loopbackBandwidth(ctx, req)
 	}
-	if req.QPs > 1 {
-		return apitype.BandwidthResult{}, fmt.Errorf("a test to a peer runs one queue pair (qps %d is for loopback tests, rdmactl bw --loopback --qps %d)", req.QPs, req.QPs)
-	}
 	r := b.d.peers.Load()
 	if r == nil || r.bw == nil {
 		return apitype.BandwidthResult{}, errors.New("bandwidth tests go through the peer probes' control endpoint, which is not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
@@ -155,7 +152,7 @@ func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (a
 	ctx, cancel := context.WithTimeout(ctx, req.Duration+30*time.Second)
 	defer cancel()
 	return r.bw.node.Run(ctx, bw.Request{Peer: netip.AddrPortFrom(addr, uint16(conf.port)), Name: req.Peer,
-		Op: op, Size: req.Size, Duration: req.Duration, ControlKey: conf.key, OtherKeys: conf.others})
+		Op: op, Size: req.Size, Duration: req.Duration, QPs: req.QPs, ControlKey: conf.key, OtherKeys: conf.others})
 }
 
 // loopbackBandwidth runs a loopback test of one of this node's ports

@@ -153,14 +153,22 @@ func TestLoopbackBandwidthHealth(t *testing.T) {
 	}
 }
 
-// TestLoopbackDuringPeerTest: the node runs one bandwidth test at a time,
-// loopback tests included: a loopback test while a test to node 2 runs is
-// refused naming it, and a test to node 2 while a loopback test runs.
+// TestLoopbackDuringPeerTest: a test to node 2 runs several queue pairs
+// (--qps), and the node runs one bandwidth test at a time, loopback tests
+// included: a loopback test while a test to node 2 runs is refused naming
+// it, and a test to node 2 while a loopback test runs.
 func TestLoopbackDuringPeerTest(t *testing.T) {
 	other := peersOther(t)
 	peersWait(t, 1, other, "up", 90*time.Second)
 	bwEnable(t, true)
 	t.Cleanup(func() { run("vmnode", "2", "rm", "-f", bwDropin); run("vmnode", "2", "rdmactl", "reload") })
+
+	out := mustRun(t, "rdmactl", "--json", "bw", other, "--qps", "2", "--duration", "2s")
+	var r loopResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.QPs != 2 || r.Gbps <= 0 || r.Loopback {
+		t.Errorf("rdmactl bw %s --qps 2: %+v (%v); want 2 QPs and gbps > 0", other, r, err)
+	}
+	t.Logf("to %s with 2 QPs: %.3f Gb/s, %.0f msg/s", other, r.Gbps, r.MsgRate)
 
 	for _, tc := range []struct {
 		name          string

@@ -223,7 +223,7 @@ func init() {
 				"(the peer refused it: disabled, busy or bad parameters; no answer; a test runs here already; the port is not ACTIVE)",
 			flags: []flagDef{
 				{long: "loopback", help: "test a port of this node against itself: DEVICE[:PORT] in place of PEER, or none for the first ACTIVE port"},
-				{long: "qps", arg: "N", eg: "4", help: "queue pairs in parallel, 1 to 16 (default 1; more than 1 for --loopback only)"},
+				{long: "qps", arg: "N", eg: "4", help: "queue pairs in parallel, 1 to 16 (default 1; to a peer, more than 1 needs an rdmad there that knows them)"},
 				{long: "op", arg: "OP", eg: "write", values: bwOps, help: "write (default), read or send"},
 				{long: "size", arg: "BYTES", eg: "65536", help: "bytes per message, 1 to 1MiB (default 65536; 64KiB works too)"},
 				{long: "duration", arg: "DURATION", eg: "5s", help: "how long to send, 100ms to 30s (default 5s)"},

@@ -63,7 +63,7 @@ complete -c rdmactl -n '__fish_seen_subcommand_from probe' -a '(__rdmactl_live p
 
 # bw
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l loopback -d 'test a port of this node against itself: DEVICE[:PORT] in place of PEER, or none for the first ACTIVE port'
-complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l qps -x -d 'queue pairs in parallel, 1 to 16 (default 1; more than 1 for --loopback only)'
+complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l qps -x -d 'queue pairs in parallel, 1 to 16 (default 1; to a peer, more than 1 needs an rdmad there that knows them)'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l op -x -a 'write read send' -d 'write (default), read or send'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l size -x -d 'bytes per message, 1 to 1MiB (default 65536; 64KiB works too)'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l duration -x -d 'how long to send, 100ms to 30s (default 5s)'

@@ -213,11 +213,11 @@ func (n *Node) connectPair(p *port, r LoopbackRequest) (lp *loopPair, err error)
 			}
 		}
 		// The responder's reposting loop keeps dst's receives posted;
-		// the session owns dst from here (its teardown frees it).
-		ctx, cancel := context.WithCancel(context.Background())
-		s := &session{op: r.Op, set: lp.dst, cancel: cancel, done: make(chan struct{})}
+		// the session owns dst from here (its teardown frees it, and
+		// leaves the port to runLoopback).
+		s := &session{op: r.Op, set: lp.dst}
 		lp.recv = s
-		go s.repost(ctx, r.Size)
+		s.startReposts(r.Size)
 	}
 	return lp, nil
 }
