@@ -12,9 +12,9 @@ import (
 )
 
 // MaxQPs bounds the queue pairs a test runs in parallel (rdmactl bw
-// --qps): ib_write_bw -q tops out well below it on one port, and each
-// pair holds Depth requests of up to wire.MaxBWSize bytes in flight.
-const MaxQPs = 16
+// --qps), a peer test's as the wire carries them: each pair is a buffer of
+// up to wire.MaxBWSize bytes on both sides and Depth requests in flight.
+const MaxQPs = wire.MaxBWQPs
 
 // CheckQPs checks a test's count of parallel queue pairs.
 func CheckQPs(n int) error {
