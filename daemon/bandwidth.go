@@ -36,10 +36,11 @@ type bandwidthParts struct {
 	conf atomic.Pointer[bwConf]
 }
 
-// newBandwidth makes the bandwidth tests of the peer runner r.
+// newBandwidth makes the bandwidth tests of the peer runner r. Its node
+// shares the daemon's test slot with the loopback tests.
 func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 	b := &bandwidthParts{}
-	b.node = bw.New(bw.Config{NodeID: nodeID(), TrafficClass: r.class.of, Logger: d.log.With("component", "peers"),
+	b.node = bw.New(bw.Config{NodeID: nodeID(), TrafficClass: r.class.of, Logger: d.log.With("component", "peers"), Slot: d.bwSlot,
 		// On InfiniBand a test connects only to a port the peer
 		// announced in its answers (r.mgr is set before anything can
 		// ask: before the control endpoint runs and the API finds r).
@@ -53,12 +54,62 @@ func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 		},
 		OnChange: func() {
 			// Keyed: a burst of refusals is one update of the state.
-			d.mail.post("bandwidth", func(s *apitype.Snapshot) {
-				st := b.node.Status()
-				s.Bandwidth = &st
-			})
+			d.mail.post("bandwidth", func(s *apitype.Snapshot) { s.Bandwidth = d.bandwidthStatus(b.node) })
 		}})
 	return b
+}
+
+// A loopbackTests is the daemon's loopback bandwidth tests (rdmactl bw
+// --loopback): a node of its own, which runs whether or not the peer
+// probes do and keeps each port's last result for the verdict, in the
+// daemon's one test slot (bwSlot) with the peer runner's tests.
+type loopbackTests struct {
+	node *bw.Node
+}
+
+// newLoopbackTests makes d's loopback tests; d.bwSlot is set.
+func newLoopbackTests(d *Daemon) *loopbackTests {
+	l := &loopbackTests{}
+	l.node = bw.New(bw.Config{NodeID: nodeID(), Logger: d.log.With("component", "bandwidth"), Slot: d.bwSlot,
+		// The peer probes' traffic class of the port while they run,
+		// so that a loopback test measures the class the jobs use.
+		TrafficClass: func(dev string, port int) uint8 {
+			if r := d.peers.Load(); r != nil {
+				return r.class.of(dev, port)
+			}
+			return 0
+		},
+		OnChange: func() {
+			d.mail.post("bandwidth", func(s *apitype.Snapshot) {
+				var peers *bw.Node
+				if r := d.peers.Load(); r != nil && r.bw != nil {
+					peers = r.bw.node
+				}
+				s.Bandwidth = d.bandwidthStatus(peers)
+			})
+		}})
+	return l
+}
+
+// bandwidthStatus is the status's bandwidth part: peers' (the peer
+// runner's node, nil while the peer probes do not run) with the loopback
+// results. Nil while neither has anything to say, as before loopback
+// tests: the part is absent without peer probes.
+func (d *Daemon) bandwidthStatus(peers *bw.Node) *apitype.BandwidthStatus {
+	var st apitype.BandwidthStatus
+	if peers != nil {
+		st = peers.Status()
+	}
+	if d.loopback != nil {
+		st.Loopback = d.loopback.node.Status().Loopback
+	}
+	if peers == nil && len(st.Loopback) == 0 {
+		return nil
+	}
+	if st.Refused == nil {
+		st.Refused = map[string]uint64{}
+	}
+	return &st
 }
 
 // set puts [probe] bandwidth, port and the fleet key in force (at start and
@@ -77,6 +128,9 @@ func (b *bandwidthParts) set(cfg *config.Config, auth probe.Auth) {
 // Bandwidth serves POST /v1/bw and D-Bus Bandwidth: an RC bandwidth test
 // from this node to another rdmad node, through its control endpoint.
 func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (apitype.BandwidthResult, error) {
+	if req.Loopback {
+		return b.loopbackBandwidth(ctx, req)
+	}
 	r := b.d.peers.Load()
 	if r == nil || r.bw == nil {
 		return apitype.BandwidthResult{}, errors.New("bandwidth tests go through the peer probes' control endpoint, which is not running; configure [[peer]] entries with [probe] peers = true and check `rdmactl status` for the peers component")
@@ -98,7 +152,39 @@ func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (a
 	ctx, cancel := context.WithTimeout(ctx, req.Duration+30*time.Second)
 	defer cancel()
 	return r.bw.node.Run(ctx, bw.Request{Peer: netip.AddrPortFrom(addr, uint16(conf.port)), Name: req.Peer,
-		Op: op, Size: req.Size, Duration: req.Duration, ControlKey: conf.key, OtherKeys: conf.others})
+		Op: op, Size: req.Size, Duration: req.Duration, QPs: req.QPs, ControlKey: conf.key, OtherKeys: conf.others})
+}
+
+// loopbackBandwidth runs a loopback test of one of this node's ports
+// (POST /v1/bw?loopback=), and says whether it reached the port's
+// threshold ([health] min_loopback_gbps, min_loopback_share).
+func (b backend) loopbackBandwidth(ctx context.Context, req service.BandwidthRequest) (apitype.BandwidthResult, error) {
+	l := b.d.loopback
+	if l == nil {
+		return apitype.BandwidthResult{}, errors.New("loopback bandwidth tests are not set up yet; try again in a moment")
+	}
+	op, err := wire.ParseBWOp(req.Op)
+	if err != nil {
+		return apitype.BandwidthResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, req.Duration+30*time.Second)
+	defer cancel()
+	res, err := l.node.RunLoopback(ctx, bw.LoopbackRequest{Device: req.Device, Port: req.Port, Op: op, Size: req.Size,
+		Duration: req.Duration, QPs: req.QPs})
+	if err != nil {
+		return res, err
+	}
+	if s := b.d.store.Load(); s != nil {
+		for _, dev := range s.Devices {
+			for _, p := range dev.Ports {
+				if portKey(dev.Name, p.Port) == res.Local {
+					res.MinGbps = b.d.health.loopbackThreshold(p)
+				}
+			}
+		}
+	}
+	res.Low = res.MinGbps > 0 && res.Gbps < res.MinGbps
+	return res, nil
 }
 
 // resolvePeer returns the address of name (an IP address or a host name).

@@ -35,6 +35,7 @@ import (
 	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/dcb"
+	"github.com/rdmad/rdmad/verbs/bw"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -104,6 +105,11 @@ type Daemon struct {
 	parts *supervisor
 	// peers is the peer prober while it runs; the API reads it.
 	peers atomic.Pointer[peerRunner]
+	// bwSlot is the node's one bandwidth test slot, which the peer
+	// runner's tests and the loopback tests share; loopback runs the
+	// loopback tests (bandwidth.go).
+	bwSlot   *bw.Slot
+	loopback *loopbackTests
 
 	reqs chan func() // work for the main loop, from the API and D-Bus
 	// mail carries other goroutines' updates of the store to the main
@@ -143,6 +149,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	d.health = newHealthPart(d.log)
+	d.bwSlot = bw.NewSlot()
+	d.loopback = newLoopbackTests(d)
+	defer d.loopback.node.Close()
 	d.resources = newResources(opts.SysfsRoot)
 	now := time.Now()
 	d.store = state.NewStore(apitype.Snapshot{

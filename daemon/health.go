@@ -47,6 +47,7 @@ func (h *healthPart) configure(cfg *config.Config) {
 	hc := cfg.Health
 	h.flaps.SetConfig(health.FlapConfig{Downs: hc.FlapDowns, Window: hc.FlapWindow.Duration, Quiet: hc.FlapQuiet.Duration})
 	h.expect.Ignore = append([]string(nil), hc.Ignore...)
+	h.expect.MinLoopbackGbps, h.expect.MinLoopbackShare = hc.MinLoopbackGbps, hc.MinLoopbackShare
 	h.minRates = h.minRates[:0]
 	for _, p := range cfg.Policies {
 		if p.MinRateGbps > 0 {
@@ -142,3 +143,14 @@ func (h *healthPart) logChanges(prev, next apitype.Health) {
 }
 
 func portKey(dev string, port int) string { return dev + "/" + strconv.Itoa(port) }
+
+// loopbackThreshold is the least loopback bandwidth [health] declares for
+// port p in Gb/s (0: none), as the verdict judges it.
+func (h *healthPart) loopbackThreshold(p apitype.Port) float64 {
+	if h == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.expect.LoopbackThreshold(p)
+}

@@ -260,7 +260,7 @@ func (d *Daemon) startPeers() {
 	})
 	d.parts.Go(func(ctx context.Context) {
 		defer d.peers.Store(nil)
-		defer d.mail.post("bandwidth", func(s *apitype.Snapshot) { s.Bandwidth = nil })
+		defer d.mail.post("bandwidth", func(s *apitype.Snapshot) { s.Bandwidth = d.bandwidthStatus(nil) })
 		defer r.bw.node.Close()
 		if err := r.mgr.Run(ctx); err != nil {
 			d.log.Error("peer probes stopped", "err", err)

@@ -27,6 +27,22 @@ type Expect struct {
 	// Ignore are ports ("mlx5_0/2") and devices ("mlx5_1") that the
 	// verdict leaves out ([health] ignore): an uncabled second port.
 	Ignore []string
+	// MinLoopbackGbps and MinLoopbackShare are the least bandwidth a
+	// port's loopback test must reach ([health] min_loopback_gbps, and
+	// min_loopback_share of the port's rate); 0: not declared.
+	MinLoopbackGbps  float64
+	MinLoopbackShare float64
+}
+
+// LoopbackThreshold is the least loopback bandwidth e declares for port p
+// in Gb/s: the higher of min_loopback_gbps and min_loopback_share of p's
+// rate (a share counts only while the rate is known), 0 when none.
+func (e Expect) LoopbackThreshold(p apitype.Port) float64 {
+	t := e.MinLoopbackGbps
+	if r := portRate(p); e.MinLoopbackShare > 0 && r > 0 {
+		t = max(t, e.MinLoopbackShare*r)
+	}
+	return t
 }
 
 // ignored reports whether port ("dev/N") or its device is ignored.
@@ -59,7 +75,7 @@ func Evaluate(in Input) apitype.Health {
 	e := evaluator{in: in, s: s}
 	conds := []apitype.Condition{
 		e.config(), e.noDevice(), e.verbs(), e.portDown(), e.flapping(), e.linkRate(), e.pcie(),
-		e.loopback(), e.mrpool(), e.memlock(), e.peers(), e.kernel(), e.policy(), e.daemon(),
+		e.loopback(), e.loopbackBandwidth(), e.mrpool(), e.memlock(), e.peers(), e.kernel(), e.policy(), e.daemon(),
 	}
 	h := apitype.Health{Status: apitype.ConditionOK, Conditions: conds}
 	for i := range conds {
@@ -362,6 +378,86 @@ func (e evaluator) loopback() apitype.Condition {
 		return ok(t, "NoProbes", "no port is probed")
 	}
 	return ok(t, "ProbesPass", fmt.Sprintf("%d ports pass their loopback probes", len(e.s.Loopback)))
+}
+
+// loopbackBandwidth judges each port's last loopback bandwidth test
+// against its threshold (Expect.LoopbackThreshold), as it stands now: a
+// threshold changed by a reload judges the same result again. A port
+// without a test is not judged (the tests run on demand, rdmactl bw
+// --loopback); a failed test leaves the last result that ran to its end.
+func (e evaluator) loopbackBandwidth() apitype.Condition {
+	const t = apitype.CondLoopbackBandwidth
+	if e.in.Local {
+		return unknown(t, "DaemonNotAnswering", "rdmad does not answer: the loopback bandwidth tests run in rdmad")
+	}
+	if e.in.Expect.MinLoopbackGbps == 0 && e.in.Expect.MinLoopbackShare == 0 {
+		return ok(t, "NoThreshold", "no [health] min_loopback_gbps or min_loopback_share is declared")
+	}
+	var results []apitype.BandwidthResult
+	if e.s.Bandwidth != nil {
+		results = e.s.Bandwidth.Loopback
+	}
+	var objs, msgs, unknowns []string
+	judged := 0
+	for _, r := range results {
+		d, n, found := splitPort(r.Local)
+		if !found || e.in.Expect.ignored(d, n) {
+			continue
+		}
+		p, present := e.port(d, n)
+		if !present {
+			continue // the device is gone: its result says nothing now
+		}
+		want := e.in.Expect.LoopbackThreshold(p)
+		if want == 0 {
+			unknowns = append(unknowns, r.Local)
+			continue
+		}
+		judged++
+		if r.Gbps < want {
+			objs = append(objs, r.Local)
+			msgs = append(msgs, fmt.Sprintf("%s reached %.2f Gb/s in its last loopback test (%s, %d QP(s), %s), below its threshold %.2f Gb/s",
+				r.Local, r.Gbps, r.Op, max(r.QPs, 1), r.Time.UTC().Format(time.RFC3339), want))
+		}
+	}
+	if len(objs) > 0 {
+		return problem(t, "BelowThreshold", objs, list(msgs)+": check the port's rate, its PCIe link and the adapter's load; run rdmactl bw --loopback again to judge it anew")
+	}
+	if len(unknowns) > 0 && judged == 0 {
+		return unknown(t, "RateUnknown", "the rate of "+strings.Join(unknowns, ", ")+" is not known, so min_loopback_share gives no threshold")
+	}
+	if judged == 0 {
+		return ok(t, "NotTested", "no port has run a loopback bandwidth test since rdmad started (rdmactl bw --loopback)")
+	}
+	return ok(t, "AtThreshold", fmt.Sprintf("%d port(s) reached their loopback bandwidth threshold in their last test", judged))
+}
+
+// port returns port n of device d in the snapshot.
+func (e evaluator) port(d string, n int) (apitype.Port, bool) {
+	for _, dev := range e.s.Devices {
+		if dev.Name != d {
+			continue
+		}
+		for _, p := range dev.Ports {
+			if p.Port == n {
+				return p, true
+			}
+		}
+	}
+	return apitype.Port{}, false
+}
+
+// splitPort splits "dev/N".
+func splitPort(key string) (string, int, bool) {
+	i := strings.LastIndexByte(key, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	var n int
+	if _, err := fmt.Sscanf(key[i+1:], "%d", &n); err != nil {
+		return "", 0, false
+	}
+	return key[:i], n, true
 }
 
 func (e evaluator) mrpool() apitype.Condition {

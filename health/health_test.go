@@ -90,6 +90,16 @@ func TestEvaluateProblems(t *testing.T) {
 		{"loopback fails", func(s *apitype.Snapshot, _ *Input) {
 			s.Loopback[0].State, s.Loopback[0].LastError = "failed", "work completion error"
 		}, apitype.CondLoopback, []string{"rxe0/1"}, "work completion error"},
+		{"loopback bandwidth below min_loopback_gbps", func(s *apitype.Snapshot, in *Input) {
+			s.Bandwidth = &apitype.BandwidthStatus{Loopback: []apitype.BandwidthResult{
+				{Loopback: true, Local: "rxe0/1", Op: "write", QPs: 4, Gbps: 7.5, Time: t0}}}
+			in.Expect.MinLoopbackGbps = 8
+		}, apitype.CondLoopbackBandwidth, []string{"rxe0/1"}, "rxe0/1 reached 7.50 Gb/s in its last loopback test (write, 4 QP(s), 2026-12-01T12:00:00Z), below its threshold 8.00 Gb/s"},
+		{"loopback bandwidth below min_loopback_share", func(s *apitype.Snapshot, in *Input) {
+			s.Bandwidth = &apitype.BandwidthStatus{Loopback: []apitype.BandwidthResult{
+				{Loopback: true, Local: "rxe0/1", Op: "read", QPs: 1, Gbps: 8.5, Time: t0}}}
+			in.Expect.MinLoopbackGbps, in.Expect.MinLoopbackShare = 5, 0.9 // 0.9 of 10 Gb/s outweighs 5
+		}, apitype.CondLoopbackBandwidth, []string{"rxe0/1"}, "below its threshold 9.00 Gb/s"},
 		{"canary fails", func(s *apitype.Snapshot, _ *Input) { s.MRPool[0].Canary.LastError = "Cannot allocate memory" },
 			apitype.CondMRPool, []string{"rxe0"}, "ulimit -l"},
 		{"memlock drifted", func(s *apitype.Snapshot, _ *Input) {
@@ -250,5 +260,57 @@ func TestFlaps(t *testing.T) {
 	g.Forget(func(string) bool { return false })
 	if len(g.State(t0)) != 0 {
 		t.Error("Forget kept a port")
+	}
+}
+
+// TestEvaluateLoopbackBandwidth: the condition judges each port's last
+// loopback test against the threshold in force, so that a lower threshold
+// (a reload) clears it without a new test; a port without a test, an
+// ignored one or one no longer present is not judged, and a share of an
+// unknown rate gives no threshold.
+func TestEvaluateLoopbackBandwidth(t *testing.T) {
+	res := func(gbps float64, local string) *apitype.BandwidthStatus {
+		return &apitype.BandwidthStatus{Loopback: []apitype.BandwidthResult{{Loopback: true, Local: local, Op: "write", QPs: 1, Gbps: gbps, Time: t0}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		bw     *apitype.BandwidthStatus
+		expect Expect
+		mod    func(s *apitype.Snapshot)
+		status string
+		reason string
+	}{
+		{"no threshold", res(1, "rxe0/1"), Expect{}, nil, apitype.ConditionOK, "NoThreshold"},
+		{"no test yet", nil, Expect{MinLoopbackGbps: 8}, nil, apitype.ConditionOK, "NotTested"},
+		{"at the threshold", res(8, "rxe0/1"), Expect{MinLoopbackGbps: 8}, nil, apitype.ConditionOK, "AtThreshold"},
+		{"below a raised threshold", res(8, "rxe0/1"), Expect{MinLoopbackGbps: 8.01}, nil, apitype.ConditionProblem, "BelowThreshold"},
+		{"share at 0.5 of 10 Gb/s", res(5, "rxe0/1"), Expect{MinLoopbackShare: 0.5}, nil, apitype.ConditionOK, "AtThreshold"},
+		{"share of the netdev speed", res(20, "rxe0/1"), Expect{MinLoopbackShare: 0.9}, func(s *apitype.Snapshot) {
+			s.Devices[0].Ports[0].RateGbps, s.Devices[0].Ports[0].NetdevSpeedMbps = 0, 25000
+		}, apitype.ConditionProblem, "BelowThreshold"},
+		{"share of an unknown rate", res(1, "rxe0/1"), Expect{MinLoopbackShare: 0.9}, func(s *apitype.Snapshot) {
+			s.Devices[0].Ports[0].RateGbps = 0
+		}, apitype.ConditionUnknown, "RateUnknown"},
+		{"ignored port", res(1, "rxe0/1"), Expect{MinLoopbackGbps: 8, Ignore: []string{"rxe0"}}, nil, apitype.ConditionOK, "NotTested"},
+		{"port gone", res(1, "rxe9/1"), Expect{MinLoopbackGbps: 8}, nil, apitype.ConditionOK, "NotTested"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := node()
+			s.Bandwidth = tc.bw
+			if tc.mod != nil {
+				tc.mod(s)
+			}
+			c := cond(t, Evaluate(Input{Snap: s, Now: t0, Expect: tc.expect}), apitype.CondLoopbackBandwidth)
+			if c.Status != tc.status || c.Reason != tc.reason {
+				t.Errorf("%+v; want %s %s", c, tc.status, tc.reason)
+			}
+			if (c.Status == apitype.ConditionProblem) != (len(c.Objects) == 1 && c.Objects[0] == "rxe0/1") {
+				t.Errorf("objects %v for status %s", c.Objects, c.Status)
+			}
+		})
+	}
+	local := cond(t, Evaluate(Input{Snap: node(), Now: t0, Local: true}), apitype.CondLoopbackBandwidth)
+	if local.Status != apitype.ConditionUnknown || local.Reason != "DaemonNotAnswering" {
+		t.Errorf("local verdict %+v; want unknown DaemonNotAnswering", local)
 	}
 }

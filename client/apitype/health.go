@@ -41,6 +41,10 @@ const (
 	CondPCIeDegraded = "PCIeDegraded"
 	// CondLoopback: the loopback probes of a port fail.
 	CondLoopback = "LoopbackFailing"
+	// CondLoopbackBandwidth: a port's last loopback bandwidth test
+	// (rdmactl bw --loopback) measured less than [health]
+	// min_loopback_gbps or min_loopback_share of the port's rate.
+	CondLoopbackBandwidth = "LoopbackBandwidthLow"
 	// CondMRPool: memory registration fails (the MR pool or its canary).
 	CondMRPool = "MRRegistrationFailing"
 	// CondMemlock: the locked-memory limit is below what the memlock
@@ -61,7 +65,7 @@ const (
 // ConditionTypes lists every condition type in the order GET /v1/health
 // reports them: the node's first, then the devices', then the fabric's.
 var ConditionTypes = []string{CondConfig, CondNoDevice, CondVerbs, CondPortDown, CondPortFlapping,
-	CondLinkDegraded, CondPCIeDegraded, CondLoopback, CondMRPool, CondMemlock, CondPeers,
+	CondLinkDegraded, CondPCIeDegraded, CondLoopback, CondLoopbackBandwidth, CondMRPool, CondMemlock, CondPeers,
 	CondKernelFault, CondPolicy, CondDaemon}
 
 // Health is the verdict: one condition per type, always all of them.

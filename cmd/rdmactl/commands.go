@@ -209,21 +209,27 @@ func init() {
 		{
 			name:    "bw",
 			args:    "PEER",
-			summary: "an RC bandwidth test to another rdmad node: Gb/s and messages/s (root or admin_group)",
+			summary: "an RC bandwidth test to another rdmad node, or of a port against itself: Gb/s and messages/s (root or admin_group)",
 			help: "Run an RC bandwidth test from rdmad's node to PEER, another rdmad node that allows it ([probe] bandwidth = true " +
 				"there, and this node among its [[peer]]s or [probe] allow networks), like ib_write_bw: a window of 128 messages " +
-				"of --size bytes outstanding for --duration, the completions busy-polled. Prints the peer, the operation, the size, " +
-				"the time, Gb/s and messages per second. One test at a time per node. --json prints POST /v1/bw's JSON " +
-				"(gbps, msg_rate, bytes, messages, elapsed_ns; docs/API.md).",
+				"of --size bytes outstanding for --duration on each of --qps queue pairs, the completions busy-polled. With --loopback, " +
+				"test one of this node's ports against itself instead (DEVICE or DEVICE:PORT in place of PEER, or none for the first " +
+				"ACTIVE port): RC between queue pairs of that port, through the adapter, as ib_write_bw to the node's own address " +
+				"measures it; [health] min_loopback_gbps or min_loopback_share judge the result (LoopbackBandwidthLow, rdmactl check). " +
+				"Prints the peer, the operation, the size, the queue pairs, the time, Gb/s and messages per second; on a terminal a " +
+				"progress line while the test runs. One test at a time per node, loopback tests included. --json prints POST /v1/bw's " +
+				"JSON (gbps, msg_rate, bytes, messages, elapsed_ns, qps, and for --loopback min_gbps and low; docs/API.md).",
 			exits: "0 the test ran; 1 error, rdmad unreachable or access denied; 2 usage; 3 the test did not run or failed " +
-				"(the peer refused it: disabled, busy or bad parameters; no answer; a test runs here already)",
+				"(the peer refused it: disabled, busy or bad parameters; no answer; a test runs here already; the port is not ACTIVE)",
 			flags: []flagDef{
+				{long: "loopback", help: "test a port of this node against itself: DEVICE[:PORT] in place of PEER, or none for the first ACTIVE port"},
+				{long: "qps", arg: "N", eg: "4", help: "queue pairs in parallel, 1 to 16 (default 1; to a peer, more than 1 needs an rdmad there that knows them)"},
 				{long: "op", arg: "OP", eg: "write", values: bwOps, help: "write (default), read or send"},
 				{long: "size", arg: "BYTES", eg: "65536", help: "bytes per message, 1 to 1MiB (default 65536; 64KiB works too)"},
 				{long: "duration", arg: "DURATION", eg: "5s", help: "how long to send, 100ms to 30s (default 5s)"},
 			},
-			minArgs: 1, maxArgs: 1,
-			missing:       "say which peer, e.g. `rdmactl bw 192.0.2.17` (an rdmad node with [probe] bandwidth = true)",
+			minArgs: 0, maxArgs: 1,
+			missing:       "say which peer, e.g. `rdmactl bw 192.0.2.17` (an rdmad node with [probe] bandwidth = true), or --loopback for this node's own port",
 			complete:      "peers",
 			daemon:        true,
 			withoutDaemon: true,

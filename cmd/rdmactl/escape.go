@@ -111,3 +111,16 @@ func unsafeRune(r rune) bool {
 	}
 	return false
 }
+
+// rawWriter returns the writer under w's safeWriter: for the control
+// characters rdmactl writes itself (a progress line's carriage return),
+// never for text that comes from rdmad.
+func rawWriter(w io.Writer) io.Writer {
+	switch v := w.(type) {
+	case safeFile:
+		return v.safeWriter.w
+	case *safeWriter:
+		return v.w
+	}
+	return w
+}

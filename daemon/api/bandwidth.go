@@ -10,9 +10,12 @@ import (
 	"github.com/rdmad/rdmad/daemon/service"
 )
 
-// serveBandwidth runs a bandwidth test: POST /v1/bw?peer=&op=&size=&duration=
+// serveBandwidth runs a bandwidth test: POST /v1/bw?peer=&op=&size=&duration=&qps=
 // (op write|read|send, default write; size in bytes, default 65536;
-// duration a Go duration, default 5s). Admin level: it fills the link.
+// duration a Go duration, default 5s; qps the queue pairs in parallel,
+// default 1), or instead of peer loopback=DEVICE[:PORT] (loopback= for the
+// first ACTIVE port): a test of one of this node's ports against itself.
+// Admin level: it fills the link.
 func (s *Server) serveBandwidth(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	size := 0
@@ -40,10 +43,38 @@ func (s *Server) serveBandwidth(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req, err := service.ParseBandwidthRequest(q.Get("peer"), q.Get("op"), size, d)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error()+" (POST /v1/bw?peer=ADDRESS&op=write&size=65536&duration=5s)")
-		return
+	qps := 0
+	if v := q.Get("qps"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("qps %.32q is not a number of queue pairs; use 1 to %d, e.g. ?qps=4", v, service.MaxBandwidthQPs))
+			return
+		}
+		if n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("qps %d is out of range; use 1 to %d queue pairs, e.g. ?qps=4", n, service.MaxBandwidthQPs))
+			return
+		}
+		qps = n
+	}
+	var req service.BandwidthRequest
+	var err error
+	if q.Has("loopback") {
+		if q.Has("peer") {
+			writeError(w, http.StatusBadRequest, "give peer or loopback, not both (POST /v1/bw?peer=ADDRESS or ?loopback=DEVICE:PORT)")
+			return
+		}
+		if req, err = service.ParseLoopbackRequest(q.Get("loopback"), q.Get("op"), size, d, qps); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error()+" (POST /v1/bw?loopback=DEVICE:PORT&qps=1&op=write&size=65536&duration=5s)")
+			return
+		}
+	} else {
+		if req, err = service.ParseBandwidthRequest(q.Get("peer"), q.Get("op"), size, d); err == nil {
+			req.QPs, err = qps, service.CheckBandwidthQPs(qps)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error()+" (POST /v1/bw?peer=ADDRESS&op=write&size=65536&duration=5s, or ?loopback=DEVICE:PORT)")
+			return
+		}
 	}
 	res, err := service.RunBandwidth(r.Context(), s.backend, req)
 	switch {

@@ -91,3 +91,47 @@ func TestServeBandwidth(t *testing.T) {
 		t.Errorf("GET-less POST without peer: %d", w.Code)
 	}
 }
+
+// TestServeLoopbackBandwidth: POST /v1/bw?loopback= asks the backend for a
+// loopback test of the port named (or of the first ACTIVE port), with the
+// queue pairs asked; it is admin level like a peer test, and bad targets
+// and counts are refused before the backend is asked.
+func TestServeLoopbackBandwidth(t *testing.T) {
+	admin := Peer{UID: 1002, GID: 1002, Groups: []uint32{600}, Known: true}
+	member := Peer{UID: 1001, GID: 1001, Groups: []uint32{500}, Known: true}
+	b := &servicetest.Backend{}
+	if w := postBW(t, b, member, "?loopback=rxe0"); w.Code != 403 {
+		t.Errorf("socket group member: %d %s, want 403", w.Code, w.Body)
+	}
+	for q, want := range map[string]service.BandwidthRequest{
+		"?loopback=rxe0:1&qps=4": {Loopback: true, Device: "rxe0", Port: 1, QPs: 4, Op: "write", Size: 65536, Duration: 5 * time.Second},
+		"?loopback=&op=read":     {Loopback: true, Op: "read", Size: 65536, Duration: 5 * time.Second},
+		"?peer=node2&qps=2":      {Peer: "node2", QPs: 2, Op: "write", Size: 65536, Duration: 5 * time.Second},
+	} {
+		if w := postBW(t, b, admin, q); w.Code != 200 {
+			t.Errorf("%s: %d %s", q, w.Code, w.Body)
+			continue
+		}
+		if got := b.Requests(); got[len(got)-1] != want {
+			t.Errorf("%s: backend got %+v; want %+v", q, got[len(got)-1], want)
+		}
+	}
+	n := len(b.Requests())
+	for _, tt := range []struct{ q, want string }{
+		{"?loopback=rxe0&peer=node2", "give peer or loopback, not both"},
+		{"?loopback=rxe0&qps=17", "qps 17 is out of range; use 1 to 16"},
+		{"?loopback=rxe0&qps=0", "qps 0 is out of range"},
+		{"?loopback=rxe0&qps=many", "is not a number of queue pairs"},
+		{"?peer=node2&qps=99", "qps 99 is out of range"},
+		{"?loopback=rxe0:9x", "of rxe0 is not a port number"},
+		{"?loopback=rxe0&duration=31s", "duration 31s is out of range"},
+	} {
+		w := postBW(t, b, admin, tt.q)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), tt.want) {
+			t.Errorf("%s: %d %s, want 400 saying %q", tt.q, w.Code, w.Body, tt.want)
+		}
+	}
+	if got := b.Requests(); len(got) != n {
+		t.Errorf("bad requests reached the backend: %+v", got[n:])
+	}
+}

@@ -25,6 +25,12 @@ type Health struct {
 	KernelFaultWindow Duration `toml:"kernel_fault_window"`
 	// KernelLog switches following the kernel log (/dev/kmsg) on or off.
 	KernelLog bool `toml:"kernel_log"`
+	// MinLoopbackGbps and MinLoopbackShare are the least bandwidth a
+	// port's loopback test (rdmactl bw --loopback) must reach: in Gb/s,
+	// and as a share of the port's active rate; the higher of the two
+	// applies, and 0 declares none. Below it, LoopbackBandwidthLow.
+	MinLoopbackGbps  float64 `toml:"min_loopback_gbps"`
+	MinLoopbackShare float64 `toml:"min_loopback_share"`
 }
 
 // Health defaults (docs/HEALTH.md says why).
@@ -52,6 +58,12 @@ func (c *Config) validateHealth(k *checker) {
 		if !ignoreEntry.MatchString(e) {
 			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl devices shows them", e)
 		}
+	}
+	if h.MinLoopbackGbps < 0 || h.MinLoopbackGbps > 1e5 || h.MinLoopbackGbps != h.MinLoopbackGbps {
+		bad(at("min_loopback_gbps"), "health.min_loopback_gbps", "%g is out of range; use 0 (none) to 100000 Gb/s, e.g. 90 for a 100 Gb/s port", h.MinLoopbackGbps)
+	}
+	if h.MinLoopbackShare < 0 || h.MinLoopbackShare > 1 || h.MinLoopbackShare != h.MinLoopbackShare {
+		bad(at("min_loopback_share"), "health.min_loopback_share", "%g is out of range; use 0 (none) to 1, a share of the port's rate, e.g. 0.9", h.MinLoopbackShare)
 	}
 	if h.FlapDowns < 1 || h.FlapDowns > 1000 {
 		bad(at("flap_downs"), "health.flap_downs", "%d is out of range; use 1 to 1000 downs (default %d)", h.FlapDowns, DefaultFlapDowns)

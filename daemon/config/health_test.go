@@ -12,6 +12,8 @@ func TestHealthConfig(t *testing.T) {
 ignore = ["mlx5_1", "mlx5_0/2"]
 flap_downs = 4
 flap_window = "1m"
+min_loopback_gbps = 8
+min_loopback_share = 0.9
 
 [[policy]]
 name = "rate"
@@ -23,7 +25,8 @@ min_rate = "200Gb/s"
 		t.Fatal(err)
 	}
 	h := cfg.Health
-	if len(h.Ignore) != 2 || h.FlapDowns != 4 || h.FlapWindow.Duration != time.Minute || h.FlapQuiet.Duration != DefaultFlapQuiet || !h.KernelLog {
+	if len(h.Ignore) != 2 || h.FlapDowns != 4 || h.FlapWindow.Duration != time.Minute || h.FlapQuiet.Duration != DefaultFlapQuiet || !h.KernelLog ||
+		h.MinLoopbackGbps != 8 || h.MinLoopbackShare != 0.9 {
 		t.Errorf("health %+v", h)
 	}
 	pol := cfg.Policies[0]
@@ -37,6 +40,9 @@ func TestHealthConfigErrors(t *testing.T) {
 		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device or port`},
 		{"[health]\nflap_downs = 0\n", "rdmad.toml:2: health.flap_downs: 0 is out of range; use 1 to 1000"},
 		{"[health]\nflap_window = \"10ms\"\n", "rdmad.toml:2: health.flap_window: 10ms is out of range"},
+		{"[health]\nmin_loopback_gbps = -1\n", "rdmad.toml:2: health.min_loopback_gbps: -1 is out of range; use 0 (none) to 100000 Gb/s"},
+		{"[health]\nmin_loopback_share = 90\n", "rdmad.toml:2: health.min_loopback_share: 90 is out of range; use 0 (none) to 1"},
+		{"[health]\nmin_loopback_share = nan\n", "health.min_loopback_share: NaN is out of range"},
 		{"[[policy]]\nname = \"r\"\ndevices = [\"x\"]\nmin_rate = \"fast\"\n", `rdmad.toml:4: policy "r".min_rate: "fast" is not a link rate; write e.g. "200Gb/s"`},
 	} {
 		_, err := Load(write(t, map[string]string{"rdmad.toml": tc.body}))

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -105,6 +107,15 @@ type BandwidthRequest struct {
 	Op       string // write, read or send
 	Size     int
 	Duration time.Duration
+	// QPs is the queue pairs run in parallel, 1 to MaxBandwidthQPs; 0
+	// is 1.
+	QPs int
+	// Loopback asks for a test of one of this node's ports against
+	// itself (Peer is ""): Device's Port, Device "" the first device
+	// with an ACTIVE port, Port 0 the device's first ACTIVE port.
+	Loopback bool
+	Device   string
+	Port     int
 }
 
 // Bandwidth test defaults and bounds of both transports (the peer applies
@@ -116,7 +127,56 @@ const (
 	MaxBandwidthSize         = 1 << 20
 	MinBandwidthDuration     = 100 * time.Millisecond
 	MaxBandwidthDuration     = 30 * time.Second
+	// MaxBandwidthQPs is the most queue pairs a test runs in parallel
+	// (verbs/bw.MaxQPs).
+	MaxBandwidthQPs = 16
 )
+
+// CheckBandwidthQPs checks a test's count of parallel queue pairs (0
+// takes 1).
+func CheckBandwidthQPs(n int) error {
+	if n < 0 || n > MaxBandwidthQPs {
+		return fmt.Errorf("qps %d is out of range; use 1 to %d queue pairs, e.g. 4", n, MaxBandwidthQPs)
+	}
+	return nil
+}
+
+// loopbackDevice is the shape of an RDMA device's name.
+var loopbackDevice = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// ParseLoopbackRequest checks a loopback test's parameters as the API
+// takes them: target is DEVICE, DEVICE:PORT (DEVICE/PORT as rdmactl
+// devices writes it too) or "" for the first ACTIVE port; the rest as
+// ParseBandwidthRequest, and qps as CheckBandwidthQPs.
+func ParseLoopbackRequest(target, op string, size int, d time.Duration, qps int) (BandwidthRequest, error) {
+	r, err := ParseBandwidthRequest("loopback", op, size, d)
+	r.Peer, r.Loopback, r.QPs = "", true, qps
+	if err != nil {
+		return r, err
+	}
+	if err := CheckBandwidthQPs(qps); err != nil {
+		return r, err
+	}
+	if target == "" {
+		return r, nil
+	}
+	dev, port, hasPort := strings.Cut(target, ":")
+	if !hasPort {
+		dev, port, hasPort = strings.Cut(target, "/")
+	}
+	if !loopbackDevice.MatchString(dev) {
+		return r, fmt.Errorf("device %.64q is not an RDMA device name; give one as rdmactl status shows it, e.g. rxe0 or mlx5_0:1", dev)
+	}
+	r.Device = dev
+	if hasPort {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 255 {
+			return r, fmt.Errorf("port %.16q of %s is not a port number; use 1 to 255, e.g. %s:1", port, dev, dev)
+		}
+		r.Port = n
+	}
+	return r, nil
+}
 
 // ParseBandwidthRequest checks a test's parameters as the API and D-Bus
 // take them; an empty op, size 0 or duration 0 take the defaults. The

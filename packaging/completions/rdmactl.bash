@@ -38,7 +38,7 @@ _rdmactl() {
 		COMPREPLY=($(compgen -W 'unknown up degraded down' -- "$cur"))
 		return
 		;;
-	--timeout | --size | --duration | --interval | --since)
+	--timeout | --qps | --size | --duration | --interval | --since)
 		return
 		;;
 	esac
@@ -49,7 +49,7 @@ _rdmactl() {
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s | --output | -o | --format | --group | --op | --state | --timeout | --size | --duration | --interval | --since) ((i++)) ;;
+		--socket | -s | --output | -o | --format | --group | --op | --state | --timeout | --qps | --size | --duration | --interval | --since) ((i++)) ;;
 		-*) ;;
 		*)
 			if [ -z "$cmd" ]; then
@@ -67,7 +67,7 @@ _rdmactl() {
 		'') flags='--socket --json --full --help --version' ;;
 		check) flags='--format --timeout --socket --json --full --help' ;;
 		peers) flags='--state --group --socket --json --full --help' ;;
-		bw) flags='--op --size --duration --socket --json --full --help' ;;
+		bw) flags='--loopback --qps --op --size --duration --socket --json --full --help' ;;
 		doctor) flags='--interval --socket --json --full --help' ;;
 		bugreport) flags='--output --dir --since --socket --json --full --help' ;;
 		*) flags='--socket --json --full --help' ;;

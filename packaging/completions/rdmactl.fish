@@ -29,7 +29,7 @@ complete -c rdmactl -n __fish_use_subcommand -a policy -d 'what the policies wou
 complete -c rdmactl -n __fish_use_subcommand -a peers -d 'peer probes: state, RTT and loss per peer and port'
 complete -c rdmactl -n __fish_use_subcommand -a qos -d 'the DCB state of the RoCE netdevs: trust, PFC, DSCP map, ETS'
 complete -c rdmactl -n __fish_use_subcommand -a probe -d 'probe a configured peer now (root or admin_group)'
-complete -c rdmactl -n __fish_use_subcommand -a bw -d 'an RC bandwidth test to another rdmad node: Gb/s and messages/s (root or admin_group)'
+complete -c rdmactl -n __fish_use_subcommand -a bw -d 'an RC bandwidth test to another rdmad node, or of a port against itself: Gb/s and messages/s (root or admin_group)'
 complete -c rdmactl -n __fish_use_subcommand -a doctor -d 'the RDMA troubleshooting checks, each with its fix'
 complete -c rdmactl -n __fish_use_subcommand -a bugreport -d 'collect rdmad\'s state, the journal and the host\'s RDMA setup into one archive for a ticket'
 complete -c rdmactl -n __fish_use_subcommand -a watch -d 'print state changes as they happen, until interrupted'
@@ -63,6 +63,8 @@ complete -c rdmactl -n '__fish_seen_subcommand_from qos' -a '(__rdmactl_live net
 complete -c rdmactl -n '__fish_seen_subcommand_from probe' -a '(__rdmactl_live peers)'
 
 # bw
+complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l loopback -d 'test a port of this node against itself: DEVICE[:PORT] in place of PEER, or none for the first ACTIVE port'
+complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l qps -x -d 'queue pairs in parallel, 1 to 16 (default 1; to a peer, more than 1 needs an rdmad there that knows them)'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l op -x -a 'write read send' -d 'write (default), read or send'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l size -x -d 'bytes per message, 1 to 1MiB (default 65536; 64KiB works too)'
 complete -c rdmactl -n '__fish_seen_subcommand_from bw' -l duration -x -d 'how long to send, 100ms to 30s (default 5s)'

@@ -38,6 +38,59 @@ const bwExtLen = 32
 // the nonces it remembers for that long, one replayed at once.
 const ExtBWTime = 0x0004
 
+// ExtBWQPs lists a bandwidth test's queue pairs beyond its first (the
+// message's QPN and the bandwidth extension's PSN), for a test of several
+// queue pairs in parallel (rdmactl bw --qps): in a request the
+// requester's, in an acceptance the responder's, one for each of the
+// request's and in its order, 20 bytes each: QPN (4), PSN (4), and in an
+// acceptance of an RDMA WRITE or READ test the memory that QP's requests
+// aim at, address (8) and rkey (4); zero otherwise. Not critical: a
+// responder without it answers with one queue pair, which the requester
+// takes as a refusal of the others.
+const ExtBWQPs = 0x0008
+
+// MaxBWQPs bounds a test's queue pairs, its first included.
+const MaxBWQPs = 16
+
+// bwQPLen is the size of one ExtBWQPs entry.
+const bwQPLen = 20
+
+// A BWQP is one ExtBWQPs entry.
+type BWQP struct {
+	QPN, PSN uint32
+	Addr     uint64
+	RKey     uint32
+}
+
+// BWQPsExt returns qps as an ExtBWQPs extension.
+func BWQPsExt(qps []BWQP) Ext {
+	v := make([]byte, 0, len(qps)*bwQPLen)
+	for _, q := range qps {
+		v = binary.BigEndian.AppendUint32(v, q.QPN)
+		v = binary.BigEndian.AppendUint32(v, q.PSN)
+		v = binary.BigEndian.AppendUint64(v, q.Addr)
+		v = binary.BigEndian.AppendUint32(v, q.RKey)
+	}
+	return Ext{Type: ExtBWQPs, Value: v}
+}
+
+// BWQPsOf returns the queue pairs beyond the first that a decoded
+// bandwidth message lists (nil: none, one queue pair).
+func BWQPsOf(m Message) []BWQP {
+	for _, e := range m.Ext {
+		if e.Type != ExtBWQPs {
+			continue
+		}
+		out := make([]BWQP, 0, len(e.Value)/bwQPLen)
+		for v := e.Value; len(v) >= bwQPLen; v = v[bwQPLen:] {
+			out = append(out, BWQP{QPN: binary.BigEndian.Uint32(v), PSN: binary.BigEndian.Uint32(v[4:]),
+				Addr: binary.BigEndian.Uint64(v[8:]), RKey: binary.BigEndian.Uint32(v[16:])})
+		}
+		return out
+	}
+	return nil
+}
+
 // MaxBWSkew is how far a bandwidth request's time may be from the
 // responder's clock, either way: the clocks of a fleet agree far better
 // (NTP), and a replay has at most this long.
@@ -224,7 +277,7 @@ func BWOf(m Message) (BW, error) {
 func checkBW(m *Message) error {
 	if !IsBW(m.Type) {
 		for _, e := range m.Ext {
-			if e.Type == ExtBandwidth || e.Type == ExtBWTime {
+			if e.Type == ExtBandwidth || e.Type == ExtBWTime || e.Type == ExtBWQPs {
 				return fmt.Errorf("%w: bandwidth extension in a message of type %d (extension %#x)", ErrMalformed, m.Type, e.Type)
 			}
 		}
@@ -237,6 +290,21 @@ func checkBW(m *Message) error {
 		}
 		if times++; times > 1 || len(e.Value) != 8 || m.Type != TypeBWRequest {
 			return fmt.Errorf("%w: a bandwidth request carries at most one time of 8 bytes, other messages none", ErrMalformed)
+		}
+	}
+	lists := 0
+	for _, e := range m.Ext {
+		if e.Type != ExtBWQPs {
+			continue
+		}
+		n := len(e.Value) / bwQPLen
+		if lists++; lists > 1 || m.Type == TypeBWDone || len(e.Value)%bwQPLen != 0 || n < 1 || n > MaxBWQPs-1 {
+			return fmt.Errorf("%w: a bandwidth request or answer lists at most one set of 1 to %d more queue pairs, 20 bytes each; a done message none", ErrMalformed, MaxBWQPs-1)
+		}
+		for _, q := range BWQPsOf(Message{Ext: []Ext{e}}) {
+			if q.QPN == 0 || q.PSN > 0xffffff || (m.Type == TypeBWRequest && (q.Addr != 0 || q.RKey != 0)) {
+				return fmt.Errorf("%w: a listed queue pair has a QPN and a 24-bit PSN, and in a request no address or rkey", ErrMalformed)
+			}
 		}
 	}
 	if m.Version != Version2 {

@@ -23,6 +23,11 @@ func bwSeeds() []Message {
 			Ext: []Ext{BW{Op: BWRead, MTU: 5, PSN: 1, Size: 1 << 20, Duration: 30 * time.Second, Addr: 0x7f0000001000, RKey: 0x1234}.Ext()}},
 		{Version: 2, Type: TypeBWAnswer, Nonce: 8, NodeID: 4, Ext: []Ext{BW{Op: BWSend, Status: BWBusy}.Ext()}},
 		{Version: 2, Type: TypeBWDone, Nonce: 7, QPN: 0x11, NodeID: 3, Ext: []Ext{BW{Op: BWSend}.Ext()}},
+		{Version: 2, Type: TypeBWRequest, Nonce: 10, QPN: 0x11, GID: bwGID, NodeID: 3,
+			Ext: []Ext{BW{Op: BWWrite, MTU: 3, PSN: 5, Size: 4096, Duration: time.Second}.Ext(), BWQPsExt([]BWQP{{QPN: 0x13, PSN: 6}, {QPN: 0x15, PSN: 0xffffff}})}},
+		{Version: 2, Type: TypeBWAnswer, Nonce: 10, QPN: 0x21, GID: bwGID, NodeID: 4,
+			Ext: []Ext{BW{Op: BWWrite, MTU: 3, PSN: 7, Size: 4096, Duration: time.Second, Addr: 0x1000, RKey: 9}.Ext(),
+				BWQPsExt([]BWQP{{QPN: 0x23, PSN: 8, Addr: 0x2000, RKey: 10}, {QPN: 0x25, PSN: 9, Addr: 0x3000, RKey: 11}})}},
 		{Version: 2, Type: TypeBWRequest, Nonce: 9, QPN: 0x11, GID: bwGID, NodeID: 3,
 			Ext: []Ext{BW{Op: BWRead, MTU: 3, PSN: 5, Size: 4096, Duration: time.Second}.Ext(), BWTimeExt(time.UnixMilli(1795000000123))}},
 	}
@@ -82,6 +87,9 @@ func TestBWRoundTrip(t *testing.T) {
 			if err != nil || wb != gb {
 				t.Errorf("BWOf = %+v, %v; want %+v", gb, err, wb)
 			}
+			if w, g := BWQPsOf(m), BWQPsOf(got); !cmp.Equal(w, g) {
+				t.Errorf("BWQPsOf = %+v; want %+v", g, w)
+			}
 		}
 	}
 }
@@ -140,6 +148,21 @@ func TestBWHostile(t *testing.T) {
 			m.Ext[0] = BW{Op: BWWrite, RKey: 5}.Ext()
 		}), "done message"},
 		{"extension in a query", with(func(m *Message) { m.Type, m.Count, m.QKey = TypeQuery, 1, 5 }), "bandwidth extension in a message"},
+		{"queue pairs in a query", enc(Message{Version: 2, Type: TypeQuery, Nonce: 7, Count: 1, QPN: 0x11, QKey: 3,
+			Ext: []Ext{BWQPsExt([]BWQP{{QPN: 1}})}}), "bandwidth extension in a message"},
+		{"queue pairs twice", with(func(m *Message) {
+			m.Ext = append(m.Ext, BWQPsExt([]BWQP{{QPN: 1}}), BWQPsExt([]BWQP{{QPN: 2}}))
+		}), "at most one set"},
+		{"queue pairs empty", with(func(m *Message) { m.Ext = append(m.Ext, Ext{Type: ExtBWQPs}) }), "at most one set"},
+		{"queue pairs cut", with(func(m *Message) { m.Ext = append(m.Ext, Ext{Type: ExtBWQPs, Value: make([]byte, 19)}) }), "at most one set"},
+		{"16 more queue pairs", with(func(m *Message) { m.Ext = append(m.Ext, BWQPsExt(make([]BWQP, MaxBWQPs))) }), "at most one set"},
+		{"queue pairs in done", with(func(m *Message) {
+			m.Type = TypeBWDone
+			m.Ext = append(m.Ext, BWQPsExt([]BWQP{{QPN: 1}}))
+		}), "a done message none"},
+		{"listed QPN zero", with(func(m *Message) { m.Ext = append(m.Ext, BWQPsExt([]BWQP{{QPN: 0}})) }), "a listed queue pair"},
+		{"listed PSN over 24 bits", with(func(m *Message) { m.Ext = append(m.Ext, BWQPsExt([]BWQP{{QPN: 1, PSN: 1 << 24}})) }), "a listed queue pair"},
+		{"listed rkey in a request", with(func(m *Message) { m.Ext = append(m.Ext, BWQPsExt([]BWQP{{QPN: 1, RKey: 3}})) }), "a listed queue pair"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

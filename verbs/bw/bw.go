@@ -27,7 +27,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +64,10 @@ type Config struct {
 	// Status changed: a request answered, a test run, SetEnabled.
 	OnChange func()
 	Logger   *slog.Logger
+	// Slot, if set, is the test slot the node shares with others (the
+	// daemon's loopback tests and its peer runner's): one test at a time
+	// between all of them. Nil: a slot of the node's own.
+	Slot *Slot
 	// PeerPorts, if set, returns the RDMA ports the peer whose control
 	// address is addr announced to this node in answers to its queries
 	// (nil: none known). On InfiniBand a test connects only to one of
@@ -138,10 +144,11 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 
+	// slot is the node's one test slot (Config.Slot).
+	slot *Slot
+
 	mu      sync.Mutex
 	enabled bool
-	// busy says what holds the node's one test slot ("" when free).
-	busy string
 	// resp is the test this node serves as responder, nil when none.
 	resp   *session
 	closed bool
@@ -167,6 +174,9 @@ type Stats struct {
 	Refused map[string]uint64
 	// Last is the last test this node ran as requester (nil: none yet).
 	Last *apitype.BandwidthResult
+	// Loopback is the last loopback test of each port ("rxe0/1") that
+	// ran to its end.
+	Loopback map[string]apitype.BandwidthResult
 }
 
 // New returns a Node with bandwidth tests disabled as responder.
@@ -174,7 +184,11 @@ func New(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: cfg.Logger, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
+	slot := cfg.Slot
+	if slot == nil {
+		slot = NewSlot()
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, slot: slot, stats: Stats{Refused: map[string]uint64{}}, badAddrLog: throttle.NewLog[netip.Addr](10 * time.Second)}
 }
 
 // SetEnabled switches answering other nodes' tests on or off ([probe]
@@ -195,7 +209,11 @@ func (n *Node) notify() {
 // Status returns the node's part of the status.
 func (n *Node) Status() apitype.BandwidthStatus {
 	s := n.Stats()
-	return apitype.BandwidthStatus{Enabled: n.Enabled(), Served: s.Served, Refused: s.Refused, Last: s.Last}
+	st := apitype.BandwidthStatus{Enabled: n.Enabled(), Served: s.Served, Refused: s.Refused, Last: s.Last}
+	for _, k := range slices.Sorted(maps.Keys(s.Loopback)) {
+		st.Loopback = append(st.Loopback, s.Loopback[k])
+	}
+	return st
 }
 
 // Enabled reports whether the node answers other nodes' tests.
@@ -217,6 +235,9 @@ func (n *Node) Stats() Stats {
 	if s.Last != nil {
 		l := *s.Last
 		s.Last = &l
+	}
+	if s.Loopback != nil {
+		s.Loopback = maps.Clone(s.Loopback)
 	}
 	return s
 }
@@ -243,17 +264,47 @@ func (n *Node) acquire(what string) error {
 	if n.closed {
 		return errors.New("bw: rdmad is stopping")
 	}
-	if n.busy != "" {
-		return &BusyError{What: n.busy}
+	return n.slot.take(what)
+}
+
+func (n *Node) release() { n.slot.free() }
+
+// A Slot is the one bandwidth test a node runs at a time, as requester,
+// responder or of its own ports (loopback): a test is meant to fill the
+// link or the adapter, and two at once would measure neither. Nodes made
+// with the same Slot share it. Its zero value is not usable; use NewSlot.
+type Slot struct {
+	mu sync.Mutex
+	// what says what holds the slot ("" when free).
+	what string
+}
+
+// NewSlot returns a free slot.
+func NewSlot() *Slot { return &Slot{} }
+
+// take takes s for what, or says what holds it. A Node calls it with or
+// without its own lock held; s never calls out while holding its lock.
+func (s *Slot) take(what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.what != "" {
+		return &BusyError{What: s.what}
 	}
-	n.busy = what
+	s.what = what
 	return nil
 }
 
-func (n *Node) release() {
-	n.mu.Lock()
-	n.busy = ""
-	n.mu.Unlock()
+func (s *Slot) free() {
+	s.mu.Lock()
+	s.what = ""
+	s.mu.Unlock()
+}
+
+// Holder says what holds s ("" when free).
+func (s *Slot) Holder() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.what
 }
 
 // A BusyError says the node's one test slot is taken.
@@ -310,6 +361,10 @@ type port struct {
 	attr verbs.PortAttr
 	dev  verbs.DeviceAttr
 	gid  verbs.GIDEntry
+	// shared marks a port whose context several qpSets use (the lanes
+	// of a loopback test): their close leaves it open, and its opener
+	// closes it.
+	shared bool
 }
 
 func (p *port) key() string { return fmt.Sprintf("%s/%d", p.vctx.Name(), p.num) }
@@ -323,7 +378,7 @@ func openPort() (*port, error) {
 	}
 	var errs []error
 	for _, d := range devs {
-		p, err := openDevicePort(d.Name)
+		p, err := openDevicePort(d.Name, 0)
 		if err == nil {
 			return p, nil
 		}
@@ -332,7 +387,9 @@ func openPort() (*port, error) {
 	return nil, fmt.Errorf("bw: no ACTIVE RDMA port with a usable GID: %w", errors.Join(errs...))
 }
 
-func openDevicePort(name string) (*port, error) {
+// openDevicePort opens device name at its port want, or at its first
+// ACTIVE port with a usable GID when want is 0.
+func openDevicePort(name string, want int) (*port, error) {
 	vctx, err := verbs.Open(name)
 	if err != nil {
 		return nil, err
@@ -342,17 +399,42 @@ func openDevicePort(name string) (*port, error) {
 		vctx.Close()
 		return nil, err
 	}
+	if want > da.PhysPortCount {
+		vctx.Close()
+		return nil, fmt.Errorf("bw: %s has no port %d (it has %d)", name, want, da.PhysPortCount)
+	}
 	for i := 1; i <= da.PhysPortCount; i++ {
+		if want != 0 && i != want {
+			continue
+		}
 		pa, err := vctx.QueryPort(i)
-		if err != nil || pa.State != verbs.PortActive {
+		if err == nil && pa.State != verbs.PortActive && want != 0 {
+			err = fmt.Errorf("bw: %s/%d is %s, not ACTIVE", name, i, pa.State)
+		}
+		if err != nil {
+			if want != 0 {
+				vctx.Close()
+				return nil, err
+			}
+			continue
+		}
+		if pa.State != verbs.PortActive {
 			continue
 		}
 		table, err := vctx.GIDTable(i)
 		if err != nil {
+			if want != 0 {
+				vctx.Close()
+				return nil, fmt.Errorf("bw: read the GID table of %s/%d: %w", name, i, err)
+			}
 			continue
 		}
 		gid, ok := verbs.PickGID(table, pa.LinkLayer)
 		if !ok {
+			if want != 0 {
+				vctx.Close()
+				return nil, fmt.Errorf("bw: %s/%d has no usable GID (for RoCE, an IP address on its netdev)", name, i)
+			}
 			continue
 		}
 		return &port{vctx: vctx, num: i, attr: pa, dev: da, gid: gid}, nil
@@ -422,7 +504,7 @@ func newQPSet(p *port, size int, access verbs.Access, cqe, sendWR, recvWR int, w
 	return s, nil
 }
 
-// close frees everything, the device included.
+// close frees everything, the device included unless the set is shared.
 func (s *qpSet) close() {
 	for _, c := range []interface{ Close() error }{s.qp, s.cq, s.ch, s.mr, s.pd} {
 		if c != nil && !isNilCloser(c) {
@@ -432,7 +514,9 @@ func (s *qpSet) close() {
 	if s.buf != nil {
 		s.buf.Close()
 	}
-	s.p.vctx.Close()
+	if !s.p.shared {
+		s.p.vctx.Close()
+	}
 }
 
 // isNilCloser reports whether c holds a nil pointer of its type.

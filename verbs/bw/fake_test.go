@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,9 +56,77 @@ func TestFakeBandwidth(t *testing.T) {
 			}
 		})
 	}
+	// Several queue pairs in parallel: the responder connects one to
+	// each of the requester's (wire.ExtBWQPs).
+	for _, op := range []wire.BWOp{wire.BWWrite, wire.BWRead, wire.BWSend} {
+		t.Run(op.String()+" 4 QPs", func(t *testing.T) {
+			before := verbs.FakeBytesMoved()
+			res, err := req.Run(context.Background(), Request{Peer: peer, Name: "peer", Op: op, Size: 4096, Duration: wire.MinBWDuration, QPs: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved := verbs.FakeBytesMoved() - before
+			if res.QPs != 4 || res.Messages == 0 || res.Bytes != res.Messages*4096 || res.Bytes != moved {
+				t.Errorf("result %+v; the fake moved %d bytes", res, moved)
+			}
+			// The responder frees its slot, then its QPs (endResponder).
+			deadline := time.Now().Add(5 * time.Second)
+			for len(verbs.FakeLive()) != 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if live := verbs.FakeLive(); len(live) != 0 {
+				t.Errorf("verbs objects left after the test: %v", live)
+			}
+		})
+	}
+	if _, err := req.Run(context.Background(), Request{Peer: peer, Op: wire.BWWrite, Size: 4096, Duration: wire.MinBWDuration, QPs: MaxQPs + 1}); err == nil || !strings.Contains(err.Error(), "17 queue pairs is out of range") {
+		t.Errorf("Run with 17 QPs = %v; want the bound", err)
+	}
 	resp.Close()
-	if s := resp.Stats(); s.Served != 3 {
-		t.Errorf("responder served %d tests, want 3", s.Served)
+	if s := resp.Stats(); s.Served != 6 {
+		t.Errorf("responder served %d tests, want 6", s.Served)
+	}
+}
+
+// TestFakeBandwidthOldResponder: a responder that does not know
+// wire.ExtBWQPs (an older rdmad) answers a request for several queue
+// pairs with one; the requester refuses to run on it, says why, and frees
+// the responder's side with its done message.
+func TestFakeBandwidthOldResponder(t *testing.T) {
+	if err := verbs.FakeAddDevice(loopbackDevice()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		verbs.FakeReset()
+		if live := verbs.FakeLive(); len(live) != 0 {
+			t.Errorf("the test left verbs objects open: %v", live)
+		}
+	})
+	resp := New(Config{NodeID: 2})
+	resp.SetEnabled(true)
+	defer resp.Close()
+	peer := serveControlWith(t, resp, func(m wire.Message) wire.Message {
+		var keep []wire.Ext
+		for _, e := range m.Ext {
+			if e.Type != wire.ExtBWQPs {
+				keep = append(keep, e)
+			}
+		}
+		m.Ext = keep
+		return m
+	})
+	req := New(Config{NodeID: 1})
+	defer req.Close()
+	_, err := req.Run(context.Background(), Request{Peer: peer, Op: wire.BWWrite, Size: 4096, Duration: time.Second, QPs: 2})
+	if err == nil || !strings.Contains(err.Error(), "answered with one queue pair, asked 2") || !strings.Contains(err.Error(), "--qps 1") {
+		t.Errorf("Run with 2 QPs against an old responder = %v; want a refusal that says why", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for resp.busyWith() != "" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if b := resp.busyWith(); b != "" {
+		t.Errorf("the old responder is still busy with %q: the done message did not free it", b)
 	}
 }
 
@@ -111,16 +180,19 @@ func loopbackDevice() verbs.FakeDevice {
 	}}}}
 }
 
-func (n *Node) busyWith() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.busy
-}
+func (n *Node) busyWith() string { return n.slot.Holder() }
 
 // serveControl answers bandwidth messages for n on a loopback UDP socket,
 // as the peer control endpoint does after admitting them, until the test
 // ends.
 func serveControl(t *testing.T, n *Node) netip.AddrPort {
+	t.Helper()
+	return serveControlWith(t, n, nil)
+}
+
+// serveControlWith is serveControl with each decoded message changed by
+// edit (nil: as it came) before n handles it.
+func serveControlWith(t *testing.T, n *Node, edit func(wire.Message) wire.Message) netip.AddrPort {
 	t.Helper()
 	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
@@ -138,6 +210,9 @@ func serveControl(t *testing.T, n *Node) netip.AddrPort {
 			m, err := wire.Decode(buf[:k], nil)
 			if err != nil {
 				continue
+			}
+			if edit != nil {
+				m = edit(m)
 			}
 			if ans, ok := n.Handle(from, m); ok {
 				if b, err := ans.Append(nil, nil); err == nil {

@@ -28,6 +28,9 @@ type Request struct {
 	// OtherKeys are the control keys of a rotation's other keys: an
 	// answer tagged with one of them is authenticated too.
 	OtherKeys [][]byte
+	// QPs is the queue pairs run in parallel (1 to MaxQPs; 0 is 1). More
+	// than one needs a peer whose rdmad knows wire.ExtBWQPs.
+	QPs int
 }
 
 // answerWait bounds the wait for the peer's answer per attempt, and
@@ -54,6 +57,12 @@ func (n *Node) Run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 	if r.Op < wire.BWWrite || r.Op > wire.BWSend {
 		return res, fmt.Errorf("bw: operation %d: use write, read or send", r.Op)
 	}
+	if r.QPs == 0 {
+		r.QPs = 1
+	}
+	if err := CheckQPs(r.QPs); err != nil {
+		return res, fmt.Errorf("bw: %w", err)
+	}
 	if err := n.acquire(fmt.Sprintf("a bandwidth test to %s", r.Peer.Addr())); err != nil {
 		return res, err
 	}
@@ -71,54 +80,54 @@ func (n *Node) Run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 
 func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, error) {
 	res := apitype.BandwidthResult{Peer: r.Name, Address: r.Peer.Addr().String(), Op: r.Op.String(), Size: r.Size,
-		Duration: r.Duration, Polling: "busy"}
+		Duration: r.Duration, QPs: r.QPs, Polling: "busy"}
 	p, err := openPort()
 	if err != nil {
 		return res, err
 	}
-	access := verbs.AccessLocalWrite
-	set, err := newQPSet(p, r.Size, access, 2*Depth, Depth, 1, false)
-	if err != nil {
-		p.vctx.Close()
-		return res, err
-	}
-	defer set.close()
+	// The sets share the context: closed once, after them.
+	p.shared = true
+	defer p.vctx.Close()
 	res.Local = p.key()
-	if err := set.qp.Init(p.num, 0, 0); err != nil {
-		return res, err
+	access := verbs.AccessLocalWrite
+	sets := make([]*qpSet, 0, r.QPs)
+	defer func() {
+		for _, set := range sets {
+			set.close()
+		}
+	}()
+	psns := make([]uint32, 0, r.QPs)
+	for i := 0; i < r.QPs; i++ {
+		set, err := newQPSet(p, r.Size, access, 2*Depth, Depth, 1, false)
+		if err != nil {
+			return res, err
+		}
+		sets = append(sets, set)
+		if err := set.qp.Init(p.num, 0, 0); err != nil {
+			return res, err
+		}
+		psns = append(psns, randPSN())
 	}
 	conn, err := net.ListenUDP("udp", nil)
 	if err != nil {
 		return res, fmt.Errorf("bw: open a UDP socket for the control messages: %w", err)
 	}
 	defer conn.Close()
-	psn := randPSN()
+	psn := psns[0]
+	ext := []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext(),
+		// The time lets a responder with a key refuse a replay.
+		wire.BWTimeExt(time.Now())}
+	if r.QPs > 1 {
+		more := make([]wire.BWQP, 0, r.QPs-1)
+		for i, set := range sets[1:] {
+			more = append(more, wire.BWQP{QPN: set.qp.Num(), PSN: psns[i+1]})
+		}
+		ext = append(ext, wire.BWQPsExt(more))
+	}
 	req := wire.Message{Version: wire.Version2, Type: wire.TypeBWRequest, Nonce: randNonce(), NodeID: n.cfg.NodeID,
-		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID,
-		Ext: []wire.Ext{wire.BW{Op: r.Op, MTU: uint8(p.attr.ActiveMTU), PSN: psn, Size: uint32(r.Size), Duration: r.Duration}.Ext(),
-			// The time lets a responder with a key refuse a replay.
-			wire.BWTimeExt(time.Now())}}
+		QPN: sets[0].qp.Num(), LID: p.attr.LID, GID: p.gid.GID, Ext: ext}
 	ans, bw, err := exchange(ctx, conn, r, req)
 	if err != nil {
-		return res, err
-	}
-	// The answer's QP must be the peer's own: a peer that named another
-	// host's would turn this node's test into a flood of that host.
-	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
-	if err := n.checkAddress(r.Peer.Addr(), ans.GID, ans.LID, &ib); err != nil {
-		return res, fmt.Errorf("%w; the test is refused here, so that it cannot be aimed at a third host", err)
-	}
-	path := p.path(n.cfg, ans.GID, ans.LID, bw.MTU)
-	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: ans.QPN, PSN: bw.PSN}); err != nil {
-		return res, err
-	}
-	rd := uint8(1)
-	if r.Op == wire.BWRead {
-		rd = p.rdAtomic()
-	}
-	// timeout 14 (67 ms) and 7 retries, as the loopback probe: a lost
-	// packet under load is retried, a vanished peer fails the test.
-	if err := set.qp.ReadyToSendReads(psn, 14, 7, rd); err != nil {
 		return res, err
 	}
 	done := func() {
@@ -130,9 +139,43 @@ func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 		}
 	}
 	defer done()
+	// The answer's QP must be the peer's own: a peer that named another
+	// host's would turn this node's test into a flood of that host.
+	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
+	if err := n.checkAddress(r.Peer.Addr(), ans.GID, ans.LID, &ib); err != nil {
+		return res, fmt.Errorf("%w; the test is refused here, so that it cannot be aimed at a third host", err)
+	}
+	remotes := append([]wire.BWQP{{QPN: ans.QPN, PSN: bw.PSN, Addr: bw.Addr, RKey: bw.RKey}}, wire.BWQPsOf(ans)...)
+	switch {
+	case len(remotes) != r.QPs && len(remotes) == 1:
+		return res, fmt.Errorf("bw: %s answered with one queue pair, asked %d: its rdmad runs one per test (older than this one's); update it, or ask for --qps 1", r.Peer.Addr(), r.QPs)
+	case len(remotes) != r.QPs:
+		return res, fmt.Errorf("bw: %s answered with %d queue pairs, asked %d", r.Peer.Addr(), len(remotes), r.QPs)
+	}
+	path := p.path(n.cfg, ans.GID, ans.LID, bw.MTU)
+	rd := uint8(1)
+	if r.Op == wire.BWRead {
+		rd = p.rdAtomic()
+	}
+	lanes := make([]lane, 0, r.QPs)
+	for i, rem := range remotes {
+		if r.Op != wire.BWSend && rem.RKey == 0 && rem.Addr == 0 {
+			return res, fmt.Errorf("bw: %s accepted an RDMA %s test without memory to use for queue pair %d", r.Peer.Addr(), r.Op, i+1)
+		}
+		if err := sets[i].qp.ReadyToReceive(path, verbs.Remote{QPN: rem.QPN, PSN: rem.PSN}); err != nil {
+			return res, err
+		}
+		// timeout 14 (67 ms) and 7 retries, as the loopback probe: a
+		// lost packet under load is retried, a vanished peer fails the
+		// test.
+		if err := sets[i].qp.ReadyToSendReads(psns[i], 14, 7, rd); err != nil {
+			return res, err
+		}
+		lanes = append(lanes, lane{set: sets[i], addr: rem.Addr, rkey: rem.RKey})
+	}
 	n.log.Info("bandwidth test", "peer", r.Peer.Addr().String(), "op", r.Op.String(), "size", r.Size,
-		"duration", r.Duration.String(), "port", p.key())
-	msgs, elapsed, err := blast(ctx, set, r, bw)
+		"duration", r.Duration.String(), "port", p.key(), "qps", r.QPs)
+	msgs, elapsed, err := blastLanes(ctx, lanes, r.Op, r.Size, r.Duration, r.Peer.Addr().String())
 	res.Messages = msgs
 	res.Bytes = msgs * uint64(r.Size)
 	res.Elapsed = elapsed
@@ -209,12 +252,23 @@ func exchange(ctx context.Context, conn *net.UDPConn, r Request, req wire.Messag
 		r.Peer, time.Duration(attempts)*answerWait, attempts)
 }
 
-// blast keeps Depth work requests of the test's operation outstanding for
-// r.Duration, busy-polling the CQ, and returns the messages completed and
-// the time from the first post to the last completion.
-func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, time.Duration, error) {
+// A lane is one requester QP of a test and the memory its requests aim
+// at (for READ and WRITE; a SEND test's lanes have none).
+type lane struct {
+	set  *qpSet
+	addr uint64
+	rkey uint32
+}
+
+// blastLanes keeps Depth work requests of op outstanding on every lane
+// for d, busy-polling the lanes' CQs in turn on this one goroutine (as
+// ib_write_bw -q polls its QPs from one thread: a busy poller per QP would
+// take a core each), and returns the messages completed on all of them
+// and the time from the first post to the last completion. to names the
+// far end in errors.
+func blastLanes(ctx context.Context, lanes []lane, op wire.BWOp, size int, d time.Duration, to string) (uint64, time.Duration, error) {
 	var opcode verbs.Opcode
-	switch r.Op {
+	switch op {
 	case wire.BWWrite:
 		opcode = verbs.OpRDMAWrite
 	case wire.BWRead:
@@ -222,35 +276,51 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 	case wire.BWSend:
 		opcode = verbs.OpSend
 	}
-	wr := verbs.SendWR{Opcode: opcode, SGE: set.sge(r.Size), RemoteAddr: peer.Addr, RKey: peer.RKey, Signaled: true}
-	wrs := make([]verbs.SendWR, Depth)
-	for i := range wrs {
-		wrs[i] = wr
-		wrs[i].ID = uint64(i)
+	wrs := make([][]verbs.SendWR, len(lanes))
+	for l, ln := range lanes {
+		wr := verbs.SendWR{Opcode: opcode, SGE: ln.set.sge(size), RemoteAddr: ln.addr, RKey: ln.rkey, Signaled: true}
+		wrs[l] = make([]verbs.SendWR, Depth)
+		for i := range wrs[l] {
+			wrs[l][i] = wr
+			wrs[l][i].ID = uint64(i)
+		}
 	}
 	wcs := make([]verbs.WorkCompletion, 16)
 	start := time.Now()
-	end := start.Add(r.Duration)
-	posted, err := set.qp.PostSendList(wrs)
-	outstanding := posted
-	if err != nil {
-		return 0, 0, err
-	}
+	end := start.Add(d)
 	var (
-		completed uint64
-		last      = start
-		stopping  bool
-		drainEnd  time.Time
+		completed   uint64
+		outstanding int
+		last        = start
+		stopping    bool
+		drainEnd    time.Time
 	)
-	for polls := 0; outstanding > 0; polls++ {
-		k, err := set.cq.Poll(wcs)
+	for l, ln := range lanes {
+		posted, err := ln.set.qp.PostSendList(wrs[l])
+		outstanding += posted
 		if err != nil {
-			return completed, last.Sub(start), err
+			if l == 0 {
+				return 0, 0, err
+			}
+			// The lanes posted before still have requests in flight:
+			// they are freed with their QPs.
+			return 0, 0, fmt.Errorf("bw: post on QP %d of %d: %w", l+1, len(lanes), err)
 		}
-		if k > 0 {
+	}
+	for polls := 0; outstanding > 0; polls++ {
+		got := false
+		for l, ln := range lanes {
+			k, err := ln.set.cq.Poll(wcs)
+			if err != nil {
+				return completed, last.Sub(start), err
+			}
+			if k == 0 {
+				continue
+			}
+			got = true
 			for _, wc := range wcs[:k] {
 				if err := wc.Err(); err != nil {
-					return completed, last.Sub(start), fmt.Errorf("bw: %s to %s after %d messages: %w; did the peer stop, or its time run out?", r.Op, r.Peer.Addr(), completed, err)
+					return completed, last.Sub(start), fmt.Errorf("bw: %s to %s after %d messages: %w; did the peer stop, or its time run out?", op, to, completed, err)
 				}
 			}
 			completed += uint64(k)
@@ -261,12 +331,14 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 				stopping, drainEnd = true, now.Add(drainWait)
 			}
 			if !stopping {
-				m, err := set.qp.PostSendList(wrs[:k])
+				m, err := ln.set.qp.PostSendList(wrs[l][:k])
 				outstanding += m
 				if err != nil {
 					return completed, last.Sub(start), err
 				}
 			}
+		}
+		if got {
 			continue
 		}
 		// Nothing completed: look at the clock only now and then (a
@@ -279,10 +351,10 @@ func blast(ctx context.Context, set *qpSet, r Request, peer wire.BW) (uint64, ti
 			stopping, drainEnd = true, now.Add(drainWait)
 		}
 		if stopping && now.After(drainEnd) {
-			return completed, last.Sub(start), fmt.Errorf("bw: %d %s requests to %s did not complete within %s after the test", outstanding, r.Op, r.Peer.Addr(), drainWait)
+			return completed, last.Sub(start), fmt.Errorf("bw: %d %s requests to %s did not complete within %s after the test", outstanding, op, to, drainWait)
 		}
 		if !stopping && now.Sub(last) > drainWait {
-			return completed, last.Sub(start), fmt.Errorf("bw: no %s completion from %s for %s", r.Op, r.Peer.Addr(), drainWait)
+			return completed, last.Sub(start), fmt.Errorf("bw: no %s completion from %s for %s", op, to, drainWait)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -18,12 +18,32 @@ type session struct {
 	nonce  uint64
 	op     wire.BWOp
 	answer wire.Message // sent again if the request is repeated
-	set    *qpSet
-	timer  *time.Timer
-	// For SEND tests, the goroutine that keeps receives posted.
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	// set is the first queue pair's, more the others' of a test of
+	// several (wire.ExtBWQPs); all on one port, whose context the
+	// session closes when port is set (else its opener does).
+	set   *qpSet
+	more  []*qpSet
+	port  *port
+	timer *time.Timer
+	// For SEND tests, the goroutines that keep receives posted, one per
+	// queue pair.
+	cancel  context.CancelFunc
+	reposts sync.WaitGroup
+	once    sync.Once
+}
+
+// sets returns every queue pair set of s, the first first.
+func (s *session) sets() []*qpSet { return append([]*qpSet{s.set}, s.more...) }
+
+// startReposts keeps size-byte receives posted on every set of s until
+// teardown (SEND tests).
+func (s *session) startReposts(size int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, set := range s.sets() {
+		s.reposts.Add(1)
+		go s.repost(ctx, set, size)
+	}
 }
 
 // Handle answers a bandwidth message that the control endpoint admitted
@@ -96,29 +116,31 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, st)
 	}
-	switch {
-	case n.busy != "":
+	if n.slot.take(fmt.Sprintf("a bandwidth test for %s", from.Addr())) != nil {
 		defer n.mu.Unlock()
 		return n.refuse(m, req.Op, wire.BWBusy)
+	}
+	switch {
 	case CheckParams(int(req.Size), req.Duration) != nil:
 		defer n.mu.Unlock()
+		n.slot.free()
 		return n.refuse(m, req.Op, wire.BWBadRequest)
 	case n.checkAddress(from.Addr(), m.GID, m.LID, nil) != nil:
 		// Not the requester's own address on any link layer: refused
 		// before anything is allocated (setUp checks again for the
 		// port's link layer).
 		defer n.mu.Unlock()
+		n.slot.free()
 		n.logBadAddress(from.Addr(), n.checkAddress(from.Addr(), m.GID, m.LID, nil))
 		return n.refuse(m, req.Op, wire.BWBadAddress)
 	}
-	n.busy = fmt.Sprintf("a bandwidth test for %s", from.Addr())
 	n.mu.Unlock()
 
 	s, err := n.setUp(from, m, req)
 	n.mu.Lock()
 	if err != nil {
 		defer n.mu.Unlock()
-		n.busy = ""
+		n.slot.free()
 		if errors.Is(err, errBadAddress) {
 			n.logBadAddress(from.Addr(), err)
 			return n.refuse(m, req.Op, wire.BWBadAddress)
@@ -130,7 +152,7 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 		// Close came while the session was made: this caller frees
 		// it, before it answers, so nothing outlives Close's caller's
 		// endpoint.
-		n.busy = ""
+		n.slot.free()
 		ans := n.refuse(m, req.Op, wire.BWDisabled)
 		n.mu.Unlock()
 		s.teardown()
@@ -147,14 +169,16 @@ func (n *Node) request(from netip.AddrPort, m wire.Message) wire.Message {
 	return s.answer
 }
 
-// setUp makes the responder's side: a buffer of the test's size, registered
-// for the one remote operation the test uses, and an RC QP connected to the
-// requester's QP alone.
+// setUp makes the responder's side: for each of the requester's queue
+// pairs (the message's, and those wire.ExtBWQPs lists) a buffer of the
+// test's size, registered for the one remote operation the test uses, and
+// an RC QP connected to that queue pair alone.
 func (n *Node) setUp(from netip.AddrPort, m wire.Message, req wire.BW) (*session, error) {
 	p, err := openPort()
 	if err != nil {
 		return nil, err
 	}
+	p.shared = true // the session closes the context, once, after its sets
 	ib := p.attr.LinkLayer == verbs.LinkLayerInfiniBand
 	if err := n.checkAddress(from.Addr(), m.GID, m.LID, &ib); err != nil {
 		p.vctx.Close()
@@ -170,58 +194,72 @@ func (n *Node) setUp(from netip.AddrPort, m wire.Message, req wire.BW) (*session
 	case wire.BWSend:
 		access, recv = verbs.AccessLocalWrite, recvDepth
 	}
-	set, err := newQPSet(p, int(req.Size), access, max(recv, 1)+1, 1, max(recv, 1), recv > 0)
-	if err != nil {
+	remotes := append([]wire.BWQP{{QPN: m.QPN, PSN: req.PSN}}, wire.BWQPsOf(m)...)
+	s := &session{from: from, nonce: m.Nonce, op: req.Op, port: p}
+	var sets []*qpSet
+	fail := func(err error) (*session, error) {
+		for _, set := range sets {
+			set.close()
+		}
 		p.vctx.Close()
 		return nil, err
-	}
-	s := &session{from: from, nonce: m.Nonce, op: req.Op, set: set}
-	fail := func(err error) (*session, error) {
-		set.close()
-		return nil, err
-	}
-	if err := set.qp.Init(p.num, access&^verbs.AccessLocalWrite, 0); err != nil {
-		return fail(err)
 	}
 	path := p.path(n.cfg, m.GID, m.LID, req.MTU)
 	if req.Op == wire.BWRead {
 		path.RdAtomic = p.rdAtomic()
 	}
-	if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: m.QPN, PSN: req.PSN}); err != nil {
-		return fail(err)
-	}
-	psn := randPSN()
-	// RTS as well as RTR, as ib_write_bw does; the QP posts no sends.
-	if err := set.qp.ReadyToSend(psn, 14, 7); err != nil {
-		return fail(err)
-	}
-	if recv > 0 {
+	var mine []wire.BWQP
+	for _, rem := range remotes {
+		set, err := newQPSet(p, int(req.Size), access, max(recv, 1)+1, 1, max(recv, 1), recv > 0)
+		if err != nil {
+			return fail(err)
+		}
+		sets = append(sets, set)
+		if err := set.qp.Init(p.num, access&^verbs.AccessLocalWrite, 0); err != nil {
+			return fail(err)
+		}
+		if err := set.qp.ReadyToReceive(path, verbs.Remote{QPN: rem.QPN, PSN: rem.PSN}); err != nil {
+			return fail(err)
+		}
+		psn := randPSN()
+		// RTS as well as RTR, as ib_write_bw does; the QP posts no sends.
+		if err := set.qp.ReadyToSend(psn, 14, 7); err != nil {
+			return fail(err)
+		}
 		for i := 0; i < recv; i++ {
 			if err := set.qp.PostRecv(uint64(i), set.sge(int(req.Size))); err != nil {
 				return fail(err)
 			}
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		s.cancel, s.done = cancel, make(chan struct{})
-		go s.repost(ctx, int(req.Size))
+		q := wire.BWQP{QPN: set.qp.Num(), PSN: psn}
+		if req.Op != wire.BWSend {
+			q.Addr, q.RKey = set.mr.Addr(), set.mr.RKey()
+		}
+		mine = append(mine, q)
 	}
-	ans := wire.BW{Op: req.Op, MTU: uint8(path.MTU), PSN: psn, Size: req.Size, Duration: req.Duration}
-	if req.Op != wire.BWSend {
-		ans.Addr, ans.RKey = set.mr.Addr(), set.mr.RKey()
+	s.set, s.more = sets[0], sets[1:]
+	if recv > 0 {
+		s.startReposts(int(req.Size))
+	}
+	ans := wire.BW{Op: req.Op, MTU: uint8(path.MTU), PSN: mine[0].PSN, Size: req.Size, Duration: req.Duration,
+		Addr: mine[0].Addr, RKey: mine[0].RKey}
+	ext := []wire.Ext{ans.Ext()}
+	if len(mine) > 1 {
+		ext = append(ext, wire.BWQPsExt(mine[1:]))
 	}
 	s.answer = wire.Message{Version: wire.Version2, Type: wire.TypeBWAnswer, Nonce: m.Nonce, NodeID: n.cfg.NodeID,
-		QPN: set.qp.Num(), LID: p.attr.LID, GID: p.gid.GID, Ext: []wire.Ext{ans.Ext()}}
+		QPN: mine[0].QPN, LID: p.attr.LID, GID: p.gid.GID, Ext: ext}
 	return s, nil
 }
 
 // repost keeps a SEND test's receives posted until ctx is done. It waits
 // on the completion channel (after a short spin): the requester measures.
-func (s *session) repost(ctx context.Context, size int) {
-	defer close(s.done)
+func (s *session) repost(ctx context.Context, set *qpSet, size int) {
+	defer s.reposts.Done()
 	wcs := make([]verbs.WorkCompletion, 16)
-	sge := s.set.sge(size)
+	sge := set.sge(size)
 	for {
-		k, err := s.set.cq.PollWait(ctx, wcs, 50*time.Microsecond)
+		k, err := set.cq.PollWait(ctx, wcs, 50*time.Microsecond)
 		if err != nil {
 			return
 		}
@@ -229,7 +267,7 @@ func (s *session) repost(ctx context.Context, size int) {
 			if wc.Err() != nil {
 				return // the QP is in error: the test is over
 			}
-			if s.set.qp.PostRecv(wc.WRID, sge) != nil {
+			if set.qp.PostRecv(wc.WRID, sge) != nil {
 				return
 			}
 		}
@@ -244,7 +282,7 @@ func (n *Node) endResponder(s *session, why string) {
 		return
 	}
 	n.resp = nil
-	n.busy = ""
+	n.slot.free()
 	// Claimed under the lock Close reads n.resp with: Close either ends
 	// s itself or waits here for whoever claimed it (the timer, the
 	// requester's done).
@@ -255,7 +293,7 @@ func (n *Node) endResponder(s *session, why string) {
 	n.log.Info("bandwidth test ended", "from", s.from.Addr().String(), "op", s.op.String(), "why", why)
 }
 
-// teardown frees the session's QP, memory and device; once.
+// teardown frees the session's QPs, memory and device; once.
 func (s *session) teardown() {
 	s.once.Do(func() {
 		if s.timer != nil {
@@ -263,9 +301,14 @@ func (s *session) teardown() {
 		}
 		if s.cancel != nil {
 			s.cancel()
-			<-s.done
+			s.reposts.Wait()
 		}
-		s.set.close()
+		for _, set := range s.sets() {
+			set.close()
+		}
+		if s.port != nil {
+			s.port.vctx.Close()
+		}
 	})
 }
 

@@ -238,7 +238,10 @@ func (b *Backend) Bandwidth(_ context.Context, r service.BandwidthRequest) (apit
 	switch {
 	case err != nil:
 		return apitype.BandwidthResult{}, err
-	case !BandwidthOK(r.Peer, r.Op, r.Size, r.Duration) || r.Op == "" || r.Size == 0 || r.Duration == 0:
+	case r.Loopback && r.Peer != "", !r.Loopback && r.Device != "", r.QPs < 0 || r.QPs > 16:
+		return apitype.BandwidthResult{}, fmt.Errorf("servicetest: the request %+v, a peer and a loopback test at once or with qps out of bounds, reached the backend", r)
+	case !BandwidthOK(r.Peer, r.Op, r.Size, r.Duration) && !(r.Loopback && BandwidthOK("loopback", r.Op, r.Size, r.Duration)) ||
+		r.Op == "" || r.Size == 0 || r.Duration == 0:
 		return apitype.BandwidthResult{}, fmt.Errorf("servicetest: the request %+v, out of bounds or without its defaults, reached the backend", r)
 	}
 	return apitype.BandwidthResult{Peer: r.Peer, Op: r.Op, Size: r.Size, Duration: r.Duration, Gbps: 1.5, MsgRate: 2861, Local: "mlx5_0/1"}, nil
