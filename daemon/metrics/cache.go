@@ -26,7 +26,7 @@ import (
 // 10 MB of text, which took 285 ms and 61 MB to gather, encode and
 // compress on every scrape. They are a function of the snapshot alone,
 // and a published snapshot never changes, so a Registry encodes the
-// sections marked cached (the peers) once per snapshot and format, and
+// collector's cached sections (the peers) once per snapshot and format, and
 // compresses them once when a scraper asks for gzip; each scrape then
 // gathers and encodes only the rest (the device, daemon and policy series,
 // the scrape-time reads of ethtool and RDMA netlink with their own
