@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,7 +112,8 @@ func (sc sectionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// A cachedScrape is the cached sections of one snapshot, encoded.
+// A cachedScrape is the cached sections of one snapshot, encoded: of
+// every snapshot with the same peers (samePeers).
 type cachedScrape struct {
 	snap *apitype.Snapshot
 	// first is the name of the first family, where the block goes.
@@ -134,9 +136,9 @@ type encodedBlock struct {
 // block returns the cached sections of snap encoded in format.
 func (r *Registry) block(snap *apitype.Snapshot, format expfmt.Format) (*cachedScrape, *encodedBlock) {
 	cs := r.cur.Load()
-	if cs == nil || cs.snap != snap {
+	if cs == nil || !samePeers(&cs.snap.Peers, &snap.Peers) {
 		r.mu.Lock()
-		if cs = r.cur.Load(); cs == nil || cs.snap != snap {
+		if cs = r.cur.Load(); cs == nil || !samePeers(&cs.snap.Peers, &snap.Peers) {
 			cs = &cachedScrape{snap: snap, formats: map[expfmt.Format]*encodedBlock{}}
 			r.cur.Store(cs)
 		}
@@ -166,6 +168,39 @@ func (r *Registry) block(snap *apitype.Snapshot, format expfmt.Format) (*cachedS
 	b := &encodedBlock{text: buf.Bytes()}
 	cs.formats[format] = b
 	return cs, b
+}
+
+// samePeers reports whether a and b are one state of the peer manager:
+// every slice, map and pointer the same one (a published state is never
+// changed, and the manager makes a new one for each publish), every other
+// field equal. A publish of anything else (an inventory read, a loopback
+// round) copies the snapshot with its peers as they were, and the cached
+// sections, which read only the peers, stay as they were encoded. Fields
+// are walked by reflection so that one added to apitype.Peers is compared
+// too; one that cannot be compared counts as changed.
+func samePeers(a, b *apitype.Peers) bool {
+	if a == b {
+		return true
+	}
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for i := range va.NumField() {
+		fa, fb := va.Field(i), vb.Field(i)
+		switch fa.Kind() {
+		case reflect.Slice:
+			if fa.Len() != fb.Len() || fa.Len() > 0 && fa.UnsafePointer() != fb.UnsafePointer() {
+				return false
+			}
+		case reflect.Map, reflect.Pointer:
+			if fa.UnsafePointer() != fb.UnsafePointer() {
+				return false
+			}
+		default:
+			if !fa.Comparable() || !fa.Equal(fb) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // deflate returns b's text as deflate blocks that end on a byte boundary

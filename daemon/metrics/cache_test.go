@@ -168,3 +168,57 @@ func TestAcceptsGzip(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedScrapeSamePeers: a publish of something else than the peers
+// (an inventory read) keeps the peers' encoding, one of the peers encodes
+// them anew.
+func TestCachedScrapeSamePeers(t *testing.T) {
+	var cur atomic.Pointer[apitype.Snapshot]
+	cur.Store(peersnap.Snapshot(3, 1))
+	reg := NewRegistry(NewCollector(Options{Snapshot: cur.Load, SysfsRoot: t.TempDir()}), false)
+	h := Handler(reg)
+	scrapeWith(t, h, "", "")
+	first := reg.cur.Load()
+
+	other := *cur.Load()
+	other.Seq++
+	other.Devices = []apitype.Device{{Name: "rxe0"}}
+	cur.Store(&other)
+	out, _ := scrapeWith(t, h, "", "")
+	if reg.cur.Load() != first {
+		t.Errorf("a publish that kept the peers encoded them again")
+	}
+	if !bytes.Contains(out, []byte(`rdmad_infiniband_info{board_id="",device="rxe0"`)) {
+		t.Errorf("the scrape lacks the new device:\n%s", out)
+	}
+
+	peers := other
+	peers.Peers.Counters.ProbesNotSent = 7
+	cur.Store(&peers)
+	out, _ = scrapeWith(t, h, "", "")
+	if reg.cur.Load() == first || !bytes.Contains(out, []byte("rdmad_peer_probes_not_sent_total 7\n")) {
+		t.Errorf("a publish of the peers kept their old encoding:\n%s", out)
+	}
+}
+
+func TestSamePeers(t *testing.T) {
+	a := peersnap.Snapshot(2, 1).Peers
+	b := a
+	if !samePeers(&a, &b) {
+		t.Errorf("a copy is not the same peers")
+	}
+	b.Peers = slices.Clone(a.Peers)
+	if samePeers(&a, &b) {
+		t.Errorf("a new peer list is the same peers")
+	}
+	b = a
+	b.ControlError = "x"
+	if samePeers(&a, &b) {
+		t.Errorf("another control error is the same peers")
+	}
+	b = a
+	b.Ports, a.Ports = []apitype.PeerPort{}, nil
+	if !samePeers(&a, &b) {
+		t.Errorf("no ports and an empty list of them differ")
+	}
+}

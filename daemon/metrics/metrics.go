@@ -58,10 +58,11 @@ type Options struct {
 type Collector struct {
 	opts     Options
 	sections []section
-	// cached are the sections that are a function of the snapshot alone
-	// and large (the peers): a Registry encodes them once per snapshot
-	// (cache.go). A section that reads anything at scrape time (sysfs,
-	// ethtool, netlink, a clock) must not be one.
+	// cached are the sections that are a function of the snapshot's
+	// Peers alone and large (the peers): a Registry encodes them once per
+	// state of the peers (cache.go). A section that reads anything else
+	// of the snapshot, or anything at scrape time (sysfs, ethtool,
+	// netlink, a clock), must not be one.
 	cached []section
 }
 
