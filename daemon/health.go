@@ -29,6 +29,8 @@ type healthPart struct {
 	// timer fires when a flapping port's quiet window ends, so that the
 	// verdict clears without waiting for an event; main loop only.
 	timer *time.Timer
+	// memo decides the verdicts (finish), under mu.
+	memo health.Memo
 }
 
 func newHealthPart(log *slog.Logger) *healthPart {
@@ -105,8 +107,9 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 func (h *healthPart) finish(d *Daemon, prev, next *apitype.Snapshot) {
 	now := time.Now()
 	h.mu.Lock()
-	in := health.Input{Snap: next, Prev: prev.Health, Now: now, Expect: h.expect, Flaps: h.flaps.State(now)}
-	next.Health = health.Evaluate(in)
+	// Decided anew only when something it reads changed: most publishes
+	// are the peers' figures (#29 item 2).
+	next.Health = h.memo.Evaluate(health.Input{Snap: next, Prev: prev.Health, Now: now, Expect: h.expect}, h.flaps)
 	h.mu.Unlock()
 	if next.State == apitype.Running || next.State == apitype.Degraded {
 		d.summarise(next, apitype.Running)

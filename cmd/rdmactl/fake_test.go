@@ -26,7 +26,7 @@ func rdmactl(t *testing.T, args ...string) (int, string, string) {
 // fakeRdmad serves routes ("GET /v1/status") over HTTP on a Unix socket, as
 // rdmad does, and returns the socket's path. The directory is short: a
 // socket's path has at most 107 bytes.
-func fakeRdmad(t *testing.T, routes map[string]http.HandlerFunc) string {
+func fakeRdmad(t testing.TB, routes map[string]http.HandlerFunc) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rdmactl")
 	if err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -19,7 +21,14 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 		usageError(g.stderr, lookupCommand("peers"), err)
 		return exitUsage
 	}
-	s, err := c.Status(ctx)
+	raw, err := c.StatusRaw(ctx)
+	if err != nil {
+		return fail(g, err)
+	}
+	if g.json && !f.any() && printable(raw) {
+		return peersJSON(g, raw)
+	}
+	s, err := decodeSnapshot(raw)
 	if err != nil {
 		return fail(g, err)
 	}
@@ -53,6 +62,50 @@ func cmdPeers(ctx context.Context, g *globals, c *client.Client, x call) int {
 		return exitDegraded
 	}
 	return peersExit(ps.Peers...)
+}
+
+// peersJSON prints the status's peers as rdmad sent them (re-indented
+// to stand on their own, as printJSON would print them), decoding only
+// what the exit code needs: the peers' states and the peers component.
+// Decoding and encoding again every peer took 140 ms at 1,000 peers.
+func peersJSON(g *globals, raw json.RawMessage) int {
+	var v struct {
+		Components map[string]apitype.Component `json:"components"`
+		Peers      json.RawMessage              `json:"peers"`
+	}
+	var states struct {
+		Peers []struct {
+			State string `json:"state"`
+		} `json:"peers"`
+	}
+	var out bytes.Buffer
+	err := json.Unmarshal(raw, &v)
+	if err == nil && len(v.Peers) > 0 && v.Peers[0] == '{' {
+		if err = json.Unmarshal(v.Peers, &states); err == nil {
+			err = json.Indent(&out, v.Peers, "", "  ")
+		}
+	} else if err == nil {
+		// No peers object (an rdmad without probes): what printJSON
+		// prints for none.
+		printJSON(&out, apitype.Peers{})
+	}
+	if err != nil {
+		return fail(g, fmt.Errorf("decode status: %w", err))
+	}
+	if b := out.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
+		out.WriteByte('\n')
+	}
+	g.stdout.Write(out.Bytes())
+	comp, hasComp := v.Components[apitype.ComponentPeers]
+	if hasComp && (comp.State == apitype.Error || comp.State == apitype.Unavailable) && len(states.Peers) == 0 {
+		return exitDegraded // the probes could not start, as cmdPeers says
+	}
+	for _, p := range states.Peers {
+		if p.State != apitype.PeerUp {
+			return exitDegraded
+		}
+	}
+	return exitOK
 }
 
 // peerStates are the states --state takes, in the order help names them.

@@ -26,8 +26,11 @@ import (
 //
 //	go test -run '^$' -bench 'Peers1000' -benchtime 50x ./daemon/api
 //
-// ns/op is one request, answer read to the end; ms/req the same in
-// milliseconds (goal: under 50 ms each), bytes the answer's size.
+// ns/op is one request after the first, answer read to the end; ms/req
+// the same in milliseconds (goals, #29: status 2 ms and a scrape 5 ms at
+// 1,000 peers, each 50 ms at 10,000), bytes the answer's size as sent
+// (the scrape gzip-compressed, as Prometheus asks for it), B/op what the
+// server and the client allocated for one (goal for status: 64 KiB).
 
 // serveSnapshot serves s with the metrics route on a socket and returns a
 // client of it.
@@ -67,18 +70,44 @@ func get(tb testing.TB, c *http.Client, path string) []byte {
 	return body
 }
 
-func BenchmarkStatusPeers1000(b *testing.B)  { benchGet(b, "/v1/status", 1000) }
-func BenchmarkMetricsPeers1000(b *testing.B) { benchGet(b, "/metrics", 1000) }
+func BenchmarkStatusPeers1000(b *testing.B)   { benchGet(b, "/v1/status", 1000) }
+func BenchmarkMetricsPeers1000(b *testing.B)  { benchGet(b, "/metrics", 1000) }
+func BenchmarkStatusPeers10000(b *testing.B)  { benchGet(b, "/v1/status", 10000) }
+func BenchmarkMetricsPeers10000(b *testing.B) { benchGet(b, "/metrics", 10000) }
 
 func benchGet(b *testing.B, path string, n int) {
 	c := serveSnapshot(b, peersnap.Snapshot(n, 100))
-	body := get(b, c, path)
+	get(b, c, path) // the first request, which encodes
+	var size int64
 	b.ReportAllocs()
 	for b.Loop() {
-		body = get(b, c, path)
+		size = getDiscard(b, c, path)
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/req")
-	b.ReportMetric(float64(len(body)), "bytes")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/req")
+	b.ReportMetric(float64(size), "bytes")
+}
+
+// getDiscard GETs path as a scraper does, asking for gzip itself (so
+// that the client does not decompress it), and reads the answer to the
+// end without keeping it: what the benchmark allocates is the server's
+// and the request's, not a copy of the answer. It returns the answer's
+// size as sent.
+func getDiscard(tb testing.TB, c *http.Client, path string) int64 {
+	req, err := http.NewRequest(http.MethodGet, "http://rdmad"+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := c.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET %s: %d, %v", path, resp.StatusCode, err)
+	}
+	return n
 }
 
 // TestStatusAndScrapeAtScale checks what the benchmarks measure: both

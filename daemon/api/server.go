@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,9 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +78,7 @@ type Server struct {
 	policy  atomic.Pointer[access.Roles]
 	extra   map[string]route
 	log     *slog.Logger // for the connection limits; see SetLogger
+	status  encodedCache // GET /v1/status, encoded once per snapshot
 }
 
 // NewServer returns a Server for b with access roles p.
@@ -146,8 +150,44 @@ func (s *Server) routeList() string {
 	return strings.Join(names, ", ")
 }
 
+// serveStatus answers the current snapshot. A published snapshot never
+// changes and every caller allowed to read it gets the same answer (the
+// access table has no per-caller view of it), so it is encoded once, by
+// the first request that sees it, and the bytes served to every request
+// after: at 1,000 peers an encoding is 1.4 MB and 14 MB allocated.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.backend.Snapshot())
+	snap := s.backend.Snapshot()
+	if snap == nil {
+		writeJSON(w, http.StatusOK, snap)
+		return
+	}
+	writeBody(w, http.StatusOK, s.status.get(snap))
+}
+
+// An encodedCache holds the JSON of the last snapshot a route encoded.
+type encodedCache struct {
+	mu  sync.Mutex // one encoding at a time: concurrent first requests wait for it rather than each make their own
+	cur atomic.Pointer[encodedSnapshot]
+}
+
+type encodedSnapshot struct {
+	snap *apitype.Snapshot
+	body []byte
+}
+
+// get returns snap's JSON, as writeJSON writes it.
+func (c *encodedCache) get(snap *apitype.Snapshot) []byte {
+	if e := c.cur.Load(); e != nil && e.snap == snap {
+		return e.body
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.cur.Load(); e != nil && e.snap == snap {
+		return e.body
+	}
+	body := encodeJSON(snap)
+	c.cur.Store(&encodedSnapshot{snap: snap, body: body})
+	return body
 }
 
 // serveHealth answers the verdict of the current snapshot, 200 whatever it
@@ -318,6 +358,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// encodeJSON returns v as writeJSON writes it.
+func encodeJSON(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) // the API's types always encode, as in writeJSON
+	return buf.Bytes()
+}
+
+// writeBody writes body, JSON encoded already, with its length.
+func writeBody(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	w.Write(body)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

@@ -58,6 +58,12 @@ type Options struct {
 type Collector struct {
 	opts     Options
 	sections []section
+	// cached are the sections that are a function of the snapshot's
+	// Peers alone and large (the peers): a Registry encodes them once per
+	// state of the peers (cache.go). A section that reads anything else
+	// of the snapshot, or anything at scrape time (sysfs, ethtool,
+	// netlink, a clock), must not be one.
+	cached []section
 }
 
 // A section exports one part of a snapshot. New parts of the state (probe
@@ -72,16 +78,27 @@ func NewCollector(opts Options) *Collector {
 	if opts.GoVersion == "" {
 		opts.GoVersion = runtime.Version()
 	}
-	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, qosSection, loopbackSection, poolSection, resourcesSection, peerSection, bandwidthSection}}
+	return &Collector{opts: opts, sections: []section{daemonSection, deviceSection, ethtoolSection, policySection, ecnSection, qosSection, loopbackSection, poolSection, resourcesSection, bandwidthSection},
+		cached: []section{peerSection}}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, sec := range c.sections {
+	c.describeLive(ch)
+	describeSections(c.cached, ch)
+}
+
+func describeSections(secs []section, ch chan<- *prometheus.Desc) {
+	for _, sec := range secs {
 		for _, d := range sec.descs {
 			ch <- d
 		}
 	}
+}
+
+// describeLive describes what collectLive collects.
+func (c *Collector) describeLive(ch chan<- *prometheus.Desc) {
+	describeSections(c.sections, ch)
 	ch <- configFailures
 	ch <- dbusRefused
 	ch <- scrapeSuccess
@@ -124,9 +141,20 @@ func (c *Collector) timed(collector string, ch chan<- prometheus.Metric, read fu
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.opts.Snapshot()
-	for _, sec := range c.sections {
+	c.collectLive(s, ch)
+	c.collectSections(c.cached, s, ch)
+}
+
+func (c *Collector) collectSections(secs []section, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
+	for _, sec := range secs {
 		sec.collect(c, s, ch)
 	}
+}
+
+// collectLive collects s but for the cached sections, and what a scrape
+// reads beyond the snapshot.
+func (c *Collector) collectLive(s *apitype.Snapshot, ch chan<- prometheus.Metric) {
+	c.collectSections(c.sections, s, ch)
 	ch <- prometheus.MustNewConstMetric(configFailures, prometheus.CounterValue, float64(s.Config.Failures))
 	if c.opts.DBusRefused != nil {
 		refused := c.opts.DBusRefused()

@@ -10,20 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
-
-// NewRegistry returns a registry with c and, when runtime is true, the Go
-// runtime and process collectors (go_*, process_*).
-func NewRegistry(c *Collector, runtime bool) *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
-	if runtime {
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	return reg
-}
 
 // MaxScrapes bounds concurrent scrapes of one handler; more get 503. The
 // socket and the TCP listener each have their own (Handlers), so that
@@ -37,22 +25,27 @@ const MaxTCPConns = 64
 // Handlers returns the GET /metrics handlers of the socket and of the TCP
 // listener for reg, each with its own bound of MaxScrapes: four scrapers
 // looping over TCP made 17 of 40 socket scrapes fail with 503 when they
-// shared one.
-func Handlers(reg *prometheus.Registry) (socket, tcp http.Handler) {
+// shared one. Both share reg's cache of encoded snapshots.
+func Handlers(reg prometheus.Gatherer) (socket, tcp http.Handler) {
 	return Handler(reg), Handler(reg)
 }
 
 // Handler returns a GET /metrics handler for reg with a bound of its own.
 // It answers the Prometheus text format, and OpenMetrics to a scraper that
-// asks for it (Accept: application/openmetrics-text).
-func Handler(reg *prometheus.Registry) http.Handler {
+// asks for it (Accept: application/openmetrics-text), gzip-compressed when
+// the scraper accepts it. A *Registry is served from its cache of encoded
+// snapshots (cache.go), any other Gatherer by promhttp.
+func Handler(reg prometheus.Gatherer) http.Handler {
+	if r, ok := reg.(*Registry); ok {
+		return newScrapeHandler(r)
+	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A metric that fails (a duplicate label set from a broken
 		// snapshot) must not hide the others.
 		ErrorHandling:       promhttp.ContinueOnError,
 		EnableOpenMetrics:   true,
 		MaxRequestsInFlight: MaxScrapes,
-		Timeout:             10 * time.Second,
+		Timeout:             scrapeTimeout,
 	})
 }
 

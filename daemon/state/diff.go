@@ -167,26 +167,7 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 		d.Targets = append(d.Targets, c)
 	}
 
-	before := make(map[string]string, len(prev.Peers.Peers))
-	for _, p := range prev.Peers.Peers {
-		before[p.Name] = p.State
-	}
-	seen := make(map[string]bool, len(next.Peers.Peers))
-	for _, p := range next.Peers.Peers {
-		seen[p.Name] = true
-		from, ok := before[p.Name]
-		if !ok {
-			from = apitype.PeerUnknown
-		}
-		if from != p.State {
-			d.Peers = append(d.Peers, PeerChange{Name: p.Name, From: from, To: p.State, Reason: p.Reason})
-		}
-	}
-	for _, p := range prev.Peers.Peers {
-		if !seen[p.Name] {
-			d.Peers = append(d.Peers, PeerChange{Name: p.Name, From: p.State, Removed: true})
-		}
-	}
+	d.Peers = comparePeers(prev.Peers.Peers, next.Peers.Peers)
 	for _, n := range next.Health.Conditions {
 		p, _ := prev.Health.Condition(n.Type)
 		if p.Status == n.Status && slicesEqual(p.Objects, n.Objects) {
@@ -195,6 +176,54 @@ func Compare(prev, next *apitype.Snapshot) Diff {
 		d.Health = append(d.Health, HealthChange{Type: n.Type, From: p.Status, To: n.Status, Cond: n})
 	}
 	return d
+}
+
+// comparePeers returns the peers whose state changed from prev to next,
+// those that came (from unknown) and those that went (Removed). Every
+// publish is compared (the watch stream, D-Bus), and one of a thousand
+// peers must not cost two maps of them: a publish that is not the peers'
+// shares their list with the one before, and the peer manager lists the
+// same peers in the same order from one state to the next, so the lists
+// are walked side by side; only when the peers themselves changed (one
+// came or went) are they matched by name.
+func comparePeers(prev, next []apitype.Peer) []PeerChange {
+	if len(prev) == len(next) && (len(next) == 0 || &prev[0] == &next[0]) {
+		return nil // the same list
+	}
+	var out []PeerChange
+	if len(prev) == len(next) {
+		i := 0
+		for ; i < len(next) && prev[i].Name == next[i].Name; i++ {
+			if p, n := &prev[i], &next[i]; p.State != n.State {
+				out = append(out, PeerChange{Name: n.Name, From: p.State, To: n.State, Reason: n.Reason})
+			}
+		}
+		if i == len(next) {
+			return out
+		}
+		out = out[:0]
+	}
+	before := make(map[string]string, len(prev))
+	for _, p := range prev {
+		before[p.Name] = p.State
+	}
+	seen := make(map[string]bool, len(next))
+	for _, p := range next {
+		seen[p.Name] = true
+		from, ok := before[p.Name]
+		if !ok {
+			from = apitype.PeerUnknown
+		}
+		if from != p.State {
+			out = append(out, PeerChange{Name: p.Name, From: from, To: p.State, Reason: p.Reason})
+		}
+	}
+	for _, p := range prev {
+		if !seen[p.Name] {
+			out = append(out, PeerChange{Name: p.Name, From: p.State, Removed: true})
+		}
+	}
+	return out
 }
 
 func slicesEqual(a, b []string) bool {
