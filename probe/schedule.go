@@ -79,7 +79,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) {
 			m.query(p, i, now)
 		}
-		if pa.resolved && pa.inflight < maxInflightPerPath {
+		if pa.resolved && pa.canSend() {
 			m.send(p, pa, now)
 		}
 	}
@@ -94,18 +94,21 @@ func (m *Manager) probeAuth(p *mpeer) bool {
 	return len(a.Key) > 0 && (a.Require || p.authenticated)
 }
 
-// send queues a probe on the path; flush posts it.
+// send queues a probe on each of the path's flows; flush posts them.
 func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
-	m.sched.queue(p, pa, now, m.probeAuth(p))
+	auth := m.probeAuth(p)
+	for f := range pa.pathFlows() {
+		m.sched.queue(p, pa, uint8(f), now, auth)
+	}
 }
 
-// queue puts a probe of the path in flight and in the outbox.
-func (s *scheduler) queue(p *mpeer, pa *path, now time.Time, auth bool) {
+// queue puts a probe of the path's flow in flight and in the outbox.
+func (s *scheduler) queue(p *mpeer, pa *path, flow uint8, now time.Time, auth bool) {
 	s.seq++
 	s.batched++
 	pa.inflight++
-	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now})
-	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth})
+	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now, flow: flow})
+	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
 }
 
 // flush posts the queued probes through tr, one batch per local port. A
@@ -169,7 +172,11 @@ func (m *Manager) expire(now time.Time) {
 		f.pa.lost++
 		f.pa.sent++
 		f.pa.lastSeq = seq
-		m.observe(f.p, f.pa, sample{lost: true}, now)
+		if fl := f.pa.fl; fl != nil && int(f.flow) < len(fl.flows) {
+			fl.flows[f.flow].lost++
+			fl.flows[f.flow].sent++
+		}
+		m.observeFlow(f.p, f.pa, int(f.flow), sample{lost: true}, now)
 		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p {
 			// Probe again soon: a lost probe is either noise or the
 			// start of an outage, and the next ones tell which sooner
