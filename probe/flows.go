@@ -15,8 +15,9 @@ import (
 // probe QP sees one of them. With [probe] flows = K each local port has K
 // probe QPs (verbs/peer), and every turn of a path sends one probe on each
 // flow the peer admitted (R-Pingmesh probes several flows per target the
-// same way): the path's window takes every flow's samples, and each flow
-// keeps a window of its own. A flow is lossy by the same loss rule as a
+// same way): the path's window takes every flow's samples (K times
+// [probe] window of them, so that it spans the same turns as with one
+// flow), and each flow keeps a window of its own. A flow is lossy by the same loss rule as a
 // path; a path with a lossy flow is degraded with the flows as its reason
 // ("loss on 1 of 4 flows"), since one bad link behind a switch drops only
 // the flows hashed onto it. A path is down only when every flow lost
@@ -110,6 +111,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	if n == 1 {
 		if pa.fl != nil {
 			pa.fl = nil
+			pa.win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
 			m.pub.changed = true
 		}
 		return
@@ -120,6 +122,10 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 			fs[i].win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
 		}
 		pa.fl = &flowSet{flows: fs}
+		// The path's window holds every flow's samples: n times the
+		// probes, so that it covers the same window turns as with one
+		// flow, and one turn lost on every flow weighs as one lost turn.
+		pa.win = *newSharedWindow(m.cfg.Window*n, &m.peers.scratch)
 		m.pub.changed = true
 	}
 	for i := range pa.fl.flows {
@@ -164,7 +170,13 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 	}
 	pa.h.consecLost, pa.h.consecOK = lostRun, okRun
 	wasDown := pa.h.state == apitype.PeerDown
-	changed := pa.h.judge(s, &pa.win, t, now, pa.flowsReason(t))
+	// The path's window counts probes of every flow: a turn lost on all
+	// of them is K losses, and takes K times MinLosses to weigh as
+	// MinLosses lost turns do with one flow (a single lost probe never
+	// degrades a path).
+	tp := t
+	tp.MinLosses *= len(pa.fl.flows)
+	changed := pa.h.judge(s, &pa.win, tp, now, pa.flowsReason(t))
 	if wasDown && pa.h.state == apitype.PeerUp {
 		// The outage was reported as down, not as the flows' loss.
 		for i := range pa.fl.flows {
@@ -247,4 +259,19 @@ func (m *Manager) localIndex(key string) int {
 		}
 	}
 	return -1
+}
+
+// everyFlowLosing reports whether the last probe of every flow of the path
+// was lost (always, for a path on one flow, after a loss): the start of an
+// outage rather than a lossy flow.
+func (pa *path) everyFlowLosing() bool {
+	if pa.fl == nil {
+		return true
+	}
+	for i := range pa.fl.flows {
+		if pa.fl.flows[i].consecLost == 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -352,3 +352,23 @@ func TestFlowsAdmission(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowsNoHurryOnOneFlow: a lost probe on one flow while the others
+// answer does not bring the path's next turn forward (that would probe it
+// ten times a second while a flow is dead); losses on every flow do.
+func TestFlowsNoHurryOnOneFlow(t *testing.T) {
+	m := flowsManager(t, 1, 4, 10)
+	p := m.peers.inOrder()[0]
+	now := time.Now()
+	// The round times its losses out a second after now.
+	p.due = now.Add(5 * time.Second)
+	m.sched.due.fix(p)
+	flowsRound(m, []*mpeer{p}, func(_ *mpeer, f uint8) bool { return f == 2 }, now)
+	if d := p.due.Sub(now); d != 5*time.Second {
+		t.Errorf("one flow lost: next turn moved to %v, want it kept at 5s", d)
+	}
+	flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
+	if d := p.due.Sub(now); d >= 2*time.Second {
+		t.Errorf("every flow lost: next turn in %v, want within 100ms of the timeouts", d)
+	}
+}

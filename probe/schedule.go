@@ -177,10 +177,13 @@ func (m *Manager) expire(now time.Time) {
 			fl.flows[f.flow].sent++
 		}
 		m.observeFlow(f.p, f.pa, int(f.flow), sample{lost: true}, now)
-		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p {
+		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p && f.pa.everyFlowLosing() {
 			// Probe again soon: a lost probe is either noise or the
 			// start of an outage, and the next ones tell which sooner
-			// than a full interval would.
+			// than a full interval would. With several flows only when
+			// every flow's last probe was lost: one dead flow among
+			// answering ones is no outage, and must not make the path
+			// probed ten times a second.
 			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
 				f.p.due = soon
 				m.sched.due.fix(f.p)
