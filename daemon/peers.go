@@ -222,7 +222,8 @@ func (d *Daemon) startPeers() {
 	// manager offers fewer), raising it above this takes a restart.
 	r.flows = d.cfg.Probe.Flows
 	r.eng, err = newEngine(peer.Config{Logger: d.log.With("component", "peers"),
-		TrafficClassFor: r.class.of, Flows: r.flows,
+		TrafficClassFor: r.class.of,
+		Flows:           r.flows,
 		OnReply:         func(rep ud.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, err)

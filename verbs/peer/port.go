@@ -114,7 +114,7 @@ type flowQP struct {
 type outgoing struct {
 	dst  ud.Endpoint
 	pl   Payload
-	flow uint8 // the port's flow to post on (answers: the one the probe came to)
+	flow uint8  // the port's flow to post on (answers: the one the probe came to)
 	err  *error // where to report a failure to post it; nil ignores it
 }
 
