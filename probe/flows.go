@@ -191,9 +191,9 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 
 // A flowsKey is what a path's flows reason was written for.
 type flowsKey struct {
-	lossy, worst   uint8
-	lost, samples  int32
-	thresholdTimes float64
+	lossy, worst  uint8
+	lost, samples int32
+	lossPct       float64
 }
 
 // flowsReason returns why the path's flows make it degraded ("" when none
@@ -211,7 +211,7 @@ func (pa *path) flowsReason(t Thresholds) string {
 			worst, wl = i, ws
 		}
 	}
-	k := flowsKey{lossy: pa.fl.lossy, worst: uint8(worst), lost: int32(wl.Lost), samples: int32(wl.Samples), thresholdTimes: t.LossPct}
+	k := flowsKey{lossy: pa.fl.lossy, worst: uint8(worst), lost: int32(wl.Lost), samples: int32(wl.Samples), lossPct: t.LossPct}
 	if k == pa.fl.whyFor && pa.fl.why != "" {
 		return pa.fl.why
 	}

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/verbs"
 )
 
 func TestPayloadRoundTrip(t *testing.T) {
@@ -160,5 +163,19 @@ func TestRxeSourcePort(t *testing.T) {
 		if p := rxeSourcePort(qpn); p < 0xc000 {
 			t.Fatalf("rxeSourcePort(%d) = %d, below the dynamic range", qpn, p)
 		}
+	}
+}
+
+// TestPendingFlow: a reply is taken only on the flow whose QP sent the
+// probe; one that comes to another flow's QP leaves the entry alone.
+func TestPendingFlow(t *testing.T) {
+	pt := newPendingTable(16)
+	dst := ud.Endpoint{GID: verbs.GID{15: 2}, QPN: 0x22}
+	pt.add(5, 100, dst, PayloadV1, 1)
+	if _, ok := pt.match(5, dst.GID, dst.QPN, PayloadV1, 0, 200); ok {
+		t.Error("a reply on flow 0 matched a probe of flow 1")
+	}
+	if sent, ok := pt.match(5, dst.GID, dst.QPN, PayloadV1, 1, 200); !ok || sent != 100 {
+		t.Errorf("the reply on flow 1: %d, %v", sent, ok)
 	}
 }
