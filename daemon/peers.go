@@ -56,6 +56,8 @@ type peerRunner struct {
 	eng PeerEngine
 	// class gives each port's traffic class to the engine (verbs.go).
 	class *probeClass
+	// flows is the [probe] flows the engine's ports were opened with.
+	flows int
 
 	mu       sync.Mutex
 	fileStat string // size and mtime of [probe] peers_file at its last read
@@ -216,8 +218,12 @@ func (d *Daemon) startPeers() {
 	if newEngine == nil {
 		newEngine = newPeerEngine
 	}
+	// The ports' QPs are made once: a reload may lower [probe] flows (the
+	// manager offers fewer), raising it above this takes a restart.
+	r.flows = d.cfg.Probe.Flows
 	r.eng, err = newEngine(peer.Config{Logger: d.log.With("component", "peers"),
 		TrafficClassFor: r.class.of,
+		Flows:           r.flows,
 		OnReply:         func(rep ud.Reply) { r.mgr.OnReply(rep) }})
 	if err != nil {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, err)
@@ -343,6 +349,9 @@ func (d *Daemon) reloadPeers() {
 	}
 	r.useAuth(auth)
 	r.bw.set(d.cfg, auth)
+	if d.cfg.Probe.Flows > r.flows {
+		d.log.Warn("[probe] flows was raised; the probe ports keep their QPs until rdmad restarts", "flows", r.flows, "configured", d.cfg.Probe.Flows)
+	}
 	// A changed traffic class replaces the ports' address handles at the
 	// engine's next scan: now.
 	r.class.set(d.cfg)
@@ -402,7 +411,7 @@ func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 	pr := cfg.Probe
 	s := probe.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
 		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
-		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute,
+		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute, Flows: pr.Flows,
 		Threshold: probe.Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
 			MinLosses: 2, RTT: pr.RTTThreshold.Duration}, Auth: r.auth}
 	seen := map[string]bool{}

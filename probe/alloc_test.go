@@ -71,7 +71,7 @@ func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
 		if f == nil || f.p == peers[max(lose, 0)] && lose >= 0 {
 			continue
 		}
-		m.onReply(ud.Reply{Local: f.pa.local, From: f.pa.remote, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 5 * time.Microsecond, At: at})
+		m.onReply(ud.Reply{Local: f.pa.local, Flow: f.flow, From: f.pa.remote, Seq: seq, RTT: 30 * time.Microsecond, ResponderDelay: 5 * time.Microsecond, At: at})
 	}
 	m.expire(now.Add(time.Second))
 }
@@ -82,7 +82,11 @@ func probeRound(m *Manager, peers []*mpeer, lose int, now time.Time) {
 // every round, on another peer each time, so no path degrades (that would
 // log and write a reason, which may allocate).
 func TestProbeRoundAllocs(t *testing.T) {
-	m := resolvedManager(t, 100)
+	t.Run("1 flow", func(t *testing.T) { testProbeRoundAllocs(t, resolvedManager(t, 100), 1) })
+	t.Run("4 flows", func(t *testing.T) { testProbeRoundAllocs(t, flowsManager(t, 100, 4, 100), 4) })
+}
+
+func testProbeRoundAllocs(t *testing.T, m *Manager, flows int) {
 	peers := m.peers.inOrder()
 	now := time.Now()
 	round := 0
@@ -95,7 +99,7 @@ func TestProbeRoundAllocs(t *testing.T) {
 		run()
 	}
 	if got := testing.AllocsPerRun(200, run); got != 0 {
-		t.Errorf("%v allocations per round of %d probes; want 0", got, 2*len(peers))
+		t.Errorf("%v allocations per round of %d probes; want 0", got, 2*flows*len(peers))
 	}
 	for _, p := range peers {
 		if p.state != apitype.PeerUp || p.paths[0].sent == 0 {
@@ -126,6 +130,20 @@ func TestStateAllocsPerPeer(t *testing.T) {
 	small, large := allocs(10), allocs(1000)
 	if large != small {
 		t.Errorf("State allocates %v objects with 10 peers and %v with 1,000; want the same", small, large)
+	}
+	flowsAllocs := func(n int) float64 {
+		m := flowsManager(t, n, 4, 100)
+		peers := m.peers.inOrder()
+		now := time.Now()
+		m.State()
+		return testing.AllocsPerRun(20, func() {
+			now = now.Add(time.Second)
+			probeRound(m, peers, -1, now)
+			m.State()
+		})
+	}
+	if small4, large4 := flowsAllocs(10), flowsAllocs(1000); small4 != large4 || small4 > small+1 {
+		t.Errorf("with 4 flows State allocates %v objects with 10 peers and %v with 1,000; want the same, at most one more than with one flow (%v)", small4, large4, small)
 	}
 	m := resolvedManager(t, 3)
 	st := m.State()
@@ -173,8 +191,14 @@ func TestSharedFingerprints(t *testing.T) {
 // BenchmarkProbeRound is the probe path of 1,000 peers with two paths
 // each (2,000 probes: send, post, answer, state machine, window) with one
 // loss per round; ns/op divided by 2,000 is the cost of one probe.
-func BenchmarkProbeRound(b *testing.B) {
-	m := resolvedManager(b, 1000)
+func BenchmarkProbeRound(b *testing.B) { benchProbeRound(b, 1) }
+
+// BenchmarkProbeRoundFlows4 is the same with 4 flows per path: 8,000
+// probes a round.
+func BenchmarkProbeRoundFlows4(b *testing.B) { benchProbeRound(b, 4) }
+
+func benchProbeRound(b *testing.B, flows int) {
+	m := flowsManager(b, 1000, flows, 100)
 	peers := m.peers.inOrder()
 	now := time.Now()
 	round := 0
@@ -196,8 +220,16 @@ func BenchmarkProbeRound(b *testing.B) {
 func BenchmarkState1000(b *testing.B)  { benchState(b, 1000) }
 func BenchmarkState10000(b *testing.B) { benchState(b, 10000) }
 
-func benchState(b *testing.B, n int) {
-	m := resolvedManager(b, n)
+// BenchmarkState1000Flows4 and BenchmarkState10000Flows4 are the same with
+// 4 probe flows per path ([probe] flows' default), every flow in the
+// state.
+func BenchmarkState1000Flows4(b *testing.B)  { benchStateFlows(b, 1000, 4) }
+func BenchmarkState10000Flows4(b *testing.B) { benchStateFlows(b, 10000, 4) }
+
+func benchState(b *testing.B, n int) { benchStateFlows(b, n, 1) }
+
+func benchStateFlows(b *testing.B, n, flows int) {
+	m := flowsManager(b, n, flows, 100)
 	peers := m.peers.inOrder()
 	now := time.Now()
 	for range 100 {

@@ -218,7 +218,8 @@ func (c *Control) Counters() (malformed, refused, answered uint64) {
 }
 
 // Query sends m as a query to to, in m.Version (0: the newest), tagged when
-// a fleet key is set and the version can carry a tag. A version-1 query is
+// a fleet key is set and the version can carry a tag. A version-2 query
+// carries the fingerprint, then m.Ext; a version-1 one no extensions. A version-1 query is
 // never sent while a key is required: its answer could not be trusted.
 func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 	_, err := c.QueryClock(to, m)
@@ -233,10 +234,17 @@ func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, error) {
 	m.Type = wire.TypeQuery
 	m.NodeID = c.opts.NodeID
-	if ext := c.qext.Load(); ext != nil && m.Version != wire.Version1 && len(m.Ext) == 0 {
+	if m.Version == wire.Version1 {
+		m.Ext = nil // version 1 has no extensions (a peer that reads only it gets only flow 0)
+	} else if ext := c.qext.Load(); ext != nil {
 		// Padded, so that the answer's fingerprint fits the size an
-		// answer may have (no larger than the query and a tag).
-		m.Ext = *ext
+		// answer may have (no larger than the query and a tag). The
+		// caller's extensions (the flows) follow.
+		if len(m.Ext) == 0 {
+			m.Ext = *ext
+		} else {
+			m.Ext = append(append(make([]wire.Ext, 0, len(*ext)+len(m.Ext)), *ext...), m.Ext...)
+		}
 	}
 	a := c.auth.Load()
 	var key []byte
@@ -373,13 +381,16 @@ func (c *Control) pending() int {
 func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Auth, qlen int, rx time.Time) ([]byte, bool) {
 	ports := c.opts.Ports()
 	ans := wire.Message{Version: q.Version, Type: wire.TypeAnswer, Nonce: q.Nonce, NodeID: c.opts.NodeID}
+	flows := -1 // the query names no further flows: the answer says nothing of them
 	if len(ports) > 0 {
 		p := ports[int(q.Index)%len(ports)]
 		src := ud.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
-		if err := c.opts.Admit(p.Key, src, from.Addr(), time.Now().Add(c.opts.AdmitFor)); err != nil {
+		until := time.Now().Add(c.opts.AdmitFor)
+		if err := c.opts.Admit(p.Key, src, from.Addr(), until); err != nil {
 			c.n.refused.Add(1)
 			return out, false
 		}
+		flows = admitFlows(c.opts.Admit, p.Key, src, from.Addr(), until, q)
 		ans.Index, ans.Count = uint8(int(q.Index)%len(ports)), uint8(min(len(ports), 255))
 		ans.QPN, ans.QKey, ans.LID, ans.GID = p.QPN, p.QKey, p.LID, p.GID
 	}
@@ -387,8 +398,14 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	if ans.Version == wire.Version2 {
 		key = a.control
 		size := wire.Size + len(key)
+		if flows >= 0 {
+			// The query named at least one QPN (7 bytes), so the 5 of
+			// this never make the answer larger than the query.
+			ans.Ext = append(ans.Ext, wire.FlowsAcceptedExt(flows))
+			size += 5
+		}
 		if fp := c.fp.Load(); fp != nil && size+4+len(*fp) <= qlen+wire.TagSize {
-			ans.Ext = []wire.Ext{{Type: wire.ExtFingerprint, Value: *fp}}
+			ans.Ext = append(ans.Ext, wire.Ext{Type: wire.ExtFingerprint, Value: *fp})
 			size += 4 + len(*fp)
 		}
 		if _, ok := wire.QueryClock(&q); ok && size+wire.ClockExtLen <= qlen+wire.TagSize {
@@ -405,4 +422,28 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 		c.n.answered.Add(1)
 	}
 	return out, true
+}
+
+// admitFlows admits the further flows a version-2 query names (at most
+// wire.MaxFlowQPNs, checked by Decode), each as the header's endpoint with
+// the flow's QPN, from the first on until one is refused, and returns how
+// many were admitted; -1 when the query names none. The querier probes on
+// those flows only: a flow the responder does not answer would look lossy.
+// Every admission counts against the querier's address in the engine's
+// bounded table, as the header's does; none of them sends anything.
+func admitFlows(admit func(string, ud.Endpoint, netip.Addr, time.Time) error, local string, src ud.Endpoint, from netip.Addr, until time.Time, q wire.Message) int {
+	qpns := wire.QueryFlows(q)
+	if q.Version != wire.Version2 || qpns == nil {
+		return -1
+	}
+	n := 0
+	for _, qpn := range qpns {
+		s := src
+		s.QPN = qpn
+		if admit(local, s, from, until) != nil {
+			break
+		}
+		n++
+	}
+	return n
 }

@@ -225,6 +225,9 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	p.paths[i].asked = now
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
 		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
+	if ext, ok := m.flowsQueryExt(lp); ok && ver == wire.Version2 {
+		msg.Ext = []wire.Ext{ext}
+	}
 	t1, err := m.control.ctl.QueryClock(to, msg)
 	if err != nil {
 		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
@@ -304,6 +307,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// lost for good, and a down path probes again at once.
 		pa.remote, pa.gidStr = ep, ""
 		m.pub.changed = true
+	}
+	if idx := m.localIndex(pa.local); idx >= 0 {
+		m.acceptFlows(pa, m.local[idx], a.m)
 	}
 	first := !pa.resolved
 	pa.resolved = true

@@ -7,6 +7,7 @@ type flight struct {
 	p    *mpeer // nil: answered, refused or dropped
 	pa   *path
 	sent time.Time
+	flow uint8 // the path's flow it went on
 }
 
 // flights are the probes in flight in send order. Sequence numbers are

@@ -106,7 +106,20 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 		h.consecLost++
 		h.consecOK = 0
 	}
+	return h.judge(s, w, t, now, "")
+}
+
+// judge moves the state after a sample s was added to w and the runs of
+// answers and losses were counted. flowsBad, when set, is why some of the
+// path's flows are lossy (flows.go): it makes an up path degraded, and a
+// degraded one stays so while it is set, whatever the path's window says.
+func (h *health) judge(s sample, w *window, t Thresholds, now time.Time, flowsBad string) bool {
 	next, reason := h.state, h.reason
+	if flowsBad != "" {
+		// The reason is the flows', not the window's figures: badReason
+		// must not take it for one it wrote.
+		h.badFor = badKey{}
+	}
 	switch {
 	case h.consecLost >= t.DownAfter:
 		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
@@ -121,15 +134,22 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 			next, reason = apitype.PeerUp, ""
 		}
 	case h.state == apitype.PeerUp:
-		if r := h.badReason(t.windowStats(w), t); r != "" {
+		if flowsBad != "" {
+			next, reason = apitype.PeerDegraded, flowsBad
+		} else if r := h.badReason(t.windowStats(w), t); r != "" {
 			next, reason = apitype.PeerDegraded, r
 		}
 	case h.state == apitype.PeerDegraded:
 		ws := t.windowStats(w)
-		if t.clear(ws) {
+		switch {
+		case flowsBad != "":
+			reason = flowsBad
+		case t.clear(ws):
 			next, reason = apitype.PeerUp, ""
-		} else if r := h.badReason(ws, t); r != "" {
-			reason = r
+		default:
+			if r := h.badReason(ws, t); r != "" {
+				reason = r
+			}
 		}
 	}
 	h.reason = reason

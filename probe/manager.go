@@ -57,6 +57,10 @@ type Settings struct {
 	// Auth is the fleet key and whether it is required ([probe] key_file,
 	// auth). The Transport is given the same key by its owner.
 	Auth Auth
+	// Flows is how many probe flows ([probe] flows) each path uses, at
+	// most the local port's (ud.LocalPort.Flows) and those the peer
+	// admits; 0 or 1: one.
+	Flows int
 }
 
 // Options are a Manager's fixed parts.

@@ -141,6 +141,8 @@ type path struct {
 	// remoteIdx is the peer's port index the path probes (the answer's
 	// Index): the port of the peer's fingerprint to compare with.
 	remoteIdx uint8
+	// fl is the path's flows when it probes on more than one (flows.go).
+	fl *flowSet
 }
 
 // reselect computes the selected peers for the current epoch and adds or

@@ -158,22 +158,30 @@ func (m *Manager) State() apitype.Peers {
 	for _, lp := range m.local {
 		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.pub.faults[portSuspect(lp.Key)]})
 	}
-	n, paths := 0, 0
+	n, paths, flows := 0, 0, 0
 	for _, p := range m.peers.inOrder() {
 		if !p.oneshot {
 			n++
 			paths += len(p.paths)
+			for _, pa := range p.paths {
+				flows += pa.pathFlows()
+			}
 		}
 	}
 	out.Peers = make([]apitype.Peer, 0, n)
 	all := make([]apitype.PeerPath, paths)
+	// Every path's flows share one array too.
+	allFlows := make([]apitype.PeerFlow, flows)
 	for _, p := range m.peers.sorted {
 		if p.oneshot {
 			continue
 		}
-		k := len(p.paths)
-		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k]))
-		all = all[k:]
+		k, kf := len(p.paths), 0
+		for _, pa := range p.paths {
+			kf += pa.pathFlows()
+		}
+		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k], allFlows[:kf:kf]))
+		all, allFlows = all[k:], allFlows[kf:]
 	}
 	if m.control.ctl != nil {
 		cs := m.control.ctl.Stats()
@@ -201,12 +209,17 @@ func (m *Manager) State() apitype.Peers {
 
 // peerState returns p's state on its own (a one-shot probe's answer).
 func (m *Manager) peerState(p *mpeer) apitype.Peer {
-	return m.peerStateIn(p, make([]apitype.PeerPath, 0, len(p.paths)))
+	kf := 0
+	for _, pa := range p.paths {
+		kf += pa.pathFlows()
+	}
+	return m.peerStateIn(p, make([]apitype.PeerPath, 0, len(p.paths)), make([]apitype.PeerFlow, kf))
 }
 
 // peerStateIn returns p's state with its paths appended to paths, which
-// must be empty (and not nil) with room for them.
-func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
+// must be empty (and not nil) with room for them, and their flows in
+// flows, which has exactly the room for them.
+func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apitype.PeerFlow) apitype.Peer {
 	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: paths,
 		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.mm}
 	if p.fp != nil {
@@ -235,6 +248,16 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath) apitype.Peer {
 		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
 			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
 			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth, RTTHist: pa.rtt}
+		var lp *ud.LocalPort
+		if i := m.localIndex(pa.local); i >= 0 {
+			lp = &m.local[i]
+		}
+		k := pa.pathFlows()
+		pp.Flows = pa.flowStates(flows[:0:k], st, lp)
+		flows = flows[k:]
+		if pa.fl != nil {
+			pp.LossyFlows = int(pa.fl.lossy)
+		}
 		if pa.resolved {
 			if pa.gidStr == "" {
 				pa.gidStr = pa.remote.GID.String()

@@ -44,6 +44,7 @@ var (
 	scaleDelay      = flag.Duration("scale.delay", 100*time.Microsecond, "BenchmarkPeers*At1Hz: time from a probe to its reply")
 	scaleLoss       = flag.Float64("scale.loss", 0.001, "BenchmarkPeers*At1Hz: share of probes without a reply")
 	scalePorts      = flag.Int("scale.ports", 1, "BenchmarkPeers*At1Hz: local probe ports (every peer is probed from each)")
+	scaleFlows      = flag.Int("scale.flows", 1, "BenchmarkPeers*At1Hz (not the *Flows4 ones): probe flows per path ([probe] flows)")
 	scaleProfile    = flag.String("scale.cpuprofile", "", "BenchmarkPeers*At1Hz: write a CPU profile of the measured seconds only (go test's -cpuprofile covers the warm-up too)")
 	scaleMemProfile = flag.String("scale.memprofile", "", "BenchmarkPeers*At1Hz: write a heap profile when bytes/peer is measured, with the manager running")
 	scaleWarmup     = flag.Duration("scale.warmup", 100*time.Second, "BenchmarkPeers*At1Hz: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
@@ -76,6 +77,12 @@ type scaleRun struct {
 }
 
 func startScale(tb testing.TB, n, ports int, delay time.Duration, loss float64) *scaleRun {
+	return startScaleFlows(tb, n, ports, 1, delay, loss)
+}
+
+// startScaleFlows is startScale with flows probe flows per path, which
+// every fake peer admits.
+func startScaleFlows(tb testing.TB, n, ports, flows int, delay time.Duration, loss float64) *scaleRun {
 	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -83,13 +90,14 @@ func startScale(tb testing.TB, n, ports int, delay time.Duration, loss float64) 
 	node := l.LocalAddr().(*net.UDPAddr).AddrPort()
 	l.Close()
 	r := &scaleRun{n: n, tr: probetest.NewMemTransport(ports, delay, loss), done: make(chan error, 1)}
+	r.tr.SetFlows(flows)
 	local, _ := r.tr.Ports()
 	fp := scaleFingerprint(local)
-	if r.fleet, err = probetest.StartFleet(n, ports, node, fp.Marshal(), time.Minute); err != nil {
+	if r.fleet, err = probetest.StartFleetFlows(n, ports, flows, node, fp.Marshal(), time.Minute); err != nil {
 		tb.Fatal(err)
 	}
 	s := Settings{Port: int(node.Port()), Group: "tor-000", Interval: time.Second, Timeout: 500 * time.Millisecond, Window: 100,
-		MaxPeers: n, Rotate: time.Minute, Resolve: time.Minute,
+		MaxPeers: n, Rotate: time.Minute, Resolve: time.Minute, Flows: flows,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}}
 	for i := range n {
 		s.Peers = append(s.Peers, Spec{Name: probetest.FleetAddr(i).String(), Group: fmt.Sprintf("tor-%03d", i/40)})
@@ -164,8 +172,15 @@ func BenchmarkPeers100At1Hz(b *testing.B)   { benchPeersAt1Hz(b, 100) }
 func BenchmarkPeers1000At1Hz(b *testing.B)  { benchPeersAt1Hz(b, 1000) }
 func BenchmarkPeers10000At1Hz(b *testing.B) { benchPeersAt1Hz(b, 10000) }
 
-func benchPeersAt1Hz(b *testing.B, n int) {
-	r := startScale(b, n, *scalePorts, *scaleDelay, *scaleLoss)
+// The same with [probe] flows = 4 (the default): four probes per path and
+// turn. CPU and memory must grow at most linearly with the flows.
+func BenchmarkPeers1000At1HzFlows4(b *testing.B)  { benchPeersAt1HzFlows(b, 1000, 4) }
+func BenchmarkPeers10000At1HzFlows4(b *testing.B) { benchPeersAt1HzFlows(b, 10000, 4) }
+
+func benchPeersAt1Hz(b *testing.B, n int) { benchPeersAt1HzFlows(b, n, *scaleFlows) }
+
+func benchPeersAt1HzFlows(b *testing.B, n, flows int) {
+	r := startScaleFlows(b, n, *scalePorts, flows, *scaleDelay, *scaleLoss)
 	defer r.stop(b)
 	r.waitUp(b, 30*time.Second+time.Duration(n)*time.Millisecond)
 	time.Sleep(*scaleWarmup)
@@ -202,9 +217,9 @@ func benchPeersAt1Hz(b *testing.B, n int) {
 	peers, answering := r.counts()
 	// The run is only worth its figures if the node probed everyone at
 	// the configured rate and saw them answer.
-	wantRate := float64(n * *scalePorts)
+	wantRate := float64(n * *scalePorts * flows)
 	if rate := float64(sent) / wall.Seconds(); rate < 0.9*wantRate || rate > 1.2*wantRate {
-		b.Errorf("%.0f probes/s, want about %.0f (%d peers x %d ports at 1 Hz)", rate, wantRate, n, *scalePorts)
+		b.Errorf("%.0f probes/s, want about %.0f (%d peers x %d ports x %d flows at 1 Hz)", rate, wantRate, n, *scalePorts, flows)
 	}
 	if peers != n || answering < n*99/100 {
 		b.Errorf("published %d peers, %d answering; want %d, nearly all answering", peers, answering, n)

@@ -82,7 +82,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) || (clockDue && i == 0) {
 			m.query(p, i, now)
 		}
-		if pa.resolved && pa.inflight < maxInflightPerPath {
+		if pa.resolved && pa.canSend() {
 			m.send(p, pa, now)
 		}
 	}
@@ -97,18 +97,21 @@ func (m *Manager) probeAuth(p *mpeer) bool {
 	return len(a.Key) > 0 && (a.Require || p.authenticated)
 }
 
-// send queues a probe on the path; flush posts it.
+// send queues a probe on each of the path's flows; flush posts them.
 func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
-	m.sched.queue(p, pa, now, m.probeAuth(p))
+	auth := m.probeAuth(p)
+	for f := range pa.pathFlows() {
+		m.sched.queue(p, pa, uint8(f), now, auth)
+	}
 }
 
-// queue puts a probe of the path in flight and in the outbox.
-func (s *scheduler) queue(p *mpeer, pa *path, now time.Time, auth bool) {
+// queue puts a probe of the path's flow in flight and in the outbox.
+func (s *scheduler) queue(p *mpeer, pa *path, flow uint8, now time.Time, auth bool) {
 	s.seq++
 	s.batched++
 	pa.inflight++
-	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now})
-	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth})
+	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now, flow: flow})
+	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
 }
 
 // flush posts the queued probes through tr, one batch per local port. A
@@ -172,11 +175,18 @@ func (m *Manager) expire(now time.Time) {
 		f.pa.lost++
 		f.pa.sent++
 		f.pa.lastSeq = seq
-		m.observe(f.p, f.pa, sample{lost: true}, now)
-		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p {
+		if fl := f.pa.fl; fl != nil && int(f.flow) < len(fl.flows) {
+			fl.flows[f.flow].lost++
+			fl.flows[f.flow].sent++
+		}
+		m.observeFlow(f.p, f.pa, int(f.flow), sample{lost: true}, now)
+		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p && f.pa.everyFlowLosing() {
 			// Probe again soon: a lost probe is either noise or the
 			// start of an outage, and the next ones tell which sooner
-			// than a full interval would.
+			// than a full interval would. With several flows only when
+			// every flow's last probe was lost: one dead flow among
+			// answering ones is no outage, and must not make the path
+			// probed ten times a second.
 			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
 				f.p.due = soon
 				m.sched.due.fix(f.p)

@@ -20,7 +20,7 @@ func (m *Manager) onReply(r ud.Reply) {
 	// A reply counts only from the endpoint the path probes, GID and QPN:
 	// one that names another (the prober matched on less, or someone
 	// answered for the peer) says nothing about this path.
-	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN || f.pa.remote.GID != r.From.GID {
+	if f == nil || f.pa.local != r.Local || f.pa.remote.QPN != r.From.QPN || f.pa.remote.GID != r.From.GID || f.flow != r.Flow {
 		return // late (already counted as lost) or not ours
 	}
 	if m.cfg.Auth.Require && !r.Authenticated {
@@ -38,18 +38,35 @@ func (m *Manager) onReply(r ud.Reply) {
 	// own would otherwise dodge the RTT threshold. The claim is kept
 	// apart, as the host delay the status shows.
 	pa.lastRTT = r.RTT
+	if pa.fl != nil && int(r.Flow) < len(pa.fl.flows) {
+		pa.fl.flows[r.Flow].sent++
+	}
 	// Every answered probe goes into its path's and the node's histogram
 	// (the sent-minus-lost of the path, exactly): counters of a fixed
 	// size, nothing allocated.
 	pa.rtt.Observe(r.RTT)
 	m.rtt.Observe(r.RTT)
-	m.observe(p, pa, sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
+	m.observeFlow(p, pa, int(r.Flow), sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
 }
 
+// observe takes a sample of the whole path (of every flow, when it has
+// several).
 func (m *Manager) observe(p *mpeer, pa *path, s sample, now time.Time) {
+	m.observeFlow(p, pa, -1, s, now)
+}
+
+// observeFlow takes a sample of one of the path's flows (-1: of every
+// flow), judges the path and the peer.
+func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.Time) {
 	m.pub.dirty = true
 	from := pa.h.state
-	if pa.h.observe(s, &pa.win, m.cfg.Threshold, now) {
+	var changed bool
+	if pa.fl != nil {
+		changed = pa.observeFlows(flow, s, m.cfg.Threshold, now)
+	} else {
+		changed = pa.h.observe(s, &pa.win, m.cfg.Threshold, now)
+	}
+	if changed {
 		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
 		m.pub.changed = true
 	}

@@ -23,7 +23,7 @@ func TestNoNullLists(t *testing.T) {
 		"Port": Port{}, "NetdevQoS": NetdevQoS{}, "ETS": ETS{}, "Resources": Resources{},
 		"ProcessResources": ProcessResources{}, "DeviceResources": DeviceResources{},
 		"Snapshot": filledSnapshot(), "NetdevECN": NetdevECN{}, "Peers": Peers{}, "Fingerprint": Fingerprint{},
-		"Peer": Peer{}, "Config": Config{}, "PolicyState": PolicyState{}, "PolicyStatus": PolicyStatus{},
+		"Peer": Peer{}, "PeerPath": PeerPath{}, "Config": Config{}, "PolicyState": PolicyState{}, "PolicyStatus": PolicyStatus{},
 		"PoolDevice": PoolDevice{}, "Health": Health{}, "Condition": Condition{},
 	}
 	found := listFields(t)

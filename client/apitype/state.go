@@ -314,6 +314,43 @@ type PeerPath struct {
 	// RTTHist counts every answered probe's RTT since the prober started
 	// (Count is Sent - Lost); not in the JSON, for the metrics.
 	RTTHist RTTHistogram `json:"-"`
+	// Flows are the path's probe flows ([probe] flows), each a probe QP
+	// of the local port with a UDP source port of its own, so one of the
+	// fabric's equal-cost paths: one entry when the path probes on one
+	// (flows = 1, or a peer that does not admit more). LossyFlows counts
+	// those lossy now; a path with some lossy and others clean is
+	// degraded.
+	Flows      []PeerFlow `json:"flows"`
+	LossyFlows int        `json:"lossy_flows"`
+}
+
+// MarshalJSON writes PeerPath with flows as [] rather than null.
+func (p PeerPath) MarshalJSON() ([]byte, error) {
+	type plain PeerPath
+	q := plain(p)
+	if q.Flows == nil {
+		q.Flows = []PeerFlow{}
+	}
+	return json.Marshal(q)
+}
+
+// A PeerFlow is one probe flow of a path: its figures over its own last
+// [probe] window probes (loss, RTT percentiles) and since start (sent,
+// lost).
+type PeerFlow struct {
+	Flow int `json:"flow"` // index among the path's flows, from 0
+	// SourcePort is the UDP source port of the flow's probes as the
+	// provider computes it (Soft-RoCE: from the QPN), 0 when it cannot be
+	// known from the host (hardware adapters); QPN is the local probe QP
+	// it leaves from.
+	SourcePort uint16        `json:"source_port"`
+	QPN        uint32        `json:"qpn"`
+	Sent       uint64        `json:"sent"`
+	Lost       uint64        `json:"lost"`
+	LossPct    float64       `json:"loss_pct"`
+	RTTP50     time.Duration `json:"rtt_p50_ns"`
+	RTTP99     time.Duration `json:"rtt_p99_ns"`
+	Lossy      bool          `json:"lossy"`
 }
 
 // PeerCounters count what the probes dropped and answered.

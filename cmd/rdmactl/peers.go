@@ -281,6 +281,7 @@ func printPeerTable(w io.Writer, ps apitype.Peers) {
 	if len(ps.Peers) == 1 {
 		printClock(w, ps.Peers[0])
 	}
+	printFlows(w, ps.Peers)
 	printMismatches(w, ps.Peers)
 	printFingerprintUnknown(w, ps.Peers)
 	if ps.Auth == "" {
@@ -291,6 +292,34 @@ func printPeerTable(w io.Writer, ps apitype.Peers) {
 	for _, p := range ps.Peers {
 		if p.WireVersion != 0 && !p.Authenticated {
 			fmt.Fprintf(w, "UNAUTHENTICATED: %s answers without the fleet key (wire v%d); give it [probe] key_file\n", p.Name, p.WireVersion)
+		}
+	}
+}
+
+// printFlows prints the probe flows ([probe] flows: one UDP source port,
+// so one of the fabric's equal-cost paths, each) of every path that is
+// degraded or has a lossy flow, so that the flow to blame and its source
+// port are on screen; healthy paths' flows are in --json.
+func printFlows(w io.Writer, ps []apitype.Peer) {
+	for _, p := range ps {
+		for _, pa := range p.Paths {
+			if len(pa.Flows) < 2 || (pa.State != apitype.PeerDegraded && pa.LossyFlows == 0) {
+				continue
+			}
+			fmt.Fprintf(w, "FLOWS %s %s (%s, %d of %d lossy):\n", p.Name, pa.Local, pa.State, pa.LossyFlows, len(pa.Flows))
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  FLOW\tSPORT\tQPN\tSENT\tLOST\tLOSS\tRTT p50\tRTT p99\t")
+			for _, f := range pa.Flows {
+				sport, mark := "-", ""
+				if f.SourcePort != 0 {
+					sport = fmt.Sprint(f.SourcePort)
+				}
+				if f.Lossy {
+					mark = "LOSSY"
+				}
+				fmt.Fprintf(tw, "  %d\t%s\t0x%x\t%d\t%d\t%.1f%%\t%s\t%s\t%s\n", f.Flow, sport, f.QPN, f.Sent, f.Lost, f.LossPct, us(f.RTTP50), us(f.RTTP99), mark)
+			}
+			tw.Flush()
 		}
 	}
 }

@@ -124,6 +124,7 @@ func peerFigureRecords(s *apitype.Snapshot) []record {
 				"samples":           dbus.MakeVariant(uint32(max(pa.Samples, 0))),
 				"sent":              dbus.MakeVariant(pa.Sent),
 				"lost":              dbus.MakeVariant(pa.Lost),
+				"lossy_flows":       dbus.MakeVariant(uint32(max(pa.LossyFlows, 0))),
 			})
 		}
 		out = append(out, record{

@@ -90,10 +90,10 @@ func TestRecordProperties(t *testing.T) {
 		"paths": []any{
 			map[string]any{"local": "rxe0/1", "remote_gid": "::ffff:192.0.2.17", "rtt_p50_ns": uint64(10000), "rtt_p99_ns": uint64(90000),
 				"host_delay_p99_ns": uint64(1000), "last_rtt_ns": uint64(12000), "loss_percent": 3.0, "samples": uint32(100),
-				"sent": uint64(500), "lost": uint64(15)},
+				"sent": uint64(500), "lost": uint64(15), "lossy_flows": uint32(0)},
 			map[string]any{"local": "rxe0/2", "remote_gid": "::ffff:192.0.2.18", "rtt_p50_ns": uint64(20000), "rtt_p99_ns": uint64(30000),
 				"host_delay_p99_ns": uint64(0), "last_rtt_ns": uint64(21000), "loss_percent": 0.0, "samples": uint32(100),
-				"sent": uint64(500), "lost": uint64(0)},
+				"sent": uint64(500), "lost": uint64(0), "lossy_flows": uint32(0)},
 		}}}
 	if diff := cmp.Diff(wantFigures, plain(agent["PeerFigures"])); diff != "" {
 		t.Errorf("PeerFigures: -want +got\n%s", diff)

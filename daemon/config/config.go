@@ -27,6 +27,10 @@ const (
 	// DefaultProbePort is the control endpoint's UDP port ([probe] port):
 	// not 4791 (RoCE v2) and not 18515 (perftest's default).
 	DefaultProbePort = 18516
+	// DefaultProbeFlows is [probe] flows' default (probe.DefaultFlows
+	// says why 4) and MaxProbeFlows its bound (probe/ud.MaxFlows).
+	DefaultProbeFlows = 4
+	MaxProbeFlows     = 16
 )
 
 // A Config is the merged, validated configuration. It is never mutated after
@@ -227,6 +231,10 @@ type Probe struct {
 	// selection moves on when there are more.
 	MaxPeers int      `toml:"max_peers"`
 	Rotate   Duration `toml:"rotate"`
+	// Flows is how many probe QPs each local port probes each peer path
+	// from, each with a UDP source port of its own, so that several of
+	// the fabric's equal-cost (ECMP) paths are probed; 1 probes one.
+	Flows int `toml:"flows"`
 	// KeyFile holds the fleet key that authenticates control messages and
 	// probes (HMAC-SHA256): a root-owned file without group or other
 	// permissions, at least 16 bytes after trimming whitespace; for a
@@ -346,7 +354,8 @@ func Default() *Config {
 		},
 		Probe: Probe{Loopback: true, LoopbackInterval: Duration{time.Second}, Poll: "event",
 			Peers: true, Port: DefaultProbePort, PeerInterval: Duration{time.Second}, PeerTimeout: Duration{500 * time.Millisecond},
-			DownAfter: 3, UpAfter: 3, LossThreshold: 1, RTTThreshold: Duration{0}, Window: 100, MaxPeers: 64, Rotate: Duration{time.Minute}},
+			DownAfter: 3, UpAfter: 3, LossThreshold: 1, RTTThreshold: Duration{0}, Window: 100, MaxPeers: 64, Rotate: Duration{time.Minute},
+			Flows: DefaultProbeFlows},
 	}
 }
 

@@ -261,14 +261,15 @@ mode = "v3"
 		},
 		{
 			name:  "peer probe values",
-			files: map[string]string{"rdmad.toml": "[probe]\nport = 4791\nallow = []\npeer_interval = \"1s\"\npeer_timeout = \"2s\"\nmax_peers = 0\npeers_file = \"peers\"\n[[peer]]\naddress = \"not a host\"\n[[peer]]\ngroup = \"tor a\"\naddress = \"192.0.2.1\"\n"},
+			files: map[string]string{"rdmad.toml": "[probe]\nport = 4791\nallow = []\npeer_interval = \"1s\"\npeer_timeout = \"2s\"\nmax_peers = 0\npeers_file = \"peers\"\nflows = 17\n[[peer]]\naddress = \"not a host\"\n[[peer]]\ngroup = \"tor a\"\naddress = \"192.0.2.1\"\n"},
 			want: []string{
 				`D/rdmad.toml:7: probe.peers_file: "peers" is not an absolute path; use e.g. "/etc/rdmad/peers"`,
 				`D/rdmad.toml:2: probe.port: 4791 cannot be the control port; use 1 to 65535 except 4791 (RoCE v2's own port); default 18516`,
 				`D/rdmad.toml:5: probe.peer_timeout: 2s is out of range; use 1ms up to peer_interval (1s)`,
 				`D/rdmad.toml:6: probe.max_peers: 0 is out of range; use 1 to 4096`,
-				`D/rdmad.toml:9: peer[0].address: "not a host" is neither an IP address nor a host name`,
-				`D/rdmad.toml:11: peer[1].group: "tor a" is not a group label; use 1 to 64 letters, digits and . _ - : / starting with a letter or digit, e.g. "tor-a"`,
+				`D/rdmad.toml:8: probe.flows: 17 is out of range; use 1 to 16 probe flows (UDP source ports) per path; default 4, 1 probes one ECMP path`,
+				`D/rdmad.toml:10: peer[0].address: "not a host" is neither an IP address nor a host name`,
+				`D/rdmad.toml:12: peer[1].group: "tor a" is not a group label; use 1 to 64 letters, digits and . _ - : / starting with a letter or digit, e.g. "tor-a"`,
 			},
 		},
 		{

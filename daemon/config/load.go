@@ -856,6 +856,9 @@ func (c *Config) validateProbe(k *checker) {
 	if pr.MaxPeers < 1 || pr.MaxPeers > 4096 {
 		bad(at("max_peers"), "probe.max_peers", "%d is out of range; use 1 to 4096", pr.MaxPeers)
 	}
+	if pr.Flows < 1 || pr.Flows > MaxProbeFlows {
+		bad(at("flows"), "probe.flows", "%d is out of range; use 1 to %d probe flows (UDP source ports) per path; default %d, 1 probes one ECMP path", pr.Flows, MaxProbeFlows, DefaultProbeFlows)
+	}
 	if pr.Rotate.Duration < time.Second {
 		bad(at("rotate"), "probe.rotate", "%s is too short; use at least 1s (default 1m)", pr.Rotate.Duration)
 	}

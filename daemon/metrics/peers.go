@@ -34,6 +34,8 @@ var (
 		"Probes sent on the path.", []string{"peer", "group", "local"}, nil)
 	peerLost = prometheus.NewDesc("rdmad_peer_probes_lost_total",
 		"Probes on the path that went unanswered.", []string{"peer", "group", "local"}, nil)
+	peerLossyFlows = prometheus.NewDesc("rdmad_peer_path_lossy_flows",
+		"Probe flows ([probe] flows: UDP source ports, so ECMP paths of the fabric) of the path that are lossy now; some lossy while others are clean makes the path degraded.", []string{"peer", "group", "local"}, nil)
 	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
 		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag or rate_limited.", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
@@ -51,7 +53,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches, peerProbeRTTHist, peerPathRTTHist, peerClockOffset, peerClockError},
+	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerLossyFlows, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches, peerProbeRTTHist, peerPathRTTHist, peerClockOffset, peerClockError},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		if s.Peers.NodeID != "" {
 			ch <- gauge(peerNodeInfo, 1, s.Peers.NodeID)
@@ -184,7 +186,7 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 	pairs := make([]*dto.LabelPair, 0, 3+2+3*len(peerStates))
 	pairs = append(pairs, &pl.pGroup, &pl.pNode, &pl.pName, &pl.pGroup, &pl.pName)
 	info, up := pairs[0:3:3], pairs[3:5:5]
-	series := make([]peerSeries, 0, 4+len(peerStates)+7*len(p.Paths))
+	series := make([]peerSeries, 0, 4+len(peerStates)+8*len(p.Paths))
 	send := func(desc *prometheus.Desc, labels []*dto.LabelPair, v float64, count bool) {
 		series = append(series, peerSeries{desc: desc, labels: labels, value: v, isCount: count})
 		m := &series[len(series)-1]
@@ -232,6 +234,7 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 		}
 		send(peerSent, l, float64(path.Sent), true)
 		send(peerLost, l, float64(path.Lost), true)
+		send(peerLossyFlows, l, float64(path.LossyFlows), false)
 		hists[i].set(peerPathRTTHist, l, &path.RTTHist)
 		ch <- &hists[i]
 	}

@@ -61,8 +61,14 @@ func RunFleetChild() {
 // The fleet runs until Close. Raising the open files limit for n sockets
 // is the fleet's own business.
 func StartFleet(n, ports int, node netip.AddrPort, fp []byte, period time.Duration) (*FakeFleet, error) {
+	return StartFleetFlows(n, ports, 1, node, fp, period)
+}
+
+// StartFleetFlows is StartFleet with peers whose version-2 answers say they
+// admitted flows-1 further probe flows of the node's ([probe] flows).
+func StartFleetFlows(n, ports, flows int, node netip.AddrPort, fp []byte, period time.Duration) (*FakeFleet, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s %s %x", fleetEnv, n, ports, node, period, fp))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s %s %x %d", fleetEnv, n, ports, node, period, fp, flows))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -110,9 +116,9 @@ func (f *FakeFleet) Close() error {
 
 // runFleet is the fake fleet's process.
 func runFleet(spec string) int {
-	var n, ports int
+	var n, ports, flows int
 	var node, periodS, fpHex string
-	if _, err := fmt.Sscan(spec, &n, &ports, &node, &periodS, &fpHex); err != nil {
+	if _, err := fmt.Sscan(spec, &n, &ports, &node, &periodS, &fpHex, &flows); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		return 2
 	}
@@ -128,7 +134,7 @@ func runFleet(spec string) int {
 		lim.Cur = min(lim.Max, uint64(n)+1024)
 		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
 	}
-	f, err := listenFleet(n, ports, nodeAP, fp, period)
+	f, err := listenFleet(n, ports, flows, nodeAP, fp, period)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		return 1
@@ -169,7 +175,7 @@ func fleetGID(i int) [16]byte {
 
 func fleetQPN(i int) uint32 { return uint32(0x1000 + i) }
 
-func listenFleet(n, ports int, node netip.AddrPort, fp []byte, period time.Duration) (*fleetSockets, error) {
+func listenFleet(n, ports, flows int, node netip.AddrPort, fp []byte, period time.Duration) (*fleetSockets, error) {
 	f := &fleetSockets{ports: ports, period: period}
 	var err error
 	if f.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
@@ -204,6 +210,9 @@ func listenFleet(n, ports int, node netip.AddrPort, fp []byte, period time.Durat
 					QPN: fleetQPN(i) + uint32(idx)<<16, QKey: 0x4321, GID: fleetGID(i), NodeID: uint64(0xf000 + i)}
 				if ver == wire.Version2 {
 					m.Ext = []wire.Ext{{Type: wire.ExtFingerprint, Value: fp}}
+					if flows > 1 {
+						m.Ext = append(m.Ext, wire.FlowsAcceptedExt(flows-1))
+					}
 				}
 				b, err := m.Append(nil, nil)
 				if err != nil {

@@ -68,6 +68,23 @@ func NewMemTransport(ports int, delay time.Duration, loss float64) *MemTransport
 	return t
 }
 
+// SetFlows gives every port k probe flows ([probe] flows; flow 0 is the
+// port's QPN): the replies name the flow their probe went on. Call it
+// before the transport is used.
+func (t *MemTransport) SetFlows(k int) {
+	for i := range t.ports {
+		p := &t.ports[i]
+		p.Flows = nil
+		for f := range k {
+			qpn := p.QPN
+			if f > 0 {
+				qpn = uint32(0x100*(i+1) + f)
+			}
+			p.Flows = append(p.Flows, ud.Flow{QPN: qpn, SourcePort: uint16(0xc000 + 0x100*i + f)})
+		}
+	}
+}
+
 // Ports returns the local probe ports; never an error.
 func (t *MemTransport) Ports() ([]ud.LocalPort, error) { return t.ports, nil }
 
@@ -98,7 +115,7 @@ func (t *MemTransport) ProbeBatch(local string, ts []ud.Target) int {
 			}
 			t.q, t.head = q, 0
 		}
-		t.q[(t.head+t.n)%len(t.q)] = pendingReply{r: ud.Reply{Local: local, From: ud.Endpoint{GID: ts[i].Dst.GID, QPN: ts[i].Dst.QPN},
+		t.q[(t.head+t.n)%len(t.q)] = pendingReply{r: ud.Reply{Local: local, Flow: ts[i].Flow, From: ud.Endpoint{GID: ts[i].Dst.GID, QPN: ts[i].Dst.QPN},
 			Seq: ts[i].Seq, ResponderDelay: ResponderDelay, Authenticated: ts[i].Auth}, sent: now}
 		t.n++
 	}

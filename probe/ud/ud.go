@@ -27,6 +27,22 @@ type Endpoint struct {
 	LID  uint16 // InfiniBand only
 }
 
+// MaxFlows bounds the probe flows of a port ([probe] flows): each flow is
+// a QP of its own, so a UDP source port of its own on RoCE v2.
+const MaxFlows = 16
+
+// A Flow is one of a port's probe QPs. On RoCE v2 the fabric hashes a
+// packet onto one of its equal-cost paths by the UDP source port, which
+// the provider derives from the sending QP: each flow is one path of the
+// fabric.
+type Flow struct {
+	QPN uint32
+	// SourcePort is the UDP source port of the flow's packets as the
+	// provider computes it, 0 when it cannot be known from here (every
+	// provider but Soft-RoCE, whose formula of the QPN is public).
+	SourcePort uint16
+}
+
 // A LocalPort is a port the engine probes from and answers on.
 type LocalPort struct {
 	Key       string // "rxe0/1"
@@ -38,6 +54,9 @@ type LocalPort struct {
 	// answers.
 	TrafficClass uint8
 	Endpoint
+	// Flows are the port's probe QPs, Flows[0] being Endpoint's (the
+	// one that answers other nodes); a Target's Flow indexes them.
+	Flows []Flow
 }
 
 // A Reply is an answered probe. It matched a probe this port sent and has
@@ -45,6 +64,9 @@ type LocalPort struct {
 // probe went to, in the probe's payload version.
 type Reply struct {
 	Local string // the port key that sent the probe
+	// Flow is the index of the port's flow (LocalPort.Flows) that sent
+	// the probe and received the reply.
+	Flow uint8
 	// From is the responder's GID (from the packet's GRH) and QPN (from
 	// the adapter), which are those the probe was sent to.
 	From Endpoint
@@ -89,5 +111,8 @@ type Target struct {
 	// responder must know the key and speak version 2); false sends an
 	// untagged version-1 probe, which every rdmad answers.
 	Auth bool
+	// Flow is the index of the local port's flow to send from
+	// (LocalPort.Flows); one the port does not have is refused in Err.
+	Flow uint8
 	Err  error
 }

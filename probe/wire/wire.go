@@ -310,6 +310,9 @@ func DecodeKeys(b []byte, keys ...[]byte) (Message, error) {
 			}
 		}
 	}
+	if err := checkFlows(&m); err != nil {
+		return m, err
+	}
 	if !m.Tagged {
 		return m, nil
 	}

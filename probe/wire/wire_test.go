@@ -280,3 +280,61 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestFlowsExt: a query's further flows and an answer's admitted count go
+// through Decode; a list too long, with a zero, the header's QPN or a
+// duplicate, twice in one message or in the wrong message type is
+// malformed.
+func TestFlowsExt(t *testing.T) {
+	enc := func(m Message) []byte {
+		t.Helper()
+		b, err := m.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	q := Message{Version: Version2, Type: TypeQuery, Nonce: 1, Count: 1, QPN: 0x11, QKey: 5,
+		Ext: []Ext{FlowsExt([]uint32{0x12, 0xabcdef, 0x13})}}
+	m, err := Decode(enc(q), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := QueryFlows(m); len(got) != 3 || got[0] != 0x12 || got[1] != 0xabcdef || got[2] != 0x13 {
+		t.Errorf("QueryFlows = %#x", got)
+	}
+	a := Message{Version: Version2, Type: TypeAnswer, Nonce: 1, Count: 1, QPN: 0x21, QKey: 5, Ext: []Ext{FlowsAcceptedExt(3)}}
+	if m, err := Decode(enc(a), nil); err != nil {
+		t.Fatal(err)
+	} else if n, ok := FlowsAccepted(m); n != 3 || !ok {
+		t.Errorf("FlowsAccepted = %d, %v", n, ok)
+	}
+	if _, ok := FlowsAccepted(Message{Type: TypeAnswer}); ok {
+		t.Error("an answer without the extension says it accepted flows")
+	}
+	many := make([]uint32, MaxFlowQPNs+1)
+	for i := range many {
+		many[i] = uint32(0x100 + i)
+	}
+	bad := map[string]Message{
+		"16 flows":       {Ext: []Ext{FlowsExt(many)}},
+		"zero":           {Ext: []Ext{FlowsExt([]uint32{0x12, 0})}},
+		"header QPN":     {Ext: []Ext{FlowsExt([]uint32{0x11})}},
+		"duplicate":      {Ext: []Ext{FlowsExt([]uint32{0x12, 0x13, 0x12})}},
+		"twice":          {Ext: []Ext{FlowsExt([]uint32{0x12}), FlowsExt([]uint32{0x13})}},
+		"empty":          {Ext: []Ext{{Type: ExtFlows}}},
+		"stray byte":     {Ext: []Ext{{Type: ExtFlows, Value: []byte{0, 0, 0x12, 1}}}},
+		"answer of 2":    {Type: TypeAnswer, Ext: []Ext{{Type: ExtFlows, Value: []byte{1, 2}}}},
+		"answer over 15": {Type: TypeAnswer, Ext: []Ext{{Type: ExtFlows, Value: []byte{16}}}},
+	}
+	for name, b := range bad {
+		m := q
+		if b.Type != 0 {
+			m = a
+		}
+		m.Ext = b.Ext
+		if _, err := Decode(enc(m), nil); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Decode = %v, want malformed", name, err)
+		}
+	}
+}

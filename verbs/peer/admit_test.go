@@ -226,3 +226,36 @@ func checkAdmTable(t *testing.T, tb *admTable) {
 		t.Fatalf("lists hold %d, sources %d, map %d, max %d", n, s, len(tb.byKey), tb.max)
 	}
 }
+
+// TestAdmitFlowsBound: with 4 flows a port lets one address hold 4 times
+// admitPerSource admissions (each of its ports' flows is one), no more: a
+// source naming 1,000 QPNs through its queries' flows churns only its own
+// quota, and another address's admission stays.
+func TestAdmitFlowsBound(t *testing.T) {
+	e, err := New(Config{Flows: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &udPort{key: "b/1", e: e, gid: verbs.GIDEntry{GID: gidB}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource*e.cfg.Flows),
+		pend: newPendingTable(pendingSlots * e.cfg.Flows)}
+	e.ports["b/1"] = p
+	until := time.Now().Add(time.Hour)
+	flooder, other := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("192.0.2.1")
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 1}, other, until); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: uint32(0x1000 + i), QKey: 1}, flooder, until); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(p.admitted.bySrc[flooder]); n != 4*admitPerSource {
+		t.Errorf("an address naming 1,000 QPNs holds %d admissions, want its quota %d", n, 4*admitPerSource)
+	}
+	if !probeFrom(p, gidA, qpnA) {
+		t.Error("another address's admission did not survive the flood")
+	}
+	if _, err := New(Config{Flows: 17}); err == nil {
+		t.Error("an engine of 17 flows was made")
+	}
+}

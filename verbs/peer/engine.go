@@ -70,6 +70,12 @@ type Config struct {
 	RecvSlots, SendSlots int
 	// MaxAH bounds the cached address handles per port; default 4096.
 	MaxAH int
+	// Flows is how many probe QPs each port has ([probe] flows), 1 to
+	// ud.MaxFlows; default 1. On RoCE v2 each leaves with a UDP source
+	// port of its own, so it takes one of the fabric's equal-cost paths;
+	// flow 0 also answers other nodes' probes. Each flow has RecvSlots
+	// receives of its own; the send slots are shared.
+	Flows int
 	// TrafficClass of probes and answers (RoCE v2: the IP ToS byte,
 	// DSCP<<2 | ECN); default 0. TrafficClassFor, if set, overrides it
 	// per port.
@@ -119,8 +125,14 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.SendSlots == 0 {
 		cfg.SendSlots = 256
 	}
-	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.RecvSlots+cfg.SendSlots > 8192 {
-		return nil, fmt.Errorf("peer probe: %d receive and %d send slots: each must be at least 1, together at most 8192", cfg.RecvSlots, cfg.SendSlots)
+	if cfg.Flows == 0 {
+		cfg.Flows = 1
+	}
+	if cfg.Flows < 1 || cfg.Flows > ud.MaxFlows {
+		return nil, fmt.Errorf("peer probe: %d flows: from 1 to %d", cfg.Flows, ud.MaxFlows)
+	}
+	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.Flows*cfg.RecvSlots+cfg.SendSlots > 8192 {
+		return nil, fmt.Errorf("peer probe: %d flows of %d receive slots and %d send slots: each must be at least 1, together at most 8192", cfg.Flows, cfg.RecvSlots, cfg.SendSlots)
 	}
 	if cfg.MaxAH == 0 {
 		cfg.MaxAH = 4096
@@ -282,7 +294,11 @@ func (p *udPort) probeOutgoing(t *ud.Target, auth *authConf) (outgoing, bool) {
 		t.Err = fmt.Errorf("peer probe: %s: %w", p.key, ErrAuthRequired)
 		return outgoing{}, false
 	}
-	return outgoing{dst: t.Dst, pl: pl, err: &t.Err}, true
+	if int(t.Flow) >= len(p.flows) && p.flows != nil {
+		t.Err = fmt.Errorf("peer probe: %s has %d flows, not %d", p.key, len(p.flows), t.Flow+1)
+		return outgoing{}, false
+	}
+	return outgoing{dst: t.Dst, pl: pl, flow: t.Flow, err: &t.Err}, true
 }
 
 // Admit lets the local port answer probes from src (its GID and QPN as
@@ -506,7 +522,7 @@ func (e *Engine) scan(devs map[string]*device) {
 			active := err == nil && pa.State == verbs.PortActive
 			switch {
 			case active && p == nil:
-				np, err := openPort(e, d.ctx, num, pa)
+				np, err := openPort(e, d.ctx, num, pa, attr.VendorID)
 				if err != nil {
 					lastErr = err
 					e.cfg.Logger.Warn("cannot open probe port", "port", key, "err", err)

@@ -43,6 +43,12 @@ func (n *fakeNode) nReplies() int {
 // both stop and nothing they made may be left open.
 func fakeNodes(t *testing.T) (a, b *fakeNode) {
 	t.Helper()
+	return fakeNodesFlows(t, 1)
+}
+
+// fakeNodesFlows is fakeNodes with flows probe QPs per port.
+func fakeNodesFlows(t *testing.T, flows int) (a, b *fakeNode) {
+	t.Helper()
 	// Cleanups run last first: this one runs after both engines stopped.
 	t.Cleanup(func() {
 		verbs.FakeReset()
@@ -56,7 +62,7 @@ func fakeNodes(t *testing.T) (a, b *fakeNode) {
 			t.Fatal(err)
 		}
 		n := &fakeNode{}
-		e, err := New(Config{Devices: []string{dev}, Rescan: 20 * time.Millisecond, RecvSlots: 16, SendSlots: 16, OnReply: n.onReply})
+		e, err := New(Config{Devices: []string{dev}, Rescan: 20 * time.Millisecond, RecvSlots: 16, SendSlots: 16, Flows: flows, OnReply: n.onReply})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,5 +215,57 @@ func TestFakeDeviceGone(t *testing.T) {
 				return true, maps.Equal(verbs.FakeLive(), want)
 			})
 		})
+	}
+}
+
+// TestFakeFlows: a port with 4 flows has 4 QPs on one CQ; each flow's
+// probes leave from its own QP, are answered only once the responder
+// admitted that QPN, and come back to it: the reply names the flow, and a
+// reply is taken only on the flow that sent the probe.
+func TestFakeFlows(t *testing.T) {
+	a, b := fakeNodesFlows(t, 4)
+	pa, pb := a.port(t), b.port(t)
+	if len(pa.Flows) != 4 || pa.Flows[0].QPN != pa.QPN {
+		t.Fatalf("flows %+v: want 4, the first the port's QPN %d", pa.Flows, pa.QPN)
+	}
+	seen := map[uint32]bool{}
+	for _, f := range pa.Flows {
+		seen[f.QPN] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("flows %+v: want 4 distinct QPNs", pa.Flows)
+	}
+	// One CQ and channel per port, whatever the flows.
+	if live := verbs.FakeLive(); live["cq"] != 2 || live["channel"] != 2 || live["qp"] != 8 {
+		t.Errorf("live objects %v: want 2 CQs, 2 channels and 8 QPs for two ports of 4 flows", live)
+	}
+	// Flows 0, 1 and 2 admitted, flow 3 not: its probe is dropped.
+	for _, f := range pa.Flows[:3] {
+		src := pa.Endpoint
+		src.QPN = f.QPN
+		if err := b.e.Admit(pb.Key, src, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := make([]ud.Target, 0, 8)
+	for i := range 8 {
+		ts = append(ts, ud.Target{Dst: pb.Endpoint, Seq: uint64(10 + i), Flow: uint8(i % 4)})
+	}
+	if n := a.e.ProbeBatch(pa.Key, ts); n != 8 {
+		t.Fatalf("ProbeBatch = %d: %+v", n, ts)
+	}
+	waitFor(t, "6 replies", func() (int, bool) { n := a.nReplies(); return n, n == 6 })
+	waitFor(t, "2 unadmitted drops", func() (uint64, bool) { s := b.e.Stats(); return s.Unadmitted, s.Unadmitted == 2 })
+	a.mu.Lock()
+	for _, r := range a.replies {
+		if want := uint8((r.Seq - 10) % 4); r.Flow != want || r.From.QPN != pb.QPN {
+			t.Errorf("reply %+v: want flow %d from QPN %d", r, want, pb.QPN)
+		}
+	}
+	a.mu.Unlock()
+	// A flow the port does not have is refused, not sent.
+	bad := []ud.Target{{Dst: pb.Endpoint, Seq: 30, Flow: 4}}
+	if n := a.e.ProbeBatch(pa.Key, bad); n != 0 || bad[0].Err == nil {
+		t.Errorf("probe on flow 4 of 4: sent %d, err %v", n, bad[0].Err)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/verbs"
 )
 
 func TestPayloadRoundTrip(t *testing.T) {
@@ -113,27 +116,66 @@ func FuzzDecodePayload(f *testing.F) {
 // returns the slots of every send posted before it, in posting order, and
 // the ring wraps.
 func TestReclaim(t *testing.T) {
-	p := &udPort{posted: ring{buf: make([]int, 4)}}
+	p := &udPort{flows: []flowQP{{posted: ring{buf: make([]int, 4)}}}}
+	f := &p.flows[0]
 	post := func(slots ...int) {
 		for _, s := range slots {
-			p.posted.push(s)
+			f.posted.push(s)
 		}
 	}
 	post(7, 3, 9)
-	p.reclaim(3) // the second send was signalled
-	if want := []int{7, 3}; !slices.Equal(p.free, want) || p.posted.size != 1 {
-		t.Fatalf("after reclaim(3): free %v, %d in flight; want %v, 1", p.free, p.posted.size, want)
+	p.reclaim(f, 3) // the second send was signalled
+	if want := []int{7, 3}; !slices.Equal(p.free, want) || f.posted.size != 1 {
+		t.Fatalf("after reclaim(3): free %v, %d in flight; want %v, 1", p.free, f.posted.size, want)
 	}
 	post(1, 2, 5) // wraps around the 4-slot ring
-	p.reclaim(5)
-	if want := []int{7, 3, 9, 1, 2, 5}; !slices.Equal(p.free, want) || p.posted.size != 0 {
-		t.Fatalf("after reclaim(5): free %v, %d in flight; want %v, 0", p.free, p.posted.size, want)
+	p.reclaim(f, 5)
+	if want := []int{7, 3, 9, 1, 2, 5}; !slices.Equal(p.free, want) || f.posted.size != 0 {
+		t.Fatalf("after reclaim(5): free %v, %d in flight; want %v, 0", p.free, f.posted.size, want)
 	}
 	// A completion for a slot not in flight frees what is there and
 	// stops at an empty ring rather than looping.
 	post(4)
-	p.reclaim(8)
-	if p.posted.size != 0 || p.free[len(p.free)-1] != 4 {
-		t.Fatalf("after reclaim of an unknown slot: free %v, %d in flight", p.free, p.posted.size)
+	p.reclaim(f, 8)
+	if f.posted.size != 0 || p.free[len(p.free)-1] != 4 {
+		t.Fatalf("after reclaim of an unknown slot: free %v, %d in flight", p.free, f.posted.size)
+	}
+}
+
+// TestRxeSourcePort checks the Soft-RoCE source port formula against
+// values worked out by hand from the kernel's definition (0xc000 +
+// ((qpn * 0x61c88647) mod 2^32) >> 18) and that it stays in the dynamic
+// range.
+func TestRxeSourcePort(t *testing.T) {
+	for _, c := range []struct {
+		qpn  uint32
+		want uint16
+	}{
+		{0, 0xc000},
+		{1, 0xc000 + 0x1872},  // 0x61c88647 >> 18
+		{17, 0xc000 + 0x1f94}, // 17 * 0x61c88647 = 0x67e50eab7, mod 2^32 0x7e50eab7, >> 18
+	} {
+		if got := rxeSourcePort(c.qpn); got != c.want {
+			t.Errorf("rxeSourcePort(%d) = %#x, want %#x", c.qpn, got, c.want)
+		}
+	}
+	for qpn := uint32(0); qpn < 1<<16; qpn += 7 {
+		if p := rxeSourcePort(qpn); p < 0xc000 {
+			t.Fatalf("rxeSourcePort(%d) = %d, below the dynamic range", qpn, p)
+		}
+	}
+}
+
+// TestPendingFlow: a reply is taken only on the flow whose QP sent the
+// probe; one that comes to another flow's QP leaves the entry alone.
+func TestPendingFlow(t *testing.T) {
+	pt := newPendingTable(16)
+	dst := ud.Endpoint{GID: verbs.GID{15: 2}, QPN: 0x22}
+	pt.add(5, 100, dst, PayloadV1, 1)
+	if _, ok := pt.match(5, dst.GID, dst.QPN, PayloadV1, 0, 200); ok {
+		t.Error("a reply on flow 0 matched a probe of flow 1")
+	}
+	if sent, ok := pt.match(5, dst.GID, dst.QPN, PayloadV1, 1, 200); !ok || sent != 100 {
+		t.Errorf("the reply on flow 1: %d, %v", sent, ok)
 	}
 }

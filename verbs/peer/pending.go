@@ -28,6 +28,7 @@ type pending struct {
 	gid     verbs.GID
 	qpn     uint32
 	version uint8
+	flow    uint8 // the port's flow that sent it: the reply must come back to its QP
 	live    bool
 }
 
@@ -41,18 +42,19 @@ func newPendingTable(n int) pendingTable { return pendingTable{slots: make([]pen
 
 // add records a posted probe, overwriting (and so reclaiming) whatever
 // older probe had the slot.
-func (t *pendingTable) add(seq uint64, sent int64, dst ud.Endpoint, version uint8) {
-	t.slots[seq%uint64(len(t.slots))] = pending{seq: seq, sent: sent, gid: dst.GID, qpn: dst.QPN, version: version, live: true}
+func (t *pendingTable) add(seq uint64, sent int64, dst ud.Endpoint, version, flow uint8) {
+	t.slots[seq%uint64(len(t.slots))] = pending{seq: seq, sent: sent, gid: dst.GID, qpn: dst.QPN, version: version, flow: flow, live: true}
 }
 
 // match looks for the probe a reply answers: seq must be outstanding, the
 // reply must come from the QPN and GID the probe was sent to (as the
-// adapter and the GRH report them) in the probe's payload version, and
+// adapter and the GRH report them) in the probe's payload version, to the
+// flow's QP that sent the probe, and
 // the probe must be younger than pendingTTL at now. On a match the entry
 // is consumed and match returns the probe's send stamp. A reply that does
 // not match leaves the entry alone, so a forged reply cannot cancel the
 // real one; an entry found expired is reclaimed.
-func (t *pendingTable) match(seq uint64, src verbs.GID, qpn uint32, version uint8, now int64) (sent int64, ok bool) {
+func (t *pendingTable) match(seq uint64, src verbs.GID, qpn uint32, version, flow uint8, now int64) (sent int64, ok bool) {
 	e := &t.slots[seq%uint64(len(t.slots))]
 	if !e.live || e.seq != seq {
 		return 0, false
@@ -61,7 +63,7 @@ func (t *pendingTable) match(seq uint64, src verbs.GID, qpn uint32, version uint
 		e.live = false
 		return 0, false
 	}
-	if e.qpn != qpn || e.gid != src || e.version != version {
+	if e.qpn != qpn || e.gid != src || e.version != version || e.flow != flow {
 		return 0, false
 	}
 	e.live = false

@@ -22,12 +22,24 @@ const (
 	recvOff  = 0
 )
 
-// wrRecv marks receive work request IDs; the low bits are the slot index.
-const wrRecv = uint64(1) << 63
+// wrRecv marks receive work request IDs; the low bits are the slot index
+// (whose flow is the slot's place: each flow has RecvSlots of its own).
+// A send's ID is its slot index with the flow that posted it from bit
+// wrFlowShift on, so that its completion returns the slots of that
+// flow's queue.
+const (
+	wrRecv      = uint64(1) << 63
+	wrFlowShift = 40
+	wrSlotMask  = uint64(1)<<wrFlowShift - 1
+)
 
-// A udPort is the prober and responder of one device port: one UD QP, one
-// CQ with a completion channel, RecvSlots posted receives and SendSlots
-// send buffers (the bound on probes and replies in flight).
+// A udPort is the prober and responder of one device port: Config.Flows UD
+// QPs (flow 0 also answers other nodes' probes; each other flow only sends
+// probes and takes their replies, on a UDP source port of its own), one CQ
+// with a completion channel that all of them share (one poll loop per
+// port, however many flows), RecvSlots posted receives per flow and
+// SendSlots send buffers shared by the flows (the bound on probes and
+// replies in flight).
 type udPort struct {
 	key  string // "rxe0/1"
 	dev  string
@@ -43,7 +55,7 @@ type udPort struct {
 	mr   *verbs.MR
 	ch   *verbs.CompChannel
 	cq   *verbs.CQ
-	qp   *verbs.QP
+	qp   *verbs.QP // flows[0].qp
 	mtu  verbs.MTU
 	nrec int
 
@@ -53,14 +65,14 @@ type udPort struct {
 	mu     sync.Mutex // guards everything below and serialises posts
 	closed bool
 	free   []int // free send slots
-	// Sends are signalled only every signalEvery-th post: a UD send
-	// queue completes in order, so one completion returns the slots of
-	// every send posted before it. posted holds the slots in flight in
-	// posting order; unsignalled counts the posts since the last
-	// signalled one. As long as SendSlots >= 2*signalEvery, a full queue
-	// always holds a signalled send, so slots can never all be stuck.
-	posted      ring
-	unsignalled int
+	// flows are the port's QPs. Sends are signalled only every
+	// signalEvery-th post of a flow: a UD send queue completes in order,
+	// so one completion returns the slots of every send the flow posted
+	// before it. As long as SendSlots >= 2*Flows*signalEvery, the slots
+	// held by unsignalled sends of every flow are at most half of them,
+	// and a full queue always holds a signalled send, so slots can never
+	// all be stuck.
+	flows       []flowQP
 	signalEvery int
 	wrs         []verbs.SendWR // scratch for one chained post
 	wrItem      []int          // wrs[j] posts out[wrItem[j]]
@@ -88,11 +100,34 @@ type udPort struct {
 	macAlso []*tagger
 }
 
+// A flowQP is one of a port's QPs and its sends in flight: posted holds
+// their slots in posting order, unsignalled counts the posts since the
+// last signalled one.
+type flowQP struct {
+	qp          *verbs.QP
+	posted      ring
+	unsignalled int
+	sport       uint16 // UDP source port (rxeSourcePort), 0 when unknown
+}
+
 // An outgoing is a probe or reply waiting to be posted.
 type outgoing struct {
-	dst ud.Endpoint
-	pl  Payload
-	err *error // where to report a failure to post it; nil ignores it
+	dst  ud.Endpoint
+	pl   Payload
+	flow uint8  // the port's flow to post on (answers: the one the probe came to)
+	err  *error // where to report a failure to post it; nil ignores it
+}
+
+// rxeVendorID is Soft-RoCE's vendor ID (the kernel's RXE_VENDOR_ID).
+const rxeVendorID = 0xffffff
+
+// rxeSourcePort is the UDP source port of a Soft-RoCE QP's packets: the
+// kernel's rxe_qp_init_req sets it once, from the QPN alone, as
+// 0xc000 + hash_32(qpn, 14) (hash_32: the QPN times the 32-bit golden
+// ratio 0x61c88647, top bits kept), and a UD QP keeps it (only an RC or UC
+// QP's address vector, in rxe_modify_qp, changes it).
+func rxeSourcePort(qpn uint32) uint16 {
+	return 0xc000 + uint16((qpn*0x61c88647)>>(32-14))
 }
 
 // A ring is a FIFO of send slots.
@@ -118,11 +153,14 @@ type ahEntry struct {
 	used time.Time
 }
 
-func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *udPort, err error) {
+func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr, vendor uint32) (p *udPort, err error) {
 	p = &udPort{key: fmt.Sprintf("%s/%d", vctx.Name(), num), dev: vctx.Name(), num: num, ll: pa.LinkLayer, lid: pa.LID,
 		qkey: e.qkey, e: e, mtu: pa.ActiveMTU, nrec: e.cfg.RecvSlots,
-		ahs: map[verbs.GID]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource),
-		pend: newPendingTable(pendingSlots), done: make(chan struct{})}
+		ahs: map[verbs.GID]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource*e.cfg.Flows),
+		// The daemon numbers every flow's probes from one counter: K
+		// flows take the sequence numbers K times as fast, and the table
+		// grows with them so that an entry lives as long as with one.
+		pend: newPendingTable(pendingSlots * e.cfg.Flows), done: make(chan struct{})}
 	p.tclass.Store(uint32(e.trafficClass(vctx.Name(), num)))
 	defer func() {
 		if err != nil {
@@ -139,7 +177,9 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *ud
 		return nil, fmt.Errorf("peer probe: %s has no usable GID; give its netdev an IP address", p.key)
 	}
 	p.gid = gid
-	n := e.cfg.RecvSlots + e.cfg.SendSlots
+	nflows := e.cfg.Flows
+	recvs := nflows * e.cfg.RecvSlots
+	n := recvs + e.cfg.SendSlots
 	if p.buf, err = verbs.AllocBuffer(n * slotSize); err != nil {
 		return nil, err
 	}
@@ -155,29 +195,38 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr) (p *ud
 	if p.cq, err = vctx.NewCQ(n, p.ch); err != nil {
 		return nil, err
 	}
-	if p.qp, err = p.pd.NewQP(verbs.QPConfig{Type: verbs.QPTypeUD, SendCQ: p.cq, RecvCQ: p.cq,
-		MaxSendWR: e.cfg.SendSlots, MaxRecvWR: e.cfg.RecvSlots, MaxSGE: 1}); err != nil {
-		return nil, err
+	for f := range nflows {
+		// Every flow's QP shares the port's CQ: one poll loop, one
+		// wakeup per batch of completions, whatever the number of flows.
+		qp, err := p.pd.NewQP(verbs.QPConfig{Type: verbs.QPTypeUD, SendCQ: p.cq, RecvCQ: p.cq,
+			MaxSendWR: e.cfg.SendSlots, MaxRecvWR: e.cfg.RecvSlots, MaxSGE: 1})
+		if err != nil {
+			return nil, fmt.Errorf("peer probe: %s: QP of flow %d: %w", p.key, f, err)
+		}
+		p.flows = append(p.flows, flowQP{qp: qp, posted: ring{buf: make([]int, e.cfg.SendSlots)}})
+		if vendor == rxeVendorID && pa.LinkLayer != verbs.LinkLayerInfiniBand {
+			p.flows[f].sport = rxeSourcePort(qp.Num())
+		}
+		if err = qp.Init(num, 0, p.qkey); err != nil {
+			return nil, err
+		}
+		if err = qp.ReadyToReceive(verbs.Path{}, verbs.Remote{}); err != nil {
+			return nil, err
+		}
+		if err = qp.ReadyToSend(0, 0, 0); err != nil {
+			return nil, err
+		}
 	}
-	if err = p.qp.Init(num, 0, p.qkey); err != nil {
-		return nil, err
-	}
-	if err = p.qp.ReadyToReceive(verbs.Path{}, verbs.Remote{}); err != nil {
-		return nil, err
-	}
-	if err = p.qp.ReadyToSend(0, 0, 0); err != nil {
-		return nil, err
-	}
-	for i := 0; i < e.cfg.RecvSlots; i++ {
+	p.qp = p.flows[0].qp
+	for i := 0; i < recvs; i++ {
 		if err = p.postRecv(i); err != nil {
 			return nil, err
 		}
 	}
-	for i := e.cfg.RecvSlots; i < n; i++ {
+	for i := recvs; i < n; i++ {
 		p.free = append(p.free, i)
 	}
-	p.posted = ring{buf: make([]int, e.cfg.SendSlots)}
-	p.signalEvery = max(1, min(maxUnsignalled, e.cfg.SendSlots/2))
+	p.signalEvery = max(1, min(maxUnsignalled, e.cfg.SendSlots/(2*nflows)))
 	p.wrs = make([]verbs.SendWR, 0, e.cfg.SendSlots)
 	p.wrItem = make([]int, 0, e.cfg.SendSlots)
 	return p, nil
@@ -216,8 +265,8 @@ func (p *udPort) release() {
 		a.Close()
 	}
 	p.retired = nil
-	if p.qp != nil {
-		p.qp.Close()
+	for i := len(p.flows) - 1; i >= 0; i-- {
+		p.flows[i].qp.Close()
 	}
 	if p.cq != nil {
 		p.cq.Close()
@@ -238,14 +287,29 @@ func (p *udPort) release() {
 
 func (p *udPort) slot(i int) []byte { return p.buf.Bytes()[i*slotSize : (i+1)*slotSize] }
 
+// postRecv posts receive slot i to the QP of its flow (each flow has
+// nrec slots, in flow order).
 func (p *udPort) postRecv(i int) error {
-	return p.qp.PostRecv(wrRecv|uint64(i), verbs.SGE{Addr: p.mr.Addr() + uint64(i*slotSize), Length: grhSize + PayloadSize, LKey: p.mr.LKey()})
+	return p.flows[i/p.nrec].qp.PostRecv(wrRecv|uint64(i), verbs.SGE{Addr: p.mr.Addr() + uint64(i*slotSize), Length: grhSize + PayloadSize, LKey: p.mr.LKey()})
+}
+
+// recvFlow returns the flow whose QP a receive completion with work
+// request ID wrid came from: its slot's.
+func (p *udPort) recvFlow(wrid uint64) uint8 {
+	if p.nrec == 0 {
+		return 0
+	}
+	return uint8(int(wrid&^wrRecv) / p.nrec)
 }
 
 // local describes the port as the control endpoint advertises it.
 func (p *udPort) local() ud.LocalPort {
+	flows := make([]ud.Flow, len(p.flows))
+	for i, f := range p.flows {
+		flows[i] = ud.Flow{QPN: f.qp.Num(), SourcePort: f.sport}
+	}
 	return ud.LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(), TrafficClass: uint8(p.tclass.Load()),
-		Endpoint: ud.Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}}
+		Endpoint: ud.Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}, Flows: flows}
 }
 
 // ahIdle is how long an address handle must be unused before it is
@@ -320,12 +384,14 @@ func (p *udPort) ah(dst ud.Endpoint, now time.Time) (*verbs.AH, error) {
 // maxUnsignalled bounds the sends posted without asking for a completion.
 const maxUnsignalled = 32
 
-// post sends every item of out that it can, in order, as one chained post,
+// post sends every item of out that it can, in order, as one chained post
+// per flow it uses (one flow but for a batch of probes on several),
 // stamping probes' SentAt and replies' ReplyAt with one clock read just
 // before posting (for a reply that is after the batch was handled, so the
-// handling counts as the responder's host delay). An item that cannot go (no free slot, no address handle,
-// the port closed or broken, the post failed) gets its error through
-// item.err. It returns how many were posted. Called with p.mu held.
+// handling counts as the responder's host delay). An item that cannot go
+// (no free slot, no address handle, no such flow, the port closed or
+// broken, the post failed) gets its error through item.err. It returns how
+// many were posted. Called with p.mu held.
 func (p *udPort) post(out []outgoing) int {
 	fail := func(o *outgoing, err error) {
 		if o.err != nil {
@@ -341,12 +407,39 @@ func (p *udPort) post(out []outgoing) int {
 	}
 	now := time.Now()
 	stamp := p.e.stamp(now)
+	// The flows the batch uses: one pass over it per flow, in flow order
+	// (answers all go on flow 0; a batch of probes spreads over them).
+	var used uint32
+	for k := range out {
+		if int(out[k].flow) >= len(p.flows) && state == nil {
+			fail(&out[k], fmt.Errorf("peer probe: %s has %d flows, not %d", p.key, len(p.flows), out[k].flow+1))
+			continue
+		}
+		used |= 1 << out[k].flow
+	}
+	if state != nil {
+		for k := range out {
+			fail(&out[k], state)
+		}
+		return 0
+	}
+	total := 0
+	for f := range p.flows {
+		if used&(1<<f) != 0 {
+			total += p.postFlow(out, uint8(f), now, stamp, fail)
+		}
+	}
+	return total
+}
+
+// postFlow posts the items of out on flow f as one chained post; see post.
+func (p *udPort) postFlow(out []outgoing, f uint8, now time.Time, stamp int64, fail func(*outgoing, error)) int {
+	fq := &p.flows[f]
 	wrs := p.wrs[:0]
 	p.wrItem = p.wrItem[:0]
 	for k := range out {
 		o := &out[k]
-		if state != nil {
-			fail(o, state)
+		if o.flow != f {
 			continue
 		}
 		if o.pl.Version == PayloadV2 && p.mac == nil {
@@ -366,22 +459,22 @@ func (p *udPort) post(out []outgoing) int {
 		i := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
 		p.encodeOut(o, p.slot(i)[:PayloadSize], stamp)
-		p.unsignalled++
-		signalled := p.unsignalled >= p.signalEvery
+		fq.unsignalled++
+		signalled := fq.unsignalled >= p.signalEvery
 		if signalled {
-			p.unsignalled = 0
+			fq.unsignalled = 0
 		}
 		p.wrItem = append(p.wrItem, k)
-		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Signaled: signalled, AH: ah,
+		wrs = append(wrs, verbs.SendWR{ID: uint64(i) | uint64(f)<<wrFlowShift, Opcode: verbs.OpSend, Signaled: signalled, AH: ah,
 			RemoteQPN: o.dst.QPN, RemoteQKey: o.dst.QKey,
 			SGE: verbs.SGE{Addr: p.mr.Addr() + uint64(i*slotSize), Length: PayloadSize, LKey: p.mr.LKey()}})
 	}
 	if len(wrs) == 0 {
 		return 0
 	}
-	n, err := p.qp.PostSendList(wrs)
+	n, err := fq.qp.PostSendList(wrs)
 	for _, wr := range wrs[:n] {
-		p.posted.push(int(wr.ID))
+		fq.posted.push(int(wr.ID & wrSlotMask))
 	}
 	// Only probes that went await a reply. No completion can be handled
 	// before this: the completion loop needs p.mu, which the caller holds.
@@ -392,9 +485,9 @@ func (p *udPort) post(out []outgoing) int {
 		// What did not go gives its slot back; the signalling count
 		// restarts so the next post asks for a completion.
 		for _, wr := range wrs[n:] {
-			p.free = append(p.free, int(wr.ID))
+			p.free = append(p.free, int(wr.ID&wrSlotMask))
 		}
-		p.unsignalled = p.signalEvery
+		fq.unsignalled = p.signalEvery
 		for _, k := range p.wrItem[n:len(wrs)] {
 			fail(&out[k], err)
 		}
@@ -402,11 +495,11 @@ func (p *udPort) post(out []outgoing) int {
 	return n
 }
 
-// reclaim returns the slots of every send posted up to and including the
-// one in slot last, which just completed.
-func (p *udPort) reclaim(last int) {
-	for p.posted.size > 0 {
-		i := p.posted.pop()
+// reclaim returns the slots of every send flow f posted up to and
+// including the one in slot last, which just completed.
+func (p *udPort) reclaim(f *flowQP, last int) {
+	for f.posted.size > 0 {
+		i := f.posted.pop()
 		p.free = append(p.free, i)
 		if i == last {
 			return
@@ -471,8 +564,11 @@ func (p *udPort) completions(wcs []verbs.WorkCompletion, replies []ud.Reply) []u
 		wc := &wcs[k]
 		if wc.WRID&wrRecv == 0 {
 			// A signalled send (or any send, flushed in error) finished:
-			// its slot and those of the sends before it are free.
-			p.reclaim(int(wc.WRID))
+			// its slot and those of the sends its flow posted before it
+			// are free.
+			if f := int(wc.WRID >> wrFlowShift); f < len(p.flows) {
+				p.reclaim(&p.flows[f], int(wc.WRID&wrSlotMask))
+			}
 			if err := wc.Err(); err != nil && wc.Status != verbs.WCFlushErr {
 				p.e.count(&p.e.stats.SendErrors)
 				p.setBrokenLocked(fmt.Errorf("peer probe: %s: send: %w", p.key, err))
@@ -543,7 +639,7 @@ func (p *udPort) encodeOut(o *outgoing, b []byte, stamp int64) {
 // is judged by.
 func (p *udPort) sent(o *outgoing, stamp int64) {
 	if o.pl.Kind == KindProbe {
-		p.pend.add(o.pl.Seq, stamp, o.dst, o.pl.Version)
+		p.pend.add(o.pl.Seq, stamp, o.dst, o.pl.Version, o.flow)
 	}
 }
 
@@ -559,6 +655,7 @@ func (p *udPort) sent(o *outgoing, stamp int64) {
 // after authLocked.
 func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time.Time, replies []ud.Reply) []ud.Reply {
 	e := p.e
+	flow := p.recvFlow(wc.WRID)
 	if wc.ByteLen != grhSize+PayloadSize || len(pkt) != grhSize+PayloadSize || wc.Flags&verbs.WCGRH == 0 {
 		// Without a GRH there is no source GID to check or answer; every
 		// probe rdmad sends has one (its address handles are global).
@@ -605,9 +702,11 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 		if pl.Version == PayloadV1 {
 			r.GID = p.gid.GID
 		}
-		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r})
+		// It leaves from the QP the probe came to: the prober takes a
+		// reply only from the QPN it probed.
+		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r, flow: flow})
 	case KindReply:
-		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, t)
+		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, flow, t)
 		if !ok {
 			e.count(&e.stats.Unsolicited)
 			return replies
@@ -622,7 +721,7 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 			return replies
 		}
 		e.count(&e.stats.Replies)
-		replies = append(replies, ud.Reply{Local: p.key, From: ud.Endpoint{GID: src, QPN: wc.SrcQP}, Seq: pl.Seq,
+		replies = append(replies, ud.Reply{Local: p.key, Flow: flow, From: ud.Endpoint{GID: src, QPN: wc.SrcQP}, Seq: pl.Seq,
 			RTT: time.Duration(rtt), ResponderDelay: time.Duration(delay), At: now, Authenticated: authed})
 	}
 	return replies

@@ -1,0 +1,277 @@
+package probe
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
+)
+
+// Flows: a RoCE v2 fabric spreads traffic over its equal-cost paths by the
+// UDP source port, which the adapter derives from the sending QP, so one
+// probe QP sees one of them. With [probe] flows = K each local port has K
+// probe QPs (verbs/peer), and every turn of a path sends one probe on each
+// flow the peer admitted (R-Pingmesh probes several flows per target the
+// same way): the path's window takes every flow's samples (K times
+// [probe] window of them, so that it spans the same turns as with one
+// flow), and each flow keeps a window of its own. A flow is lossy by the same loss rule as a
+// path; a path with a lossy flow is degraded with the flows as its reason
+// ("loss on 1 of 4 flows"), since one bad link behind a switch drops only
+// the flows hashed onto it. A path is down only when every flow lost
+// down_after probes in a row, and up again after up_after answers in a row
+// on any flow.
+
+// DefaultFlows is [probe] flows' default. R-Pingmesh's reasoning: a fault
+// on one of the n equal-cost links between two switches is missed by K
+// flows hashed independently with probability (1-1/n)^K; with 4 flows and
+// the 4 to 8 uplinks of a ToR that is 32% to 59% for one peer alone, and
+// a node probes tens of peers over the same uplinks, so that together
+// they cover every link while each path costs 4 probes a turn.
+const DefaultFlows = 4
+
+// A flowSet is the flows of a path that probes more than one: kept apart
+// (path.fl, nil on one flow) so that a path on one flow costs a pointer.
+type flowSet struct {
+	flows []flowState
+	lossy uint8 // how many of flows are lossy
+	// why is the flows' reason (flowsReason), written for the figures in
+	// whyFor.
+	why    string
+	whyFor flowsKey
+}
+
+// A flowState is one flow of a path: its own window and counters, the
+// runs of answers and losses that decide the path's down and up, and
+// whether it is lossy now.
+type flowState struct {
+	win        window
+	sent, lost uint64
+	consecLost uint16
+	consecOK   uint16
+	lossy      bool
+	// qpn and sport are the local flow's QPN and UDP source port (0:
+	// unknown), for the state and the reasons.
+	sport uint16
+	qpn   uint32
+}
+
+// pathFlows returns how many flows a path probes on: 1 unless the peer
+// admitted more.
+func (pa *path) pathFlows() int {
+	if pa.fl == nil {
+		return 1
+	}
+	return len(pa.fl.flows)
+}
+
+// canSend reports whether another turn's probes may go: at most
+// maxInflightPerPath turns in flight, each a probe per flow.
+func (pa *path) canSend() bool {
+	return pa.inflight <= (maxInflightPerPath-1)*pa.pathFlows()
+}
+
+// offeredFlows returns the QPNs of lp's further flows (1 on) that this
+// node offers a peer: as many as [probe] flows asks for and the port has.
+func (m *Manager) offeredFlows(lp ud.LocalPort) []ud.Flow {
+	n := min(max(m.cfg.Flows, 1), len(lp.Flows))
+	if n <= 1 {
+		return nil
+	}
+	return lp.Flows[1:n]
+}
+
+// flowsQueryExt returns the extension of a query from lp naming its
+// further flows, and false when there are none to offer.
+func (m *Manager) flowsQueryExt(lp ud.LocalPort) (wire.Ext, bool) {
+	fs := m.offeredFlows(lp)
+	if len(fs) == 0 {
+		return wire.Ext{}, false
+	}
+	qpns := make([]uint32, len(fs))
+	for i, f := range fs {
+		qpns[i] = f.QPN
+	}
+	return wire.FlowsExt(qpns), true
+}
+
+// acceptFlows sets the flows path pa probes after the peer's answer a
+// (its index is the path's local port, lp): flow 0 and as many further
+// ones as the answer says the peer admitted of those offered. A peer that
+// does not say (an rdmad that predates flows, a version-1 answer) gets
+// flow 0 only: it would drop the probes of the others, which would look
+// lossy. A path whose number of flows changes starts its flows afresh.
+func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
+	n := 1
+	if k, ok := wire.FlowsAccepted(a); ok {
+		n = 1 + min(k, len(m.offeredFlows(lp)))
+	}
+	if n == 1 {
+		if pa.fl != nil {
+			pa.fl = nil
+			pa.win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
+			m.pub.changed = true
+		}
+		return
+	}
+	if pa.pathFlows() != n {
+		fs := make([]flowState, n)
+		for i := range fs {
+			fs[i].win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
+		}
+		pa.fl = &flowSet{flows: fs}
+		// The path's window holds every flow's samples: n times the
+		// probes, so that it covers the same window turns as with one
+		// flow, and one turn lost on every flow weighs as one lost turn.
+		pa.win = *newSharedWindow(m.cfg.Window*n, &m.peers.scratch)
+		m.pub.changed = true
+	}
+	for i := range pa.fl.flows {
+		pa.fl.flows[i].qpn, pa.fl.flows[i].sport = lp.Flows[i].QPN, lp.Flows[i].SourcePort
+	}
+}
+
+// observeFlows takes a sample of flow (-1: of every flow, a failure of the
+// whole path) of a path with several flows and judges the path; see
+// health.judge. It reports whether the path's state changed.
+func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bool {
+	for i := range pa.fl.flows {
+		if flow >= 0 && i != flow {
+			continue
+		}
+		f := &pa.fl.flows[i]
+		f.win.add(s)
+		if s.lost {
+			f.consecLost = min(f.consecLost+1, math.MaxUint16)
+			f.consecOK = 0
+		} else {
+			f.consecOK = min(f.consecOK+1, math.MaxUint16)
+			f.consecLost = 0
+		}
+		ws := f.win.loss()
+		switch {
+		case !f.lossy && ws.Lost >= t.MinLosses && ws.LossPct > t.LossPct:
+			f.lossy = true
+			pa.fl.lossy++
+		case f.lossy && t.clear(winStats{Samples: ws.Samples, Lost: ws.Lost, LossPct: ws.LossPct}):
+			f.lossy = false
+			pa.fl.lossy--
+		}
+	}
+	pa.win.add(s)
+	// Down when every flow lost down_after in a row; up again after
+	// up_after answers in a row on any.
+	lostRun, okRun := math.MaxInt, 0
+	for i := range pa.fl.flows {
+		lostRun = min(lostRun, int(pa.fl.flows[i].consecLost))
+		okRun = max(okRun, int(pa.fl.flows[i].consecOK))
+	}
+	pa.h.consecLost, pa.h.consecOK = lostRun, okRun
+	wasDown := pa.h.state == apitype.PeerDown
+	// The path's window counts probes of every flow: a turn lost on all
+	// of them is K losses, and takes K times MinLosses to weigh as
+	// MinLosses lost turns do with one flow (a single lost probe never
+	// degrades a path).
+	tp := t
+	tp.MinLosses *= len(pa.fl.flows)
+	changed := pa.h.judge(s, &pa.win, tp, now, pa.flowsReason(t))
+	if wasDown && pa.h.state == apitype.PeerUp {
+		// The outage was reported as down, not as the flows' loss.
+		for i := range pa.fl.flows {
+			f := &pa.fl.flows[i]
+			f.win.reset()
+			f.lossy = false
+		}
+		pa.fl.lossy = 0
+	}
+	return changed
+}
+
+// A flowsKey is what a path's flows reason was written for.
+type flowsKey struct {
+	lossy, worst  uint8
+	lost, samples int32
+	lossPct       float64
+}
+
+// flowsReason returns why the path's flows make it degraded ("" when none
+// is lossy), written again only when the figures it gives change.
+func (pa *path) flowsReason(t Thresholds) string {
+	if pa.fl == nil || pa.fl.lossy == 0 {
+		return ""
+	}
+	worst, wl := 0, winStats{}
+	for i := range pa.fl.flows {
+		if !pa.fl.flows[i].lossy {
+			continue
+		}
+		if ws := pa.fl.flows[i].win.loss(); ws.LossPct > wl.LossPct || wl.Samples == 0 {
+			worst, wl = i, ws
+		}
+	}
+	k := flowsKey{lossy: pa.fl.lossy, worst: uint8(worst), lost: int32(wl.Lost), samples: int32(wl.Samples), lossPct: t.LossPct}
+	if k == pa.fl.whyFor && pa.fl.why != "" {
+		return pa.fl.why
+	}
+	f := &pa.fl.flows[worst]
+	port := ""
+	if f.sport != 0 {
+		port = fmt.Sprintf(", UDP source port %d", f.sport)
+	}
+	what := "the other flows are clean: suspect one of the fabric's equal-cost paths (a link or switch that drops only the flows hashed onto it)"
+	if int(pa.fl.lossy) == len(pa.fl.flows) {
+		what = "every flow loses"
+	}
+	pa.fl.why = fmt.Sprintf("loss on %d of %d flows (worst flow %d%s: %.1f%% over its last %d probes, threshold %.1f%%); %s",
+		pa.fl.lossy, len(pa.fl.flows), worst, port, wl.LossPct, wl.Samples, t.LossPct, what)
+	pa.fl.whyFor = k
+	return pa.fl.why
+}
+
+// flowStates appends the path's flows as the state shows them to out: its
+// flows, or for a path on one flow that flow with the path's figures (st)
+// and lp's first flow.
+func (pa *path) flowStates(out []apitype.PeerFlow, st winStats, lp *ud.LocalPort) []apitype.PeerFlow {
+	if pa.fl == nil {
+		f := apitype.PeerFlow{Flow: 0, Sent: pa.sent, Lost: pa.lost, LossPct: st.LossPct, RTTP50: st.P50, RTTP99: st.P99}
+		if lp != nil && len(lp.Flows) > 0 {
+			f.QPN, f.SourcePort = lp.Flows[0].QPN, lp.Flows[0].SourcePort
+		}
+		return append(out, f)
+	}
+	for i := range pa.fl.flows {
+		f := &pa.fl.flows[i]
+		ws := f.win.published()
+		out = append(out, apitype.PeerFlow{Flow: i, SourcePort: f.sport, QPN: f.qpn, Sent: f.sent, Lost: f.lost,
+			LossPct: ws.LossPct, RTTP50: ws.P50, RTTP99: ws.P99, Lossy: f.lossy})
+	}
+	return out
+}
+
+// localIndex returns the index of the local port key in m.local, -1 when
+// it is gone.
+func (m *Manager) localIndex(key string) int {
+	for i := range m.local {
+		if m.local[i].Key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// everyFlowLosing reports whether the last probe of every flow of the path
+// was lost (always, for a path on one flow, after a loss): the start of an
+// outage rather than a lossy flow.
+func (pa *path) everyFlowLosing() bool {
+	if pa.fl == nil {
+		return true
+	}
+	for i := range pa.fl.flows {
+		if pa.fl.flows[i].consecLost == 0 {
+			return false
+		}
+	}
+	return true
+}
