@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rdmad/rdmad/daemon/unitjob"
@@ -35,5 +37,10 @@ func writeECNThroughUnit(ctx context.Context, netdev string, w ecn.Want) error {
 	defer ecn.RemoveWantFile(ecn.WantDir, netdev)
 	ctx, cancel := context.WithTimeout(ctx, ecnUnitTimeout)
 	defer cancel()
-	return unitjob.Start(ctx, ecn.UnitName(netdev))
+	err := unitjob.Start(ctx, ecn.UnitName(netdev))
+	if errors.Is(err, unitjob.ErrNoBus) {
+		// No bus yet (boot): the next pass tries again.
+		return fmt.Errorf("%w: %w", ecn.ErrNotStarted, err)
+	}
+	return err
 }

@@ -159,3 +159,28 @@ func TestECNNoFallbackWithoutEROFS(t *testing.T) {
 		t.Errorf("EINVAL started the unit: %q", u3.calls)
 	}
 }
+
+// TestECNUnitNotStartedRetries: a start that created no job (no system bus
+// yet, at boot) is tried again at the next pass, not held until a change.
+func TestECNUnitNotStartedRetries(t *testing.T) {
+	root := ecnTree(t, []int{}, []int{})
+	r := ecnReconciler(root)
+	u := &fakeECNUnit{root: root, fail: fmt.Errorf("%w: start rdmad-ecn@lo.service: connect to the system bus: no such file", ecn.ErrNotStarted)}
+	readOnlyECN(r, u)
+	decl := Declared{Rules: []Rule{{Name: "fabric", Netdevs: []string{"lo"}, ECN: &ECNRule{NP: []int{3}}}}}
+	for i := 0; i < 3; i++ {
+		_, ps := r.Pass(decl, nil, nil, true)
+		if tg := ecnTarget(t, ps); tg.State != apitype.TargetError || !strings.Contains(tg.Error, "system bus") {
+			t.Errorf("pass %d without a bus: %+v", i, tg)
+		}
+	}
+	if len(u.calls) != 3 {
+		t.Errorf("%d starts in 3 passes without a bus, want 3", len(u.calls))
+	}
+	// The bus is up: the next pass applies.
+	u.fail = nil
+	_, ps := r.Pass(decl, nil, nil, true)
+	if tg := ecnTarget(t, ps); tg.State != apitype.Applied {
+		t.Errorf("with the bus: %+v", tg)
+	}
+}

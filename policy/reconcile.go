@@ -576,7 +576,8 @@ func (r *Reconciler) checkECN(nd string, ifindex int, want ECNRule, enforce bool
 }
 
 // writeECNUnit has the ECN unit write what rdmad could not (its /sys is
-// read-only) and reads the files back. A failure is remembered: the same
+// read-only) and reads the files back. A failure of a unit that was
+// started is remembered: the same
 // netdev, desired and actual state do not start the unit again (that
 // would start a failing unit at every pass, each start in the journal);
 // the remembered error is reported instead, until something changes or
@@ -601,7 +602,11 @@ func (r *Reconciler) writeECNUnit(nd string, ifindex int, w ecn.Want, desired, a
 	}
 	if err != nil {
 		err = fmt.Errorf("ecn: %s: /sys is read-only in rdmad's sandbox, and %s did not write it: %w", nd, unit, err)
-		r.ecnUnitFailed[nd] = ecnUnitAttempt{key: key, err: err}
+		// A start that created no job (no system bus yet) is tried
+		// again at the next pass: nothing ran, nothing was logged.
+		if !errors.Is(err, ecn.ErrNotStarted) {
+			r.ecnUnitFailed[nd] = ecnUnitAttempt{key: key, err: err}
+		}
 		return err
 	}
 	delete(r.ecnUnitFailed, nd)

@@ -9,6 +9,7 @@ package unitjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -21,6 +22,11 @@ const (
 	manager   = "org.freedesktop.systemd1.Manager"
 	busSocket = "/run/dbus/system_bus_socket"
 )
+
+// ErrNoBus is wrapped by Start's error when the system bus could not be
+// reached at all (not installed, not started yet at boot): no job exists,
+// so trying again later is harmless.
+var ErrNoBus = errors.New("system bus unreachable")
 
 // A Failed job: the unit was started and its job ended with Result
 // ("failed", "timeout", "dependency", ...).
@@ -41,7 +47,7 @@ func (e *Failed) Error() string {
 func Start(ctx context.Context, unit string) error {
 	conn, err := connect(ctx)
 	if err != nil {
-		return fmt.Errorf("start %s: connect to the system bus: %w", unit, err)
+		return fmt.Errorf("start %s: connect to the system bus: %w (%w)", unit, err, ErrNoBus)
 	}
 	defer conn.Close()
 	// Subscribe to JobRemoved before StartUnit, so the signal of a job

@@ -257,6 +257,12 @@ func (c *Client) WriteWanted(dir, netdev string) (string, error) {
 	return fmt.Sprintf("ecn %s: now %s (wrote %d files: %s)", netdev, desired, len(wrote), strings.Join(wrote, " ")), nil
 }
 
+// ErrNotStarted marks an error of a unit start that created no job (the
+// system bus is not there yet, at boot): the reconciler tries again at its
+// next pass instead of waiting for a change, since nothing ran and nothing
+// reached the journal.
+var ErrNotStarted = errors.New("the unit could not be started")
+
 // IsReadOnly reports whether err is a write refused because the file
 // system is mounted read-only: rdmad's sandbox (ProtectKernelTunables=).
 func IsReadOnly(err error) bool { return errors.Is(err, unix.EROFS) }
