@@ -228,7 +228,7 @@ func Run(ctx context.Context, opts Options) error {
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The host's sysfs, read-only under rdmad.service: ECN is written
 		// through rdmad-ecn@.service. A fixture tree is always writable.
-		recOpts.ECNUnit = func(nd string, w ecn.Want) error { return writeECNThroughUnit(ctx, nd, w) }
+		recOpts.ECNUnit = func(nd string, w ecn.Want) error { return writeECNThroughUnit(ctx, ecn.WantDir, nd, w) }
 	}
 	d.rec = policy.NewReconciler(d.log, recOpts)
 	defer d.rec.Close()

@@ -577,11 +577,11 @@ func (r *Reconciler) checkECN(nd string, ifindex int, want ECNRule, enforce bool
 
 // writeECNUnit has the ECN unit write what rdmad could not (its /sys is
 // read-only) and reads the files back. A failure of a unit that was
-// started is remembered: the same
-// netdev, desired and actual state do not start the unit again (that
-// would start a failing unit at every pass, each start in the journal);
-// the remembered error is reported instead, until something changes or
-// the configuration is reloaded (Forget).
+// started is remembered: the same netdev (ifindex), desired and actual
+// state do not start the unit again (that would start a failing unit at
+// every pass, each start in the journal); the remembered error is
+// reported instead, until something changes or the configuration is
+// reloaded (Forget).
 func (r *Reconciler) writeECNUnit(nd string, ifindex int, w ecn.Want, desired, actual string) error {
 	if r.ecnUnitFailed == nil {
 		r.ecnUnitFailed = map[string]ecnUnitAttempt{}

@@ -55,7 +55,11 @@ func run(args []string) error {
 		}
 		os.Exit(daemon.CheckConfig(path, os.Stderr))
 	}
-	if *writeECN != "" {
+	writeSet := false
+	fs.Visit(func(f *flag.Flag) { writeSet = writeSet || f.Name == "write-ecn" })
+	if writeSet {
+		// An empty name is refused by the writer, never taken for
+		// "start the daemon".
 		if fs.NArg() > 0 {
 			fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q after --write-ecn\n", fs.Arg(0))
 			os.Exit(2)
