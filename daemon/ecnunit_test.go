@@ -43,3 +43,55 @@ func TestWriteECNThroughUnitRefusesNames(t *testing.T) {
 		t.Errorf("refused names left %v in %s", ents, base)
 	}
 }
+
+// TestECNUnitFile: the template keeps the properties the design rests on
+// (docs/SECURITY.md, "ECN under systemd"), each with the reason it matters.
+func TestECNUnitFile(t *testing.T) {
+	const path = "../systemd/rdmad-ecn@.service"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := map[string][]string{}
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			section = line
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(k, "#") {
+			props[section+k] = append(props[section+k], v)
+		}
+	}
+	for _, c := range []struct {
+		key, want, why string
+	}{
+		{"[Service]ReadWritePaths", "-/sys/class/net/%I/ecn", "the one opening: that netdev's ecn directory, resolved when the instance starts"},
+		{"[Service]ExecStart", "/usr/sbin/rdmad --write-ecn %I", "the writer, with the unescaped netdev"},
+		{"[Service]Type", "oneshot", "its job ends when the writer exited, which rdmad waits for"},
+		{"[Service]CapabilityBoundingSet", "", "uid 0 writes the root-owned 0644 files without capabilities"},
+		{"[Service]ProtectKernelTunables", "yes", "the rest of /sys stays read-only"},
+		{"[Service]ProtectSystem", "strict", "/run/rdmad (the want files) read-only for the writer"},
+		{"[Service]RestrictAddressFamilies", "none", "the writer opens no socket"},
+		{"[Service]NoNewPrivileges", "yes", ""},
+	} {
+		if got := props[c.key]; len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s: %s = %q, want exactly %q (%s)", path, c.key, got, c.want, c.why)
+		}
+	}
+	for key, why := range map[string]string{
+		"[Service]RuntimeDirectory": "it would be /run/rdmad, removed with rdmad's socket when the instance stops",
+		"[Unit]After":               "rdmad starts the instance from its first pass, before it is ready: ordering after rdmad.service deadlocks until the timeout",
+		"[Unit]Requisite":           "rdmad is still activating at its first pass",
+		"[Unit]Requires":            "starting the instance must never start or restart rdmad",
+		"[Service]BindPaths":        "no other opening",
+	} {
+		if got, ok := props[key]; ok {
+			t.Errorf("%s: %s=%q: %s", path, key, got, why)
+		}
+	}
+	if _, ok := props["[Install]WantedBy"]; ok {
+		t.Errorf("%s has [Install]: it is static, rdmad starts its instances", path)
+	}
+}

@@ -3,12 +3,15 @@ package ecn
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmad/rdmad/internal/testenv"
 )
 
 func TestValidNetdev(t *testing.T) {
@@ -35,6 +38,25 @@ func TestUnitName(t *testing.T) {
 	} {
 		if got := UnitName(nd); got != want {
 			t.Errorf("UnitName(%q) = %q, want %q", nd, got, want)
+		}
+	}
+}
+
+// TestUnitNameIsSystemdEscape: UnitName escapes as systemd-escape does,
+// so that %I in the unit is the netdev again.
+func TestUnitNameIsSystemdEscape(t *testing.T) {
+	testenv.Tool(t, "systemd-escape", "apt-get install systemd")
+	for _, nd := range []string{"eth0", "my-nic", ".x", "a:b", "bond0.100", "eth-0_1", "A.b-c", "x..y", "-", "_"} {
+		out, err := exec.Command("systemd-escape", "--template=rdmad-ecn@.service", "--", nd).Output()
+		if err != nil {
+			t.Fatalf("systemd-escape %q: %v", nd, err)
+		}
+		if want := strings.TrimSpace(string(out)); UnitName(nd) != want {
+			t.Errorf("UnitName(%q) = %q, systemd-escape says %q", nd, UnitName(nd), want)
+		}
+		back, err := exec.Command("systemd-escape", "--unescape", "--instance", UnitName(nd)).Output()
+		if err != nil || strings.TrimSpace(string(back)) != nd {
+			t.Errorf("systemd-escape --unescape --instance %s = %q, %v; want %q (what %%I gives)", UnitName(nd), back, err, nd)
 		}
 	}
 }
