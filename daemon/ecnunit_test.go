@@ -86,6 +86,7 @@ func TestECNUnitFile(t *testing.T) {
 		"[Unit]Requisite":           "rdmad is still activating at its first pass",
 		"[Unit]Requires":            "starting the instance must never start or restart rdmad",
 		"[Service]BindPaths":        "no other opening",
+		"[Service]PrivateNetwork":   "systemd mounts a sysfs of the unit's own network namespace then: the netdev is not in it",
 	} {
 		if got, ok := props[key]; ok {
 			t.Errorf("%s: %s=%q: %s", path, key, got, why)
