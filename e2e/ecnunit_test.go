@@ -10,13 +10,13 @@ package e2e
 // directory, so the real files cannot be written here. What is proved, and
 // how:
 //
-//   - TestECNUnitInstalled: the installed template is the one that opens
+//   - TestPackageECNUnit: the installed template is the one that opens
 //     only the ecn directory (systemctl show resolves it for the bed's
 //     netdev), and its real ExecStart runs: `rdmad --write-ecn` starts under
 //     its sandbox (system call filter, no capability, no socket), reads the
 //     want file rdmad would leave, refuses a group-writable one, and says
 //     the netdev has no ecn files.
-//   - TestECNUnitSandbox: the mechanism, with a copy of the installed unit
+//   - TestPackageECNSandbox: the mechanism, with a copy of the installed unit
 //     whose one ReadWritePaths= word is changed from "ecn" to "queues" (a
 //     directory every netdev has, behind the same /sys/class/net symlink)
 //     and whose ExecStart is this binary's helper: in that unit's mount
@@ -54,7 +54,7 @@ import (
 
 const (
 	ecnUnitPath = "/lib/systemd/system/rdmad-ecn@.service"
-	// ecnHelperEnv selects TestECNUnitSandboxHelper's mode: "unit" inside
+	// ecnHelperEnv selects TestPackageECNSandboxHelper's mode: "unit" inside
 	// the test copy of the unit, "rdmad" in rdmad's mount namespace.
 	ecnHelperEnv = "RDMAD_ECN_SANDBOX_HELPER"
 	ecnNetdevEnv = "RDMAD_ECN_NETDEV"
@@ -110,7 +110,7 @@ func ecnJournal(t *testing.T, unit, want string) string {
 	return got
 }
 
-func TestECNUnitInstalled(t *testing.T) {
+func TestPackageECNUnit(t *testing.T) {
 	pkgRequire(t)
 	pkgWaitRunning(t)
 	nd := ecnNetdev(t)
@@ -173,7 +173,7 @@ func TestECNUnitInstalled(t *testing.T) {
 	ecnJournal(t, unit, "not writable by others")
 }
 
-func TestECNUnitSandbox(t *testing.T) {
+func TestPackageECNSandbox(t *testing.T) {
 	pkgRequire(t)
 	pid := pkgWaitRunning(t)
 	nd := ecnNetdev(t)
@@ -199,7 +199,7 @@ func TestECNUnitSandbox(t *testing.T) {
 			line = "ReadWritePaths=-/sys/class/net/%I/queues"
 			replaced++
 		case key == "ExecStart":
-			line = fmt.Sprintf("ExecStart=%s -test.run=^TestECNUnitSandboxHelper$ -test.v\n", exe) +
+			line = fmt.Sprintf("ExecStart=%s -test.run=^TestPackageECNSandboxHelper$ -test.v\n", exe) +
 				fmt.Sprintf("Environment=%s=unit %s=%%I\n", ecnHelperEnv, ecnNetdevEnv) +
 				fmt.Sprintf("StandardOutput=truncate:%s\nStandardError=inherit", out)
 		case key == "Documentation":
@@ -233,7 +233,7 @@ func TestECNUnitSandbox(t *testing.T) {
 	}
 
 	// rdmad's mount namespace: all of it read-only.
-	cmd := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-m", "--", exe, "-test.run=^TestECNUnitSandboxHelper$", "-test.v")
+	cmd := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-m", "--", exe, "-test.run=^TestPackageECNSandboxHelper$", "-test.v")
 	cmd.Env = append(os.Environ(), ecnHelperEnv+"=rdmad", ecnNetdevEnv+"="+nd)
 	rout, rerr := cmd.CombinedOutput()
 	ecnSteps(t, "rdmad", string(rout), ecnRdmadSteps)
@@ -322,13 +322,13 @@ func mountRW(fields []string) bool {
 	return false
 }
 
-// TestECNUnitSandboxHelper is not a test of its own: TestECNUnitSandbox
+// TestPackageECNSandboxHelper is not a test of its own: TestPackageECNSandbox
 // runs this binary with it in the sandbox copy of rdmad-ecn@.service and in
 // rdmad's mount namespace.
-func TestECNUnitSandboxHelper(t *testing.T) {
+func TestPackageECNSandboxHelper(t *testing.T) {
 	mode := os.Getenv(ecnHelperEnv)
 	if mode == "" {
-		t.Skip("helper of TestECNUnitSandbox; runs only inside its sandbox or rdmad's namespace")
+		t.Skip("helper of TestPackageECNSandbox; runs only inside its sandbox or rdmad's namespace")
 	}
 	nd := os.Getenv(ecnNetdevEnv)
 	step := func(name string, f func() (string, error)) {
