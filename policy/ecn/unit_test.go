@@ -268,3 +268,33 @@ func TestIsReadOnly(t *testing.T) {
 		t.Error("IsReadOnly(EACCES) = true")
 	}
 }
+
+// FuzzParseWant: whatever the want file holds, ParseWant either refuses it
+// or returns priorities 0-7, distinct and ascending, that FormatWant
+// renders back to exactly the input (the format has one spelling).
+func FuzzParseWant(f *testing.F) {
+	for _, s := range []string{"np=3\nrp=3\n", "np=none\n", "rp=0,1,7\n", "np=3,3\n", "np=3", "xp=1\n", "rp=none\nnp=2,3\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w, err := ParseWant(b)
+		if err != nil {
+			return
+		}
+		for _, prio := range [][]int{w.NP, w.RP} {
+			for i, p := range prio {
+				if p < 0 || p >= Priorities || i > 0 && p <= prio[i-1] {
+					t.Fatalf("ParseWant(%q) = %+v: priorities out of range or order", b, w)
+				}
+			}
+		}
+		back, err := ParseWant(FormatWant(w))
+		if err != nil || !reflect.DeepEqual(back, w) {
+			t.Fatalf("ParseWant(FormatWant(%+v)) = %+v, %v", w, back, err)
+		}
+		// One spelling, except that np and rp may come in either order.
+		if out := FormatWant(w); string(out) != string(b) && string(FormatWant(Want{RP: w.RP}))+string(FormatWant(Want{NP: w.NP})) != string(b) {
+			t.Fatalf("ParseWant(%q) accepted a second spelling of %q", b, out)
+		}
+	})
+}
