@@ -36,6 +36,7 @@ import (
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/dcb"
 	"github.com/rdmad/rdmad/verbs/bw"
+	"github.com/rdmad/rdmad/policy/ecn"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
@@ -232,7 +233,13 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent(apitype.ComponentConfigWatch, apitype.OK, nil)
 	}
 
-	d.rec = policy.NewReconciler(d.log, policy.Options{StateDir: stateDir(opts.StateDir), SysRoot: d.inv.Root})
+	recOpts := policy.Options{StateDir: stateDir(opts.StateDir), SysRoot: d.inv.Root}
+	if d.inv.Root == "" || d.inv.Root == "/" {
+		// The host's sysfs, read-only under rdmad.service: ECN is written
+		// through rdmad-ecn@.service. A fixture tree is always writable.
+		recOpts.ECNUnit = func(nd string, w ecn.Want) error { return writeECNThroughUnit(ctx, ecn.WantDir, nd, w) }
+	}
+	d.rec = policy.NewReconciler(d.log, recOpts)
 	defer d.rec.Close()
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The netdevs of a fixture tree are not this host's: their DCB

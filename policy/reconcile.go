@@ -84,6 +84,16 @@ type Reconciler struct {
 	dcb  *dcb.Conn
 	roce *roce.Client
 	ecn  *ecn.Client
+	// ecnUnit writes the ecn files where rdmad's own writes fail with
+	// EROFS (Options.ECNUnit); nil: such a write is an error. ecnApply
+	// replaces ecn.Apply in tests (which cannot make sysfs read-only).
+	ecnUnit  func(netdev string, want ecn.Want) error
+	ecnApply func(netdev string, want ecn.Want) ([]string, error)
+	// ecnUnitFailed remembers, per netdev, the write through ecnUnit that
+	// failed: the unit is started once per change (of the netdev, what is
+	// wanted or what is read), not at every pass, and the failure is
+	// reported until then.
+	ecnUnitFailed map[string]ecnUnitAttempt
 	// nicq sets ethtool queue parameters; nil when ethtool netlink could
 	// not be opened, and nicqErr says why.
 	nicq    *nicq.Conn
@@ -121,6 +131,12 @@ type Reconciler struct {
 	overridden []apitype.Override
 }
 
+// An ecnUnitAttempt is a write through the ECN unit that failed.
+type ecnUnitAttempt struct {
+	key string // ifindex, desired and actual when it was made
+	err error
+}
+
 type entry struct {
 	policy string
 	t      apitype.Target
@@ -137,6 +153,12 @@ type Options struct {
 	// SysRoot is where sysfs is read (the devices' fw_ver); "" is "/".
 	// rdmad on a fixture tree passes the tree's root.
 	SysRoot string
+	// ECNUnit, when set, is called when a write to an ecn file fails
+	// with EROFS (rdmad.service's ProtectKernelTunables= makes /sys
+	// read-only): it has the files written outside rdmad's sandbox (the
+	// daemon starts rdmad-ecn@<netdev>.service) and returns why not. The
+	// reconciler reads the files back afterwards.
+	ECNUnit func(netdev string, want ecn.Want) error
 }
 
 // NewReconciler opens the appliers' kernel interfaces and reads the record
@@ -144,7 +166,7 @@ type Options struct {
 // reported (by its targets, or in the log), not fatal.
 func NewReconciler(log *slog.Logger, o Options) *Reconciler {
 	r := &Reconciler{log: log, now: time.Now, targets: map[string]entry{}, unsupported: map[string]int{}, nicUnsupported: map[string]int{},
-		sysRoot: o.SysRoot}
+		sysRoot: o.SysRoot, ecnUnit: o.ECNUnit, ecnUnitFailed: map[string]ecnUnitAttempt{}}
 	if o.StateDir != "" {
 		rec, err := memlock.LoadRecord(filepath.Join(o.StateDir, memlock.RecordName))
 		if err != nil {
@@ -198,6 +220,7 @@ func (r *Reconciler) Forget() {
 	r.unsupported = map[string]int{}
 	r.nicUnsupported = map[string]int{}
 	r.rdmaUnsupported = nil
+	r.ecnUnitFailed = map[string]ecnUnitAttempt{}
 }
 
 // Pass reconciles the objects in sc among the RDMA ports given and the
@@ -290,7 +313,7 @@ func (r *Reconciler) Pass(d Declared, ports []Port, sc *Scope, apply bool) ([]ap
 			record(w.QoSSrc, "qos", nd, t, cs)
 		}
 		if w.ECN != nil {
-			t, cs := r.checkECN(nd, *w.ECN, apply && !w.ECNSrc.Observe)
+			t, cs := r.checkECN(nd, index[nd], *w.ECN, apply && !w.ECNSrc.Observe)
 			record(w.ECNSrc, "ecn", nd, t, cs)
 		}
 		for _, g := range nicq.Groups {
@@ -546,8 +569,9 @@ func joinNonEmpty(s ...string) string {
 // checkECN compares the DCQCN priorities of nd with what the policy wants
 // and writes the files that differ. A netdev without the ecn sysfs files
 // (not mlx5) is unsupported: reported as such at every pass, never retried
-// as an error.
-func (r *Reconciler) checkECN(nd string, want ECNRule, enforce bool) (apitype.Target, []apitype.Change) {
+// as an error. A write refused because /sys is read-only (rdmad's sandbox)
+// goes through the ECN unit, when there is one (writeECNUnit).
+func (r *Reconciler) checkECN(nd string, ifindex int, want ECNRule, enforce bool) (apitype.Target, []apitype.Change) {
 	np, rp := want.NP != nil, want.RP != nil
 	t := apitype.Target{Desired: ecn.State{NP: want.NP, RP: want.RP}.String(np, rp)}
 	if r.ecn == nil {
@@ -568,13 +592,60 @@ func (r *Reconciler) checkECN(nd string, want ECNRule, enforce bool) (apitype.Ta
 	}
 	var applyErr error
 	t, cs := settle(t, []apitype.Change{{From: t.Actual, To: t.Desired}}, enforce, func() error {
-		_, applyErr = r.ecn.Apply(nd, ecn.Want{NP: want.NP, RP: want.RP})
+		w := ecn.Want{NP: want.NP, RP: want.RP}
+		if r.ecnApply != nil {
+			_, applyErr = r.ecnApply(nd, w)
+		} else {
+			_, applyErr = r.ecn.Apply(nd, w)
+		}
+		if ecn.IsReadOnly(applyErr) && r.ecnUnit != nil {
+			applyErr = r.writeECNUnit(nd, ifindex, w, t.Desired, t.Actual)
+		}
 		return applyErr
 	})
 	if ecn.IsUnsupported(applyErr) {
 		t.State, t.Actual = apitype.Unsupported, "no ecn sysfs"
 	}
 	return t, cs
+}
+
+// writeECNUnit has the ECN unit write what rdmad could not (its /sys is
+// read-only) and reads the files back. A failure of a unit that was
+// started is remembered: the same netdev (ifindex), desired and actual
+// state do not start the unit again (that would start a failing unit at
+// every pass, each start in the journal); the remembered error is
+// reported instead, until something changes or the configuration is
+// reloaded (Forget).
+func (r *Reconciler) writeECNUnit(nd string, ifindex int, w ecn.Want, desired, actual string) error {
+	if r.ecnUnitFailed == nil {
+		r.ecnUnitFailed = map[string]ecnUnitAttempt{}
+	}
+	key := strconv.Itoa(ifindex) + "\x00" + desired + "\x00" + actual
+	if f, ok := r.ecnUnitFailed[nd]; ok && f.key == key {
+		return f.err
+	}
+	unit := ecn.UnitName(nd)
+	err := r.ecnUnit(nd, w)
+	if err == nil {
+		var s ecn.State
+		if s, err = r.ecn.Observe(nd); err != nil {
+			err = fmt.Errorf("read back after %s: %w", unit, err)
+		} else if got := s.String(w.NP != nil, w.RP != nil); got != desired {
+			err = fmt.Errorf("%s ran, but the files read %s, not %s (see journalctl -u %s)", unit, got, desired, unit)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("ecn: %s: /sys is read-only in rdmad's sandbox, and %s did not write it: %w", nd, unit, err)
+		// A start that created no job (no system bus yet) is tried
+		// again at the next pass: nothing ran, nothing was logged.
+		if !errors.Is(err, ecn.ErrNotStarted) {
+			r.ecnUnitFailed[nd] = ecnUnitAttempt{key: key, err: err}
+		}
+		return err
+	}
+	delete(r.ecnUnitFailed, nd)
+	r.log.Debug("ecn written through the unit", "netdev", nd, "unit", unit, "desired", desired)
+	return nil
 }
 
 func (r *Reconciler) checkRoCE(p Port, w PortWant, enforce bool) (apitype.Target, []apitype.Change) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdmad/rdmad/daemon"
 	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/policy/ecn"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -30,9 +31,10 @@ func run(args []string) error {
 	socket := fs.String("socket", "", "Unix socket `path` of the API (overrides [daemon] socket)")
 	sysfs := fs.String("sysfs-root", "/", "root `dir` under which sys/class/infiniband is read (for tests)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	writeECN := fs.String("write-ecn", "", "write the DCQCN settings rdmad left in "+ecn.WantDir+"/`NETDEV` to that netdev's ecn sysfs files and exit: what rdmad-ecn@NETDEV.service runs (see rdmad(8))")
 	checkConfig := fs.Bool("check-config", false, "check the configuration (the FILE argument, else --config) and its drop-ins, print each error as file:line and exit: 0 valid, 1 invalid")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n       rdmad --check-config [FILE]\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n       rdmad --check-config [FILE]\n       rdmad --write-ecn NETDEV\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +54,23 @@ func run(args []string) error {
 			os.Exit(2)
 		}
 		os.Exit(daemon.CheckConfig(path, os.Stderr))
+	}
+	writeSet := false
+	fs.Visit(func(f *flag.Flag) { writeSet = writeSet || f.Name == "write-ecn" })
+	if writeSet {
+		// An empty name is refused by the writer, never taken for
+		// "start the daemon".
+		if fs.NArg() > 0 {
+			fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q after --write-ecn\n", fs.Arg(0))
+			os.Exit(2)
+		}
+		// Run by rdmad-ecn@.service, whose journal shows what it did.
+		msg, err := ecn.New(ecn.Options{Root: *sysfs}).WriteWanted(ecn.WantDir, *writeECN)
+		if err != nil {
+			return err
+		}
+		fmt.Println(msg)
+		return nil
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "rdmad: unexpected argument %q; rdmad takes only flags, and a file after --check-config (see rdmad --help)\n", fs.Arg(0))

@@ -159,6 +159,8 @@ func hint(err error) string {
 	switch {
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return " (writing sysfs needs root: run rdmad as root)"
+	case errors.Is(err, unix.EROFS):
+		return " (sysfs is read-only here, as in rdmad.service's sandbox, where rdmad-ecn@.service writes it)"
 	case errors.Is(err, unix.ELOOP):
 		return " (it is a symlink, which rdmad never writes through: remove it)"
 	}

@@ -1,0 +1,221 @@
+package unitjob
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/internal/testenv"
+)
+
+// startBus runs a private dbus-daemon that lets anyone own and call
+// anything (the protocol is under test here, not a policy) and points
+// DBUS_SYSTEM_BUS_ADDRESS at it.
+func startBus(t *testing.T) {
+	t.Helper()
+	testenv.Tool(t, "dbus-daemon", "apt-get install dbus-daemon: the tests run a private bus")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "bus.conf")
+	doc := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=` + filepath.Join(dir, "bus") + `</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+  </policy>
+</busconfig>
+`
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("dbus-daemon", "--config-file="+conf, "--print-address", "--nofork")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start dbus-daemon: %v", err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		close(done)
+		t.Fatalf("dbus-daemon printed no address: %v", err)
+	}
+	go func() {
+		_, _ = r.WriteTo(discard{})
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", strings.Split(strings.TrimSpace(line), ",")[0])
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// fakeManager is org.freedesktop.systemd1.Manager as far as Start uses it.
+// result is the JobRemoved result it reports for a unit ("" sends no
+// signal at all); early sends the signal before StartUnit replies.
+type fakeManager struct {
+	conn   *dbus.Conn
+	result map[string]string
+	early  bool
+
+	mu         sync.Mutex
+	subscribed bool
+	started    []string
+	wg         sync.WaitGroup
+}
+
+func (m *fakeManager) Subscribe() *dbus.Error {
+	m.mu.Lock()
+	m.subscribed = true
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *fakeManager) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	m.mu.Lock()
+	m.started = append(m.started, name+" "+mode)
+	id := uint32(len(m.started))
+	m.mu.Unlock()
+	if name == "missing.service" {
+		return "", dbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit missing.service not found."})
+	}
+	job := dbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
+	res, ok := m.result[name]
+	if !ok || res == "" {
+		return job, nil
+	}
+	emit := func() {
+		// Another job's signal first: Start must wait for its own.
+		_ = m.conn.Emit(path, manager+".JobRemoved", id+1000, dbus.ObjectPath("/org/freedesktop/systemd1/job/999"), "other.service", "failed")
+		_ = m.conn.Emit(path, manager+".JobRemoved", id, job, name, res)
+	}
+	if m.early {
+		emit()
+		return job, nil
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		time.Sleep(20 * time.Millisecond)
+		emit()
+	}()
+	return job, nil
+}
+
+func serveManager(t *testing.T, result map[string]string, early bool) *fakeManager {
+	t.Helper()
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &fakeManager{conn: conn, result: result, early: early}
+	t.Cleanup(func() {
+		m.wg.Wait()
+		conn.Close()
+	})
+	if err := conn.Export(m, path, manager); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := conn.RequestName(dest, dbus.NameFlagDoNotQueue)
+	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("own %s: %v, %v", dest, reply, err)
+	}
+	return m
+}
+
+func TestStart(t *testing.T) {
+	startBus(t)
+	m := serveManager(t, map[string]string{
+		"rdmad-ecn@eth0.service": "done",
+		"rdmad-ecn@eth1.service": "failed",
+		"rdmad-ecn@eth2.service": "", // never finishes
+	}, false)
+	ctx := context.Background()
+
+	if err := Start(ctx, "rdmad-ecn@eth0.service"); err != nil {
+		t.Errorf("Start(done) = %v", err)
+	}
+	err := Start(ctx, "rdmad-ecn@eth1.service")
+	var f *Failed
+	if !errors.As(err, &f) || f.Result != "failed" || f.Unit != "rdmad-ecn@eth1.service" {
+		t.Errorf("Start(failed) = %v, want a *Failed with result failed", err)
+	} else if !strings.Contains(err.Error(), "journalctl -u rdmad-ecn@eth1.service") {
+		t.Errorf("Start(failed) = %q: does not say where to look", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	if err := Start(tctx, "rdmad-ecn@eth2.service"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Start(never finishes) = %v, want the deadline", err)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("Start(never finishes) took %v, past its 200ms deadline", d)
+	}
+	if err := Start(ctx, "missing.service"); err == nil || !strings.Contains(err.Error(), "not found") || errors.Is(err, ErrNoBus) {
+		t.Errorf("Start(missing) = %v, want systemd's error (not ErrNoBus: the bus answered)", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.subscribed {
+		t.Error("Start never called Subscribe: systemd would send it no JobRemoved")
+	}
+	want := []string{"rdmad-ecn@eth0.service replace", "rdmad-ecn@eth1.service replace", "rdmad-ecn@eth2.service replace", "missing.service replace"}
+	if fmt.Sprint(m.started) != fmt.Sprint(want) {
+		t.Errorf("StartUnit calls %q, want %q", m.started, want)
+	}
+}
+
+// TestStartEarlySignal: the job's JobRemoved arrives before StartUnit's
+// reply (a fast oneshot); Start still sees it.
+func TestStartEarlySignal(t *testing.T) {
+	startBus(t)
+	serveManager(t, map[string]string{"a.service": "done", "b.service": "dependency"}, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := Start(ctx, "a.service"); err != nil {
+		t.Errorf("Start(a) = %v", err)
+	}
+	var f *Failed
+	if err := Start(ctx, "b.service"); !errors.As(err, &f) || f.Result != "dependency" {
+		t.Errorf("Start(b) = %v, want result dependency", err)
+	}
+}
+
+func TestStartNoBus(t *testing.T) {
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "nobus"))
+	if err := Start(context.Background(), "x.service"); !errors.Is(err, ErrNoBus) || !strings.Contains(err.Error(), "connect to the system bus") {
+		t.Errorf("Start without a bus = %v", err)
+	}
+}
