@@ -449,3 +449,30 @@ func TestLookupBackoff(t *testing.T) {
 		t.Errorf("peers %+v; want nowhere.example down, saying it cannot be resolved", last.Peers)
 	}
 }
+
+// TestAlignUp: the ticks the passes and the control endpoint's reads share
+// are multiples of the window since the epoch, and a time on a tick is its
+// own tick.
+func TestAlignUp(t *testing.T) {
+	w := 250 * time.Millisecond
+	base := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, 0},
+		{time.Nanosecond, w},
+		{w - time.Nanosecond, w},
+		{w, w},
+		{w + 3*time.Millisecond, 2 * w},
+	} {
+		if got := alignUp(base.Add(c.in), w); !got.Equal(base.Add(c.want)) {
+			t.Errorf("alignUp(+%v, %v) = +%v, want +%v", c.in, w, got.Sub(base), c.want)
+		}
+	}
+	// The monotonic reading is kept: the tick is a time a timer can wait for.
+	now := time.Now()
+	if tick := alignUp(now, w); tick.Sub(now) < 0 || tick.Sub(now) >= w || tick.UnixNano()%int64(w) != 0 {
+		t.Errorf("alignUp(now) = now+%v (%d ns mod %v)", tick.Sub(now), tick.UnixNano()%int64(w), w)
+	}
+	if got := alignUp(base.Add(time.Nanosecond), 0); !got.Equal(base.Add(time.Nanosecond)) {
+		t.Errorf("alignUp with no window moved the time to %v", got)
+	}
+}

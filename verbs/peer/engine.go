@@ -65,8 +65,12 @@ type Config struct {
 	Devices []string
 	// Rescan is how often devices and port states are read again; default 5s.
 	Rescan time.Duration
-	// RecvSlots and SendSlots size each port's queues; defaults 256 and 256.
-	// SendSlots bounds the probes and answers in flight per port.
+	// RecvSlots and SendSlots size each port's queues; defaults 512 and 512,
+	// twice the probes the manager sends in one batch (probe's maxBatch):
+	// the replies to a batch come back together and must find receives
+	// posted, and the answers to other nodes' probes need send slots
+	// while a batch is in flight. SendSlots bounds the probes and answers
+	// in flight per port.
 	RecvSlots, SendSlots int
 	// MaxAH bounds the cached address handles per port; default 4096.
 	MaxAH int
@@ -114,10 +118,10 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Rescan = 5 * time.Second
 	}
 	if cfg.RecvSlots == 0 {
-		cfg.RecvSlots = 256
+		cfg.RecvSlots = 512
 	}
 	if cfg.SendSlots == 0 {
-		cfg.SendSlots = 256
+		cfg.SendSlots = 512
 	}
 	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.RecvSlots+cfg.SendSlots > 8192 {
 		return nil, fmt.Errorf("peer probe: %d receive and %d send slots: each must be at least 1, together at most 8192", cfg.RecvSlots, cfg.SendSlots)
