@@ -226,9 +226,8 @@ func (c *Control) Stats() ControlStats {
 // ten thousand peers the default buffer overflowed and answers were lost,
 // issue #29): SO_RCVBUFFORCE where the process may (CAP_NET_ADMIN, which
 // rdmad.service grants), else SO_RCVBUF, which the kernel caps at
-// net.core.rmem_max. It never shrinks the buffer below the system's
-// default and returns the size the kernel set (it doubles what it is
-// asked for, for its bookkeeping).
+// net.core.rmem_max. It never shrinks the buffer, and returns the size
+// the kernel set (it doubles what it is asked for, for its bookkeeping).
 func (c *Control) SetReceiveBuffer(bytes int) (int, error) {
 	rc, err := c.conn.SyscallConn()
 	if err != nil {

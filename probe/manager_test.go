@@ -476,3 +476,47 @@ func TestAlignUp(t *testing.T) {
 		t.Errorf("alignUp with no window moved the time to %v", got)
 	}
 }
+
+// TestTickWakesOnTicks: the pass asks to be woken on a tick of the batch
+// window, for the earliest of what falls due: a publish, a probe's
+// timeout (a tick at or after it, less the slack a late timer may take),
+// a turn (a window early).
+func TestTickWakesOnTicks(t *testing.T) {
+	m, err := New(Options{Transport: &fakeTransport{}}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, Rotate: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := batchWindow(m.cfg.Interval)
+	onTick := func(what string, got, now time.Time) {
+		t.Helper()
+		if got.UnixNano()%int64(w) != 0 || got.Before(now) {
+			t.Errorf("%s: the pass at %v wants to wake at %v, not a tick of %v at or after it", what, now, got, w)
+		}
+	}
+	// A pass 1.2 ms after a tick, as a timer's delay makes it.
+	now := alignUp(time.Now(), w).Add(1200 * time.Microsecond)
+	m.peers.epoch = uint64(now.UnixNano()) / uint64(m.cfg.Rotate) // no reselection: no endpoint here
+	next := m.tick(context.Background(), now)
+	onTick("publish", next, now)
+	if next.Sub(now) > publishEvery+w {
+		t.Errorf("nothing due: next pass %v after this one, want the publish within %v", next.Sub(now), publishEvery+w)
+	}
+
+	// A probe sent by this pass times out two windows later: the tick
+	// two windows on, though the probe went 1.2 ms after this tick.
+	m.sched.flights.push(1, flight{p: &mpeer{}, pa: &path{}, sent: now})
+	next = m.tick(context.Background(), now)
+	onTick("timeout", next, now)
+	if want := alignUp(now, w).Add(-w).Add(2 * w); !next.Equal(want) {
+		t.Errorf("timeout: next pass at +%v, want the tick at +%v", next.Sub(now), want.Sub(now))
+	}
+
+	// A turn due 1.5 windows on may go a window early: the next tick.
+	p := &mpeer{spec: Spec{Name: "peer0"}, due: now.Add(w + w/2)}
+	m.sched.due.push(p)
+	next = m.tick(context.Background(), now)
+	onTick("turn", next, now)
+	if want := alignUp(now, w); !next.Equal(want) {
+		t.Errorf("turn: next pass at +%v, want the next tick at +%v", next.Sub(now), want.Sub(now))
+	}
+}
