@@ -332,6 +332,9 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 		case <-ev.lost:
 			d.log.Warn("kernel events were lost; resyncing everything")
 			d.refresh("lost events")
+			if d.verbs.prober != nil {
+				d.verbs.prober.Rescan()
+			}
 			d.reconcile(nil)
 		case <-d.health.timer.C:
 			// A flapping port's quiet window ended: decide again.
@@ -339,6 +342,11 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 		case <-resync.C:
 			d.refresh("periodic resync")
 			d.verbs.addDevices()
+			// The loopback probe finds new devices on uevents only
+			// (loopback.Config.Rescan): this catches one it missed.
+			if d.verbs.prober != nil {
+				d.verbs.prober.Rescan()
+			}
 			d.reconcile(nil)
 			resync.Reset(d.cfg.Daemon.ResyncInterval.Duration)
 		case <-fault:

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -53,12 +54,18 @@ type ControlCounters struct {
 	// and they carried no tag; badTag those whose tag did not verify;
 	// rateLimited the allowed queries over their source's admission rate.
 	unauthenticated, badTag, rateLimited atomic.Uint64
+	// overflow0 is the receive buffer overflows of the endpoints closed
+	// before (the endpoint in force reads its own from the kernel).
+	overflow0 atomic.Uint64
 }
 
 // ControlStats are a control endpoint's counters at one time.
 type ControlStats struct {
 	Malformed, Refused, Answered         uint64
 	Unauthenticated, BadTag, RateLimited uint64
+	// Overflow counts the datagrams the kernel dropped because the
+	// socket's receive buffer was full (SetReceiveBuffer).
+	Overflow uint64
 }
 
 // Auth is how the control endpoint authenticates: a fleet key (nil: none)
@@ -103,13 +110,15 @@ type ControlOptions struct {
 	// returns the answer to send, if any; without it they are refused.
 	// It runs on Serve's goroutine.
 	Bandwidth func(from netip.AddrPort, m wire.Message) (wire.Message, bool)
-	// Linger, if set, makes a busy endpoint read in batches: when a
-	// message came less than Linger after the socket was last found
-	// empty, Serve waits out the rest of Linger before it reads again and
-	// then takes what came meanwhile together. An idle endpoint answers at
-	// once; a busy one (ten thousand peers re-asking every minute: some
-	// 300 messages a second) wakes about once per Linger instead of once
-	// per message, and answers within Linger.
+	// Linger, if set, makes a busy endpoint read in batches: after a
+	// message, Serve reads again only at the next tick of a clock that
+	// ticks every Linger (multiples of Linger since the Unix epoch, the
+	// ticks the manager's passes fall on) and takes what came meanwhile
+	// together, until a tick finds the socket empty. An idle endpoint
+	// answers at once; a busy one (ten thousand peers re-asking every
+	// minute: some 300 messages a second) wakes about once per Linger
+	// instead of once per message, with the manager's pass, and answers
+	// within Linger.
 	Linger time.Duration
 }
 
@@ -156,8 +165,12 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 // Addr returns the local address.
 func (c *Control) Addr() netip.AddrPort { return c.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
 
-// Close closes the socket; Serve returns.
-func (c *Control) Close() error { return c.conn.Close() }
+// Close closes the socket; Serve returns. Its overflows stay counted in
+// the counters it shares.
+func (c *Control) Close() error {
+	c.n.overflow0.Add(c.overflow())
+	return c.conn.Close()
+}
 
 // SetAllow replaces who may query.
 func (c *Control) SetAllow(addrs []netip.Addr, nets []netip.Prefix) {
@@ -208,7 +221,63 @@ func (c *Control) SetFingerprint(fp []byte) {
 // Stats returns the counters.
 func (c *Control) Stats() ControlStats {
 	return ControlStats{Malformed: c.n.malformed.Load(), Refused: c.n.refused.Load(), Answered: c.n.answered.Load(),
-		Unauthenticated: c.n.unauthenticated.Load(), BadTag: c.n.badTag.Load(), RateLimited: c.n.rateLimited.Load()}
+		Unauthenticated: c.n.unauthenticated.Load(), BadTag: c.n.badTag.Load(), RateLimited: c.n.rateLimited.Load(),
+		Overflow: c.n.overflow0.Load() + c.overflow()}
+}
+
+// SetReceiveBuffer asks the kernel for a receive buffer of bytes on the
+// socket, so that the messages one batch window gathers fit (Linger: at
+// ten thousand peers the default buffer overflowed and answers were lost,
+// issue #29): SO_RCVBUFFORCE where the process may (CAP_NET_ADMIN, which
+// rdmad.service grants), else SO_RCVBUF, which the kernel caps at
+// net.core.rmem_max. It never shrinks the buffer, and returns the size
+// the kernel set (it doubles what it is asked for, for its bookkeeping).
+func (c *Control) SetReceiveBuffer(bytes int) (int, error) {
+	rc, err := c.conn.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("peers: control endpoint %s: receive buffer: %w", c.Addr(), err)
+	}
+	var got int
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		cur, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err == nil && cur >= 2*bytes {
+			got = cur
+			return
+		}
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bytes) != nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
+		}
+		got, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if serr == nil {
+			serr = err
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("peers: control endpoint %s: receive buffer: %w", c.Addr(), err)
+	}
+	if serr != nil {
+		return got, fmt.Errorf("peers: control endpoint %s: set the receive buffer to %d bytes: %w", c.Addr(), bytes, serr)
+	}
+	return got, nil
+}
+
+// overflow returns how many datagrams the kernel dropped on the socket
+// because its receive buffer was full (SO_MEMINFO's SK_MEMINFO_DROPS);
+// 0 when it cannot tell.
+func (c *Control) overflow() uint64 {
+	rc, err := c.conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var mi [unix.SK_MEMINFO_VARS]uint32
+	rc.Control(func(fd uintptr) {
+		n := uint32(unsafe.Sizeof(mi))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
+			mi = [unix.SK_MEMINFO_VARS]uint32{}
+		}
+	})
+	return uint64(mi[unix.SK_MEMINFO_DROPS])
 }
 
 // Counters returns malformed, refused and answered message counts.
@@ -285,21 +354,26 @@ func (c *Control) Serve(ctx context.Context) error {
 	// a valid one.
 	buf := make([]byte, wire.MaxSize+1)
 	out := make([]byte, 0, wire.MaxSize)
-	var idle time.Time // when the socket was last found empty
+	// busy: a message came since a tick last found the socket empty.
+	busy := false
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	defer linger.Stop()
 	for {
-		if c.opts.Linger > 0 && c.pending() == 0 {
-			if since := time.Since(idle); since < c.opts.Linger {
-				linger.Reset(c.opts.Linger - since)
-				select {
-				case <-linger.C:
-				case <-ctx.Done():
-					return nil
-				}
+		if c.opts.Linger > 0 && busy && c.pending() == 0 {
+			// What comes next is read together at the next tick of the
+			// batch window, the one the manager's pass falls on
+			// (alignUp): one timer wakes both.
+			now := time.Now()
+			linger.Reset(alignUp(now.Add(time.Nanosecond), c.opts.Linger).Sub(now))
+			select {
+			case <-linger.C:
+			case <-ctx.Done():
+				return nil
 			}
-			idle = time.Now()
+			// A tick that finds nothing ends the busy spell: the next
+			// message is read when it comes.
+			busy = c.pending() > 0
 		}
 		n, from, err := c.conn.ReadFromUDPAddrPort(buf)
 		rx := time.Now() // T2 of a query's clock exchange
@@ -313,6 +387,7 @@ func (c *Control) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("peers: read control endpoint: %w", err)
 		}
+		busy = true
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		a := c.auth.Load()
 		m, err := wire.DecodeKeys(buf[:n], a.verify...)

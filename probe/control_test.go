@@ -96,3 +96,46 @@ func TestControlLoopback(t *testing.T) {
 		t.Errorf("counters malformed %d refused %d answered %d, want 4 1 1", malformed, refused, answered)
 	}
 }
+
+// TestControlReceiveBuffer: the endpoint's receive buffer grows to what a
+// batch needs, and what the kernel drops for a full buffer is counted,
+// also after the endpoint closed (its counters outlive it).
+func TestControlReceiveBuffer(t *testing.T) {
+	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, Ports: func() []ud.LocalPort { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Within net.core.rmem_max's default (212992), so that it holds
+	// without CAP_NET_ADMIN too.
+	const want = 96 << 10
+	if got, err := c.SetReceiveBuffer(want); err != nil || got < want {
+		t.Errorf("SetReceiveBuffer(%d) = %d, %v; want at least %d", want, got, err, want)
+	}
+	if got, err := c.SetReceiveBuffer(4 << 10); err != nil || got < want {
+		t.Errorf("SetReceiveBuffer(4096) after %d = %d, %v; want the buffer kept", want, got, err)
+	}
+	if n := c.Stats().Overflow; n != 0 {
+		t.Fatalf("Overflow = %d before anything was sent", n)
+	}
+	// Nobody reads (no Serve), and the buffer is the kernel's least.
+	if err := c.conn.SetReadBuffer(1); err != nil {
+		t.Fatal(err)
+	}
+	s, err := net.Dial("udp", c.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 64 {
+		s.Write(make([]byte, 512))
+	}
+	n := c.Stats().Overflow
+	if n == 0 {
+		t.Fatal("Overflow = 0 after 64 datagrams into a full buffer")
+	}
+	c.Close()
+	if after := c.Stats().Overflow; after != n {
+		t.Errorf("Overflow = %d after Close, %d before", after, n)
+	}
+}

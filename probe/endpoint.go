@@ -30,6 +30,9 @@ type controlEndpoint struct {
 	// allowStale: the control endpoint's allow list is rebuilt at the end
 	// of the pass (once, however many peers were resolved in it).
 	allowStale bool
+	// rcvbuf is the receive buffer asked of ctl (sizeControl), 0 for none
+	// yet.
+	rcvbuf int
 }
 
 func newControlEndpoint() controlEndpoint {
@@ -53,7 +56,40 @@ func (c *controlEndpoint) serve(ctx context.Context, ctl *Control, port int) {
 			}
 		}
 	}()
-	c.ctl, c.done, c.port = ctl, done, port
+	c.ctl, c.done, c.port, c.rcvbuf = ctl, done, port, 0
+}
+
+// controlMsgBuffer is the receive buffer to ask for per message a batch
+// window may gather: a message is at most wire.MaxSize (1 KiB), and the
+// kernel charges each datagram its buffer's true size, which it doubles
+// the asked size for.
+const controlMsgBuffer = 2 << 10
+
+// controlBuffer returns the receive buffer for the control messages of one
+// batch window of w at n peers re-asking every resolve: the answers to one
+// pass's queries (maxBatch), the peers' queries of a window four times
+// over (they are not evenly spread) and a margin.
+func controlBuffer(n int, w, resolve time.Duration) int {
+	q := 0
+	if resolve > 0 {
+		q = int(int64(n) * int64(w) / int64(resolve))
+	}
+	return (maxBatch + 4*q + 64) * controlMsgBuffer
+}
+
+// sizeControl sizes the control endpoint's receive buffer for the
+// configured peers (controlBuffer).
+func (m *Manager) sizeControl() {
+	want := controlBuffer(len(m.cfg.Peers), batchWindow(m.cfg.Interval), m.cfg.Resolve)
+	if m.control.ctl == nil || want == m.control.rcvbuf {
+		return
+	}
+	m.control.rcvbuf = want
+	got, err := m.control.ctl.SetReceiveBuffer(want)
+	if err != nil || got < want {
+		m.log.Warn("the control endpoint's receive buffer is smaller than a batch of control messages needs; some may be dropped (control_overflow counts them): raise net.core.rmem_max or give rdmad CAP_NET_ADMIN",
+			"want_bytes", want, "got_bytes", got, "err", err)
+	}
 }
 
 // close closes the endpoint in force and waits for its Serve to return.
@@ -116,7 +152,7 @@ func (m *Manager) listen(ctx context.Context, port int) error {
 			m.in.addAnswer(answer{from: from, m: msg, query: true})
 		},
 		Counters:  &m.control.counters,
-		Linger:    min(m.cfg.Interval/10, maxBatchWindow),
+		Linger:    batchWindow(m.cfg.Interval),
 		Bandwidth: m.opts.Bandwidth,
 	})
 	if err != nil {

@@ -227,8 +227,8 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	// Visit the peers due now and those due within the batch window:
 	// their probes leave a little early, together, at most maxBatch of
 	// them.
-	window := min(m.cfg.Interval/10, maxBatchWindow)
-	horizon := now.Add(window)
+	window := batchWindow(m.cfg.Interval)
+	horizon := now.Add(window + tickSlack)
 	m.sched.batched = 0
 	for m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) && m.sched.batched < maxBatch {
 		p := m.sched.due.top()
@@ -239,15 +239,23 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	if m.control.allowStale {
 		m.updateAllow()
 	}
-	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout)
+	if m.sched.batched >= maxBatch && m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) {
+		// More were due within the window than one pass sends: the
+		// next pass follows at once.
+		return now
+	}
+	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout, window)
 	if len(m.control.nonces) > 0 && now.Add(window).Before(next) {
 		// Answers to the queries wait in the inbox: take them within the
 		// batch window.
 		next = now.Add(window)
 	}
-	// Wake once for all probes due within the next few milliseconds:
-	// one timer per probe would cost a wakeup each at a thousand peers.
-	return next.Add(2 * time.Millisecond)
+	// One schedule for all due work: every pass falls on a tick of the
+	// batch window, so the probes due within a window, the timeouts, the
+	// control answers and the publish share one wakeup, and it is the
+	// control endpoint's (Control.Serve lingers to the same ticks). One
+	// timer per probe would cost a wakeup each at a thousand peers.
+	return alignUp(next.Add(-tickSlack), window)
 }
 
 // apply installs settings: the peer list, the allow list, the selection,
@@ -273,6 +281,7 @@ func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 	m.localGen++
 	m.peers.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
+	m.sizeControl()
 }
 
 func (m *Manager) localErrOr() error {

@@ -449,3 +449,74 @@ func TestLookupBackoff(t *testing.T) {
 		t.Errorf("peers %+v; want nowhere.example down, saying it cannot be resolved", last.Peers)
 	}
 }
+
+// TestAlignUp: the ticks the passes and the control endpoint's reads share
+// are multiples of the window since the epoch, and a time on a tick is its
+// own tick.
+func TestAlignUp(t *testing.T) {
+	w := 250 * time.Millisecond
+	base := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, 0},
+		{time.Nanosecond, w},
+		{w - time.Nanosecond, w},
+		{w, w},
+		{w + 3*time.Millisecond, 2 * w},
+	} {
+		if got := alignUp(base.Add(c.in), w); !got.Equal(base.Add(c.want)) {
+			t.Errorf("alignUp(+%v, %v) = +%v, want +%v", c.in, w, got.Sub(base), c.want)
+		}
+	}
+	// The monotonic reading is kept: the tick is a time a timer can wait for.
+	now := time.Now()
+	if tick := alignUp(now, w); tick.Sub(now) < 0 || tick.Sub(now) >= w || tick.UnixNano()%int64(w) != 0 {
+		t.Errorf("alignUp(now) = now+%v (%d ns mod %v)", tick.Sub(now), tick.UnixNano()%int64(w), w)
+	}
+	if got := alignUp(base.Add(time.Nanosecond), 0); !got.Equal(base.Add(time.Nanosecond)) {
+		t.Errorf("alignUp with no window moved the time to %v", got)
+	}
+}
+
+// TestTickWakesOnTicks: the pass asks to be woken on a tick of the batch
+// window, for the earliest of what falls due: a publish, a probe's
+// timeout (a tick at or after it, less the slack a late timer may take),
+// a turn (a window early).
+func TestTickWakesOnTicks(t *testing.T) {
+	m, err := New(Options{Transport: &fakeTransport{}}, Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, Rotate: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := batchWindow(m.cfg.Interval)
+	onTick := func(what string, got, now time.Time) {
+		t.Helper()
+		if got.UnixNano()%int64(w) != 0 || got.Before(now) {
+			t.Errorf("%s: the pass at %v wants to wake at %v, not a tick of %v at or after it", what, now, got, w)
+		}
+	}
+	// A pass 1.2 ms after a tick, as a timer's delay makes it.
+	now := alignUp(time.Now(), w).Add(1200 * time.Microsecond)
+	m.peers.epoch = uint64(now.UnixNano()) / uint64(m.cfg.Rotate) // no reselection: no endpoint here
+	next := m.tick(context.Background(), now)
+	onTick("publish", next, now)
+	if next.Sub(now) > publishEvery+w {
+		t.Errorf("nothing due: next pass %v after this one, want the publish within %v", next.Sub(now), publishEvery+w)
+	}
+
+	// A probe sent by this pass times out two windows later: the tick
+	// two windows on, though the probe went 1.2 ms after this tick.
+	m.sched.flights.push(1, flight{p: &mpeer{}, pa: &path{}, sent: now})
+	next = m.tick(context.Background(), now)
+	onTick("timeout", next, now)
+	if want := alignUp(now, w).Add(-w).Add(2 * w); !next.Equal(want) {
+		t.Errorf("timeout: next pass at +%v, want the tick at +%v", next.Sub(now), want.Sub(now))
+	}
+
+	// A turn due 1.5 windows on may go a window early: the next tick.
+	p := &mpeer{spec: Spec{Name: "peer0"}, due: now.Add(w + w/2)}
+	m.sched.due.push(p)
+	next = m.tick(context.Background(), now)
+	onTick("turn", next, now)
+	if want := alignUp(now, w); !next.Equal(want) {
+		t.Errorf("turn: next pass at +%v, want the next tick at +%v", next.Sub(now), want.Sub(now))
+	}
+}

@@ -187,6 +187,7 @@ func (m *Manager) State() apitype.Peers {
 		cs := m.control.ctl.Stats()
 		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
 		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
+		out.Counters.ControlOverflow = cs.Overflow
 	}
 	out.ControlPort, out.ControlError = m.control.port, m.control.err
 	out.GroupFaults = m.groupFaultList()

@@ -32,20 +32,54 @@ func newScheduler() scheduler { return scheduler{outbox: map[string][]ud.Target{
 const maxInflightPerPath = 2
 
 // maxBatchWindow bounds how early a probe may go to share a wakeup and a
-// post with others (a tenth of peer_interval when that is shorter, within
-// the ±10% jitter): at a thousand peers a second, one wakeup per 100 ms
-// sends about a hundred probes with one doorbell instead of a hundred
-// wakeups. A wakeup costs far more than a probe (a goroutine and a
-// thread woken, on both sides of the transport), and a peer's next turn
-// is counted from its due time, not from the early send, so probes do not
-// come more often than peer_interval.
-const maxBatchWindow = 100 * time.Millisecond
+// post with others (a quarter of peer_interval when that is shorter): at
+// a thousand peers a second, one wakeup per 250 ms sends about 250 probes
+// with one doorbell instead of 250 wakeups. A wakeup costs far more than
+// a probe (on a VM tens of µs for the thread switch, and a Go timer wakes
+// four or five threads: issue #29), and a peer's next turn is counted
+// from its due time, not from the early send, so probes do not come more
+// often than peer_interval; one peer's probes are peer_interval ± (10%
+// jitter + the window) apart, peer_interval on average. A quarter keeps
+// a stopped peer's "down" within 3 s at the defaults (docs/PROBES.md,
+// "Which time is down within 3 s?") and makes the default peer_timeout
+// (500 ms) two windows, so that timeouts fall on the same ticks.
+const maxBatchWindow = 250 * time.Millisecond
 
-// maxBatch bounds the probes and queries one wakeup sends: a port has 256
-// send slots (verbs/peer), shared with the answers to other nodes' probes,
-// and the peers' control sockets take a burst of queries. When more are
-// due within the batch window, the next wakeup follows at once.
-const maxBatch = 128
+// batchWindow is the batch window at probe interval iv: how early a probe
+// may go, how long the control endpoint lets messages gather, and the
+// period of the ticks every pass of the manager falls on (alignUp).
+func batchWindow(iv time.Duration) time.Duration { return min(iv/4, maxBatchWindow) }
+
+// tickSlack is how late after its tick a pass may run (the timer's own
+// delay, a busy machine) and still do what falls due at the tick: a
+// probe's turn within the window plus tickSlack goes with the pass, and a
+// timeout up to tickSlack after a tick is waited for from that tick (it
+// expires at the pass if the pass is late enough, else at once after it:
+// only probes without an answer pay that second pass).
+const tickSlack = 2 * time.Millisecond
+
+// alignUp returns the first tick at or after t of a clock that ticks
+// every d (multiples of d since the Unix epoch; t's monotonic reading is
+// kept). The manager's passes and the control endpoint's batched reads
+// wait for the same ticks, so their timers expire together and the Go
+// runtime wakes its threads once for both instead of once each (a timer
+// wakes several threads: the one in the poller, sysmon, a spinning M).
+func alignUp(t time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return t
+	}
+	if r := time.Duration(t.UnixNano() % int64(d)); r != 0 {
+		return t.Add(d - r)
+	}
+	return t
+}
+
+// maxBatch bounds the probes and queries one wakeup sends: a port has 512
+// send slots (verbs/peer), shared with the answers to other nodes'
+// probes, and 512 receives for the replies to come back to, and the
+// peers' control sockets take a burst of queries. When more are due
+// within the batch window, the next wakeup follows at once.
+const maxBatch = 256
 
 // visit is a peer's turn: look up its QPs if needed, probe every resolved
 // path, and schedule the next turn.
@@ -153,10 +187,12 @@ func (s *scheduler) nextExpired(now time.Time, timeout time.Duration) (uint64, f
 }
 
 // wakeBy returns when the scheduler needs the manager next, at next at
-// the latest: the next turn due, or the oldest probe's timeout.
-func (s *scheduler) wakeBy(next time.Time, timeout time.Duration) time.Time {
-	if s.due.len() > 0 && s.due.top().due.Before(next) {
-		next = s.due.top().due
+// the latest: the next turn due, less early (a turn may be taken that much
+// ahead, with the batch it shares a pass with), or the oldest probe's
+// timeout.
+func (s *scheduler) wakeBy(next time.Time, timeout, early time.Duration) time.Time {
+	if s.due.len() > 0 && s.due.top().due.Add(-early).Before(next) {
+		next = s.due.top().due.Add(-early)
 	}
 	if f := s.flights.front(); f != nil && f.sent.Add(timeout).Before(next) {
 		next = f.sent.Add(timeout)

@@ -376,6 +376,10 @@ type PeerCounters struct {
 	ProbeBadTag   uint64 `json:"probe_bad_tag"`
 	ProbeUntagged uint64 `json:"probe_untagged"`
 	ProbesNotSent uint64 `json:"probes_not_sent"` // send slots full or port gone
+
+	// ControlOverflow counts control messages the kernel dropped because
+	// the control socket's receive buffer was full.
+	ControlOverflow uint64 `json:"control_overflow"`
 }
 
 // Config describes the configuration in force.

@@ -37,7 +37,7 @@ var (
 	peerLossyFlows = prometheus.NewDesc("rdmad_peer_path_lossy_flows",
 		"Probe flows ([probe] flows: UDP source ports, so ECMP paths of the fabric) of the path that are lossy now; some lossy while others are clean makes the path degraded.", []string{"peer", "group", "local"}, nil)
 	peerControl = prometheus.NewDesc("rdmad_peer_control_messages_total",
-		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag or rate_limited.", []string{"outcome"}, nil)
+		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag, rate_limited or overflow (dropped by the kernel: the socket's receive buffer was full).", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
 		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
 	peerGroupFault = prometheus.NewDesc("rdmad_peer_group_fault",
@@ -106,6 +106,7 @@ var peerSection = section{
 			ch <- counter(peerControl, float64(k.ControlUnauthenticated), "unauthenticated")
 			ch <- counter(peerControl, float64(k.ControlBadTag), "bad_tag")
 			ch <- counter(peerControl, float64(k.ControlRateLimited), "rate_limited")
+			ch <- counter(peerControl, float64(k.ControlOverflow), "overflow")
 			ch <- counter(peerProbesIn, float64(k.ProbesAnswered), "answered")
 			ch <- counter(peerProbesIn, float64(k.ProbeUnadmitted), "unadmitted")
 			ch <- counter(peerProbesIn, float64(k.ProbeMalformed), "malformed")

@@ -15,7 +15,13 @@ func CPU() time.Duration {
 }
 
 // Sleeps returns how often the process's threads went to sleep so far
-// (voluntary context switches): each is a wakeup later.
+// (voluntary context switches): each is a wakeup later, so the benchmarks
+// report its rate as wakeups/s. Voluntary switches rather than all of
+// them: an involuntary switch is a thread preempted while it could run
+// (the machine's other load, not a wakeup rdmad asked for), and
+// schedstat's run count (/proc/self/task/*/schedstat) counts both.
+// getrusage rather than /proc/self/task/*/status: it sums every thread the
+// process had, also those that exited during the measurement.
 func Sleeps() int64 { return self().Nvcsw }
 
 func self() unix.Rusage {

@@ -218,3 +218,29 @@ func TestFakeDeviceGone(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeRescan: a device whose probing ended (it went away and came
+// back) is started again Config.Rescan after its run ended, without a
+// Rescan call and not sooner (a device that fails as it opens is not
+// retried in a loop). A device that appears is the daemon's uevents'
+// (Rescan); the fake's devices are not in /sys/class/infiniband_verbs,
+// which is what a rescan looks at first, so that part is the e2e tests'.
+func TestFakeRescan(t *testing.T) {
+	const rescan = 300 * time.Millisecond
+	r, _ := fakeRun(t, Config{Interval: 10 * time.Millisecond, Rescan: rescan})
+	waitPort(t, r, "ok", healthy(1))
+	if err := verbs.FakeRemoveDevice("fake0"); err != nil {
+		t.Fatal(err)
+	}
+	waitPort(t, r, "device_gone", func(p PortResult) bool { return p.ErrorKind == KindDeviceGone })
+	gone := time.Now()
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPort(t, r, "ok again", healthy(1))
+	// The run ended before its device_gone result was seen, so the
+	// restart may come a little sooner than rescan after that.
+	if d := time.Since(gone); d < rescan/2 {
+		t.Errorf("fake0 probed again %v after it went away, want about %v (Config.Rescan)", d, rescan)
+	}
+}

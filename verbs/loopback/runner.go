@@ -29,8 +29,10 @@ type Config struct {
 	// Timeout for one round (WRITE, READ and SEND/RECV) to complete;
 	// default 500ms, at most Interval.
 	Timeout time.Duration
-	// Rescan is how often the device list is read again to find devices
-	// that appeared or returned; default 5s.
+	// Rescan is how long after a device's probing ended (the device went
+	// away or failed) the device list is read again to start it anew;
+	// default 5s. Devices that appear are found when Rescan is called
+	// (the daemon does on uevents and at its periodic resync).
 	Rescan time.Duration
 	// Window is the number of samples per operation that percentiles are
 	// computed over; default 300 (five minutes at 1 Hz).
@@ -329,13 +331,27 @@ func (r *Runner) Run(ctx context.Context) error {
 			<-d.done
 		}
 	}()
-	t := time.NewTicker(r.cfg.Rescan)
+	// The rescan timer runs only while a device's run has ended and waits
+	// to be started again: devices that appear are the daemon's uevents
+	// (Rescan), and its periodic resync (Rescan again) catches what the
+	// events missed. An idle node does not wake every Rescan for nothing.
+	t := time.NewTimer(r.cfg.Rescan)
+	t.Stop()
 	defer t.Stop()
+	armed := false
+	// ended is signalled when a device's run returns; buffered 1.
+	ended := make(chan struct{}, 1)
 	var seen []string
 	first := true
+	// reap: look for ended runs (not right after one ended: it is started
+	// again at the timer).
+	reap := true
 	for {
 		exited := false
 		for name, d := range running {
+			if !reap {
+				break
+			}
 			select {
 			case <-d.done:
 				delete(running, name)
@@ -343,12 +359,27 @@ func (r *Runner) Run(ctx context.Context) error {
 			default:
 			}
 		}
+		reap = true
 		names := uverbsNames()
 		if !first && !exited && slices.Equal(names, seen) {
+			var tick <-chan time.Time
+			if armed {
+				tick = t.C
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-t.C:
+			case <-tick:
+				armed = false
+			case <-ended:
+				// Started again at the next rescan, not at once: a
+				// device that fails as it opens is not retried in a
+				// loop.
+				if !armed {
+					t.Reset(r.cfg.Rescan)
+					armed = true
+				}
+				reap = false
 			case <-r.rescan:
 			}
 			continue
@@ -371,15 +402,32 @@ func (r *Runner) Run(ctx context.Context) error {
 			running[d.Name] = dr
 			r.setRunning(d.Name, cancel)
 			go func(name string) {
+				defer func() {
+					select {
+					case ended <- struct{}{}:
+					default:
+					}
+				}()
 				defer close(dr.done)
 				defer r.setRunning(name, nil)
 				r.runDevice(dctx, name)
 			}(d.Name)
 		}
+		var tick <-chan time.Time
+		if armed {
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-tick:
+			armed = false
+		case <-ended:
+			if !armed {
+				t.Reset(r.cfg.Rescan)
+				armed = true
+			}
+			reap = false
 		case <-r.rescan:
 		}
 	}

@@ -65,8 +65,13 @@ type Config struct {
 	Devices []string
 	// Rescan is how often devices and port states are read again; default 5s.
 	Rescan time.Duration
-	// RecvSlots and SendSlots size each port's queues; defaults 256 and 256.
-	// SendSlots bounds the probes and answers in flight per port.
+	// RecvSlots (per flow) and SendSlots size each port's queues; defaults
+	// 512 (fewer past 15 flows, within maxPortSlots) and 512,
+	// twice the probes the manager sends in one batch (probe's maxBatch):
+	// the replies to a batch come back together and must find receives
+	// posted, and the answers to other nodes' probes need send slots
+	// while a batch is in flight. SendSlots bounds the probes and answers
+	// in flight per port.
 	RecvSlots, SendSlots int
 	// MaxAH bounds the cached address handles per port; default 4096.
 	MaxAH int
@@ -114,16 +119,17 @@ type Engine struct {
 	released    map[string]bool // devices ReleaseDevice asked Run to close
 }
 
+// maxPortSlots bounds a port's receive and send slots together (its buffer
+// and its completion queue): 1 MiB of 128-byte slots.
+const maxPortSlots = 8192
+
 // New returns an Engine; Run starts it.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Rescan == 0 {
 		cfg.Rescan = 5 * time.Second
 	}
-	if cfg.RecvSlots == 0 {
-		cfg.RecvSlots = 256
-	}
 	if cfg.SendSlots == 0 {
-		cfg.SendSlots = 256
+		cfg.SendSlots = 512
 	}
 	if cfg.Flows == 0 {
 		cfg.Flows = 1
@@ -131,8 +137,14 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Flows < 1 || cfg.Flows > ud.MaxFlows {
 		return nil, fmt.Errorf("peer probe: %d flows: from 1 to %d", cfg.Flows, ud.MaxFlows)
 	}
-	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.Flows*cfg.RecvSlots+cfg.SendSlots > 8192 {
-		return nil, fmt.Errorf("peer probe: %d flows of %d receive slots and %d send slots: each must be at least 1, together at most 8192", cfg.Flows, cfg.RecvSlots, cfg.SendSlots)
+	if cfg.RecvSlots == 0 {
+		// 512 a flow, fewer past 15 flows so that the port stays within
+		// maxPortSlots: a batch's probes are spread over the flows, so
+		// each flow's replies to it are fewer too.
+		cfg.RecvSlots = min(512, (maxPortSlots-cfg.SendSlots)/cfg.Flows)
+	}
+	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.Flows*cfg.RecvSlots+cfg.SendSlots > maxPortSlots {
+		return nil, fmt.Errorf("peer probe: %d flows of %d receive slots and %d send slots: each must be at least 1, together at most %d", cfg.Flows, cfg.RecvSlots, cfg.SendSlots, maxPortSlots)
 	}
 	if cfg.MaxAH == 0 {
 		cfg.MaxAH = 4096

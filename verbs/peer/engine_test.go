@@ -63,6 +63,12 @@ func TestNewConfig(t *testing.T) {
 		{"defaults", Config{}, false},
 		{"negative slots", Config{SendSlots: -1}, true},
 		{"too many slots", Config{RecvSlots: 8000, SendSlots: 8000}, true},
+		// Every flow count [probe] flows accepts works with the default
+		// slots (16 flows of 512 would pass the port's bound).
+		{"most flows", Config{Flows: ud.MaxFlows}, false},
+		{"4 flows", Config{Flows: 4}, false},
+		{"too many flows", Config{Flows: ud.MaxFlows + 1}, true},
+		{"16 flows of 512", Config{Flows: ud.MaxFlows, RecvSlots: 512}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

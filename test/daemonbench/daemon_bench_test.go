@@ -1,0 +1,226 @@
+// Package daemonbench measures the whole daemon on the host (issue #29 item
+// 1; docs/BENCHMARKS.md, "Wakeups"): daemon.Run, as cmd/rdmad runs it, in
+// this process, on the fixture sysfs tree, with the peer probes on
+// probetest.MemTransport and the peers' control endpoints a
+// probetest.FakeFleet in another process (the other nodes' work is not the
+// node's). What the peer engine costs alone is probe's
+// BenchmarkPeers*At1Hz; the difference is the rest of rdmad: the main
+// loop, the state store, the D-Bus view and the watchers.
+//
+//	go test -run '^$' -bench 'DaemonPeers' -benchtime 10x ./test/daemonbench
+//	go test -run '^$' -bench 'DaemonIdle' -benchtime 1x ./test/daemonbench
+//
+// Metrics: core-% (the process's user+system CPU time per wall second, in
+// percent of one core) and wakeups/s (its threads' voluntary context
+// switches per second: internal/rusage.Sleeps says why those are the
+// wakeups).
+package daemonbench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/client"
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon"
+	"github.com/rdmad/rdmad/internal/rusage"
+	"github.com/rdmad/rdmad/probe/probetest"
+	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/verbs/peer"
+)
+
+var warmup = flag.Duration("daemon.warmup", 100*time.Second, "BenchmarkDaemonPeers*: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
+
+const fixture = "../../inventory/testdata/roce-ib"
+
+// TestMain is the fake fleet's process too (probetest.StartFleet).
+func TestMain(m *testing.M) {
+	probetest.RunFleetChild()
+	os.Exit(m.Run())
+}
+
+// memEngine is the daemon's peer engine over a MemTransport: the device
+// methods have no devices to act on.
+type memEngine struct{ *probetest.MemTransport }
+
+func (memEngine) SetAuth([]byte, bool) {}
+func (memEngine) Rescan()              {}
+func (memEngine) ReleaseDevice(string) {}
+func (e memEngine) Stats() ud.Stats {
+	return ud.Stats{Sent: e.Sent(), Replies: e.Sent() - e.Lost()}
+}
+
+// A daemonRun is daemon.Run in this process until stop.
+type daemonRun struct {
+	c      *client.Client
+	tr     chan *probetest.MemTransport
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startDaemon runs the daemon on configuration body (its socket is set
+// here) with the peer engine on a MemTransport.
+func startDaemon(tb testing.TB, body string) *daemonRun {
+	dir := tb.TempDir()
+	sock := filepath.Join(dir, "rdmad.sock")
+	cfg := filepath.Join(dir, "rdmad.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[daemon]\nsocket = %q\n\n%s", sock, body)), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	r := &daemonRun{c: client.New(sock), tr: make(chan *probetest.MemTransport, 1), done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	opts := daemon.Options{ConfigPath: cfg, ConfigRequired: true, SysfsRoot: fixture, Version: "bench", Stderr: os.Stderr,
+		StateDir: filepath.Join(dir, "state"), PeerListenHost: "127.0.0.1",
+		PeerEngine: func(c peer.Config) (daemon.PeerEngine, error) {
+			t := probetest.NewMemTransport(1, 100*time.Microsecond, 0.001)
+			t.OnReply = c.OnReply
+			go t.Run(ctx)
+			select {
+			case r.tr <- t:
+			default:
+			}
+			return memEngine{t}, nil
+		}}
+	if err := os.Mkdir(opts.StateDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { r.done <- daemon.Run(ctx, opts) }()
+	// Ready when the socket answers.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := r.c.Status(context.Background()); err == nil {
+			break
+		}
+		select {
+		case err := <-r.done:
+			tb.Fatalf("daemon.Run = %v before it answered", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the daemon's socket did not answer within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r
+}
+
+func (r *daemonRun) stop(tb testing.TB) {
+	r.cancel()
+	if err := <-r.done; err != nil {
+		tb.Errorf("daemon.Run = %v", err)
+	}
+}
+
+// waitUp waits until n peers are published, all answering.
+func (r *daemonRun) waitUp(tb testing.TB, n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	last := ""
+	for {
+		st, err := r.c.Status(context.Background())
+		if err == nil {
+			answering := 0
+			for _, p := range st.Peers.Peers {
+				if p.State == apitype.PeerUp || p.State == apitype.PeerDegraded {
+					answering++
+				}
+			}
+			if len(st.Peers.Peers) == n && answering == n {
+				return
+			}
+			last = fmt.Sprintf("%d peers published, %d answering", len(st.Peers.Peers), answering)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %v: %s; want %d answering", limit, last, n)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func BenchmarkDaemonPeers1000At1Hz(b *testing.B) { benchDaemonPeers(b, 1000) }
+
+func benchDaemonPeers(b *testing.B, n int) {
+	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	var peers strings.Builder
+	for i := range n {
+		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i/40)
+	}
+	dir := b.TempDir()
+	peersFile := filepath.Join(dir, "peers")
+	if err := os.WriteFile(peersFile, []byte(peers.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
+	fp := probetest.Fingerprint(local)
+	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
+		fp.Marshal(), time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fleet.Close()
+	r := startDaemon(b, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\n", peersFile, port, n))
+	defer r.stop(b)
+	tr := <-r.tr
+	r.waitUp(b, n, 60*time.Second+time.Duration(n)*time.Millisecond)
+	time.Sleep(*warmup)
+
+	cpu0, sleeps0, sent0 := rusage.CPU(), rusage.Sleeps(), tr.Sent()
+	start := time.Now()
+	i := 0
+	for b.Loop() {
+		i++
+		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
+	}
+	wall := time.Since(start)
+	cpu, sleeps, sent := rusage.CPU()-cpu0, rusage.Sleeps()-sleeps0, tr.Sent()-sent0
+	b.StopTimer()
+	// The figures are only worth reading if the daemon probed everyone at
+	// the configured rate.
+	if rate := float64(sent) / wall.Seconds(); rate < 0.9*float64(n) || rate > 1.2*float64(n) {
+		b.Errorf("%.0f probes/s, want about %d (%d peers at 1 Hz)", rate, n, n)
+	}
+	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "core-%")
+	b.ReportMetric(float64(sleeps)/wall.Seconds(), "wakeups/s")
+	b.ReportMetric(float64(sent)/wall.Seconds(), "probes/s")
+}
+
+var idleFor = flag.Duration("daemon.idle", 10*time.Second, "BenchmarkDaemonIdle: how long each iteration measures")
+
+// BenchmarkDaemonIdle is rdmad without peers: the fixture's devices, the
+// watchers, the API socket and the main loop, nothing asked of it. Each
+// iteration measures -daemon.idle (10 s) in one sleep, so that the
+// benchmark's own wakeups do not count (run it with -benchtime 1x). On a
+// host without a system bus the D-Bus service retries its connection
+// 1, 3, 7, 15 and 31 s after the start and then every 30 s: the
+// measurement starts 20 s after the start, between two retries (with
+// the default -daemon.idle), so that what it counts is rdmad at rest
+// rather than this host's missing bus.
+func BenchmarkDaemonIdle(b *testing.B) {
+	r := startDaemon(b, "")
+	defer r.stop(b)
+	time.Sleep(20 * time.Second)
+	cpu0, sleeps0 := rusage.CPU(), rusage.Sleeps()
+	start := time.Now()
+	for b.Loop() {
+		time.Sleep(*idleFor)
+	}
+	wall := time.Since(start)
+	cpu, sleeps := rusage.CPU()-cpu0, rusage.Sleeps()-sleeps0
+	b.StopTimer()
+	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "core-%")
+	b.ReportMetric(float64(sleeps)/wall.Seconds(), "wakeups/s")
+}
