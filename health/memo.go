@@ -43,6 +43,8 @@ func (m *Memo) sameInputs(in Input, flaps *Flaps) bool {
 	a, b := in.Snap, m.last
 	return in.Local == m.in.Local && sameSlice(in.Prev.Conditions, m.out.Conditions) && in.Prev.Status == m.out.Status &&
 		sameSlice(in.Expect.Ignore, m.in.Expect.Ignore) && sameMap(in.Expect.MinRateGbps, m.in.Expect.MinRateGbps) &&
+		in.Expect.MinLoopbackGbps == m.in.Expect.MinLoopbackGbps && in.Expect.MinLoopbackShare == m.in.Expect.MinLoopbackShare &&
+		a.Bandwidth == b.Bandwidth &&
 		(flaps == nil) == (m.flaps == nil) && (flaps == nil || flaps.same(m.flaps, in.Now)) &&
 		sameMap(a.Components, b.Components) && a.Config.Error == b.Config.Error && a.Config.Generation == b.Config.Generation &&
 		sameSlice(a.Devices, b.Devices) && sameSlice(a.KernelFaults, b.KernelFaults) && sameSlice(a.Loopback, b.Loopback) &&

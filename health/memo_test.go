@@ -19,6 +19,7 @@ func TestMemo(t *testing.T) {
 	prev := apitype.Health{}
 	snap := node()
 	snap.Peers = apitype.Peers{Ports: []apitype.PeerPort{{Key: "rxe0/1"}}, Peers: []apitype.Peer{{Name: "10.0.0.2", State: "up"}}}
+	var expect Expect
 	steps := []struct {
 		name   string
 		change func(s *apitype.Snapshot)
@@ -50,6 +51,14 @@ func TestMemo(t *testing.T) {
 		}, false},
 		{"no peers", func(s *apitype.Snapshot) { s.Peers.Peers = nil }, false},
 		{"nothing", func(*apitype.Snapshot) {}, true},
+		// The loopback bandwidth condition reads the threshold and the
+		// snapshot's bandwidth results.
+		{"a loopback threshold", func(*apitype.Snapshot) { expect.MinLoopbackGbps = 100 }, false},
+		{"a loopback bandwidth result", func(s *apitype.Snapshot) {
+			s.Bandwidth = &apitype.BandwidthStatus{Loopback: []apitype.BandwidthResult{{Loopback: true, Local: "rxe0/1", Gbps: 10, Op: "write", QPs: 1}}}
+		}, false},
+		{"the same results", func(*apitype.Snapshot) {}, true},
+		{"a lower threshold", func(*apitype.Snapshot) { expect.MinLoopbackShare = 0.5 }, false},
 		{"flapping", func(*apitype.Snapshot) {
 			for i := range 4 {
 				flaps.Observe("rxe0/1", i%2 == 1, now)
@@ -61,7 +70,7 @@ func TestMemo(t *testing.T) {
 		st.change(&next)
 		snap = &next
 		now = now.Add(time.Second)
-		in := Input{Snap: snap, Prev: prev, Now: now}
+		in := Input{Snap: snap, Prev: prev, Now: now, Expect: expect}
 		want := in
 		want.Flaps = flaps.State(now)
 		wantH := Evaluate(want)
