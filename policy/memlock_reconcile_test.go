@@ -211,3 +211,53 @@ func TestLimitsFileMovedWhileStopped(t *testing.T) {
 		t.Errorf("record after the removal = %q, want empty", rec.Paths())
 	}
 }
+
+// TestLimitsRecordNotSaved is issue #24's state-directory drill at the
+// reconciler: while the state directory cannot be written, the limits file
+// is still written, and its target says the record is not saved (the
+// status, not only the log); once the directory is back the next pass
+// saves the record and the target's error goes.
+func TestLimitsRecordNotSaved(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	state, dir := t.TempDir(), t.TempDir()
+	a := filepath.Join(dir, "90-rdmad.conf")
+	size := memlock.Size(64 << 20)
+	decl := Declared{Memlock: Memlock{Users: &size, UsersDomain: "*", LimitsFile: a}}
+	r := NewReconciler(log, Options{StateDir: state})
+	defer r.Close()
+
+	// A file where the directory was: every write into it fails, even as
+	// root (chmod would not stop root; chattr +i needs ext4).
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, ps := r.Pass(decl, nil, nil, true)
+	ts := memlockTargets(ps)
+	if len(ts) != 1 || ts[0].State != apitype.Applied || !strings.Contains(ts[0].Error, "limits file record not saved") {
+		t.Fatalf("state directory unwritable: targets %+v, want applied with the record's error", ts)
+	}
+	if !memlock.IsOurs(a) {
+		t.Fatalf("%s not written while the record could not be saved", a)
+	}
+
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	_, ps = r.Pass(decl, nil, nil, true)
+	if ts := memlockTargets(ps); len(ts) != 1 || ts[0].State != apitype.InSync || ts[0].Error != "" {
+		t.Errorf("state directory back: targets %+v, want in-sync without an error", ts)
+	}
+	rec, err := memlock.LoadRecord(filepath.Join(state, memlock.RecordName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Paths(); len(got) != 1 || got[0] != a {
+		t.Errorf("record once the directory is back = %q, want %s", got, a)
+	}
+}

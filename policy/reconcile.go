@@ -748,6 +748,13 @@ func (r *Reconciler) checkUserMemlock(m Memlock, enforce bool) (apitype.Target, 
 		return failed(t, err), nil
 	}
 	t.Actual = t.Desired
+	// The file is in place, but while the state directory cannot be
+	// written (read-only, full) its record is in memory only: the status
+	// says so, not just the log, since a restart before the next save
+	// forgets that the file is rdmad's. The next pass saves it again.
+	if r.recordErr != "" {
+		t.Error = "limits file record not saved: " + r.recordErr
+	}
 	if changed {
 		t.State = apitype.Applied
 		return t, []apitype.Change{{From: "(different or missing)", To: t.Desired}}

@@ -26,6 +26,9 @@ gid=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$a" "$b" "$c" "$
 check "GID 1 is IPv4-mapped $RDMAD_NODE_ADDR" want_eq "$(cat /sys/class/infiniband/rxe0/ports/1/gids/1)" "$gid"
 check "GID 1 type RoCE v2" want_eq "$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/1)" "RoCE v2"
 check "ibv_devinfo sees PORT_ACTIVE" sh -c 'ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE'
+# test/vm/run raises the guest's systemd timeouts for loaded hosts.
+check "systemd start timeout 600 s" want_eq "$(systemctl show -p DefaultTimeoutStartUSec --value)" "10min"
+check "console shell running" systemctl is-active serial-getty@ttyS0.service
 check "inject mount has this script" test -f /mnt/inject/boot.sh
 check "inject mount is read-only" sh -c '! touch /mnt/inject/.rw-probe 2>/dev/null'
 check "configfs rdma_cm" sh -c 'mkdir -p /sys/kernel/config/rdma_cm/rxe0 && cat /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_mode && rmdir /sys/kernel/config/rdma_cm/rxe0'
