@@ -68,9 +68,18 @@ func (h *health) badReason(ws winStats, t Thresholds) string {
 
 func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
 
+// A judged is the samples a path's health judges: the path's window, or
+// on several flows the union of the flows' windows (flowSet).
+type judged interface {
+	loss() winStats  // the counts and the loss rate
+	stats() winStats // and the percentiles
+	// restart leaves only s, the sample judged: after an outage.
+	restart(s sample)
+}
+
 // windowStats returns what the thresholds look at: the percentiles only
 // when an RTT threshold is set (the loss counts are kept as samples come).
-func (t Thresholds) windowStats(w *window) winStats {
+func (t Thresholds) windowStats(w judged) winStats {
 	if t.RTT > 0 {
 		return w.stats()
 	}
@@ -113,7 +122,7 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 // answers and losses were counted. flowsBad, when set, is why some of the
 // path's flows are lossy (flows.go): it makes an up path degraded, and a
 // degraded one stays so while it is set, whatever the path's window says.
-func (h *health) judge(s sample, w *window, t Thresholds, now time.Time, flowsBad string) bool {
+func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad string) bool {
 	next, reason := h.state, h.reason
 	if flowsBad != "" {
 		// The reason is the flows', not the window's figures: badReason
@@ -125,8 +134,7 @@ func (h *health) judge(s sample, w *window, t Thresholds, now time.Time, flowsBa
 		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
 	case h.state == apitype.PeerDown:
 		if h.consecOK >= t.UpAfter {
-			w.reset()
-			w.add(s)
+			w.restart(s)
 			next, reason = apitype.PeerUp, ""
 		}
 	case h.state == apitype.PeerUnknown:
