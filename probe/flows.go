@@ -228,7 +228,7 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 	tp.MinLosses *= len(pa.fl.flows)
 	// Back up from down, judge restarts the flows (flowSet.restart).
 	pa.fl.at = int8(flow)
-	return pa.h.judge(s, pa.fl, tp, now, pa.flowsReason(t))
+	return pa.h.judge(s, judged{fs: pa.fl}, tp, now, pa.flowsReason(t))
 }
 
 // A flowsKey is what a path's flows reason was written for.

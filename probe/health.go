@@ -68,22 +68,36 @@ func (h *health) badReason(ws winStats, t Thresholds) string {
 
 func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
 
-// A judged is the samples a path's health judges: the path's window, or
-// on several flows the union of the flows' windows (flowSet).
-type judged interface {
-	loss() winStats  // the counts and the loss rate
-	stats() winStats // and the percentiles
-	// restart leaves only s, the sample judged: after an outage.
-	restart(s sample)
+// A judged is the samples a path's health judges: the path's window (w),
+// or on several flows the union of the flows' windows (fs). A struct of
+// both rather than an interface, so that windowStats keeps the window's
+// loss inlined on the probe path of a path on one flow.
+type judged struct {
+	w  *window
+	fs *flowSet
+}
+
+// restart leaves only s, the sample judged: after an outage.
+func (j judged) restart(s sample) {
+	if j.fs != nil {
+		j.fs.restart(s)
+	} else {
+		j.w.restart(s)
+	}
 }
 
 // windowStats returns what the thresholds look at: the percentiles only
 // when an RTT threshold is set (the loss counts are kept as samples come).
-func (t Thresholds) windowStats(w judged) winStats {
-	if t.RTT > 0 {
-		return w.stats()
+func (t Thresholds) windowStats(j judged) winStats {
+	switch {
+	case j.fs != nil && t.RTT > 0:
+		return j.fs.stats()
+	case j.fs != nil:
+		return j.fs.loss()
+	case t.RTT > 0:
+		return j.w.stats()
 	}
-	return w.loss()
+	return j.w.loss()
 }
 
 func (t Thresholds) bad(ws winStats) string {
@@ -115,7 +129,7 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 		h.consecLost++
 		h.consecOK = 0
 	}
-	return h.judge(s, w, t, now, "")
+	return h.judge(s, judged{w: w}, t, now, "")
 }
 
 // judge moves the state after a sample s was added to w and the runs of
