@@ -15,9 +15,12 @@ import (
 // probe QP sees one of them. With [probe] flows = K each local port has K
 // probe QPs (verbs/peer), and every turn of a path sends one probe on each
 // flow the peer admitted (R-Pingmesh probes several flows per target the
-// same way): the path's window takes every flow's samples (K times
-// [probe] window of them, so that it spans the same turns as with one
-// flow), and each flow keeps a window of its own. A flow is lossy by the same loss rule as a
+// same way): each flow keeps a window of [probe] window samples, and the
+// path's figures are those of the union of its flows' windows (K times
+// [probe] window samples, so that they span the same turns as with one
+// flow). The path keeps no window of its own: that would be every sample
+// twice, and the probe path's cost per probe would grow with K as it
+// wrote to two windows far apart. A flow is lossy by the same loss rule as a
 // path; a path with a lossy flow is degraded with the flows as its reason
 // ("loss on 1 of 4 flows"), since one bad link behind a switch drops only
 // the flows hashed onto it. A path is down only when every flow lost
@@ -37,6 +40,11 @@ const DefaultFlows = 4
 type flowSet struct {
 	flows []flowState
 	lossy uint8 // how many of flows are lossy
+	// at is the flow whose sample is being judged (-1: every flow's), for
+	// restart.
+	at int8
+	// pcts are the union's percentiles as last published.
+	pcts
 	// why is the flows' reason (flowsReason), written for the figures in
 	// whyFor.
 	why    string
@@ -56,6 +64,46 @@ type flowState struct {
 	// unknown), for the state and the reasons.
 	sport uint16
 	qpn   uint32
+}
+
+// loss returns the counts and the loss rate of the union of the flows'
+// windows.
+func (fs *flowSet) loss() winStats {
+	var st winStats
+	for i := range fs.flows {
+		w := &fs.flows[i].win
+		st.Samples += len(w.filled())
+		st.Lost += int(w.lost)
+	}
+	if st.Samples > 0 {
+		st.LossPct = 100 * float64(st.Lost) / float64(st.Samples)
+	}
+	return st
+}
+
+// stats returns the union's counts, loss rate and percentiles.
+func (fs *flowSet) stats() winStats {
+	w0 := &fs.flows[0].win
+	return slotStats(fs.loss(), w0.buf, len(fs.flows)*len(w0.s), len(fs.flows), func(i int) []slot { return fs.flows[i].win.filled() })
+}
+
+// published is window.published of the union.
+func (fs *flowSet) published() winStats { return fs.pcts.publish(fs.loss(), fs.stats) }
+
+// restart starts every flow afresh after an outage (it was reported as
+// down, not as the flows' loss), with the sample judged in the window of
+// the flow it came from.
+func (fs *flowSet) restart(s sample) {
+	for i := range fs.flows {
+		f := &fs.flows[i]
+		f.win.reset()
+		f.lossy = false
+		if int(fs.at) == i || fs.at < 0 {
+			f.win.add(s)
+		}
+	}
+	fs.lossy = 0
+	fs.fresh = math.MaxUint16
 }
 
 // pathFlows returns how many flows a path probes on: 1 unless the peer
@@ -121,11 +169,10 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 		for i := range fs {
 			fs[i].win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
 		}
-		pa.fl = &flowSet{flows: fs}
-		// The path's window holds every flow's samples: n times the
-		// probes, so that it covers the same window turns as with one
-		// flow, and one turn lost on every flow weighs as one lost turn.
-		pa.win = *newSharedWindow(m.cfg.Window*n, &m.peers.scratch)
+		pa.fl = &flowSet{flows: fs, pcts: pcts{fresh: math.MaxUint16}}
+		// The path's figures are its flows' (flowSet.loss, stats): it
+		// needs no window of its own.
+		pa.win = window{}
 		m.pub.changed = true
 	}
 	for i := range pa.fl.flows {
@@ -160,7 +207,11 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 			pa.fl.lossy--
 		}
 	}
-	pa.win.add(s)
+	if flow >= 0 {
+		pa.fl.added(1)
+	} else {
+		pa.fl.added(len(pa.fl.flows))
+	}
 	// Down when every flow lost down_after in a row; up again after
 	// up_after answers in a row on any.
 	lostRun, okRun := math.MaxInt, 0
@@ -169,24 +220,15 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 		okRun = max(okRun, int(pa.fl.flows[i].consecOK))
 	}
 	pa.h.consecLost, pa.h.consecOK = lostRun, okRun
-	wasDown := pa.h.state == apitype.PeerDown
-	// The path's window counts probes of every flow: a turn lost on all
+	// The path's figures count probes of every flow: a turn lost on all
 	// of them is K losses, and takes K times MinLosses to weigh as
 	// MinLosses lost turns do with one flow (a single lost probe never
 	// degrades a path).
 	tp := t
 	tp.MinLosses *= len(pa.fl.flows)
-	changed := pa.h.judge(s, &pa.win, tp, now, pa.flowsReason(t))
-	if wasDown && pa.h.state == apitype.PeerUp {
-		// The outage was reported as down, not as the flows' loss.
-		for i := range pa.fl.flows {
-			f := &pa.fl.flows[i]
-			f.win.reset()
-			f.lossy = false
-		}
-		pa.fl.lossy = 0
-	}
-	return changed
+	// Back up from down, judge restarts the flows (flowSet.restart).
+	pa.fl.at = int8(flow)
+	return pa.h.judge(s, judged{fs: pa.fl}, tp, now, pa.flowsReason(t))
 }
 
 // A flowsKey is what a path's flows reason was written for.

@@ -372,3 +372,46 @@ func TestFlowsNoHurryOnOneFlow(t *testing.T) {
 		t.Errorf("every flow lost: next turn in %v, want within 100ms of the timeouts", d)
 	}
 }
+
+// TestFlowsPathFigures: a path's figures are those of the union of its
+// flows' windows: K × window samples, the loss over all of them, the
+// percentiles of every flow's answers together; and back from down the
+// path counts only the samples since.
+func TestFlowsPathFigures(t *testing.T) {
+	m := flowsManager(t, 1, 4, 10)
+	p := m.peers.inOrder()[0]
+	pa := p.paths[0]
+	now := time.Now()
+	for r := range 12 { // 12 turns: the windows of 10 are full
+		now = now.Add(time.Second)
+		for f := range 4 {
+			// Flow f answers in (f+1) × 10 µs; flow 0 lost the last
+			// turn but one.
+			m.observeFlow(p, pa, f, sample{lost: f == 0 && r == 10, rtt: time.Duration(f+1) * 10 * time.Microsecond}, now)
+		}
+	}
+	pp := m.State().Peers[0].Paths[0]
+	// 39 answers: 9 of 10 µs, then 10 each of 20, 30 and 40 µs.
+	if pp.State != apitype.PeerUp || pp.Samples != 40 || pp.LossPct != 2.5 || pp.RTTP50 != 30*time.Microsecond || pp.RTTP99 != 40*time.Microsecond {
+		t.Errorf("path %s: %d samples, loss %v%%, RTT p50 %v p99 %v; want up, 40, 2.5%%, 30µs, 40µs", pp.State, pp.Samples, pp.LossPct, pp.RTTP50, pp.RTTP99)
+	}
+	if f := pp.Flows[0]; f.LossPct != 10 || f.RTTP50 != 10*time.Microsecond {
+		t.Errorf("flow 0: loss %v%%, RTT p50 %v; want 10%%, 10µs", f.LossPct, f.RTTP50)
+	}
+	// Down (every flow lost 3 in a row), then up after 3 answers on flow
+	// 1: the path's figures start again from the answer that brought it
+	// up.
+	for range 3 {
+		m.observeFlow(p, pa, -1, sample{lost: true}, now)
+	}
+	if pa.h.state != apitype.PeerDown {
+		t.Fatalf("path after 3 losses on every flow: %s, want down", pa.h.state)
+	}
+	for range 3 {
+		m.observeFlow(p, pa, 1, sample{rtt: 50 * time.Microsecond}, now)
+	}
+	pp = m.State().Peers[0].Paths[0]
+	if pp.State != apitype.PeerUp || pp.Samples != 1 || pp.LossPct != 0 || pp.RTTP50 != 50*time.Microsecond || pp.LossyFlows != 0 {
+		t.Errorf("path back up: %s, %d samples, loss %v%%, RTT p50 %v, %d lossy flows; want up, 1, 0%%, 50µs, 0", pp.State, pp.Samples, pp.LossPct, pp.RTTP50, pp.LossyFlows)
+	}
+}

@@ -68,13 +68,36 @@ func (h *health) badReason(ws winStats, t Thresholds) string {
 
 func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
 
+// A judged is the samples a path's health judges: the path's window (w),
+// or on several flows the union of the flows' windows (fs). A struct of
+// both rather than an interface, so that windowStats keeps the window's
+// loss inlined on the probe path of a path on one flow.
+type judged struct {
+	w  *window
+	fs *flowSet
+}
+
+// restart leaves only s, the sample judged: after an outage.
+func (j judged) restart(s sample) {
+	if j.fs != nil {
+		j.fs.restart(s)
+	} else {
+		j.w.restart(s)
+	}
+}
+
 // windowStats returns what the thresholds look at: the percentiles only
 // when an RTT threshold is set (the loss counts are kept as samples come).
-func (t Thresholds) windowStats(w *window) winStats {
-	if t.RTT > 0 {
-		return w.stats()
+func (t Thresholds) windowStats(j judged) winStats {
+	switch {
+	case j.fs != nil && t.RTT > 0:
+		return j.fs.stats()
+	case j.fs != nil:
+		return j.fs.loss()
+	case t.RTT > 0:
+		return j.w.stats()
 	}
-	return w.loss()
+	return j.w.loss()
 }
 
 func (t Thresholds) bad(ws winStats) string {
@@ -106,14 +129,14 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 		h.consecLost++
 		h.consecOK = 0
 	}
-	return h.judge(s, w, t, now, "")
+	return h.judge(s, judged{w: w}, t, now, "")
 }
 
 // judge moves the state after a sample s was added to w and the runs of
 // answers and losses were counted. flowsBad, when set, is why some of the
 // path's flows are lossy (flows.go): it makes an up path degraded, and a
 // degraded one stays so while it is set, whatever the path's window says.
-func (h *health) judge(s sample, w *window, t Thresholds, now time.Time, flowsBad string) bool {
+func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad string) bool {
 	next, reason := h.state, h.reason
 	if flowsBad != "" {
 		// The reason is the flows', not the window's figures: badReason
@@ -125,8 +148,7 @@ func (h *health) judge(s sample, w *window, t Thresholds, now time.Time, flowsBa
 		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
 	case h.state == apitype.PeerDown:
 		if h.consecOK >= t.UpAfter {
-			w.reset()
-			w.add(s)
+			w.restart(s)
 			next, reason = apitype.PeerUp, ""
 		}
 	case h.state == apitype.PeerUnknown:

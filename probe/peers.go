@@ -129,7 +129,7 @@ type path struct {
 	gidStr   string // remote.GID as text, for the state ("" until made)
 	resolved bool
 	asked    time.Time
-	win      window // in the path: one cache line less to touch per probe
+	win      window // in the path: one cache line less to touch per probe; empty on several flows (fl)
 	h        health
 	sent     uint64
 	lost     uint64

@@ -243,7 +243,9 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apityp
 	}
 	for _, pa := range p.paths {
 		var st winStats
-		if pa.win.buf != nil {
+		if pa.fl != nil {
+			st = pa.fl.published()
+		} else if pa.win.buf != nil {
 			st = pa.win.published()
 		}
 		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,

@@ -77,10 +77,31 @@ type window struct {
 	next int32
 	lost int32
 	full bool
-	// fresh counts the samples added since published computed the
-	// percentiles, which it keeps (as codes) in p50, p99 and hp99.
+	pcts
+}
+
+// pcts are the percentiles published last computed, as codes, and how
+// many samples were added since (fresh).
+type pcts struct {
 	fresh          uint16
 	p50, p99, hp99 uint16
+}
+
+// added counts n samples more since the percentiles were computed.
+func (c *pcts) added(n int) { c.fresh = uint16(min(int(c.fresh)+n, math.MaxUint16)) }
+
+// publish returns st (current counts) with the percentiles as computed
+// when at least a tenth of the samples (one while there are fewer than
+// 20) was new, else computed again by stats and kept; see
+// window.published.
+func (c *pcts) publish(st winStats, stats func() winStats) winStats {
+	if int(c.fresh) < max(1, st.Samples/10) {
+		st.P50, st.P99, st.HostP99 = fromF16(c.p50), fromF16(c.p99), fromF16(c.hp99)
+		return st
+	}
+	st = stats()
+	c.p50, c.p99, c.hp99, c.fresh = toF16(st.P50), toF16(st.P99), toF16(st.HostP99), 0
+	return st
 }
 
 // newWindow returns a window of n samples with scratch space of its own.
@@ -102,9 +123,21 @@ func (w *window) add(s sample) {
 	if int(w.next) == len(w.s) {
 		w.next, w.full = 0, true
 	}
-	if w.fresh < math.MaxUint16 {
-		w.fresh++
+	w.added(1)
+}
+
+// restart leaves s the only sample: after an outage.
+func (w *window) restart(s sample) {
+	w.reset()
+	w.add(s)
+}
+
+// filled returns the slots that hold samples.
+func (w *window) filled() []slot {
+	if w.full {
+		return w.s
 	}
+	return w.s[:w.next]
 }
 
 func (w *window) reset() { w.next, w.full, w.lost, w.fresh = 0, false, 0, math.MaxUint16 }
@@ -137,28 +170,38 @@ func (w *window) loss() winStats {
 // quickselect. They work on the codes, which order as the times do.
 func (w *window) stats() winStats {
 	st := w.loss()
+	return slotStats(st, w.buf, len(w.s), 1, func(int) []slot { return w.s[:st.Samples] })
+}
+
+// slotStats completes st (the counts of the samples of parts, which may
+// be the windows of several flows: percentiles of their union) with the
+// percentiles, in buf, grown to room for at least size values. part(i)
+// is the i-th of n parts' samples.
+func slotStats(st winStats, buf *[]uint16, size, n int, part func(i int) []slot) winStats {
 	answered := st.Samples - st.Lost
 	if answered == 0 {
 		return st
 	}
-	if cap(*w.buf) < answered {
-		*w.buf = make([]uint16, 0, len(w.s))
+	if cap(*buf) < answered {
+		*buf = make([]uint16, 0, max(size, answered))
 	}
-	v := (*w.buf)[:0]
+	v := (*buf)[:0]
 	i50, i99 := rank(50, answered), rank(99, answered)
 	// The 99th percentile is the k-th largest value: 1 or 2 of them up
 	// to a window of 200.
 	k := answered - i99
 	rtt, host := topK{k: k}, topK{k: k}
 	few := k <= maxTop
-	for _, s := range w.s[:st.Samples] {
-		if s.lost() {
-			continue
-		}
-		v = append(v, s.rtt)
-		if few {
-			rtt.add(s.rtt)
-			host.add(s.host)
+	for i := range n {
+		for _, s := range part(i) {
+			if s.lost() {
+				continue
+			}
+			v = append(v, s.rtt)
+			if few {
+				rtt.add(s.rtt)
+				host.add(s.host)
+			}
 		}
 	}
 	st.P50 = fromF16(nth(v, i50))
@@ -168,14 +211,16 @@ func (w *window) stats() winStats {
 		// nth left everything above i50 at or above it.
 		st.P99 = fromF16(nth(v[i50+1:], i99-i50-1))
 		v = v[:0]
-		for _, s := range w.s[:st.Samples] {
-			if !s.lost() {
-				v = append(v, s.host)
+		for i := range n {
+			for _, s := range part(i) {
+				if !s.lost() {
+					v = append(v, s.host)
+				}
 			}
 		}
 		st.HostP99 = fromF16(nth(v, i99))
 	}
-	*w.buf = v[:0]
+	*buf = v[:0]
 	return st
 }
 
@@ -212,16 +257,7 @@ func (t *topK) kth() uint16 { return t.v[t.k-1] }
 // 1 Hz and a window of 100 they are at most 10 s old, over 100 s of
 // samples, and a publish of ten thousand paths computes a tenth of them.
 // The state machine judges with stats, always current.
-func (w *window) published() winStats {
-	st := w.loss()
-	if int(w.fresh) < max(1, st.Samples/10) {
-		st.P50, st.P99, st.HostP99 = fromF16(w.p50), fromF16(w.p99), fromF16(w.hp99)
-		return st
-	}
-	st = w.stats()
-	w.p50, w.p99, w.hp99, w.fresh = toF16(st.P50), toF16(st.P99), toF16(st.HostP99), 0
-	return st
-}
+func (w *window) published() winStats { return w.pcts.publish(w.loss(), w.stats) }
 
 // rank returns the index, in sorted order, of the nearest-rank p-th
 // percentile of n values.
