@@ -383,7 +383,7 @@ var pkgSandboxSteps = []string{
 	"sysfs-read", "uverbs-open", "ibv_devinfo", "rdma-netlink", "rtnetlink-mtu", "uevent-netlink",
 	"configfs-rdma_cm", "memlock-mlock", "memlock-raise", "limits.d-write", "state-dir-write",
 	"cgroup-limits", "af-unix-dbus", "af-inet-loopback", "af-inet-node-address", "af-inet6-loopback",
-	"kmsg-read", "denied-write-usr", "denied-mount", "denied-kmsg-write",
+	"kmsg-read", "denied-write-usr", "denied-write-run", "denied-mount", "denied-kmsg-write",
 }
 
 // TestPackageSandbox runs TestPackageSandboxHelper (this test binary) as a
@@ -734,6 +734,21 @@ func TestPackageSandboxHelper(t *testing.T) {
 		}
 		if !errors.Is(err, syscall.EROFS) {
 			return "", fmt.Errorf("write /usr: %w, want EROFS", err)
+		}
+		return "EROFS", nil
+	})
+	// /run outside rdmad's runtime directory: a root rdmad that could
+	// write /run/systemd/system could leave a unit for the next
+	// daemon-reload to run outside the sandbox.
+	step("denied-write-run", func() (string, error) {
+		p := "/run/systemd/system/pkgtest-should-fail.service"
+		err := os.WriteFile(p, nil, 0o644)
+		if err == nil {
+			os.Remove(p)
+			return "", errors.New("wrote " + p + ": /run is writable in the sandbox")
+		}
+		if !errors.Is(err, syscall.EROFS) {
+			return "", fmt.Errorf("write %s: %w, want EROFS", p, err)
 		}
 		return "EROFS", nil
 	})
