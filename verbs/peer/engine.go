@@ -379,9 +379,16 @@ func (e *Engine) ReleaseDevice(name string) {
 // ends the wait); DEVICE_FATAL releases the device.
 func (e *Engine) watchDevice(vctx *verbs.Context) {
 	vctx.WatchAsyncEvents(context.Background(), func(ev verbs.AsyncEvent) {
-		if ev.Type == verbs.EventDeviceFatal {
+		switch ev.Type {
+		case verbs.EventDeviceFatal:
 			e.cfg.Logger.Warn("peer probe: device reported DEVICE_FATAL; closing it", "device", ev.Device)
 			e.ReleaseDevice(ev.Device)
+		case verbs.EventPortActive, verbs.EventPortErr:
+			// A port that went down or came back is scanned now, not
+			// at the next rescan: its probe QPs close or open (and the
+			// peers learn the new ones) within the event's latency,
+			// which a link's return (the partition drill) waits on.
+			e.rebuild()
 		}
 	})
 }

@@ -269,3 +269,52 @@ func TestFakeFlows(t *testing.T) {
 		t.Errorf("probe on flow 4 of 4: sent %d, err %v", n, bad[0].Err)
 	}
 }
+
+// TestFakePortEvents: a port that goes down or comes back is scanned at
+// its async event, not at the next rescan (an hour here): its probe QP
+// closes and opens within the event's latency.
+func TestFakePortEvents(t *testing.T) {
+	t.Cleanup(func() {
+		verbs.FakeReset()
+		if live := verbs.FakeLive(); len(live) != 0 {
+			t.Errorf("the engine left verbs objects open: %v", live)
+		}
+	})
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Devices: []string{"fake0"}, Rescan: time.Hour, RecvSlots: 16, SendSlots: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	ports := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ps, _ := e.Ports()
+			if len(ps) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d probe ports after 5s, want %d", what, len(ps), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ports(1, "at start")
+	if err := verbs.FakeSetPortState("fake0", 1, verbs.PortDown); err != nil {
+		t.Fatal(err)
+	}
+	ports(0, "after the port went down")
+	if err := verbs.FakeSetPortState("fake0", 1, verbs.PortActive); err != nil {
+		t.Fatal(err)
+	}
+	ports(1, "after the port came back")
+}
