@@ -137,18 +137,7 @@ func (n *Node) runLoopback(ctx context.Context, r LoopbackRequest) (apitype.Band
 	n.log.Info("loopback bandwidth test", "port", p.key(), "op", r.Op.String(), "size", r.Size,
 		"duration", r.Duration.String(), "qps", r.QPs)
 	msgs, elapsed, err := blastLanes(ctx, lanes, r.Op, r.Size, r.Duration, p.key()+" (loopback)")
-	res.Messages = msgs
-	res.Bytes = msgs * uint64(r.Size)
-	res.Elapsed = elapsed
-	if elapsed > 0 {
-		res.Gbps = float64(res.Bytes) * 8 / elapsed.Seconds() / 1e9
-		res.MsgRate = float64(msgs) / elapsed.Seconds()
-	}
-	if err != nil {
-		return res, err
-	}
-	res.Time = time.Now().UTC()
-	return res, nil
+	return measured(res, msgs, r.Size, elapsed, err)
 }
 
 // connectPair makes one lane's two QPs on p and connects each to the

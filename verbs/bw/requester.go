@@ -176,8 +176,16 @@ func (n *Node) run(ctx context.Context, r Request) (apitype.BandwidthResult, err
 	n.log.Info("bandwidth test", "peer", r.Peer.Addr().String(), "op", r.Op.String(), "size", r.Size,
 		"duration", r.Duration.String(), "port", p.key(), "qps", r.QPs)
 	msgs, elapsed, err := blastLanes(ctx, lanes, r.Op, r.Size, r.Duration, r.Peer.Addr().String())
+	return measured(res, msgs, r.Size, elapsed, err)
+}
+
+// measured fills in what a test of msgs messages of size bytes in elapsed
+// moved (Gb/s and messages per second over elapsed), and its time unless
+// the test failed with err: the peer test's and the loopback test's one
+// arithmetic.
+func measured(res apitype.BandwidthResult, msgs uint64, size int, elapsed time.Duration, err error) (apitype.BandwidthResult, error) {
 	res.Messages = msgs
-	res.Bytes = msgs * uint64(r.Size)
+	res.Bytes = msgs * uint64(size)
 	res.Elapsed = elapsed
 	if elapsed > 0 {
 		res.Gbps = float64(res.Bytes) * 8 / elapsed.Seconds() / 1e9
