@@ -187,3 +187,72 @@ func TestRDMAStatisticCounters(t *testing.T) {
 		return qpAuto(), policyTarget(t, "e2e-counters", "qp_counters", port) + "; rdma: " + lastMode
 	})
 }
+
+// TestRDMANetnsMode: [rdma] netns_mode switches the RDMA subsystem's
+// network namespace mode as `rdma system show` reports it, reverts an
+// outside change, and while another network namespace exists the kernel's
+// refusal is the target's error with the reason (issue #28 item 1).
+func TestRDMANetnsMode(t *testing.T) {
+	peersOther(t)
+	healthDiag(t)
+	waitActive(t)
+	t.Cleanup(func() { waitHealthy(t, 120*time.Second) })
+	var lastShow string
+	mode := func() string {
+		out, _ := run("rdma", "system", "show")
+		lastShow = strings.TrimSpace(out)
+		switch {
+		case strings.Contains(out, "netns exclusive"):
+			return "exclusive"
+		case strings.Contains(out, "netns shared"):
+			return "shared"
+		}
+		return "?"
+	}
+	if m := mode(); m != "shared" {
+		t.Fatalf("the bed starts with netns mode %q (rdma system show: %s), want shared", m, lastShow)
+	}
+	target := func() string { return policyTarget(t, "[rdma]", "rdma", "netns_mode") }
+	const dropin = "/etc/rdmad/rdmad.d/60-e2e-netns.toml"
+	write := func(m string) {
+		t.Helper()
+		if err := os.WriteFile(dropin, []byte("[rdma]\nnetns_mode = \""+m+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mustRun(t, "rdmactl", "reload")
+	}
+	t.Cleanup(func() {
+		run("ip", "netns", "del", "e2e-netns")
+		os.Remove(dropin)
+		run("rdmactl", "reload")
+		run("rdma", "system", "set", "netns", "shared")
+	})
+	write("exclusive")
+	waitFor(t, 30*time.Second, "netns mode exclusive", func() (bool, string) {
+		st := target()
+		return mode() == "exclusive" && (strings.HasPrefix(st, "in-sync") || strings.HasPrefix(st, "applied")), st + "; rdma system show: " + lastShow
+	})
+	// An outside change is drift, set back at the next pass (a reload).
+	mustRun(t, "rdma", "system", "set", "netns", "shared")
+	mustRun(t, "rdmactl", "reload")
+	waitFor(t, 30*time.Second, "netns mode exclusive again after rdma system set netns shared", func() (bool, string) {
+		return mode() == "exclusive", target() + "; rdma system show: " + lastShow
+	})
+	// With another network namespace the kernel refuses a change: the
+	// target says so with the reason, and the mode stays.
+	mustRun(t, "ip", "netns", "add", "e2e-netns")
+	write("shared")
+	waitFor(t, 30*time.Second, "the refusal in the netns_mode target", func() (bool, string) {
+		st := target()
+		return strings.HasPrefix(st, "error") && strings.Contains(st, "no network namespace but the initial one"), st
+	})
+	if m := mode(); m != "exclusive" {
+		t.Errorf("netns mode %q after a refused change, want exclusive (rdma system show: %s)", m, lastShow)
+	}
+	mustRun(t, "ip", "netns", "del", "e2e-netns")
+	mustRun(t, "rdmactl", "reload")
+	waitFor(t, 30*time.Second, "netns mode shared once the namespace is gone", func() (bool, string) {
+		st := target()
+		return mode() == "shared" && (strings.HasPrefix(st, "in-sync") || strings.HasPrefix(st, "applied")), st + "; rdma system show: " + lastShow
+	})
+}
