@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// The file is named to run last of the package (go test runs files in
+// name order on one shared bed): the drills kill, partition and step the
+// clock of the nodes, and the tests after them would meet what a drill
+// left behind in the moments after its cleanup.
+//
 // The fault drills of #24 on the 2-node bed (docs/TESTING.md, "Fault
 // drills"): each breaks what rdmad depends on the way an operator's
 // rehearsal would (the bus, the journal, the link, the clock, the state
