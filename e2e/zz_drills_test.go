@@ -193,9 +193,14 @@ func TestDrillDBusRestart(t *testing.T) {
 		lost = lost || strings.Contains(m, "component dbus is error")
 		back = back || strings.Contains(m, "D-Bus name acquired")
 	}
-	if !lost || !back {
-		t.Errorf("rdmad's journal since the restart: component error logged %v, name acquired logged %v; want both", lost, back)
+	// The name acquired again is always logged. The component's error is
+	// logged only when rdmad noticed the bus gone before it was back: a
+	// reconnect within a second (one full run) may come first, so its
+	// absence is reported, not failed.
+	if !back {
+		t.Errorf("rdmad's journal since the restart: name acquired logged %v (component error logged %v); want the name acquired", back, lost)
 	}
+	t.Logf("journal since the restart: component error logged %v, name acquired logged %v", lost, back)
 	drillSame(t, before, "dbus restart")
 }
 
