@@ -35,8 +35,8 @@ import (
 	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy"
 	"github.com/rdmad/rdmad/policy/dcb"
-	"github.com/rdmad/rdmad/verbs/bw"
 	"github.com/rdmad/rdmad/policy/ecn"
+	"github.com/rdmad/rdmad/verbs/bw"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
 
