@@ -56,7 +56,7 @@ func (c *Config) validateHealth(k *checker) {
 	at := func(key string) string { return k.setter("health." + key) }
 	for _, e := range h.Ignore {
 		if !ignoreEntry.MatchString(e) {
-			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl devices shows them", e)
+			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl status shows them", e)
 		}
 	}
 	if h.MinLoopbackGbps < 0 || h.MinLoopbackGbps > 1e5 || h.MinLoopbackGbps != h.MinLoopbackGbps {
