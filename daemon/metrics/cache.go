@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
@@ -249,12 +250,20 @@ const scrapeTimeout = 10 * time.Second
 type scrapeHandler struct {
 	reg   *Registry
 	slots chan struct{}
+	// filtered serves a scrape that names its families (name[]=...,
+	// promhttp's filter): the cached block holds every peers family at
+	// once, so such a scrape is gathered and encoded whole, under the same
+	// bound as the others.
+	filtered http.Handler
 }
 
 // newScrapeHandler returns reg's GET /metrics handler, bounded as Handler
 // says.
 func newScrapeHandler(reg *Registry) http.Handler {
-	h := &scrapeHandler{reg: reg, slots: make(chan struct{}, MaxScrapes)}
+	h := &scrapeHandler{reg: reg, slots: make(chan struct{}, MaxScrapes), filtered: promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+	})}
 	return http.TimeoutHandler(h, scrapeTimeout, fmt.Sprintf("Exceeded configured timeout of %v.\n", scrapeTimeout))
 }
 
@@ -264,6 +273,10 @@ func (h *scrapeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-h.slots }()
 	default:
 		http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", MaxScrapes), http.StatusServiceUnavailable)
+		return
+	}
+	if r.URL.Query().Has("name[]") {
+		h.filtered.ServeHTTP(w, r)
 		return
 	}
 	format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultOpenMetricsAcceptedFormats()...)

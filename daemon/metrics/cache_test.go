@@ -222,3 +222,42 @@ func TestSamePeers(t *testing.T) {
 		t.Errorf("no ports and an empty list of them differ")
 	}
 }
+
+// TestCachedScrapeNameFilter: a scrape with name[] parameters gets only
+// the families it names, as promhttp's filter gives them, peers' families
+// (the cached block) and live ones alike.
+func TestCachedScrapeNameFilter(t *testing.T) {
+	c := fixtureCollector(t)
+	whole := prometheus.NewRegistry()
+	whole.MustRegister(c)
+	want := Handler(whole) // promhttp's
+	got := Handler(NewRegistry(c, false))
+	get := func(h http.Handler, query string) []byte {
+		req := httptest.NewRequest(http.MethodGet, "/metrics?"+query, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET /metrics?%s: %d %s", query, rec.Code, rec.Body)
+		}
+		return rec.Body.Bytes()
+	}
+	for _, q := range []string{"name[]=rdmad_peer_up", "name[]=rdmad_peer_up&name[]=rdmad_build_info", "name[]=rdmad_no_such_metric"} {
+		w, g := get(want, q), get(got, q)
+		if !slices.Equal(sortedLines(g), sortedLines(w)) {
+			t.Errorf("?%s: cached handler differs from promhttp's:\n%s\n--- promhttp:\n%s", q, g, w)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(g)), "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			name, _, _ := strings.Cut(line, "{")
+			name, _, _ = strings.Cut(name, " ")
+			if !strings.Contains(q, "name[]="+name) {
+				t.Errorf("?%s: series of %s in the answer: %s", q, name, line)
+			}
+		}
+	}
+	if g := get(got, "name[]=rdmad_peer_up"); !bytes.Contains(g, []byte("rdmad_peer_up{")) {
+		t.Errorf("?name[]=rdmad_peer_up: no rdmad_peer_up series:\n%s", g)
+	}
+}
