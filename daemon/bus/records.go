@@ -134,6 +134,11 @@ func peerFigureRecords(s *apitype.Snapshot) []record {
 			"last_rtt_ns":  dbus.MakeVariant(f.lastRTT),
 			"loss_percent": dbus.MakeVariant(f.loss),
 			"paths":        dbus.MakeVariant(paths),
+			// The peer's clock against this node's (docs/PROBES.md,
+			// "Clock offset"): meaningless while clock_samples is 0.
+			"clock_offset_ns":       dbus.MakeVariant(int64(p.ClockOffset)),
+			"clock_offset_error_ns": dbus.MakeVariant(durationNs(p.ClockOffsetError)),
+			"clock_samples":         dbus.MakeVariant(uint32(max(p.ClockSamples, 0))),
 		})
 	}
 	return out

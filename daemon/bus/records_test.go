@@ -46,6 +46,7 @@ func TestRecordProperties(t *testing.T) {
 	s.QoS = qosFixture()
 	s.Peers.Peers = []apitype.Peer{{Name: "node2", Address: "192.0.2.17", Group: "tor1", NodeID: "6b1d", State: apitype.PeerDegraded,
 		Reason: "loss 3% over 1%", Since: since, WireVersion: 2, Authenticated: true,
+		ClockOffset: -418 * time.Millisecond, ClockOffsetError: 150 * time.Microsecond, ClockSamples: 8,
 		Paths: []apitype.PeerPath{
 			{Local: "rxe0/1", RemoteGID: "::ffff:192.0.2.17", RemoteQPN: 17, State: apitype.PeerDegraded, Since: since,
 				RTTP50: 10 * time.Microsecond, RTTP99: 90 * time.Microsecond, HostDelayP99: time.Microsecond, LastRTT: 12 * time.Microsecond,
@@ -87,6 +88,7 @@ func TestRecordProperties(t *testing.T) {
 	}
 	wantFigures := []any{map[string]any{"name": "node2", "rtt_p50_ns": uint64(20000), "rtt_p99_ns": uint64(90000),
 		"last_rtt_ns": uint64(21000), "loss_percent": 3.0,
+		"clock_offset_ns": int64(-418000000), "clock_offset_error_ns": uint64(150000), "clock_samples": uint32(8),
 		"paths": []any{
 			map[string]any{"local": "rxe0/1", "remote_gid": "::ffff:192.0.2.17", "rtt_p50_ns": uint64(10000), "rtt_p99_ns": uint64(90000),
 				"host_delay_p99_ns": uint64(1000), "last_rtt_ns": uint64(12000), "loss_percent": 3.0, "samples": uint32(100),
