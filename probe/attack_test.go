@@ -389,7 +389,8 @@ func TestControlAuth(t *testing.T) {
 		if n := admitted()[netip.MustParseAddr("127.0.0.4")]; n != 1 {
 			t.Errorf("%d admissions after one authenticated query; want 1", n)
 		}
-		s := c.Stats()
+		var s ControlStats
+		settled(func() bool { s = c.Stats(); return s.Answered == 1 })
 		if s.Unauthenticated != 2 || s.BadTag != 1 || s.Answered != 1 {
 			t.Errorf("stats %+v; want 2 unauthenticated, 1 bad tag, 1 answered", s)
 		}

@@ -23,7 +23,7 @@ import (
 // and with a fleet key only authenticated ones when that is required) and
 // sends this node's queries, whose answers it hands to OnAnswer.
 type Control struct {
-	conn *net.UDPConn
+	sock *udpSock // outside the runtime's poller (udpsock.go)
 	opts ControlOptions
 
 	allow atomic.Pointer[allowList]
@@ -149,11 +149,11 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peers: control endpoint %s: %w", addr, err)
 	}
-	conn, err := net.ListenUDP("udp", ua)
+	sock, err := listenUDP(ua.String())
 	if err != nil {
 		return nil, fmt.Errorf("peers: listen on control endpoint %s: %w; is another rdmad running, or change [probe] port", addr, err)
 	}
-	c := &Control{conn: conn, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)}
+	c := &Control{sock: sock, opts: opts, n: opts.Counters, rate: newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)}
 	if c.n == nil {
 		c.n = &ControlCounters{}
 	}
@@ -163,13 +163,13 @@ func ListenControl(addr string, opts ControlOptions) (*Control, error) {
 }
 
 // Addr returns the local address.
-func (c *Control) Addr() netip.AddrPort { return c.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+func (c *Control) Addr() netip.AddrPort { return c.sock.local }
 
 // Close closes the socket; Serve returns. Its overflows stay counted in
 // the counters it shares.
 func (c *Control) Close() error {
 	c.n.overflow0.Add(c.overflow())
-	return c.conn.Close()
+	return c.sock.close()
 }
 
 // SetAllow replaces who may query.
@@ -233,22 +233,18 @@ func (c *Control) Stats() ControlStats {
 // net.core.rmem_max. It never shrinks the buffer, and returns the size
 // the kernel set (it doubles what it is asked for, for its bookkeeping).
 func (c *Control) SetReceiveBuffer(bytes int) (int, error) {
-	rc, err := c.conn.SyscallConn()
-	if err != nil {
-		return 0, fmt.Errorf("peers: control endpoint %s: receive buffer: %w", c.Addr(), err)
-	}
 	var got int
 	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		cur, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err := c.sock.control(func(fd int) {
+		cur, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
 		if err == nil && cur >= 2*bytes {
 			got = cur
 			return
 		}
-		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bytes) != nil {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bytes) != nil {
+			serr = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
 		}
-		got, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		got, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
 		if serr == nil {
 			serr = err
 		}
@@ -265,14 +261,10 @@ func (c *Control) SetReceiveBuffer(bytes int) (int, error) {
 // because its receive buffer was full (SO_MEMINFO's SK_MEMINFO_DROPS);
 // 0 when it cannot tell.
 func (c *Control) overflow() uint64 {
-	rc, err := c.conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
 	var mi [unix.SK_MEMINFO_VARS]uint32
-	rc.Control(func(fd uintptr) {
+	c.sock.control(func(fd int) {
 		n := uint32(unsafe.Sizeof(mi))
-		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
 			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
 			mi = [unix.SK_MEMINFO_VARS]uint32{}
 		}
@@ -336,7 +328,7 @@ func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, erro
 		return time.Time{}, fmt.Errorf("peers: query %s: %w", to, err)
 	}
 	c.qbuf = b
-	if _, err := c.conn.WriteToUDPAddrPort(b, to); err != nil {
+	if err := c.sock.sendTo(b, to); err != nil {
 		return time.Time{}, fmt.Errorf("peers: query control endpoint %s: %w", to, err)
 	}
 	return t1, nil
@@ -347,7 +339,7 @@ func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, erro
 // its source's rate, and with a required key one without a valid tag, is
 // dropped and counted; nothing a peer sends can stop the loop.
 func (c *Control) Serve(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { c.conn.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, c.sock.shutdown)
 	defer stop()
 	// One byte more than the largest message, so that an oversized
 	// datagram is seen as oversized rather than silently truncated into
@@ -375,20 +367,15 @@ func (c *Control) Serve(ctx context.Context) error {
 			// message is read when it comes.
 			busy = c.pending() > 0
 		}
-		n, from, err := c.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := c.sock.recv(buf)
 		rx := time.Now() // T2 of a query's clock exchange
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
 			return fmt.Errorf("peers: read control endpoint: %w", err)
 		}
 		busy = true
-		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		a := c.auth.Load()
 		m, err := wire.DecodeKeys(buf[:n], a.verify...)
 		switch {
@@ -436,12 +423,8 @@ func (c *Control) Serve(ctx context.Context) error {
 // pending returns the size of the next datagram waiting in the socket,
 // 0 when there is none (or it cannot tell).
 func (c *Control) pending() int {
-	rc, err := c.conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
 	n := 0
-	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	c.sock.control(func(fd int) { n, _ = unix.IoctlGetInt(fd, unix.SIOCINQ) })
 	return n
 }
 
@@ -493,7 +476,7 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	if err != nil {
 		return out[:0], true
 	}
-	if _, err := c.conn.WriteToUDPAddrPort(out, from); err == nil {
+	if err := c.sock.sendTo(out, from); err == nil {
 		c.n.answered.Add(1)
 	}
 	return out, true

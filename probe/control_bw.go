@@ -41,7 +41,7 @@ func (c *Control) serveBW(out []byte, from netip.AddrPort, m wire.Message, a *Au
 	if err != nil {
 		return out[:0]
 	}
-	if _, err := c.conn.WriteToUDPAddrPort(out, from); err == nil {
+	if err := c.sock.sendTo(out, from); err == nil {
 		c.n.answered.Add(1)
 	}
 	return out

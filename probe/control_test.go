@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/probe/wire"
@@ -91,7 +92,9 @@ func TestControlLoopback(t *testing.T) {
 		t.Errorf("admitted %+v, want the querier's port", admitted)
 	}
 	mu.Unlock()
-	malformed, refused, answered := c.Counters()
+	// The answer is counted once it is sent: the client may read it first.
+	var malformed, refused, answered uint64
+	settled(func() bool { malformed, refused, answered = c.Counters(); return answered == 1 })
 	if malformed != 4 || refused != 1 || answered != 1 {
 		t.Errorf("counters malformed %d refused %d answered %d, want 4 1 1", malformed, refused, answered)
 	}
@@ -119,8 +122,10 @@ func TestControlReceiveBuffer(t *testing.T) {
 		t.Fatalf("Overflow = %d before anything was sent", n)
 	}
 	// Nobody reads (no Serve), and the buffer is the kernel's least.
-	if err := c.conn.SetReadBuffer(1); err != nil {
-		t.Fatal(err)
+	var serr error
+	c.sock.control(func(fd int) { serr = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1) })
+	if serr != nil {
+		t.Fatal(serr)
 	}
 	s, err := net.Dial("udp", c.Addr().String())
 	if err != nil {
@@ -137,5 +142,13 @@ func TestControlReceiveBuffer(t *testing.T) {
 	c.Close()
 	if after := c.Stats().Overflow; after != n {
 		t.Errorf("Overflow = %d after Close, %d before", after, n)
+	}
+}
+
+// settled waits up to a second for ok, for a counter that another
+// goroutine bumps just after the datagram a test waited for left.
+func settled(ok func() bool) {
+	for deadline := time.Now().Add(time.Second); !ok() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 }
