@@ -351,7 +351,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	pa.resolved = true
 	m.announce(p, a.from.Addr())
 	m.checkMismatch(p)
-	if first && pa.inflight == 0 {
+	if first && pa.inflight == 0 && m.sched.batched < m.sched.limit {
+		// Within the pass's batch (the transport's slots); past it, the
+		// path's first probe waits for the peer's turn.
 		m.send(p, pa, now)
 	}
 }

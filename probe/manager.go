@@ -143,6 +143,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger, settings: make(chan Settings, 1), in: newInbox(),
 		peers: newPeerTable(), sched: newScheduler(), control: newControlEndpoint(), oneshots: newOneShots(),
 		fps: newFingerprints(), resolver: newResolver()}
+	m.sched.limit = batchLimit(opts.Transport)
 	m.cfg = s
 	return m, nil
 }
@@ -219,18 +220,20 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.peers.epoch = e
 		m.reselect(now)
 	}
+	// Everything this pass sends counts against its batch, the first
+	// probes of paths that the inbox's answers resolve too.
+	m.sched.batched = 0
 	m.takeInbox(now)
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
 	m.refreshFingerprint(now, false)
 	m.flushMismatchLog(now)
 	// Visit the peers due now and those due within the batch window:
-	// their probes leave a little early, together, at most maxBatch of
+	// their probes leave a little early, together, at most m.sched.limit of
 	// them.
 	window := batchWindow(m.cfg.Interval)
 	horizon := now.Add(window + tickSlack)
-	m.sched.batched = 0
-	for m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) && m.sched.batched < maxBatch {
+	for m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) && m.sched.batched < m.sched.limit {
 		p := m.sched.due.top()
 		m.visit(ctx, p, now)
 		m.sched.due.fix(p)
@@ -239,7 +242,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	if m.control.allowStale {
 		m.updateAllow()
 	}
-	if m.sched.batched >= maxBatch && m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) {
+	if m.sched.batched >= m.sched.limit && m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) {
 		// More were due within the window than one pass sends: the
 		// next pass follows at once.
 		return now

@@ -63,6 +63,11 @@ func TestMain(m *testing.M) {
 // homogeneous fleet, no mismatches.
 var scaleFingerprint = probetest.Fingerprint
 
+// scaleMaxBatch is the bound the runs' transport puts on a batch (0:
+// none, so the manager's own maxBatch applies); TestBatchBoundedByTransport
+// sets it.
+var scaleMaxBatch int
+
 // A scaleRun is a Manager probing n fake peers.
 type scaleRun struct {
 	m      *Manager
@@ -91,6 +96,7 @@ func startScaleFlows(tb testing.TB, n, ports, flows int, delay time.Duration, lo
 	l.Close()
 	r := &scaleRun{n: n, tr: probetest.NewMemTransport(ports, delay, loss), done: make(chan error, 1)}
 	r.tr.SetFlows(flows)
+	r.tr.SetMaxBatch(scaleMaxBatch)
 	local, _ := r.tr.Ports()
 	fp := scaleFingerprint(local)
 	if r.fleet, err = probetest.StartFleetFlows(n, ports, flows, node, fp.Marshal(), time.Minute); err != nil {

@@ -23,6 +23,7 @@ type scheduler struct {
 	seq     uint64
 	outbox  map[string][]ud.Target // probes of this tick by local port
 	batched int                    // probes and queries of this pass
+	limit   int                    // the most a pass sends (batchLimit)
 	notSent uint64
 }
 
@@ -74,12 +75,26 @@ func alignUp(t time.Time, d time.Duration) time.Time {
 	return t
 }
 
-// maxBatch bounds the probes and queries one wakeup sends: a port has 512
-// send slots (verbs/peer), shared with the answers to other nodes'
-// probes, and 512 receives for the replies to come back to, and the
-// peers' control sockets take a burst of queries. When more are due
-// within the batch window, the next wakeup follows at once.
-const maxBatch = 256
+// maxBatch bounds the probes and queries one wakeup sends, unless the
+// transport bounds them lower (batchLimiter): a batch goes out of each
+// port as one chained post and its replies come back together, to
+// receives posted for them (verbs/peer sizes its ports for 1,024, twice
+// over). When more are due within the batch window, the next wakeup
+// follows at once: at ten thousand peers at 1 Hz a window holds 2,500
+// probes, which batches of 256 sent in ten wakeups (issue #29).
+const maxBatch = 1024
+
+// A batchLimiter is a Transport that bounds the probes of one ProbeBatch
+// (verbs/peer's Engine: half its slots).
+type batchLimiter interface{ MaxBatch() int }
+
+// batchLimit returns the most probes and queries one pass sends over tr.
+func batchLimit(tr Transport) int {
+	if bl, ok := tr.(batchLimiter); ok {
+		return max(1, min(maxBatch, bl.MaxBatch()))
+	}
+	return maxBatch
+}
 
 // visit is a peer's turn: look up its QPs if needed, probe every resolved
 // path, and schedule the next turn.

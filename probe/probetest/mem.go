@@ -44,6 +44,7 @@ type MemTransport struct {
 	batch   []pendingReply // Run's; made with the transport, so not counted as the node's memory
 
 	sent, lost, admits atomic.Uint64
+	maxBatch, largest  atomic.Int64
 }
 
 type pendingReply struct {
@@ -95,9 +96,27 @@ func (t *MemTransport) Admit(local string, src ud.Endpoint, from netip.Addr, unt
 	return nil
 }
 
+// SetMaxBatch makes MaxBatch return n (0: no bound), as verbs/peer's
+// Engine bounds a batch by its slots; set it before the manager is made.
+func (t *MemTransport) SetMaxBatch(n int) { t.maxBatch.Store(int64(n)) }
+
+// MaxBatch returns the bound SetMaxBatch set, or a very large one.
+func (t *MemTransport) MaxBatch() int {
+	if n := t.maxBatch.Load(); n > 0 {
+		return int(n)
+	}
+	return 1 << 30
+}
+
+// LargestBatch returns the most probes one ProbeBatch carried.
+func (t *MemTransport) LargestBatch() int { return int(t.largest.Load()) }
+
 // ProbeBatch takes every probe of ts and queues its reply, unless it is
 // lost.
 func (t *MemTransport) ProbeBatch(local string, ts []ud.Target) int {
+	if n := int64(len(ts)); n > t.largest.Load() {
+		t.largest.Store(n) // one caller: the manager's goroutine
+	}
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -66,12 +66,13 @@ type Config struct {
 	// Rescan is how often devices and port states are read again; default 5s.
 	Rescan time.Duration
 	// RecvSlots (per flow) and SendSlots size each port's queues; defaults
-	// 512 (fewer past 15 flows, within maxPortSlots) and 512,
-	// twice the probes the manager sends in one batch (probe's maxBatch):
-	// the replies to a batch come back together and must find receives
-	// posted, and the answers to other nodes' probes need send slots
-	// while a batch is in flight. SendSlots bounds the probes and answers
-	// in flight per port.
+	// 2048 (fewer past one flow, within maxPortSlots) and 2048, twice the
+	// probes the manager sends in one batch (MaxBatch): the replies to a
+	// batch come back together and must find receives posted, and the
+	// answers to other nodes' probes need send slots while a batch is in
+	// flight. SendSlots bounds the probes and answers in flight per port.
+	// At ten thousand peers a batch window holds 2,500 probes: batches of
+	// 256 took ten wakeups a window, of 1,024 three (issue #29).
 	RecvSlots, SendSlots int
 	// MaxAH bounds the cached address handles per port; default 4096.
 	MaxAH int
@@ -123,13 +124,24 @@ type Engine struct {
 // and its completion queue): 1 MiB of 128-byte slots.
 const maxPortSlots = 8192
 
+// MaxBatch returns how many probes one ProbeBatch of a port may carry so
+// that their replies find receives posted and the port keeps send slots
+// for its answers to other nodes: half the send slots, and no more than
+// one flow's receive slots (a batch to peers that admit only flow 0
+// brings every reply to flow 0; spread over the flows, each has room to
+// spare). The manager sends no larger batches (probe's batchLimit):
+// 1,024 with the default slots for up to 4 flows, 384 with 16.
+func (e *Engine) MaxBatch() int {
+	return max(1, min(e.cfg.SendSlots/2, e.cfg.RecvSlots))
+}
+
 // New returns an Engine; Run starts it.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Rescan == 0 {
 		cfg.Rescan = 5 * time.Second
 	}
 	if cfg.SendSlots == 0 {
-		cfg.SendSlots = 512
+		cfg.SendSlots = 2048
 	}
 	if cfg.Flows == 0 {
 		cfg.Flows = 1
@@ -138,10 +150,10 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("peer probe: %d flows: from 1 to %d", cfg.Flows, ud.MaxFlows)
 	}
 	if cfg.RecvSlots == 0 {
-		// 512 a flow, fewer past 15 flows so that the port stays within
-		// maxPortSlots: a batch's probes are spread over the flows, so
-		// each flow's replies to it are fewer too.
-		cfg.RecvSlots = min(512, (maxPortSlots-cfg.SendSlots)/cfg.Flows)
+		// 2048 for one flow, fewer for more so that the port stays
+		// within maxPortSlots: a batch's probes are spread over the
+		// flows, so each flow's replies to it are fewer too.
+		cfg.RecvSlots = min(2048, (maxPortSlots-cfg.SendSlots)/cfg.Flows)
 	}
 	if cfg.RecvSlots < 1 || cfg.SendSlots < 1 || cfg.Flows*cfg.RecvSlots+cfg.SendSlots > maxPortSlots {
 		return nil, fmt.Errorf("peer probe: %d flows of %d receive slots and %d send slots: each must be at least 1, together at most %d", cfg.Flows, cfg.RecvSlots, cfg.SendSlots, maxPortSlots)

@@ -82,3 +82,33 @@ func TestNewConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxBatch: the batch the manager may send fits the port's slots with
+// the default configuration for every flow count, and with the defaults
+// it is 1,024 up to 4 flows (a ten-thousand-peer window in three passes,
+// issue #29): half the send slots, and one flow's receives, so that a
+// batch whose replies all come to flow 0 (peers that admit no more)
+// still finds receives posted for each.
+func TestMaxBatch(t *testing.T) {
+	for _, tc := range []struct {
+		flows, want int
+	}{{1, 1024}, {2, 1024}, {4, 1024}, {8, 768}, {ud.MaxFlows, 384}} {
+		e, err := New(Config{Flows: tc.flows})
+		if err != nil {
+			t.Fatalf("%d flows: %v", tc.flows, err)
+		}
+		got := e.MaxBatch()
+		if got != tc.want {
+			t.Errorf("%d flows: MaxBatch = %d, want %d", tc.flows, got, tc.want)
+		}
+		if 2*got > e.cfg.SendSlots || got > e.cfg.RecvSlots {
+			t.Errorf("%d flows: MaxBatch %d does not fit %d send and %d receive slots a flow", tc.flows, got, e.cfg.SendSlots, e.cfg.RecvSlots)
+		}
+		if n := tc.flows*e.cfg.RecvSlots + e.cfg.SendSlots; n > maxPortSlots {
+			t.Errorf("%d flows: %d slots, more than %d", tc.flows, n, maxPortSlots)
+		}
+	}
+	if e, _ := New(Config{RecvSlots: 16, SendSlots: 16}); e.MaxBatch() != 8 {
+		t.Errorf("16 send and receive slots: MaxBatch = %d, want 8", e.MaxBatch())
+	}
+}
