@@ -219,6 +219,11 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.peers.epoch = e
 		m.reselect(now)
 	}
+	if m.in.ports.Swap(false) {
+		// Before the inbox: the queries waiting there are answered
+		// with the ports of now.
+		m.refreshPorts(now)
+	}
 	m.takeInbox(now)
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
