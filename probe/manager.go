@@ -250,11 +250,13 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		return now
 	}
 	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout, window)
-	if len(m.control.nonces) > 0 && now.Add(window).Before(next) {
-		// Answers to the queries wait in the inbox: take them within the
-		// batch window.
+	if (len(m.control.nonces) > 0 || m.sched.rising) && now.Add(window).Before(next) {
+		// Answers to the queries wait in the inbox, or the answer of a
+		// rising path's probe (rise): take them within the batch
+		// window.
 		next = now.Add(window)
 	}
+	m.sched.rising = false
 	// One schedule for all due work: every pass falls on a tick of the
 	// batch window, so the probes due within a window, the timeouts, the
 	// control answers and the publish share one wakeup, and it is the
