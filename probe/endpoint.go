@@ -353,5 +353,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	m.checkMismatch(p)
 	if first && pa.inflight == 0 {
 		m.send(p, pa, now)
+		if pa.h.state == apitype.PeerDown {
+			// A down path's peer has a port again (a partition's
+			// end): its answer is taken at once (rise).
+			m.sched.rising = true
+		}
 	}
 }

@@ -256,6 +256,11 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		// window.
 		next = now.Add(window)
 	}
+	// While a path rises, its replies wake the manager at once, as
+	// while a one-shot probe waits: its up_after answers then take
+	// about as many round trips, not batch windows. The next pass
+	// without a rising path's answer ends it.
+	m.in.urgent.Store(m.oneshots.waiting > 0 || m.sched.rising)
 	m.sched.rising = false
 	// One schedule for all due work: every pass falls on a tick of the
 	// batch window, so the probes due within a window, the timeouts, the

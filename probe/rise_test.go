@@ -78,7 +78,16 @@ func TestRise(t *testing.T) {
 		if next.After(now.Add(w + time.Millisecond)) {
 			t.Fatalf("answer %d of a down peer: the next pass at +%v, want the next tick (+%v at most)", i, next.Sub(now), w)
 		}
+		if !m.in.urgent.Load() {
+			t.Fatalf("answer %d of a down peer: its next answer does not wake the manager at once", i)
+		}
 		now = next
+	}
+
+	// Up: a pass without a rising path's answer ends the urgency.
+	m.tick(ctx, now.Add(2*time.Millisecond))
+	if m.in.urgent.Load() {
+		t.Errorf("the peer is up and nothing rises, but replies still wake the manager at once")
 	}
 
 	// Down again, then an answer and a loss: the turns go back to the

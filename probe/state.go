@@ -56,9 +56,10 @@ func (m *Manager) onReply(r ud.Reply) {
 // row, and with a full interval between them a peer whose link came back
 // was up only (up_after - 1) intervals after its first answer, 2 s at the
 // defaults (the partition drill, docs/TESTING.md). So the peer is probed
-// again in this pass (its turn now), and the next pass comes at the next
-// tick, not at the probe's timeout, to take the answer: up_after answers
-// take about up_after - 1 batch windows (0.5 s at the defaults). A loss
+// again in this pass (its turn now), and the answer wakes the manager at
+// once (tick: the inbox is urgent while a path rises), or at the latest
+// the next pass comes at the next tick rather than at the probe's
+// timeout: up_after answers take about up_after - 1 round trips. A loss
 // ends it (the path's turns are back to the interval), as a lost probe of
 // an up path is retried soon (expire) to tell noise from an outage. The
 // extra probes are at most up_after - 1 per answer of a down path.
