@@ -573,9 +573,18 @@ func TestDrillClockStepTagged(t *testing.T) {
 	mustRun(t, "rdmactl", "reload")
 	mustRun(t, "vmnode", "2", "rdmactl", "reload")
 	// Until both have the key, each drops the other's untagged (or
-	// tagged) messages: the peer comes up again once both do.
-	peersWait(t, 1, other, "up", 90*time.Second)
-	peersWait(t, 2, self, "up", 90*time.Second)
+	// tagged) messages: the peer answers again once both do. Its window
+	// (the last 100 probes) may still hold those losses and say
+	// degraded for up to 100 s: that is not waited for.
+	drillAnswers := func(node int, peer string) {
+		t.Helper()
+		waitFor(t, 90*time.Second, fmt.Sprintf("node %d's peer %s answers with the key", node, peer), func() (bool, string) {
+			st, v := peersState(t, node, peer)
+			return st == "up" || st == "degraded", fmt.Sprintf("%s: %+v", st, v)
+		})
+	}
+	drillAnswers(1, other)
+	drillAnswers(2, self)
 	drillBWOK(t, 1, other, "with the key")
 	drillBWOK(t, 2, self, "with the key")
 	stale1, stale2 := drillStale(t, 1), drillStale(t, 2)
