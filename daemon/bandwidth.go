@@ -151,8 +151,40 @@ func (b backend) Bandwidth(ctx context.Context, req service.BandwidthRequest) (a
 	// drain; the caller's deadline bounds it too.
 	ctx, cancel := context.WithTimeout(ctx, req.Duration+30*time.Second)
 	defer cancel()
-	return r.bw.node.Run(ctx, bw.Request{Peer: netip.AddrPortFrom(addr, uint16(conf.port)), Name: req.Peer,
+	res, err := r.bw.node.Run(ctx, bw.Request{Peer: netip.AddrPortFrom(addr, uint16(conf.port)), Name: req.Peer,
 		Op: op, Size: req.Size, Duration: req.Duration, QPs: req.QPs, ControlKey: conf.key, OtherKeys: conf.others})
+	return res, clockHint(err, b.d.store.Load(), addr, req.Peer)
+}
+
+// clockHint adds to a peer's refusal of a test as stale what the probes
+// measured of its clock (docs/PROBES.md, "Clock offset"): with a fleet key
+// a request's time must be within wire.MaxBWSkew of the responder's clock,
+// and the refusal alone says neither which clock is off nor by how much (a
+// clock stepped an hour: the tagged clock step drill, docs/TESTING.md).
+// Other errors, a peer whose clock was not measured and one measured
+// within the window are returned as they are.
+func clockHint(err error, s *apitype.Snapshot, addr netip.Addr, name string) error {
+	var re *bw.RefusedError
+	if !errors.As(err, &re) || re.Status != wire.BWStale || s == nil {
+		return err
+	}
+	for _, p := range s.Peers.Peers {
+		if (p.Name != name && p.Address != addr.String()) || p.ClockSamples == 0 {
+			continue
+		}
+		off, dir := p.ClockOffset, "ahead of"
+		if off < 0 {
+			off, dir = -off, "behind"
+		}
+		// An offset within the window says nothing: the probes measure
+		// it every 15 s, so a clock stepped just now still reads as it
+		// was.
+		if off-p.ClockOffsetError <= wire.MaxBWSkew {
+			return err
+		}
+		return fmt.Errorf("%w; the probes measure its clock %v %s this node's (±%v): set the wrong one right (NTP) and test again", err, off.Round(time.Millisecond), dir, p.ClockOffsetError.Round(time.Millisecond))
+	}
+	return err
 }
 
 // loopbackBandwidth runs a loopback test of one of this node's ports

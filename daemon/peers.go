@@ -224,7 +224,14 @@ func (d *Daemon) startPeers() {
 	r.eng, err = newEngine(peer.Config{Logger: d.log.With("component", "peers"),
 		TrafficClassFor: r.class.of,
 		Flows:           r.flows,
-		OnReply:         func(rep ud.Reply) { r.mgr.OnReply(rep) }})
+		OnReply:         func(rep ud.Reply) { r.mgr.OnReply(rep) },
+		// A probe port opened or closed: the manager answers queries
+		// with it at once, not after its next publish.
+		OnPorts: func([]ud.LocalPort, error) {
+			if m := r.mgr; m != nil {
+				m.PortsChanged()
+			}
+		}})
 	if err != nil {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, err)
 		return

@@ -3,15 +3,22 @@
 package e2e
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 // The file is named to run last of the package (go test runs files in
@@ -239,8 +246,9 @@ func TestDrillJournaldRestart(t *testing.T) {
 }
 
 // TestDrillPartition: node 2's link down for 10 s, then up. Node 1 reports
-// the peer down within 3 s and up within 3 s of the link's return (+2 s
-// for polling under TCG, as TestPeersDownAndBack); node 2's verdict is a
+// the peer down within 3 s (+2 s for polling under TCG, as
+// TestPeersDownAndBack) and up within 3 s of the link's return (+0.5 s
+// polling; the return is logged step by step); node 2's verdict is a
 // problem while its port is down and healthy after; neither rdmad
 // restarts, and both hold the RDMA objects they held before (no leaked
 // QPs, CQs, MRs or PDs).
@@ -268,6 +276,7 @@ func TestDrillPartition(t *testing.T) {
 	res1, res2 := drillRes(t, 1, u1.MainPID), drillRes(t, 2, u2.MainPID)
 	t.Logf("before: node 1 rdmad holds %v, node 2 rdmad holds %v", res1, res2)
 
+	n2 := drillNode2Clock(t)
 	t.Cleanup(func() { run("vmnode", "2", "ip", "link", "set", "eth0", "up") })
 	mustRun(t, "vmnode", "2", "ip", "link", "set", "eth0", "down")
 	down := time.Now()
@@ -288,14 +297,43 @@ func TestDrillPartition(t *testing.T) {
 		}
 		time.Sleep(drillPoll)
 	}
-	t.Logf("node 2's link up at %s s of its monotonic clock", strings.TrimSpace(mustRun(t, "vmnode", "2", "sh", "-c", "ip link set eth0 up && cut -d' ' -f1 /proc/uptime")))
-	upAfter := peersWait(t, 1, other, "up", 90*time.Second)
-	t.Logf("partition: peer down after %v, up %v after the link returned", downAfter.Round(10*time.Millisecond), upAfter.Round(10*time.Millisecond))
+	// The link's return, step by step (docs/TESTING.md, "Fault drills"):
+	// a watcher on node 2 brings the link up itself and stamps, on node
+	// 2's monotonic clock, rxe's port ACTIVE and its IPv4 GID back; node
+	// 2's and node 1's journals stamp the probe port reopened and the
+	// paths up; node 1's published view stamps the new QPN learned and
+	// the first answers. Node 2's clock is mapped onto node 1's by the
+	// vmnode round trip that read it (its uncertainty is logged).
+	// Node 1 pings node 2 every 50 ms: its first reply stamps the link's
+	// return on node 1's clock, to within the ping interval and a round
+	// trip; node 2's stamps are placed by it (the vmnode round trip that
+	// maps the clocks takes a second under TCG).
+	firstReply := drillPing(t, other)
+	c1, c2 := drillCounters(t, 1), drillCounters(t, 2)
+	linkCmd := time.Now()
+	mustRun(t, "vmnode", "2", "sh", "-c", drillLinkWatch)
+	upAfter, seen := drillWatchUp(t, other, 90*time.Second)
+	tl := drillLinkTimeline(t, n2, linkCmd, firstReply())
+	tl.add(seen...)
+	tl.log(t)
+	if tl.linkUp.IsZero() {
+		t.Fatalf("node 2's link watcher left no link-up stamp")
+	}
+	upAfter = seen[len(seen)-1].at.Sub(tl.linkUp)
+	// What the probe engines and control endpoints counted over the
+	// link's return (a probe from a sender not admitted yet, an answer
+	// not posted): published about once a second, so taken a moment on.
+	time.Sleep(1500 * time.Millisecond)
+	t.Logf("counters over the link's return: node 1 %v, node 2 %v", drillCountersSince(drillCounters(t, 1), c1), drillCountersSince(drillCounters(t, 2), c2))
+	t.Logf("partition: peer down after %v, up %v after the link returned (%s)", downAfter.Round(10*time.Millisecond), upAfter.Round(10*time.Millisecond), tl.anchor)
 	if downAfter == 0 || downAfter > 5*time.Second {
 		t.Errorf("node 1 reported the peer down after %v (0: not within the 10 s); want within 3 s (+2 s polling)", downAfter)
 	}
-	if upAfter > 5*time.Second {
-		t.Errorf("node 1 reported the peer up %v after the link returned; want within 3 s (+2 s polling)", upAfter)
+	// The bound is #24's 3 s and this test's polling: rdmactl peers every
+	// 50 ms, each call 0.1-0.5 s under TCG (0.3-0.7 s between rdmad's
+	// "peer up" in the journal and the status seen here).
+	if upAfter > 3500*time.Millisecond {
+		t.Errorf("node 1 reported the peer up %v after the link returned; want within 3 s (+0.5 s polling)", upAfter)
 	}
 	if code2 != 1 {
 		t.Errorf("node 2's rdmactl check never exited 1 while its port was down")
@@ -416,6 +454,182 @@ func TestDrillClockStep(t *testing.T) {
 	drillSame(t, before, "clock step")
 }
 
+// The tagged clock step drill's fleet key and the drop-in that sets it
+// (and [probe] bandwidth) on both nodes.
+const (
+	drillKeyFile     = "/etc/rdmad/e2e-drill-fleet.key"
+	drillKeyDropin   = "/etc/rdmad/rdmad.d/81-e2e-drill-key.toml"
+	drillKeyDropBody = "[probe]\nkey_file = \"" + drillKeyFile + "\"\nbandwidth = true\n"
+)
+
+// drillBW runs `rdmactl --json bw peer --duration 1s` on node (1 or 2)
+// and returns how long it took and its error (the refusal's text in it).
+func drillBW(node int, peer string) (time.Duration, error) {
+	args := []string{"rdmactl", "--json", "bw", peer, "--duration", "1s"}
+	if node != 1 {
+		args = append([]string{"vmnode", "2"}, args...)
+	}
+	start := time.Now()
+	_, err := run(args[0], args[1:]...)
+	return time.Since(start).Round(10 * time.Millisecond), err
+}
+
+// drillBWOK runs a test on node to peer and fails t unless it ran. A
+// "busy" refusal (the responder still freeing the last test, if its done
+// message was lost) is retried once after the responder's bound.
+func drillBWOK(t *testing.T, node int, peer, what string) {
+	t.Helper()
+	took, err := drillBW(node, peer)
+	if err != nil && strings.Contains(err.Error(), "running there already") {
+		time.Sleep(7 * time.Second)
+		took, err = drillBW(node, peer)
+	}
+	if err != nil {
+		t.Errorf("%s: node %d's bandwidth test to %s: %v", what, node, peer, err)
+		return
+	}
+	t.Logf("%s: node %d's bandwidth test to %s ran (%v)", what, node, peer, took)
+}
+
+// drillBWStale runs a test on node to peer, which must be refused at once
+// (not a timeout) with an error that names the clocks and what to do.
+func drillBWStale(t *testing.T, node int, peer, what string) {
+	t.Helper()
+	took, err := drillBW(node, peer)
+	switch {
+	case err == nil:
+		t.Errorf("%s: node %d's bandwidth test to %s ran; want it refused (the request's time is an hour off)", what, node, peer)
+	case !strings.Contains(err.Error(), "clocks") || !strings.Contains(err.Error(), "NTP"):
+		t.Errorf("%s: node %d's bandwidth test to %s: %v; want a refusal that names the clocks and NTP", what, node, peer, err)
+	case took > 5*time.Second:
+		t.Errorf("%s: node %d's bandwidth test to %s refused after %v; want at once (the refusal is an answer, not a timeout)", what, node, peer, took)
+	default:
+		t.Logf("%s: node %d's bandwidth test to %s refused after %v: %v", what, node, peer, took, err)
+	}
+}
+
+// drillStale returns node 2's count of bandwidth requests refused as stale.
+func drillStale(t *testing.T, node int) uint64 {
+	t.Helper()
+	args := []string{"rdmactl", "--json", "status"}
+	if node != 1 {
+		args = append([]string{"vmnode", "2"}, args...)
+	}
+	out, _ := run(args[0], args[1:]...)
+	var s struct {
+		Bandwidth struct {
+			Refused map[string]uint64 `json:"refused"`
+		} `json:"bandwidth"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("node %d: rdmactl --json status: %v", node, err)
+	}
+	return s.Bandwidth.Refused["stale"]
+}
+
+// TestDrillClockStepTagged: with a fleet key on both nodes, bandwidth
+// requests carry their time (tagged; #24 item 3), and a responder takes
+// one within ±30 s of its clock and with a nonce not seen. Node 1's clock
+// one hour ahead: the peer stays up (no false state change; probes do not
+// carry a time), RTTs stay sane, and a test either way is refused at once
+// as stale, with an error that names the clocks and NTP: node 2 sees node
+// 1's request an hour ahead, node 1 sees node 2's an hour old. The clock
+// back: tests both ways run again at once. Refused requests are not
+// remembered (the nonce table holds only requests within the window; a
+// future-dated one is refused before it is stored: verbs/bw
+// TestHandleReplay), so nothing blocks the first test after the step back.
+// The key is removed again on both nodes at the end.
+func TestDrillClockStepTagged(t *testing.T) {
+	other := peersOther(t)
+	self := nodeAddr(t)
+	healthDiag(t)
+	drillHealthy(t, other)
+	peersWait(t, 1, other, "up", 90*time.Second)
+	before := waitActive(t)
+	wall0 := time.Now()
+	t.Cleanup(func() { drillSetClock(t, wall0.Add(time.Since(wall0))) })
+
+	// A key as docs/SECURITY.md says to make one: 32 random bytes in
+	// base64, root's, mode 0600, on both nodes.
+	var raw [32]byte
+	rand.Read(raw[:])
+	key := base64.StdEncoding.EncodeToString(raw[:])
+	t.Cleanup(func() {
+		os.Remove(drillKeyDropin)
+		run("vmnode", "2", "rm", "-f", drillKeyDropin)
+		run("rdmactl", "reload")
+		run("vmnode", "2", "rdmactl", "reload")
+		os.Remove(drillKeyFile)
+		run("vmnode", "2", "rm", "-f", drillKeyFile)
+	})
+	if err := os.WriteFile(drillKeyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "vmnode", "2", "sh", "-c", fmt.Sprintf("umask 077 && printf '%%s\\n' %s > %s", key, drillKeyFile))
+	if err := os.WriteFile(drillKeyDropin, []byte(drillKeyDropBody), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "vmnode", "2", "sh", "-c", fmt.Sprintf("printf '%s' > %s", drillKeyDropBody, drillKeyDropin))
+	mustRun(t, "rdmactl", "reload")
+	mustRun(t, "vmnode", "2", "rdmactl", "reload")
+	// Until both have the key, each drops the other's untagged (or
+	// tagged) messages: the peer answers again once both do. Its window
+	// (the last 100 probes) may still hold those losses and say
+	// degraded for up to 100 s: that is not waited for.
+	drillAnswers := func(node int, peer string) {
+		t.Helper()
+		waitFor(t, 90*time.Second, fmt.Sprintf("node %d's peer %s answers with the key", node, peer), func() (bool, string) {
+			st, v := peersState(t, node, peer)
+			return st == "up" || st == "degraded", fmt.Sprintf("%s: %+v", st, v)
+		})
+	}
+	drillAnswers(1, other)
+	drillAnswers(2, self)
+	drillBWOK(t, 1, other, "with the key")
+	drillBWOK(t, 2, self, "with the key")
+	stale1, stale2 := drillStale(t, 1), drillStale(t, 2)
+
+	drillSetClock(t, wall0.Add(time.Since(wall0)+time.Hour))
+	stepped := time.Now()
+	drillBWStale(t, 1, other, "clock +1 h")
+	drillBWStale(t, 2, self, "clock +1 h")
+	// The peer was not taken down by the step, nor made slow.
+	if st, rtt, _ := drillPeer(t, other); st != "up" && st != "degraded" || rtt <= 0 || rtt > time.Second {
+		t.Errorf("clock +1 h: node 1's peer %s is %s, last RTT %v; want up (or degraded on a lossy bed), under 1 s", other, st, rtt)
+	}
+	if st, _ := peersState(t, 2, self); st != "up" && st != "degraded" {
+		t.Errorf("clock +1 h: node 2's peer %s is %s; want up", self, st)
+	}
+	if s1, s2 := drillStale(t, 1), drillStale(t, 2); s1 <= stale1 || s2 <= stale2 {
+		t.Errorf("stale refusals counted: node 1 %d (was %d), node 2 %d (was %d); want more on each", s1, stale1, s2, stale2)
+	}
+	// Once the probes measured the step (a clock exchange every 15 s),
+	// the refusal says which clock is off and by how much, on both
+	// sides: node 1 sees node 2's clock an hour behind, node 2 sees node
+	// 1's an hour ahead.
+	waitOffset(t, other, -time.Hour, 5*time.Second, 60*time.Second)
+	for _, side := range []struct {
+		node       int
+		peer, want string
+	}{{1, other, "behind this node's"}, {2, self, "ahead of this node's"}} {
+		var last error
+		waitFor(t, 40*time.Second, fmt.Sprintf("node %d's refusal names the offset the probes measured", side.node), func() (bool, string) {
+			_, last = drillBW(side.node, side.peer)
+			return last != nil && strings.Contains(last.Error(), "the probes measure its clock") && strings.Contains(last.Error(), side.want), fmt.Sprint(last)
+		})
+		t.Logf("clock +1 h, measured: node %d's bandwidth test to %s: %v", side.node, side.peer, last)
+	}
+	t.Logf("an hour ahead for %v", time.Since(stepped).Round(10*time.Millisecond))
+
+	drillSetClock(t, wall0.Add(time.Since(wall0)))
+	drillBWOK(t, 1, other, "clock back")
+	drillBWOK(t, 2, self, "clock back")
+	if st, rtt, _ := drillPeer(t, other); st != "up" && st != "degraded" || rtt <= 0 || rtt > time.Second {
+		t.Errorf("clock back: node 1's peer %s is %s, last RTT %v; want up, under 1 s", other, st, rtt)
+	}
+	drillSame(t, before, "tagged clock step")
+}
+
 // drillStateDir is rdmad's state directory; drillLimits the limits file
 // the state drills make rdmad write (not the default one, so that no
 // other test's file is touched).
@@ -475,6 +689,37 @@ func drillLeftovers(t *testing.T) []string {
 	return left
 }
 
+// drillMemlockError returns the error of the memlock target in the
+// status, the state component's error, and what the status held (for a
+// failure's message).
+func drillMemlockError() (target, state, last string) {
+	out, _ := run("rdmactl", "--json", "status")
+	var s struct {
+		Components map[string]Component `json:"components"`
+		Policy     struct {
+			Policies []struct {
+				Targets []struct {
+					Kind, Object, State, Error string
+				} `json:"targets"`
+			} `json:"policies"`
+		} `json:"policy"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		return "", "", err.Error()
+	}
+	for _, p := range s.Policy.Policies {
+		for _, tg := range p.Targets {
+			if tg.Kind == "memlock" {
+				target = tg.Error
+			}
+		}
+	}
+	if c, ok := s.Components["state"]; ok {
+		state = c.Error
+	}
+	return target, state, fmt.Sprintf("policies %+v, components %+v", s.Policy.Policies, s.Components)
+}
+
 // TestDrillStateDirReadOnly: the state directory made unwritable
 // (chattr +i) while a memlock policy makes rdmad write a limits file.
 // rdmad keeps running, writes the file, says in its status that the record
@@ -500,33 +745,16 @@ func TestDrillStateDirReadOnly(t *testing.T) {
 	})
 	var said string
 	waitFor(t, 30*time.Second, "the status says the state directory cannot be written", func() (bool, string) {
-		out, _ := run("rdmactl", "--json", "status")
-		var s struct {
-			Components map[string]Component `json:"components"`
-			Policy     struct {
-				Policies []struct {
-					Targets []struct {
-						Kind, Object, State, Error string
-					} `json:"targets"`
-				} `json:"policies"`
-			} `json:"policy"`
-		}
-		if err := json.Unmarshal([]byte(out), &s); err != nil {
-			return false, err.Error()
-		}
-		for _, p := range s.Policy.Policies {
-			for _, tg := range p.Targets {
-				if tg.Kind == "memlock" && strings.Contains(tg.Error, "limits file record") {
-					said = tg.Error
-					return true, ""
-				}
-			}
-		}
-		if c, ok := s.Components["state"]; ok && c.Error != "" {
-			said = c.Error
+		e, c, last := drillMemlockError()
+		if strings.Contains(e, "limits file record") {
+			said = e
 			return true, ""
 		}
-		return false, fmt.Sprintf("policies %+v, components %+v", s.Policy.Policies, s.Components)
+		if c != "" {
+			said = c
+			return true, ""
+		}
+		return false, last
 	})
 	t.Logf("the status says: %s", said)
 	drillSame(t, before, "state directory read-only")
@@ -545,6 +773,184 @@ func TestDrillStateDirReadOnly(t *testing.T) {
 		t.Errorf("temporary files left behind: %v", left)
 	}
 	drillSame(t, before, "state directory writable again")
+}
+
+// drillStateFiles reads the files of the state directory rdmad writes
+// (the record of limits files, the accepted configuration's copy): both
+// are written atomically (a temporary file renamed over the old one), so
+// a write that fails leaves the old file whole.
+func drillStateFiles(t *testing.T) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, name := range []string{"limits-files", "accepted-config.json"} {
+		b, err := os.ReadFile(filepath.Join(drillStateDir, name))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	return files
+}
+
+// drillStateBackup is where the state full drill keeps the real state
+// directory's contents while a tmpfs is mounted over it.
+const drillStateBackup = "/root/e2e-drill-state"
+
+// drillStateDirRestore ends the state full drill: rdmad stopped, what it
+// wrote to the tmpfs copied back to the real state directory, the tmpfs
+// unmounted, rdmad started again.
+func drillStateDirRestore(t *testing.T) {
+	t.Helper()
+	run("systemctl", "stop", "rdmad")
+	os.Remove(filepath.Join(drillStateDir, "e2e-filler"))
+	if out, err := run("findmnt", "-n", "-o", "FSTYPE", drillStateDir); err == nil && strings.TrimSpace(out) == "tmpfs" {
+		// The tmpfs holds the state as rdmad left it: that is what the
+		// real directory gets back.
+		if _, err := run("sh", "-c", "rm -rf "+drillStateBackup+".after && cp -a "+drillStateDir+" "+drillStateBackup+".after"); err != nil {
+			t.Errorf("state full drill: save the tmpfs's state: %v", err)
+		}
+		if _, err := run("umount", drillStateDir); err != nil {
+			t.Errorf("state full drill: umount %s: %v", drillStateDir, err)
+		}
+		if _, err := os.Stat(drillStateBackup + ".after"); err == nil {
+			if _, err := run("sh", "-c", "find "+drillStateDir+" -mindepth 1 -delete && cp -a "+drillStateBackup+".after/. "+drillStateDir+"/"); err != nil {
+				t.Errorf("state full drill: copy the state back: %v", err)
+			}
+		}
+	}
+	run("rm", "-rf", drillStateBackup, drillStateBackup+".after")
+	if _, err := run("systemctl", "start", "rdmad"); err != nil {
+		t.Errorf("state full drill: start rdmad again: %v", err)
+	}
+}
+
+// TestDrillStateDirFull: the state directory full (ENOSPC) while a
+// memlock policy makes rdmad write a limits file. The guest's root is not
+// filled (journald and everything else would fail first): with rdmad
+// stopped, a small tmpfs is mounted over /var/lib/rdmad with its contents
+// copied in (so the unit's mount namespace, made at start with
+// StateDirectory= binding that path under ProtectSystem=strict, has the
+// tmpfs from the start), rdmad started, and the tmpfs filled. rdmad keeps
+// running, writes the limits file, says in the memlock target's status
+// that the record is not saved and why (no space left on device); neither
+// the record nor the accepted configuration's copy is replaced by a
+// truncated file (atomic writes: the temporary file fails, the old file
+// stays whole), and no temporary file is left. Once there is room, the next
+// pass saves the record (nothing lost), the error goes and the copy of the
+// new configuration is saved.
+func TestDrillStateDirFull(t *testing.T) {
+	other := peersOther(t)
+	healthDiag(t)
+	drillHealthy(t, other)
+	waitActive(t)
+	if out, err := run("findmnt", "-n", "-o", "FSTYPE", drillStateDir); err == nil && strings.TrimSpace(out) == "tmpfs" {
+		t.Fatalf("%s is a tmpfs already (an earlier run's left over?)", drillStateDir)
+	}
+	mustRun(t, "systemctl", "stop", "rdmad")
+	t.Cleanup(func() { drillStateDirRestore(t) })
+	mustRun(t, "sh", "-c", "rm -rf "+drillStateBackup+" && cp -a "+drillStateDir+" "+drillStateBackup)
+	// 64 KiB: room for the state files (a few KiB) and the start.
+	mustRun(t, "mount", "-t", "tmpfs", "-o", "size=64k,mode=0750", "e2e-drill-state", drillStateDir)
+	mustRun(t, "cp", "-a", drillStateBackup+"/.", drillStateDir+"/")
+	mustRun(t, "systemctl", "start", "rdmad")
+	before := waitActive(t)
+	peersWait(t, 1, other, "up", 90*time.Second)
+	// What the unit sees is the tmpfs: rdmad's own mount namespace.
+	if out, err := run("nsenter", "-t", strconv.Itoa(before.MainPID), "-m", "findmnt", "-n", "-o", "FSTYPE,OPTIONS", drillStateDir); err != nil {
+		t.Logf("rdmad's view of %s not checked: %v", drillStateDir, err)
+	} else if f := strings.Fields(out); len(f) < 2 || f[0] != "tmpfs" || !strings.HasPrefix(f[1], "rw") {
+		t.Fatalf("rdmad's mount namespace has %q at %s, want the tmpfs, writable", strings.TrimSpace(out), drillStateDir)
+	}
+	old := drillStateFiles(t)
+	if len(old["accepted-config.json"]) == 0 {
+		t.Fatalf("no accepted configuration's copy in %s before the drill", drillStateDir)
+	}
+	// Full: the filler takes every block left. dd ends with ENOSPC.
+	filler := filepath.Join(drillStateDir, "e2e-filler")
+	run("dd", "if=/dev/zero", "of="+filler, "bs=4k")
+	if err := os.WriteFile(filepath.Join(drillStateDir, "e2e-probe"), make([]byte, 8192), 0o600); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write to %s after the filler: %v, want ENOSPC", drillStateDir, err)
+	}
+	os.Remove(filepath.Join(drillStateDir, "e2e-probe"))
+	t.Logf("state directory full: %s", strings.TrimSpace(mustRun(t, "df", "-k", drillStateDir)))
+
+	since := time.Now()
+	drillMemlock(t)
+	mustRun(t, "rdmactl", "reload")
+	waitFor(t, 30*time.Second, "rdmad wrote "+drillLimits, func() (bool, string) {
+		_, err := os.Stat(drillLimits)
+		return err == nil, fmt.Sprint(err)
+	})
+	var said string
+	took := waitFor(t, 30*time.Second, "the memlock target's status says the record is not saved: no space left", func() (bool, string) {
+		e, _, last := drillMemlockError()
+		said = e
+		return strings.Contains(e, "limits file record not saved") && strings.Contains(e, "no space left on device"), last
+	})
+	t.Logf("the status says (%v after the reload): %s", took, said)
+	drillSame(t, before, "state directory full")
+	// Neither state file was replaced by a truncated one: both are as
+	// they were (the copy of the new configuration could not be saved,
+	// and says so in the journal).
+	for name, b := range drillStateFiles(t) {
+		if string(b) != string(old[name]) {
+			t.Errorf("%s changed while the state directory was full: %d bytes before, %d now", name, len(old[name]), len(b))
+		}
+	}
+	if drillRecorded(drillLimits) {
+		t.Errorf("%s is recorded though the state directory is full", drillLimits)
+	}
+	if left := drillLeftovers(t); len(left) > 0 {
+		t.Errorf("temporary files left behind while full: %v", left)
+	}
+	var copyWarned bool
+	for _, e := range drillJournal(t, since) {
+		m, _ := e["MESSAGE"].(string)
+		copyWarned = copyWarned || strings.Contains(m, "copy of the accepted configuration not saved")
+	}
+	if !copyWarned {
+		t.Errorf("rdmad's journal does not say the accepted configuration's copy was not saved")
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	waitFor(t, 60*time.Second, "rdmad saved the record once there is room", func() (bool, string) {
+		if drillRecorded(drillLimits) {
+			return true, ""
+		}
+		// The record is saved at the next pass; a reload is one.
+		run("rdmactl", "reload")
+		return false, "not recorded yet"
+	})
+	t.Logf("record saved %v after the filler was removed", time.Since(freed).Round(10*time.Millisecond))
+	waitFor(t, 30*time.Second, "the memlock target's error is gone", func() (bool, string) {
+		e, _, _ := drillMemlockError()
+		return e == "", e
+	})
+	waitFor(t, 30*time.Second, "the copy of the configuration with the drill's drop-in is saved", func() (bool, string) {
+		b := drillStateFiles(t)["accepted-config.json"]
+		var v struct {
+			Files []struct {
+				Path string `json:"path"`
+			} `json:"files"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			return false, err.Error()
+		}
+		for _, f := range v.Files {
+			if f.Path == drillDropin {
+				return true, ""
+			}
+		}
+		run("rdmactl", "reload")
+		return false, fmt.Sprintf("files %+v", v.Files)
+	})
+	if left := drillLeftovers(t); len(left) > 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+	drillSame(t, before, "state directory with room again")
 }
 
 // TestDrillKillDuringApply: rdmad killed (SIGKILL) right after a reload
@@ -648,4 +1054,332 @@ func TestDrillKillDuringBandwidth(t *testing.T) {
 	drillResSettle(t, 1, u1.MainPID, res1, 60*time.Second)
 	peersWait(t, 1, other, "up", 90*time.Second)
 	bwRun(t, other, "--duration", "2s")
+}
+
+// drillLinkWatch is the script node 2 runs (in the background, so that
+// vmnode returns at once) to bring its link up and stamp, on its
+// monotonic clock (/proc/uptime, 10 ms), what the kernel does with it:
+// rxe's port ACTIVE (rdma link) and an IPv4-mapped GID in the port's
+// table again. It writes drillLinkLog.
+const drillLinkLog = "/run/e2e-drill-link.log"
+
+const drillLinkWatch = `(
+log=` + drillLinkLog + `
+gids() { cat /sys/class/infiniband/*/ports/1/gids/* 2>/dev/null | grep -q ':ffff:'; }
+gd=no; gids && gd=yes
+pd=$(rdma link show | grep -o 'state [A-Z_]*' | head -n1)
+u=$(cut -d' ' -f1 /proc/uptime); ip link set eth0 up; r=$(cut -d' ' -f1 /proc/uptime)
+echo "link_up $u gid_during_down=$gd port_during_down=$pd" >$log
+echo "ip_returned $r" >>$log
+a=; g=; i=0
+while [ $i -lt 1000 ]; do
+	now=$(cut -d' ' -f1 /proc/uptime)
+	if [ -z "$a" ] && rdma link show | grep -q 'state ACTIVE'; then a=$now; echo "port_active $now" >>$log; fi
+	if [ -z "$g" ] && gids; then g=$now; echo "gid_back $now" >>$log; fi
+	[ -n "$a" ] && [ -n "$g" ] && break
+	sleep 0.01; i=$((i+1))
+done
+echo end >>$log
+) >/dev/null 2>&1 </dev/null &`
+
+// A drillStamp is one step of the link's return on node 1's clock.
+type drillStamp struct {
+	at   time.Time
+	what string
+}
+
+// drillClock maps node 2's monotonic clock (seconds of /proc/uptime or
+// the journal's __MONOTONIC_TIMESTAMP) onto node 1's wall clock: the
+// reading of the shortest of a few vmnode round trips, taken at its
+// middle; err is half that round trip.
+type drillClock struct {
+	base time.Time
+	up   float64
+	err  time.Duration
+}
+
+func (c drillClock) at(up float64) time.Time {
+	return c.base.Add(time.Duration((up - c.up) * float64(time.Second)))
+}
+
+func drillNode2Clock(t *testing.T) drillClock {
+	t.Helper()
+	var c drillClock
+	for i := 0; i < 5; i++ {
+		a := time.Now()
+		out := mustRun(t, "vmnode", "2", "cut", "-d", " ", "-f1", "/proc/uptime")
+		b := time.Now()
+		up, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+		if err != nil {
+			t.Fatalf("node 2's /proc/uptime: %v in %q", err, out)
+		}
+		if half := b.Sub(a) / 2; i == 0 || half < c.err {
+			c = drillClock{base: a.Add(half), up: up, err: half}
+		}
+	}
+	return c
+}
+
+// drillPathView is the part of node 1's published path the partition
+// drill follows.
+type drillPathView struct {
+	State     string `json:"state"`
+	RemoteQPN uint32 `json:"remote_qpn"`
+	Sent      uint64 `json:"sent"`
+	Lost      uint64 `json:"lost"`
+}
+
+func drillPaths(t *testing.T, peer string) (string, []drillPathView) {
+	t.Helper()
+	out, err := run("rdmactl", "--json", "peers")
+	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatal(err)
+	}
+	var v struct {
+		Peers []struct {
+			Name  string          `json:"name"`
+			State string          `json:"state"`
+			Paths []drillPathView `json:"paths"`
+		} `json:"peers"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
+	}
+	for _, p := range v.Peers {
+		if p.Name == peer {
+			return p.State, p.Paths
+		}
+	}
+	return "absent", nil
+}
+
+// drillWatchUp polls node 1's view of peer until it is up and returns how
+// long that took and the stamps of what it saw on the way (the first
+// publish with a new remote QPN, the first with answers again, up), the
+// last being up. The view is published at once on a state change and
+// about once a second while only numbers move: the first two stamps are
+// late by up to that.
+func drillWatchUp(t *testing.T, peer string, limit time.Duration) (time.Duration, []drillStamp) {
+	t.Helper()
+	start := time.Now()
+	_, paths0 := drillPaths(t, peer)
+	qpn0 := map[int]uint32{}
+	ok0 := map[int]uint64{}
+	for i, pa := range paths0 {
+		qpn0[i], ok0[i] = pa.RemoteQPN, pa.Sent-pa.Lost
+	}
+	var stamps []drillStamp
+	var qpnSeen, okSeen bool
+	for time.Since(start) < limit {
+		st, paths := drillPaths(t, peer)
+		now := time.Now()
+		for i, pa := range paths {
+			if !qpnSeen && pa.RemoteQPN != 0 && pa.RemoteQPN != qpn0[i] {
+				qpnSeen = true
+				stamps = append(stamps, drillStamp{now, fmt.Sprintf("node 1 published node 2's new QPN %#x (was %#x)", pa.RemoteQPN, qpn0[i])})
+			}
+			if !okSeen && pa.Sent-pa.Lost > ok0[i] {
+				okSeen = true
+				stamps = append(stamps, drillStamp{now, fmt.Sprintf("node 1 published answered probes (%d more)", pa.Sent-pa.Lost-ok0[i])})
+			}
+		}
+		if st == "up" {
+			stamps = append(stamps, drillStamp{now, "node 1 status: peer up"})
+			return time.Since(start), stamps
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("node 1: peer %s not up after %v", peer, limit)
+	return 0, nil
+}
+
+// drillCounters returns node's peer counters (control endpoint and probe
+// QPs, rdmactl --json peers).
+func drillCounters(t *testing.T, node int) map[string]uint64 {
+	t.Helper()
+	args := []string{"rdmactl", "--json", "peers"}
+	if node != 1 {
+		args = append([]string{"vmnode", "2"}, args...)
+	}
+	out, err := run(args[0], args[1:]...)
+	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatal(err)
+	}
+	var v struct {
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("node %d: rdmactl --json peers: %v", node, err)
+	}
+	return v.Counters
+}
+
+// drillCountersSince returns the counters that grew since before, by how
+// much.
+func drillCountersSince(now, before map[string]uint64) map[string]uint64 {
+	d := map[string]uint64{}
+	for k, v := range now {
+		if v > before[k] {
+			d[k] = v - before[k]
+		}
+	}
+	return d
+}
+
+// A drillTimeline is the link's return, step by step, on node 1's clock.
+type drillTimeline struct {
+	linkUp time.Time
+	steps  []drillStamp
+	anchor string // how node 2's stamps were placed on node 1's clock
+}
+
+// drillPing pings addr from node 1 every 50 ms from now on and returns a
+// function that stops it and returns the time of the first reply (zero:
+// none).
+func drillPing(t *testing.T, addr string) func() time.Time {
+	t.Helper()
+	cmd := exec.Command("ping", "-n", "-D", "-i", "0.05", addr)
+	var out syncbuf.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Logf("ping %s: %v; the link's return is stamped by node 2's clock alone", addr, err)
+		return func() time.Time { return time.Time{} }
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	stop := func() {
+		cmd.Process.Kill()
+		<-done
+	}
+	t.Cleanup(stop)
+	return func() time.Time {
+		stop()
+		for _, line := range strings.Split(out.String(), "\n") {
+			// [1795000000.123456] 64 bytes from 192.0.2.2: icmp_seq=...
+			if !strings.Contains(line, "bytes from") || !strings.HasPrefix(line, "[") {
+				continue
+			}
+			end := strings.IndexByte(line, ']')
+			if end < 0 {
+				continue
+			}
+			sec, err := strconv.ParseFloat(line[1:end], 64)
+			if err != nil {
+				continue
+			}
+			return time.Unix(0, int64(sec*1e9))
+		}
+		return time.Time{}
+	}
+}
+
+func (tl *drillTimeline) add(s ...drillStamp) { tl.steps = append(tl.steps, s...) }
+
+func (tl *drillTimeline) log(t *testing.T) {
+	t.Helper()
+	slices.SortStableFunc(tl.steps, func(a, b drillStamp) int { return a.at.Compare(b.at) })
+	var b strings.Builder
+	for _, s := range tl.steps {
+		fmt.Fprintf(&b, "\n  %+7.3fs  %s", s.at.Sub(tl.linkUp).Seconds(), s.what)
+	}
+	t.Logf("the link's return (seconds from node 2's ip link set eth0 up):%s", b.String())
+}
+
+// drillLinkTimeline reads node 2's link watcher's stamps and the journal
+// records of both rdmads since the link command (those about ports,
+// probe ports and peers) into a timeline.
+func drillLinkTimeline(t *testing.T, n2 drillClock, since, firstReply time.Time) *drillTimeline {
+	t.Helper()
+	tl := &drillTimeline{anchor: fmt.Sprintf("node 2's clock mapped by vmnode, ±%v", n2.err.Round(10*time.Millisecond))}
+	var node2 []drillStamp
+	var out string
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, _ = run("vmnode", "2", "cat", drillLinkLog)
+		if strings.Contains(out, "end") || time.Now().After(end) {
+			break
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		up, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		at := n2.at(up)
+		switch f[0] {
+		case "link_up":
+			tl.linkUp = at
+			node2 = append(node2, drillStamp{at, "node 2: ip link set eth0 up (" + strings.Join(f[2:], ", ") + ")"})
+		case "ip_returned":
+			node2 = append(node2, drillStamp{at, "node 2: ip link set returned (the watcher's first look follows)"})
+		case "port_active":
+			node2 = append(node2, drillStamp{at, "node 2: rxe port ACTIVE (rdma link)"})
+		case "gid_back":
+			node2 = append(node2, drillStamp{at, "node 2: IPv4 GID in the port's table"})
+		}
+	}
+	interesting := func(m string) bool {
+		for _, k := range []string{"peer", "probe port", "port state", "GID", "rebuild"} {
+			if strings.Contains(m, k) {
+				return true
+			}
+		}
+		return false
+	}
+	entry := func(e map[string]any) string {
+		m, _ := e["MESSAGE"].(string)
+		for _, k := range []string{"PEER", "PORT", "FROM", "TO", "REASON", "ERR"} {
+			if v, ok := e[k].(string); ok {
+				m += " " + strings.ToLower(k) + "=" + v
+			}
+		}
+		return m
+	}
+	// Node 2's journal, on its monotonic clock.
+	j2, err := run("vmnode", "2", "journalctl", "-u", "rdmad", "--no-pager", "-o", "json", "--since", "-2min")
+	if err != nil {
+		t.Logf("node 2's journal: %v", err)
+	}
+	for _, line := range strings.Split(j2, "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		us, _ := e["__MONOTONIC_TIMESTAMP"].(string)
+		n, err := strconv.ParseInt(us, 10, 64)
+		if err != nil {
+			continue
+		}
+		at := n2.at(float64(n) / 1e6)
+		if m := entry(e); at.After(since.Add(-n2.err)) && interesting(m) {
+			node2 = append(node2, drillStamp{at, "node 2 journal: " + m})
+		}
+	}
+	// The first ping reply places node 2's stamps: the link came back
+	// at most an interval (50 ms) and a round trip before it.
+	if !firstReply.IsZero() && !tl.linkUp.IsZero() {
+		shift := firstReply.Sub(tl.linkUp)
+		for i := range node2 {
+			node2[i].at = node2[i].at.Add(shift)
+		}
+		tl.add(drillStamp{firstReply, "node 1: first ping reply from node 2"})
+		tl.anchor = fmt.Sprintf("node 2's stamps placed by node 1's first ping reply; the vmnode mapping (±%v) put them %+.3fs off", n2.err.Round(10*time.Millisecond), shift.Seconds())
+		tl.linkUp = firstReply
+	}
+	tl.add(node2...)
+	// Node 1's journal, on its wall clock (this test's).
+	for _, e := range drillJournal(t, since) {
+		us, _ := e["__REALTIME_TIMESTAMP"].(string)
+		n, err := strconv.ParseInt(us, 10, 64)
+		if err != nil {
+			continue
+		}
+		if m := entry(e); interesting(m) {
+			tl.add(drillStamp{time.UnixMicro(n), "node 1 journal: " + m})
+		}
+	}
+	return tl
 }

@@ -355,5 +355,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// Within the pass's batch (the transport's slots); past it, the
 		// path's first probe waits for the peer's turn.
 		m.send(p, pa, now)
+		if pa.h.state == apitype.PeerDown {
+			// A down path's peer has a port again (a partition's
+			// end): its answer is taken at once (rise).
+			m.sched.rising = true
+		}
 	}
 }

@@ -28,6 +28,9 @@ type inbox struct {
 	ansSpare []answer // the other answer buffer, Run's
 	kick     chan struct{}
 	urgent   atomic.Bool
+	// ports says the transport's local ports changed (PortsChanged):
+	// the next pass reads them, rather than the next publish.
+	ports atomic.Bool
 }
 
 func newInbox() inbox { return inbox{kick: make(chan struct{}, 1)} }
@@ -83,6 +86,21 @@ func (in *inbox) wake() {
 		case in.kick <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// PortsChanged tells the manager that the transport's local ports changed
+// (a probe port opened or closed: a link that came back, a device added).
+// It never blocks. The manager reads them at once instead of at its next
+// publish (up to a second later): until then its control endpoint would
+// answer the peers' queries with the ports of before, and a peer waiting
+// for this node's new probe QP (a partition's end) would wait that long
+// for it.
+func (m *Manager) PortsChanged() {
+	m.in.ports.Store(true)
+	select {
+	case m.in.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -223,6 +223,11 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	// Everything this pass sends counts against its batch, the first
 	// probes of paths that the inbox's answers resolve too.
 	m.sched.batched = 0
+	if m.in.ports.Swap(false) {
+		// Before the inbox: the queries waiting there are answered
+		// with the ports of now.
+		m.refreshPorts(now)
+	}
 	m.takeInbox(now)
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
@@ -248,11 +253,18 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		return now
 	}
 	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout, window)
-	if len(m.control.nonces) > 0 && now.Add(window).Before(next) {
-		// Answers to the queries wait in the inbox: take them within the
-		// batch window.
+	if (len(m.control.nonces) > 0 || m.sched.rising) && now.Add(window).Before(next) {
+		// Answers to the queries wait in the inbox, or the answer of a
+		// rising path's probe (rise): take them within the batch
+		// window.
 		next = now.Add(window)
 	}
+	// While a path rises, its replies wake the manager at once, as
+	// while a one-shot probe waits: its up_after answers then take
+	// about as many round trips, not batch windows. The next pass
+	// without a rising path's answer ends it.
+	m.in.urgent.Store(m.oneshots.waiting > 0 || m.sched.rising)
+	m.sched.rising = false
 	// One schedule for all due work: every pass falls on a tick of the
 	// batch window, so the probes due within a window, the timeouts, the
 	// control answers and the publish share one wakeup, and it is the

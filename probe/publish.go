@@ -60,16 +60,7 @@ func (m *Manager) publish(now time.Time) time.Time {
 		return m.pub.at.Add(gap)
 	}
 	next := now.Add(every)
-	ports, err := m.opts.Transport.Ports()
-	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
-		m.local, m.localErr = ports, err
-		m.localGen++
-		m.pub.changed = true
-		m.refreshFingerprint(now, true)
-	}
-	if !slices.EqualFunc(ports, m.local, func(x, y ud.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
-		m.local, m.pub.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
-	}
+	m.refreshPorts(now)
 	if !m.pub.changed && !m.pub.dirty && !m.pub.at.IsZero() && now.Sub(m.pub.at) < 10*time.Second {
 		return next
 	}
@@ -84,6 +75,21 @@ func (m *Manager) publish(now time.Time) time.Time {
 		m.opts.OnState(m.State())
 	}
 	return next
+}
+
+// refreshPorts reads the transport's local ports again; a change is
+// published.
+func (m *Manager) refreshPorts(now time.Time) {
+	ports, err := m.opts.Transport.Ports()
+	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
+		m.local, m.localErr = ports, err
+		m.localGen++
+		m.pub.changed = true
+		m.refreshFingerprint(now, true)
+	}
+	if !slices.EqualFunc(ports, m.local, func(x, y ud.LocalPort) bool { return x.TrafficClass == y.TrafficClass }) {
+		m.local, m.pub.changed = ports, true // the same ports, a new traffic class ([probe] traffic_class)
+	}
 }
 
 // minFaultPeers is how many peers must all be down on a port before the

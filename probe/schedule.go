@@ -25,6 +25,9 @@ type scheduler struct {
 	batched int                    // probes and queries of this pass
 	limit   int                    // the most a pass sends (batchLimit)
 	notSent uint64
+	// rising says a down path answered in this pass (rise): the next
+	// pass comes at the next tick.
+	rising bool
 }
 
 func newScheduler() scheduler { return scheduler{outbox: map[string][]ud.Target{}} }
@@ -128,7 +131,12 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	// interval, for the clock offset alone (clockEvery).
 	clockDue := p.ver == wire.Version2 && len(p.paths) > 0 && now.Sub(p.paths[0].asked) >= m.clockEvery()
 	for i, pa := range p.paths {
-		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || pa.h.state == apitype.PeerDown || (v2Due && i == 0) || (clockDue && i == 0) {
+		// A down path is asked at every turn (its peer may have a new
+		// QP), but not again within half an interval: a path rising
+		// (rise) has its turns a batch window apart, and the QP that
+		// answers it is the one to probe.
+		downAsk := pa.h.state == apitype.PeerDown && now.Sub(pa.asked) >= m.cfg.Interval/2
+		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || downAsk || (v2Due && i == 0) || (clockDue && i == 0) {
 			m.query(p, i, now)
 		}
 		if pa.resolved && pa.canSend() {

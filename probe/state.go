@@ -47,6 +47,28 @@ func (m *Manager) onReply(r ud.Reply) {
 	pa.rtt.Observe(r.RTT)
 	m.rtt.Observe(r.RTT)
 	m.observeFlow(p, pa, int(r.Flow), sample{rtt: r.RTT, host: r.ResponderDelay}, r.At)
+	if pa.h.state == apitype.PeerDown && m.peers.byName[p.spec.Name] == p {
+		m.rise(p, r.At)
+	}
+}
+
+// rise takes a down path that answered: up takes up_after answers in a
+// row, and with a full interval between them a peer whose link came back
+// was up only (up_after - 1) intervals after its first answer, 2 s at the
+// defaults (the partition drill, docs/TESTING.md). So the peer is probed
+// again in this pass (its turn now), and the answer wakes the manager at
+// once (tick: the inbox is urgent while a path rises), or at the latest
+// the next pass comes at the next tick rather than at the probe's
+// timeout: up_after answers take about up_after - 1 round trips. A loss
+// ends it (the path's turns are back to the interval), as a lost probe of
+// an up path is retried soon (expire) to tell noise from an outage. The
+// extra probes are at most up_after - 1 per answer of a down path.
+func (m *Manager) rise(p *mpeer, at time.Time) {
+	if at.Before(p.due) {
+		p.due = at
+		m.sched.due.fix(p)
+	}
+	m.sched.rising = true
 }
 
 // observe takes a sample of the whole path (of every flow, when it has

@@ -169,6 +169,45 @@ func FakeSetPortState(name string, port int, st PortState) error {
 	return nil
 }
 
+// FakeSetGIDs replaces a port's GID table and sends GID_CHANGE to the
+// device's contexts, as the kernel does when an address's GIDs are added
+// or deleted (rxe's come back a moment after its port is ACTIVE again).
+func FakeSetGIDs(name string, port int, gids []GIDEntry) error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	d, err := fakeDev(name)
+	if err != nil {
+		return err
+	}
+	p := d.port(port)
+	if p == nil {
+		return fmt.Errorf("fake NIC: %s has no port %d", name, port)
+	}
+	p.gids = slices.Clone(gids)
+	for k := range p.gids {
+		p.gids[k].Port = port
+	}
+	for c := range d.ctxs {
+		c.event(AsyncEvent{Type: EventGIDChange, Port: port})
+	}
+	return nil
+}
+
+// FakeGIDs returns a port's GID table.
+func FakeGIDs(name string, port int) ([]GIDEntry, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	d, err := fakeDev(name)
+	if err != nil {
+		return nil, err
+	}
+	p := d.port(port)
+	if p == nil {
+		return nil, fmt.Errorf("fake NIC: %s has no port %d", name, port)
+	}
+	return slices.Clone(p.gids), nil
+}
+
 // FakeFailWork makes the next n send work requests that execute on the
 // device's QPs complete with status instead (moving no data), which moves
 // their QP to ERR as an error completion does.

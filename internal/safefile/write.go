@@ -46,6 +46,11 @@ func WriteAtomic(path string, content []byte, perm uint32) (err error) {
 		}
 	}()
 	fail := func(op string, err error) error {
+		// The os.File methods' errors name the operation and the file
+		// already ("write /x/.f.tmp-…: no space left on device").
+		if _, ok := err.(*fs.PathError); ok {
+			return &WriteError{Path: path, Err: err}
+		}
 		return &WriteError{Path: path, Err: fmt.Errorf("%s %s: %w", op, tmp, err)}
 	}
 	if _, err := f.Write(content); err != nil {

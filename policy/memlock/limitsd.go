@@ -297,6 +297,11 @@ func writeAtomic(path string, content []byte, perm uint32, dirHint string) error
 	if errors.As(err, &we) && we.Create {
 		return fmt.Errorf("memlock: write %s: %w (does %s exist? %s)", path, we.Err, filepath.Dir(path), dirHint)
 	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		// The old file is whole (the write was to a new file); what
+		// the operator needs is where the room is missing.
+		return fmt.Errorf("memlock: %w (the file system of %s is full: free space there; rdmad writes %s again at its next pass)", err, filepath.Dir(path), filepath.Base(path))
+	}
 	if err != nil {
 		return fmt.Errorf("memlock: %w", err)
 	}

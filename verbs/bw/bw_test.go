@@ -390,3 +390,45 @@ func TestExchangeKeyRotation(t *testing.T) {
 		})
 	}
 }
+
+// TestFreshClockStep: the tagged clock step drill (e2e TestDrillClockStepTagged)
+// in small. A requester whose clock is an hour ahead sends requests an hour
+// in the future: each is refused as stale and none is remembered, however
+// many come (the nonce table holds only requests within the window). The
+// responder's own clock stepped ahead and back: a request in step with its
+// clock passes at once each time; what it remembered on the way is bounded
+// by its time, and blocks no other nonce.
+func TestFreshClockStep(t *testing.T) {
+	n := New(Config{NodeID: 1})
+	defer n.Close()
+	now := time.Unix(1795000000, 0)
+	n.now = func() time.Time { return now }
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if st := n.fresh(authed(1, now)); st != wire.BWOK {
+		t.Fatalf("a fresh request: %d", st)
+	}
+	for i := range 10000 {
+		if st := n.fresh(authed(uint64(100+i), now.Add(time.Hour))); st != wire.BWStale {
+			t.Fatalf("a request an hour ahead: %d; want stale", st)
+		}
+	}
+	if len(n.seen) != 1 {
+		t.Errorf("%d nonces remembered after 10,000 requests an hour ahead; want only the fresh one", len(n.seen))
+	}
+	// The responder's clock an hour ahead, then back.
+	now = now.Add(time.Hour)
+	if st := n.fresh(authed(2, now)); st != wire.BWOK {
+		t.Errorf("a request in step with the responder's clock an hour ahead: %d; want ok", st)
+	}
+	now = now.Add(-time.Hour + 5*time.Second)
+	if st := n.fresh(authed(3, now)); st != wire.BWOK {
+		t.Errorf("the first request after the responder's clock came back: %d; want ok", st)
+	}
+	if st := n.fresh(authed(1, now)); st != wire.BWStale {
+		t.Errorf("the first nonce replayed within its time: %d; want stale", st)
+	}
+	if len(n.seen) != 3 {
+		t.Errorf("%d nonces remembered; want the three taken", len(n.seen))
+	}
+}

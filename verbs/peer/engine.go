@@ -395,11 +395,15 @@ func (e *Engine) watchDevice(vctx *verbs.Context) {
 		case verbs.EventDeviceFatal:
 			e.cfg.Logger.Warn("peer probe: device reported DEVICE_FATAL; closing it", "device", ev.Device)
 			e.ReleaseDevice(ev.Device)
-		case verbs.EventPortActive, verbs.EventPortErr:
+		case verbs.EventPortActive, verbs.EventPortErr, verbs.EventGIDChange:
 			// A port that went down or came back is scanned now, not
 			// at the next rescan: its probe QPs close or open (and the
 			// peers learn the new ones) within the event's latency,
 			// which a link's return (the partition drill) waits on.
+			// GID_CHANGE too: rxe's port is ACTIVE again before the
+			// kernel has put its addresses' GIDs back, so the scan on
+			// PORT_ACTIVE can find no usable GID, and the port would
+			// wait for the next rescan (5 s) without this event.
 			e.rebuild()
 		}
 	})

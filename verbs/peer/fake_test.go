@@ -8,6 +8,7 @@ import (
 	"github.com/rdmad/rdmad/probe/ud"
 	"maps"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,4 +318,82 @@ func TestFakePortEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports(1, "after the port came back")
+}
+
+// TestFakeGIDChange: rxe's port is ACTIVE again before the kernel has put
+// its GIDs back (the partition drill, docs/TESTING.md), so the scan at
+// PORT_ACTIVE finds no usable GID. The port opens at the GID_CHANGE that
+// follows, not at the next rescan (an hour here).
+func TestFakeGIDChange(t *testing.T) {
+	t.Cleanup(func() {
+		verbs.FakeReset()
+		if live := verbs.FakeLive(); len(live) != 0 {
+			t.Errorf("the engine left verbs objects open: %v", live)
+		}
+	})
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+		t.Fatal(err)
+	}
+	gids, err := verbs.FakeGIDs("fake0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Devices: []string{"fake0"}, Rescan: time.Hour, RecvSlots: 16, SendSlots: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	ports := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ps, _ := e.Ports()
+			if len(ps) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d probe ports after 5s, want %d", what, len(ps), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ports(1, "at start")
+	// The link goes down: the port goes, and with it its GIDs.
+	if err := verbs.FakeSetPortState("fake0", 1, verbs.PortDown); err != nil {
+		t.Fatal(err)
+	}
+	ports(0, "after the port went down")
+	if err := verbs.FakeSetGIDs("fake0", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The link is back: ACTIVE, still without a GID. The scan at the
+	// event cannot open the port.
+	if err := verbs.FakeSetPortState("fake0", 1, verbs.PortActive); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := time.Now().Add(5 * time.Second)
+	for {
+		_, perr := e.Ports()
+		if perr != nil && strings.Contains(perr.Error(), "no usable GID") {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatalf("after PORT_ACTIVE without a GID: Ports error %v, want no usable GID", perr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ps, _ := e.Ports(); len(ps) != 0 {
+		t.Fatalf("a port without a GID probes: %+v", ps)
+	}
+	// The GIDs come back: the port opens at their event.
+	if err := verbs.FakeSetGIDs("fake0", 1, gids); err != nil {
+		t.Fatal(err)
+	}
+	ports(1, "after the GIDs came back")
 }

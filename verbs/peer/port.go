@@ -162,9 +162,13 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr, vendor
 		// grows with them so that an entry lives as long as with one.
 		pend: newPendingTable(pendingSlots * e.cfg.Flows), done: make(chan struct{})}
 	p.tclass.Store(uint32(e.trafficClass(vctx.Name(), num)))
+	// The port being built, released on an error: the early returns
+	// below set p to nil before this runs (a port without a usable GID,
+	// as rxe's is for a moment after its link came back, crashed here).
+	built := p
 	defer func() {
 		if err != nil {
-			p.release()
+			built.release()
 			p = nil
 		}
 	}()
