@@ -389,6 +389,9 @@ func ansSetup(t *testing.T, nodes []ansNode) ansBed {
 		"ANSIBLE_HOST_KEY_CHECKING=0",
 		"ANSIBLE_FORKS=5",
 		"LC_ALL=C.UTF-8",
+		// Each line as it is printed: the task times are read from the
+		// banners' arrival.
+		"PYTHONUNBUFFERED=1",
 	)
 	return b
 }
