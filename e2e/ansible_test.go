@@ -404,8 +404,6 @@ func ansSSHNode(t *testing.T, nd ansNode, pub string) {
 	sshDir := nd.exists(t, "/root/.ssh")
 	old, had := nd.readFile(t, ak)
 	wasActive := nd.mustRun(t, "sh", "-c", "systemctl is-active ssh.service || true") == "active"
-	tmpHad := nd.exists(t, ansRemoteTmp)
-	pkgHad := nd.exists(t, ansPkgDir)
 	t.Cleanup(func() {
 		var errs []string
 		note := func(err error) {
@@ -427,16 +425,8 @@ func ansSSHNode(t *testing.T, nd ansNode, pub string) {
 			_, err := nd.run("systemctl", "stop", "ssh.service")
 			note(err)
 		}
-		if !tmpHad {
-			_, err := nd.run("rm", "-rf", ansRemoteTmp)
-			note(err)
-		}
-		if !pkgHad {
-			_, err := nd.run("rm", "-rf", ansPkgDir)
-			note(err)
-		}
 		if len(errs) > 0 {
-			t.Errorf("%s: restoring ssh and Ansible's files: %s", nd.name, strings.Join(errs, "; "))
+			t.Errorf("%s: restoring ssh: %s", nd.name, strings.Join(errs, "; "))
 		}
 	})
 	nd.mustRun(t, "sh", "-c", `umask 077 && mkdir -p /root/.ssh && printf '%s\n' "$1" >>/root/.ssh/authorized_keys`, "sh", pub)
@@ -444,7 +434,8 @@ func ansSSHNode(t *testing.T, nd ansNode, pub string) {
 }
 
 // ansSaveRdmad records nd's configuration and key file and registers the
-// cleanup that puts them back and reloads rdmad.
+// cleanup that puts them back, reloads rdmad and removes what Ansible left
+// (its temporary directory, the copy of the package).
 func ansSaveRdmad(t *testing.T, nd ansNode) {
 	t.Helper()
 	cfg, cfgHad := nd.readFile(t, ansConfig)
@@ -452,7 +443,17 @@ func ansSaveRdmad(t *testing.T, nd ansNode) {
 		t.Fatalf("%s: no %s before the test: the package installs it", nd.name, ansConfig)
 	}
 	key, keyHad := nd.readFile(t, ansKeyFile)
+	tmpHad := nd.exists(t, ansRemoteTmp)
+	pkgHad := nd.exists(t, ansPkgDir)
 	t.Cleanup(func() {
+		for dir, had := range map[string]bool{ansRemoteTmp: tmpHad, ansPkgDir: pkgHad} {
+			if had {
+				continue
+			}
+			if _, err := nd.run("rm", "-rf", dir); err != nil {
+				t.Errorf("%s: remove %s: %v", nd.name, dir, err)
+			}
+		}
 		// The configuration first: it may name the key file.
 		if err := nd.writeFile(ansConfig, cfg, "0644"); err != nil {
 			t.Errorf("%s: restore %s: %v", nd.name, ansConfig, err)
