@@ -168,6 +168,13 @@ func TestLoadErrors(t *testing.T) {
 			want:  []string{"D/rdmad.toml:4: policy \"a\".mtu: mtu must be an integer, not \"big\""},
 		},
 		{
+			// The decoder names the last block's line for a key of an
+			// array of tables; the error is the first block's.
+			name:  "wrong type in the first of two policies",
+			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nmtu = \"1500\"\n\n[[policy]]\nname = \"b\"\nmtu = 9000\n"},
+			want:  []string{"D/rdmad.toml:3: policy \"a\".mtu: mtu must be an integer, not \"1500\""},
+		},
+		{
 			name:  "syntax error",
 			files: map[string]string{"rdmad.toml": "[daemon]\nlog_level = \n"},
 			want:  []string{"D/rdmad.toml:2: daemon.log_level: expected value but found '\\n' instead"},

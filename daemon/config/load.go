@@ -370,6 +370,7 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 	if err != nil {
 		e := decodeError(file, err)
 		e.Key = loc.at(e.Key, e.Line)
+		wrongTypeBlock(e, data, loc)
 		e.Msg = plainType(e.Msg, e.Key, lineText(data, e.Line))
 		return Errors{e}
 	}
@@ -470,6 +471,62 @@ func lineText(data []byte, n int) string {
 	}
 	return string(data)
 }
+
+// wrongTypeBlock points a type error in an array of tables ([[policy]])
+// at the block whose value has the wrong type. The decoder knows a key's
+// position by its dotted name alone, so it names the line of the last
+// block that sets the key, whose value may be fine ("policy "b".mtu: mtu
+// must be an integer, not 9000" for block a's mtu = "1500"): the first
+// block whose value, as written, is of the type the decoder found is the
+// one.
+func wrongTypeBlock(e *Error, data []byte, loc *locator) {
+	m := incompatibleRE.FindStringSubmatch(e.Msg)
+	if m == nil || loc == nil {
+		return
+	}
+	plain := indexRE.ReplaceAllString(e.Key, "")
+	if plain == e.Key && !strings.Contains(e.Key, "[") {
+		return // not in an array of tables
+	}
+	leaf := plain[strings.LastIndexByte(plain, '.')+1:]
+	found := inWords(m[1])
+	best, bestLine := "", 0
+	for k, line := range loc.lines {
+		if indexRE.ReplaceAllString(k, "") != plain || (bestLine != 0 && line > bestLine) {
+			continue
+		}
+		if v := valueOn(lineText(data, line), leaf); v != "" && writtenType(v) == found {
+			best, bestLine = k, line
+		}
+	}
+	if bestLine != 0 {
+		e.Key, e.Line = best, bestLine
+	}
+}
+
+// writtenType returns the TOML type of a value as written, in
+// rdmad.toml(5)'s words (inWords), or "" when it cannot tell.
+func writtenType(v string) string {
+	switch {
+	case v == "":
+		return ""
+	case v[0] == '"' || v[0] == '\'':
+		return inWords("string")
+	case v[0] == '[':
+		return inWords("slice")
+	case v[0] == '{':
+		return inWords("map")
+	case v == "true" || v == "false":
+		return inWords("bool")
+	case dateRE.MatchString(v):
+		return inWords("time.Time")
+	case strings.ContainsAny(v, ".eE") && !strings.HasPrefix(v, "0x") || strings.Contains(v, "inf") || strings.Contains(v, "nan"):
+		return inWords("float")
+	}
+	return inWords("integer")
+}
+
+var dateRE = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}|^\d{2}:\d{2}`)
 
 var decodeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
