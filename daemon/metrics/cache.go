@@ -273,6 +273,9 @@ func (h *scrapeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// load the snapshot again (in Gather), which a publish in between can
 	// make the next one: the two parts are then of two states published
 	// one after the other, never of a state that was not.
+	if f := h.reg.c.opts.Fresh; f != nil {
+		f(r.Context())
+	}
 	if snap := h.reg.c.opts.Snapshot(); snap != nil {
 		cs, blk = h.reg.block(snap, format)
 	}
