@@ -20,6 +20,7 @@ type publisher struct {
 	dirty    bool
 	changed  bool
 	at       time.Time
+	checked  time.Time             // when the state published was last found current: at, or a pass that found nothing moved
 	polled   time.Time             // when the local ports were last read
 	counters apitype.PeerCounters  // those of the last publish
 	fresh    freshness             // readers' requests; its own lock
@@ -87,15 +88,20 @@ func (m *Manager) publish(now time.Time) time.Time {
 		}
 	}
 	next := m.pub.polled.Add(every)
-	counters := m.counters()
-	moved := m.pub.dirty || counters != m.pub.counters
-	if !m.pub.changed && !m.pub.at.IsZero() && (!moved || (!asked && now.Sub(m.pub.at) < backgroundPublish)) {
-		if !moved {
-			// The state published is the current one.
-			m.pub.fresh.current(now, every)
-			return next
+	if !m.pub.changed && !m.pub.at.IsZero() {
+		if !asked && now.Sub(m.pub.checked) < backgroundPublish {
+			return earliest(next, m.pub.checked.Add(backgroundPublish))
 		}
-		return earliest(next, m.pub.at.Add(backgroundPublish))
+		// A reader asks, or the background publish is due: publish
+		// unless nothing moved (no answer, no loss, the same counters).
+		// The counters are read only here, not at every pass: the
+		// control socket's drops are a system call.
+		if !m.pub.dirty && m.counters() == m.pub.counters {
+			// The state published is the current one.
+			m.pub.checked = now
+			m.pub.fresh.current(now, every)
+			return earliest(next, now.Add(backgroundPublish))
+		}
 	}
 	if m.pub.changed || m.pub.at.IsZero() {
 		// The suspects follow the states (and who is selected), which
@@ -103,13 +109,14 @@ func (m *Manager) publish(now time.Time) time.Time {
 		// not look at every path again.
 		m.localFaults()
 	}
-	m.pub.at, m.pub.changed, m.pub.dirty = now, false, false
+	m.pub.at, m.pub.checked, m.pub.changed, m.pub.dirty = now, now, false, false
 	if m.opts.OnState != nil {
 		st := m.State()
-		counters = st.Counters
+		m.pub.counters = st.Counters
 		m.opts.OnState(st)
+	} else {
+		m.pub.counters = m.counters()
 	}
-	m.pub.counters = counters
 	// OnState has returned: the readers waiting have their figures.
 	m.pub.fresh.current(now, every)
 	return earliest(next, now.Add(backgroundPublish))
