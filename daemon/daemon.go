@@ -212,6 +212,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	d.api = api.NewServer(backend{d}, d.accessRoles(cfg))
 	d.api.SetLogger(d.log.With("component", "api"))
+	d.api.SetFresh(d.freshPeers)
 
 	ctx, cancel := context.WithCancel(ctx)
 	d.parts = newSupervisor(ctx)
@@ -254,7 +255,7 @@ func Run(ctx context.Context, opts Options) error {
 	d.startPeers()
 
 	d.parts.Go(func(ctx context.Context) {
-		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"), Counters: d.busRefused,
+		bus.Run(ctx, bus.Options{Store: d.store, Backend: backend{d}, Fresh: d.freshPeers, Roles: d.api.Roles, Logger: d.log.With("component", "dbus"), Counters: d.busRefused,
 			Report: func(st string, err error) { d.report(apitype.ComponentDBus, st, err) }})
 	})
 

@@ -81,6 +81,8 @@ func (b backend) Doctor(ctx context.Context, interval time.Duration) (apitype.Do
 		return apitype.DoctorReport{}, err
 	}
 	defer release()
+	// The peers check names a degraded peer's loss and round trips.
+	d.freshPeers(ctx)
 	inv := d.inv
 	env := &doctor.Env{
 		Ctx:         ctx,

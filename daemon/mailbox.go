@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ type mailbox struct {
 	pending map[string]func(*apitype.Snapshot)
 	order   []string
 	ready   chan struct{} // one token while updates are pending
+	// posted counts the updates posted, applied those in the store; a
+	// reader that needs an update in the store (flushed) waits for
+	// appliedC, which applyMail closes.
+	posted, applied uint64
+	appliedC        chan struct{}
 }
 
 func newMailbox() *mailbox {
@@ -38,6 +44,7 @@ func (m *mailbox) post(key string, f func(*apitype.Snapshot)) {
 		m.order = append(m.order, key)
 	}
 	m.pending[key] = f
+	m.posted++
 	m.mu.Unlock()
 	select {
 	case m.ready <- struct{}{}:
@@ -45,8 +52,9 @@ func (m *mailbox) post(key string, f func(*apitype.Snapshot)) {
 	}
 }
 
-// take returns the pending updates in order and empties the mailbox.
-func (m *mailbox) take() []func(*apitype.Snapshot) {
+// take returns the pending updates in order and empties the mailbox, and
+// the count of updates posted so far, for done once they are in the store.
+func (m *mailbox) take() ([]func(*apitype.Snapshot), uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	fs := make([]func(*apitype.Snapshot), 0, len(m.order))
@@ -55,7 +63,41 @@ func (m *mailbox) take() []func(*apitype.Snapshot) {
 	}
 	clear(m.pending)
 	m.order = m.order[:0]
-	return fs
+	return fs, m.posted
+}
+
+// done records that the updates take counted up to seq are in the store.
+func (m *mailbox) done(seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied = seq
+	if m.appliedC != nil {
+		close(m.appliedC)
+		m.appliedC = nil
+	}
+}
+
+// flushed returns once every update posted before the call is in the
+// store, or ctx's error when ctx ends first. It never holds up the main
+// loop. Not for the main loop itself, which would wait for itself.
+func (m *mailbox) flushed(ctx context.Context) error {
+	m.mu.Lock()
+	want := m.posted
+	for m.applied < want {
+		if m.appliedC == nil {
+			m.appliedC = make(chan struct{})
+		}
+		ch := m.appliedC
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
+	m.mu.Unlock()
+	return nil
 }
 
 // report records a component's health from any goroutine: the main loop
@@ -68,10 +110,11 @@ func (d *Daemon) report(name, st string, err error) {
 // applyMail applies what other goroutines posted, in one snapshot, and
 // says again whether the node is healthy. Runs on the main loop.
 func (d *Daemon) applyMail() {
-	fs := d.mail.take()
+	fs, seq := d.mail.take()
 	if len(fs) == 0 {
 		return
 	}
+	defer d.mail.done(seq)
 	d.store.Update(func(s *apitype.Snapshot) {
 		for _, f := range fs {
 			f(s)

@@ -316,6 +316,34 @@ func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 	}
 }
 
+// peersFreshWait bounds how long a reader waits for fresh peer figures
+// (freshPeers): the manager's pass and the main loop's apply take
+// milliseconds; a main loop busy with a reload or a policy pass must not
+// hold a status request or a scrape for long, and the snapshot it has
+// serves instead.
+const peersFreshWait = time.Second
+
+// freshPeers returns once the snapshot holds peer figures no older than
+// the manager's publish period (probe.Manager.Fresh with maxAge 0), or
+// after peersFreshWait or when ctx ends. The manager builds a state for
+// figures only when asked (and every 30 s), so every reader of figures
+// calls this first. Not for the main loop: it waits for the main loop to
+// apply the state.
+func (d *Daemon) freshPeers(ctx context.Context) {
+	r := d.peers.Load()
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, peersFreshWait)
+	defer cancel()
+	if err := r.mgr.Fresh(ctx, 0); err != nil {
+		return
+	}
+	// OnState has posted the state (or posted it earlier, when the last
+	// one is young enough): wait until the main loop has it in the store.
+	d.mail.flushed(ctx)
+}
+
 // peersDeviceEvent makes the peer probes read devices and ports now, after
 // an RDMA device came or went, instead of at their next rescan.
 func (d *Daemon) peersDeviceEvent() {

@@ -27,7 +27,7 @@ import (
 // (setMetricsListen).
 func (d *Daemon) addSinks() {
 	hub := watch.NewHub(d.store, watch.Options{Logger: d.log.With("component", "watch"), Identify: watcherOf})
-	opts := metrics.Options{Snapshot: d.store.Load, SysfsRoot: d.opts.SysfsRoot, DBusRefused: d.busRefused.Refused}
+	opts := metrics.Options{Snapshot: d.store.Load, Fresh: d.freshPeers, SysfsRoot: d.opts.SysfsRoot, DBusRefused: d.busRefused.Refused}
 	if root := d.opts.SysfsRoot; root == "" || root == "/" {
 		// The pause and discard counters of the RoCE netdevs, read at
 		// scrape time (a netdev without them is logged once); not for a

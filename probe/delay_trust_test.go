@@ -74,12 +74,17 @@ func startDelayRun(t *testing.T, delay, rttThreshold time.Duration, claim func(r
 }
 
 // waitPath waits until the peer's only path has at least n answered
-// samples in its window and returns the peer as last published.
+// samples in its window and returns the peer as last published. It asks
+// for the figures (Fresh), as the daemon's readers do: without a reader
+// the manager publishes only state changes.
 func (r *delayRun) waitPath(t *testing.T, n int, limit time.Duration) apitype.Peer {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
 	deadline := time.Now().Add(limit)
 	var p apitype.Peer
 	for time.Now().Before(deadline) {
+		r.m.Fresh(ctx, time.Millisecond)
 		if ps := r.last.Load(); ps != nil && len(ps.Peers) == 1 {
 			p = ps.Peers[0]
 			if len(p.Paths) == 1 && p.Paths[0].Samples-int(p.Paths[0].LossPct*float64(p.Paths[0].Samples)/100) >= n && p.State != apitype.PeerUnknown {

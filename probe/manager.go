@@ -71,8 +71,10 @@ type Options struct {
 	// port of Settings; default "::" (every address). Tests bind loopback
 	// addresses.
 	ListenHost string
-	// OnState receives the peers' state after changes, at most about once a
-	// second unless a state changed; called from the manager's goroutine.
+	// OnState receives the peers' state after a state changed (at most
+	// every 100 ms), when a reader asked for figures (Manager.Fresh) and
+	// some moved, and every 30 s while only figures move; called from the
+	// manager's goroutine.
 	OnState func(apitype.Peers)
 	// ProberCounters, if set, adds the prober's counters to the state.
 	ProberCounters func() ud.Stats
@@ -142,7 +144,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, settings: make(chan Settings, 1), in: newInbox(),
 		peers: newPeerTable(), sched: newScheduler(), control: newControlEndpoint(), oneshots: newOneShots(),
-		fps: newFingerprints(), resolver: newResolver()}
+		fps: newFingerprints(), resolver: newResolver(), pub: publisher{fresh: newFreshness()}}
 	m.sched.limit = batchLimit(opts.Transport)
 	m.cfg = s
 	return m, nil
@@ -169,9 +171,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	// The host name lookups run on ctx's child: Run cancels them and
 	// waits for them before it returns.
 	ctx, cancel := context.WithCancel(ctx)
+	m.pub.fresh.start()
 	defer func() {
 		cancel()
 		m.resolver.wg.Wait()
+		m.pub.fresh.stop()
 	}()
 	// The fingerprint exists before the endpoint answers anyone and before
 	// the first queries go: a peer that gets an answer without one takes
@@ -200,6 +204,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		case s := <-m.settings:
 			m.apply(ctx, s, time.Now())
 		case <-m.in.kick:
+		case <-m.pub.fresh.kick:
+			// A reader wants figures (Fresh): this pass publishes.
 		case r := <-m.resolver.results:
 			m.onResolved(r)
 		case o := <-m.oneshots.requests:

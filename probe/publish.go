@@ -11,35 +11,49 @@ import (
 )
 
 // The publisher holds what decides when the state is handed to OnState:
-// whether numbers moved (dirty) or a state changed (changed) since the
-// last publish, and when that was; and the suspects it found then, with
+// whether numbers moved (dirty, or the counters differ from those
+// published) or a state changed (changed) since the last publish, and when
+// that was; when the local ports were last read; the readers' requests for
+// figures (fresh.go); and the suspects it found at the last publish, with
 // the tallies it counts them in.
 type publisher struct {
-	dirty   bool
-	changed bool
-	at      time.Time
-	faults  map[suspect]string    // local port or group -> why it is the suspect
-	tallies map[string]groupTally // groupFaults' scratch
+	dirty    bool
+	changed  bool
+	at       time.Time
+	checked  time.Time             // when the state published was last found current: at, or a pass that found nothing moved
+	polled   time.Time             // when the local ports were last read
+	counters apitype.PeerCounters  // those of the last publish
+	fresh    freshness             // readers' requests; its own lock
+	faults   map[suspect]string    // local port or group -> why it is the suspect
+	tallies  map[string]groupTally // groupFaults' scratch
 }
 
-// publishEvery bounds how often the state is rebuilt while nothing changed
-// state: statistics move with every probe, and a thousand peers must not
-// cost a snapshot each. Above publishPeers peers the period grows with the
-// peers (5 s at ten thousand), so that rebuilding the state, a pass over
-// every path, stays a small share of probing: the figures of a path move
-// slowly anyway (its percentiles cover peer_window probes, 100 s at 1 Hz),
-// Prometheus scrapes every 15-60 s, and a state change is published at once
-// whatever the period.
+// publishEvery bounds how often the local ports are read, and how old the
+// figures a reader asks for (Fresh with maxAge 0) may be. Above
+// publishPeers peers the period grows with the peers (5 s at ten
+// thousand), so that rebuilding the state for a reader, a pass over every
+// path, stays a small share of probing however often readers ask: the
+// figures of a path move slowly anyway (its percentiles cover peer_window
+// probes, 100 s at 1 Hz), Prometheus scrapes every 15-60 s, and a state
+// change is published at once whatever the period.
 const (
 	publishEvery = time.Second
 	publishPeers = 2000
 )
 
-// publishPeriod returns how often the state is rebuilt while only numbers
-// move, for n selected peers.
+// publishPeriod returns how often the local ports are read, and the age of
+// the figures a reader gets (Fresh with maxAge 0), for n selected peers.
 func publishPeriod(n int) time.Duration {
 	return max(publishEvery, publishEvery*time.Duration(n)/publishPeers)
 }
+
+// backgroundPublish is how often the state is rebuilt while only numbers
+// move and no reader asks (Fresh): often enough that whatever reads the
+// snapshot without asking (a bug report, D-Bus's PeerFigures and Peers,
+// the daemon's own status lines) is never very stale, rarely enough that
+// an unread node does not pay a pass over every path each second (issue
+// #29: 7 % of the engine's CPU at 1,000 peers, 23 % at 10,000).
+const backgroundPublish = 30 * time.Second
 
 // minPublishGap is the least time between two publishes, changes or not:
 // a publish costs a pass over every peer, and at ten thousand peers a
@@ -47,22 +61,38 @@ func publishPeriod(n int) time.Duration {
 // each.
 const minPublishGap = 100 * time.Millisecond
 
-// publish refreshes the local ports and hands the state to OnState when a
-// state changed (at most every minPublishGap, or a tenth of the probe
-// interval when that is shorter), or at most every publishPeriod when only
-// numbers moved. It returns when it wants to run again.
+// publish refreshes the local ports every publishPeriod and hands the
+// state to OnState when a state changed (at most every minPublishGap, or a
+// tenth of the probe interval when that is shorter), when a reader asked
+// for figures (Fresh) and some moved, and every backgroundPublish while
+// only numbers moved. A reader's request when nothing moved is answered
+// without a build: the state published is current. It returns when it
+// wants to run again.
 func (m *Manager) publish(now time.Time) time.Time {
 	every := publishPeriod(len(m.peers.byName))
-	if now.Sub(m.pub.at) < every && !m.pub.changed {
-		return m.pub.at.Add(every)
-	}
-	if gap := min(minPublishGap, m.cfg.Interval/10); m.pub.changed && now.Sub(m.pub.at) < gap {
+	asked := m.pub.fresh.asked()
+	if gap := min(minPublishGap, m.cfg.Interval/10); (m.pub.changed || asked) && now.Sub(m.pub.at) < gap {
 		return m.pub.at.Add(gap)
 	}
-	next := now.Add(every)
-	m.refreshPorts(now)
-	if !m.pub.changed && !m.pub.dirty && !m.pub.at.IsZero() && now.Sub(m.pub.at) < 10*time.Second {
-		return next
+	if m.pub.changed || asked || now.Sub(m.pub.polled) >= every {
+		m.pub.polled = now
+		m.refreshPorts(now)
+	}
+	next := m.pub.polled.Add(every)
+	if !m.pub.changed && !m.pub.at.IsZero() {
+		if !asked && now.Sub(m.pub.checked) < backgroundPublish {
+			return earliest(next, m.pub.checked.Add(backgroundPublish))
+		}
+		// A reader asks, or the background publish is due: publish
+		// unless nothing moved (no answer, no loss, the same counters).
+		// The counters are read only here, not at every pass: the
+		// control socket's drops are a system call.
+		if !m.pub.dirty && m.counters() == m.pub.counters {
+			// The state published is the current one.
+			m.pub.checked = now
+			m.pub.fresh.current(now, every)
+			return earliest(next, now.Add(backgroundPublish))
+		}
 	}
 	if m.pub.changed || m.pub.at.IsZero() {
 		// The suspects follow the states (and who is selected), which
@@ -70,11 +100,24 @@ func (m *Manager) publish(now time.Time) time.Time {
 		// not look at every path again.
 		m.localFaults()
 	}
-	m.pub.at, m.pub.changed, m.pub.dirty = now, false, false
+	m.pub.at, m.pub.checked, m.pub.changed, m.pub.dirty = now, now, false, false
 	if m.opts.OnState != nil {
-		m.opts.OnState(m.State())
+		st := m.State()
+		m.pub.counters = st.Counters
+		m.opts.OnState(st)
+	} else {
+		m.pub.counters = m.counters()
 	}
-	return next
+	// OnState has returned: the readers waiting have their figures.
+	m.pub.fresh.current(now, every)
+	return earliest(next, now.Add(backgroundPublish))
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // refreshPorts reads the transport's local ports again; a change is
@@ -189,12 +232,7 @@ func (m *Manager) State() apitype.Peers {
 		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k], allFlows[:kf:kf]))
 		all, allFlows = all[k:], allFlows[kf:]
 	}
-	if m.control.ctl != nil {
-		cs := m.control.ctl.Stats()
-		out.Counters.ControlMalformed, out.Counters.ControlRefused, out.Counters.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
-		out.Counters.ControlUnauthenticated, out.Counters.ControlBadTag, out.Counters.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
-		out.Counters.ControlOverflow = cs.Overflow
-	}
+	out.Counters = m.counters()
 	out.ControlPort, out.ControlError = m.control.port, m.control.err
 	out.GroupFaults = m.groupFaultList()
 	if a := m.cfg.Auth; len(a.Key) > 0 {
@@ -203,15 +241,28 @@ func (m *Manager) State() apitype.Peers {
 			out.Auth = "require"
 		}
 	}
-	if f := m.opts.ProberCounters; f != nil {
-		s := f()
-		out.Counters.ProbeMalformed, out.Counters.ProbeUnadmitted, out.Counters.ProbesAnswered = s.Malformed, s.Unadmitted, s.Answered
-		out.Counters.ProbeUnsolicited, out.Counters.ProbeBadTag, out.Counters.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
-	}
-	out.Counters.ProbesNotSent = m.sched.notSent
 	out.Fingerprint = fingerprintState(m.fps.own)
 	out.RTTHist = m.rtt
 	return out
+}
+
+// counters returns the control endpoint's and the prober's counters: a
+// few atomic loads, so that publish can tell whether they moved.
+func (m *Manager) counters() apitype.PeerCounters {
+	var c apitype.PeerCounters
+	if m.control.ctl != nil {
+		cs := m.control.ctl.Stats()
+		c.ControlMalformed, c.ControlRefused, c.ControlAnswered = cs.Malformed, cs.Refused, cs.Answered
+		c.ControlUnauthenticated, c.ControlBadTag, c.ControlRateLimited = cs.Unauthenticated, cs.BadTag, cs.RateLimited
+		c.ControlOverflow = cs.Overflow
+	}
+	if f := m.opts.ProberCounters; f != nil {
+		s := f()
+		c.ProbeMalformed, c.ProbeUnadmitted, c.ProbesAnswered = s.Malformed, s.Unadmitted, s.Answered
+		c.ProbeUnsolicited, c.ProbeBadTag, c.ProbeUntagged = s.Unsolicited, s.BadTag, s.Untagged
+	}
+	c.ProbesNotSent = m.sched.notSent
+	return c
 }
 
 // peerState returns p's state on its own (a one-shot probe's answer).

@@ -13,7 +13,9 @@ package probe
 //	go test -run '^$' -bench 'Peers(100|1000)At1Hz' -benchtime 10x ./probe
 //	go test -run '^$' -bench 'Peers10000At1Hz' -benchtime 10x ./probe
 //
-// Each b.N iteration is one second of probing. Metrics: core-% (the
+// Each b.N iteration is one second of probing; nothing reads the figures
+// unless -scale.reader says how often a reader asks (a scrape every 15 s:
+// -scale.reader 15s). Metrics: publishes/s (the states built), core-% (the
 // process's user+system CPU time per wall second while probing, in percent
 // of one core), allocs/probe (mallocs
 // during the measured seconds per probe sent), bytes/peer (live heap after
@@ -48,6 +50,7 @@ var (
 	scaleProfile    = flag.String("scale.cpuprofile", "", "BenchmarkPeers*At1Hz: write a CPU profile of the measured seconds only (go test's -cpuprofile covers the warm-up too)")
 	scaleMemProfile = flag.String("scale.memprofile", "", "BenchmarkPeers*At1Hz: write a heap profile when bytes/peer is measured, with the manager running")
 	scaleWarmup     = flag.Duration("scale.warmup", 100*time.Second, "BenchmarkPeers*At1Hz: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
+	scaleReader     = flag.Duration("scale.reader", 0, "BenchmarkPeers*At1Hz: a reader asks for the figures (Manager.Fresh, as a scrape does) this often while measuring; 0: none")
 )
 
 // The benchmarks' in-memory transport is a Transport.
@@ -205,6 +208,27 @@ func benchPeersAt1HzFlows(b *testing.B, n, flows int) {
 	runtime.ReadMemStats(&ms0)
 	fleet0, cpu0, sleeps0 := fleetStats(b, r.fleet), rusage.CPU(), rusage.Sleeps()
 	sent0, lost0, pubs0 := r.tr.Sent(), r.tr.Lost(), r.pubs.Load()
+	readerDone := make(chan struct{})
+	stopReader := func() {}
+	if *scaleReader > 0 {
+		// A scraper: the figures no older than the publish period, every
+		// -scale.reader.
+		ctx, cancel := context.WithCancel(context.Background())
+		stopReader = func() { cancel(); <-readerDone }
+		go func() {
+			defer close(readerDone)
+			t := time.NewTicker(*scaleReader)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					r.m.Fresh(ctx, 0)
+				}
+			}
+		}()
+	}
 	start := time.Now()
 	i := 0
 	for b.Loop() {
@@ -212,6 +236,7 @@ func benchPeersAt1HzFlows(b *testing.B, n, flows int) {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second)))
 	}
 	wall := time.Since(start)
+	stopReader()
 	cpu, sleeps, fleet := rusage.CPU(), rusage.Sleeps(), fleetStats(b, r.fleet)
 	sent, lost, pubs := r.tr.Sent()-sent0, r.tr.Lost()-lost0, r.pubs.Load()-pubs0
 	runtime.ReadMemStats(&ms1)
@@ -252,6 +277,7 @@ func benchPeersAt1HzFlows(b *testing.B, n, flows int) {
 	b.ReportMetric(float64(sent)/wall.Seconds(), "probes/s")
 	b.ReportMetric(float64(sleeps-sleeps0)/wall.Seconds(), "wakeups/s")
 	b.ReportMetric(100*float64(lost)/float64(max(sent, 1)), "lost-%")
+	b.ReportMetric(float64(pubs)/wall.Seconds(), "publishes/s")
 	b.Logf("%d peers: %d probes in %v (%d lost by the transport), %d publishes, node CPU %v, fake peers' process %v, %d control answers and %d queries from the fake peers, %d GCs",
 		n, sent, wall.Round(time.Millisecond), lost, pubs, node, fleet.CPU-fleet0.CPU, fleet.Answered-fleet0.Answered, fleet.Asked-fleet0.Asked, ms1.NumGC-ms0.NumGC)
 }

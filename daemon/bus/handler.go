@@ -12,6 +12,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/internal/inflight"
@@ -46,6 +47,13 @@ type handler struct {
 	roles func() access.Roles
 	// gate bounds what refused callers cost (refuse.go).
 	gate *gate
+	// freshen is Options.Fresh (nil: none) and load the store's Load;
+	// fresh is the view of the last snapshot a getter of peer figures
+	// made fresh (serverObject.fresh), shared by the getters until the
+	// session's own view catches up.
+	freshen func(ctx context.Context)
+	load    func() *apitype.Snapshot
+	fresh   atomic.Pointer[view]
 }
 
 func newHandler(b service.Backend, log *slog.Logger) *handler {
@@ -229,8 +237,40 @@ func (o serverObject) introspect(call) ([]any, error) {
 	return []any{x}, nil
 }
 
+// figureProps are the agent's properties that carry peer figures, which
+// the peer manager builds only when a reader asks (Options.Fresh).
+var figureProps = map[string]bool{"Peers": true, "PeerFigures": true}
+
+// fresh returns o served from a view whose peer figures are fresh: the
+// getters of figureProps (and GetAll of the agent's interface) ask for
+// them (Options.Fresh), as GET /v1/status and the metrics do, and serve
+// the snapshot that holds them, whose view the session may not have built
+// yet (it builds at most ten a second, and only after the store changed).
+func (o serverObject) fresh() serverObject {
+	if o.h.freshen == nil || o.path != Path {
+		return o
+	}
+	o.h.freshen(context.Background()) // bounded by the daemon
+	snap := o.h.load()
+	if snap == nil || snap == o.v.snap {
+		return o
+	}
+	for _, v := range []*view{o.h.cur.Load(), o.h.fresh.Load()} {
+		if v != nil && v.snap == snap {
+			o.v = v
+			return o
+		}
+	}
+	o.v = newView(snap)
+	o.h.fresh.Store(o.v)
+	return o
+}
+
 func (o serverObject) get(c call) ([]any, error) {
 	ifc, name := c.args[0].(string), c.args[1].(string)
+	if ifc == Interface && figureProps[name] {
+		o = o.fresh()
+	}
 	obj := o.v.objects[o.path]
 	if _, ok := obj.props[ifc]; !ok {
 		return nil, dbusError("org.freedesktop.DBus.Error.UnknownInterface", "%s has no interface %s", o.path, ifc)
@@ -244,6 +284,9 @@ func (o serverObject) get(c call) ([]any, error) {
 
 func (o serverObject) getAll(c call) ([]any, error) {
 	ifc := c.args[0].(string)
+	if ifc == Interface {
+		o = o.fresh()
+	}
 	ps, ok := o.v.objects[o.path].all(ifc)
 	if !ok {
 		if ifc == PropertiesInterface || ifc == IntrospectableInterface || ifc == ObjectManagerInterface || ifc == peerInterface {

@@ -39,6 +39,12 @@ type Options struct {
 	// it cannot do answers an error wrapping errors.ErrUnsupported, which
 	// the caller gets as ErrNotSupported. Required.
 	Backend service.Backend
+	// Fresh, when set, is called before a getter of the agent's peer
+	// figures (Peers, PeerFigures, GetAll of the interface) serves them:
+	// the daemon's peer manager builds figures only when a reader asks
+	// (issue #29 item 2). It returns once Store holds figures no older
+	// than the manager's publish period, or within a bound of its own.
+	Fresh func(ctx context.Context)
 	// Roles returns the access roles in force (daemon/access, the same
 	// as the socket API's); it is asked on every method call, so a reload
 	// takes effect at once. Nil admits root only.
@@ -101,6 +107,7 @@ func Run(ctx context.Context, o Options) error {
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	s := &server{o: o, h: newHandler(o.Backend, o.Logger)}
+	s.h.freshen, s.h.load = o.Fresh, o.Store.Load
 	if o.Roles != nil {
 		s.h.roles = o.Roles
 	}

@@ -275,6 +275,11 @@ func (h *scrapeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", MaxScrapes), http.StatusServiceUnavailable)
 		return
 	}
+	// The peers' figures are built when a reader asks (probe's Fresh):
+	// a filtered scrape asks too.
+	if f := h.reg.c.opts.Fresh; f != nil {
+		f(r.Context())
+	}
 	if r.URL.Query().Has("name[]") {
 		h.filtered.ServeHTTP(w, r)
 		return

@@ -3,6 +3,8 @@ package metrics
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -259,5 +261,39 @@ func TestCachedScrapeNameFilter(t *testing.T) {
 	}
 	if g := get(got, "name[]=rdmad_peer_up"); !bytes.Contains(g, []byte("rdmad_peer_up{")) {
 		t.Errorf("?name[]=rdmad_peer_up: no rdmad_peer_up series:\n%s", g)
+	}
+}
+
+// TestScrapeAsksFresh: a scrape calls Options.Fresh with its request's
+// context before it loads the snapshot, so that the peer figures the
+// daemon's manager builds on request are the ones exported.
+func TestScrapeAsksFresh(t *testing.T) {
+	var cur atomic.Pointer[apitype.Snapshot]
+	cur.Store(peersnap.Snapshot(3, 1))
+	var asked atomic.Int64
+	c := NewCollector(Options{Snapshot: cur.Load, SysfsRoot: "testdata/netroot", GoVersion: "go1.x",
+		Fresh: func(ctx context.Context) {
+			n := asked.Add(1)
+			next := *cur.Load()
+			next.Seq += 1
+			next.Peers.Peers = slices.Clone(next.Peers.Peers)
+			p := &next.Peers.Peers[0]
+			p.Paths = slices.Clone(p.Paths)
+			p.Paths[0].Sent = uint64(5000 + n)
+			cur.Store(&next)
+		}})
+	h := Handler(NewRegistry(c, true))
+	for i := int64(1); i <= 2; i++ {
+		body, _ := scrapeWith(t, h, "", "")
+		const want = "rdmad_peer_probes_sent_total{"
+		found := false
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, want) && strings.HasSuffix(line, fmt.Sprintf(" %d", 5000+i)) {
+				found = true
+			}
+		}
+		if asked.Load() != i || !found {
+			t.Errorf("scrape %d: Fresh asked %d times; want %d, and the sent count it made (%d) exported", i, asked.Load(), i, 5000+i)
+		}
 	}
 }

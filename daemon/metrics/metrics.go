@@ -8,6 +8,7 @@
 package metrics
 
 import (
+	"context"
 	"maps"
 	"os"
 	"path"
@@ -27,6 +28,11 @@ import (
 type Options struct {
 	// Snapshot returns the state to export. It must not block.
 	Snapshot func() *apitype.Snapshot
+	// Fresh, when set, is called with the scrape's context before the
+	// snapshot is loaded, to make its peer figures fresh (the daemon's
+	// freshPeers: the peer manager builds them only when asked); it
+	// returns within a bound of its own.
+	Fresh func(ctx context.Context)
 	// SysfsRoot is the directory holding sys/ ("/" normally): the netdev
 	// MTUs, which the snapshot does not carry, are read below it at scrape
 	// time.

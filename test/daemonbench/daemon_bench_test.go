@@ -81,9 +81,10 @@ func startDaemon(tb testing.TB, body string) *daemonRun {
 	opts := daemon.Options{ConfigPath: cfg, ConfigRequired: true, SysfsRoot: fixture, Version: "bench", Stderr: os.Stderr,
 		StateDir: filepath.Join(dir, "state"), PeerListenHost: "127.0.0.1",
 		PeerEngine: func(c peer.Config) (daemon.PeerEngine, error) {
+			// The daemon runs the engine (PeerEngine.Run): the
+			// transport's Run, which must run once.
 			t := probetest.NewMemTransport(1, 100*time.Microsecond, 0.001)
 			t.OnReply = c.OnReply
-			go t.Run(ctx)
 			select {
 			case r.tr <- t:
 			default:

@@ -1,0 +1,73 @@
+package daemonbench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/probe/probetest"
+)
+
+// TestStatusFreshFigures: the peer manager builds its state for figures
+// only when a reader asks (issue #29 item 2), so GET /v1/status asks first
+// for figures no older than the publish period (1 s here): a request more
+// than a period after the last gets a status that counts every probe the
+// transport sent before it but those still in flight, though no state
+// changed meanwhile and the manager's unasked publish comes every 30 s.
+func TestStatusFreshFigures(t *testing.T) {
+	const n = 3
+	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	var peers strings.Builder
+	for i := range n {
+		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i)
+	}
+	dir := t.TempDir()
+	peersFile := filepath.Join(dir, "peers")
+	if err := os.WriteFile(peersFile, []byte(peers.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
+	fp := probetest.Fingerprint(local)
+	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
+		fp.Marshal(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	r := startDaemon(t, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\npeer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n", peersFile, port, n))
+	defer r.stop(t)
+	tr := <-r.tr
+	r.waitUp(t, n, 30*time.Second)
+	for round := range 4 {
+		time.Sleep(1200 * time.Millisecond) // more than the publish period
+		sent := tr.Sent()
+		// The replies come 100 µs after their probe.
+		time.Sleep(20 * time.Millisecond)
+		st, err := r.c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var done uint64
+		for _, p := range st.Peers.Peers {
+			for _, pa := range p.Paths {
+				done += pa.Sent
+			}
+		}
+		// In flight: at most 2 probes a path (maxInflightPerPath), a lost
+		// one among them until its 50 ms timeout.
+		if done+2*n < sent {
+			t.Errorf("round %d: status counts %d probes answered or lost; the transport had sent %d before the request (at most %d in flight)", round, done, sent, 2*n)
+		}
+	}
+}
