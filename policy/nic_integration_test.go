@@ -12,7 +12,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/internal/testenv"
@@ -69,16 +68,7 @@ func TestIntegrationChannelsReconcile(t *testing.T) {
 	ethtool := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(nsenter, append([]string{"--net=/proc/self/fd/3", tool}, args...)...)
-		// A duplicate of its own: an *os.File of ns itself would close
-		// ns (or whatever reuses its number) again when the GC finalizes
-		// it, and make another test's file operations fail with EBADF.
-		dup, err := unix.Dup(int(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := os.NewFile(uintptr(dup), "netns")
-		defer f.Close()
-		cmd.ExtraFiles = []*os.File{f}
+		cmd.ExtraFiles = []*os.File{netnstest.File(t, ns)}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("ethtool %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/rdmad/rdmad/internal/testenv"
 	"github.com/rdmad/rdmad/test/netnstest"
@@ -39,16 +38,7 @@ func ethtoolIn(t *testing.T, ns netns.NsHandle, args ...string) string {
 	tool := testenv.Tool(t, "ethtool", "apt-get install ethtool (scripts/deps test installs it)")
 	nsenter := testenv.Tool(t, "nsenter", "apt-get install util-linux")
 	cmd := exec.Command(nsenter, append([]string{"--net=/proc/self/fd/3", tool}, args...)...)
-	// A duplicate of its own: an *os.File of ns itself would close ns (or
-	// whatever reuses its number) again when the GC finalizes it, and make
-	// another test's file operations fail with EBADF.
-	dup, err := unix.Dup(int(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(dup), "netns")
-	defer f.Close()
-	cmd.ExtraFiles = []*os.File{f}
+	cmd.ExtraFiles = []*os.File{netnstest.File(t, ns)}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("ethtool %s: %v\n%s", strings.Join(args, " "), err, out)

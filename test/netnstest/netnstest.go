@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // New creates a network namespace owned by t and returns its handle and a
@@ -61,4 +62,20 @@ func Veth(t testing.TB, h *netlink.Handle, name, peer string) netlink.Link {
 		t.Fatalf("look up %s: %v", name, err)
 	}
 	return l
+}
+
+// File returns ns as an *os.File for a child process (exec.Cmd's
+// ExtraFiles, e.g. nsenter --net=/proc/self/fd/3), closed when the test
+// ends. It is a duplicate of its own: an *os.File of ns itself would close
+// ns (or whatever reuses its number) again when the GC finalizes it, and
+// make another test's file operations fail with EBADF.
+func File(t testing.TB, ns netns.NsHandle) *os.File {
+	t.Helper()
+	dup, err := unix.Dup(int(ns))
+	if err != nil {
+		t.Fatalf("dup the network namespace's fd: %v", err)
+	}
+	f := os.NewFile(uintptr(dup), "netns")
+	t.Cleanup(func() { f.Close() })
+	return f
 }
