@@ -248,7 +248,7 @@ func TestDrillJournaldRestart(t *testing.T) {
 // TestDrillPartition: node 2's link down for 10 s, then up. Node 1 reports
 // the peer down within 3 s (+2 s for polling under TCG, as
 // TestPeersDownAndBack) and up within 3 s of the link's return (+0.5 s
-// polling; the return is logged step by step); node 2's verdict is a
+// polling, +1 s for TCG; the return is logged step by step); node 2's verdict is a
 // problem while its port is down and healthy after; neither rdmad
 // restarts, and both hold the RDMA objects they held before (no leaked
 // QPs, CQs, MRs or PDs).
@@ -329,11 +329,14 @@ func TestDrillPartition(t *testing.T) {
 	if downAfter == 0 || downAfter > 5*time.Second {
 		t.Errorf("node 1 reported the peer down after %v (0: not within the 10 s); want within 3 s (+2 s polling)", downAfter)
 	}
-	// The bound is #24's 3 s and this test's polling: rdmactl peers every
-	// 50 ms, each call 0.1-0.5 s under TCG (0.3-0.7 s between rdmad's
-	// "peer up" in the journal and the status seen here).
-	if upAfter > 3500*time.Millisecond {
-		t.Errorf("node 1 reported the peer up %v after the link returned; want within 3 s (+0.5 s polling)", upAfter)
+	// The bound is #24's 3 s, this test's polling (rdmactl peers every
+	// 50 ms, each call 0.1-0.5 s under TCG: 0.1-0.7 s between rdmad's
+	// "peer up" in the journal and the status seen here) and TCG's own
+	// share of the link's return (`ip link set eth0 up` alone took
+	// 0.43-1.23 s to return, rxe's port and the probe port's QPs come
+	// after it): in nine runs 1.8-4.1 s (docs/TESTING.md).
+	if upAfter > 4500*time.Millisecond {
+		t.Errorf("node 1 reported the peer up %v after the link returned; want within 3 s (+0.5 s polling, +1 s TCG)", upAfter)
 	}
 	if code2 != 1 {
 		t.Errorf("node 2's rdmactl check never exited 1 while its port was down")
