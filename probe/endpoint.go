@@ -338,11 +338,20 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	}
 	ep := ud.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
 	pa.remoteIdx = a.m.Index
+	moved := false
 	if pa.remote != ep {
-		// A new QP (the peer restarted): probes to the old one are
-		// lost for good, and a down path probes again at once.
+		// A new QP (the peer restarted, or its port came back with
+		// its link): probes to the old one are lost for good, and a
+		// down path probes again at once. Its probes in flight are
+		// counted lost now, not at their timeout, where they would
+		// break the run of answers the new QP is about to give
+		// (up_after in a row: the partition drill, docs/TESTING.md).
 		pa.remote, pa.gidStr = ep, ""
 		m.pub.changed = true
+		if pa.resolved && pa.h.state == apitype.PeerDown {
+			m.losePath(p, pa, now)
+			moved = true
+		}
 	}
 	if idx := m.localIndex(pa.local); idx >= 0 {
 		m.acceptFlows(pa, m.local[idx], a.m)
@@ -351,7 +360,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	pa.resolved = true
 	m.announce(p, a.from.Addr())
 	m.checkMismatch(p)
-	if first && pa.inflight == 0 && m.sched.batched < m.sched.limit {
+	if (first || moved) && pa.inflight == 0 && m.sched.batched < m.sched.limit {
 		// Within the pass's batch (the transport's slots); past it, the
 		// path's first probe waits for the peer's turn.
 		m.send(p, pa, now)

@@ -2,11 +2,13 @@ package probe
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/probe/ud"
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // TestRise: a down peer that answers again (a partition's end) is probed
@@ -113,5 +115,61 @@ func TestRise(t *testing.T) {
 	}
 	if d := p.due.Sub(now); d < m.cfg.Interval/2 {
 		t.Errorf("after a loss the down peer's next turn is %v away, want about an interval", d)
+	}
+}
+
+// TestNewQPWhileDown: a partition's end as node 1 sees it. Its queries
+// went unanswered while the link was down, so the path kept the old QP
+// (resolved) and probed it; the first answer after the link came back
+// names the port's new QP. The probes in flight to the old QP are lost
+// now, not at their timeout (where they would break the run of answers
+// the new QP gives), the new QP is probed at once, and its answer is taken
+// at once (rising), not at the next turn an interval later.
+func TestNewQPWhileDown(t *testing.T) {
+	m := flowsManager(t, 1, 1, 10)
+	m.cfg.Rotate, m.cfg.Resolve = time.Hour, time.Hour
+	p := m.peers.inOrder()[0]
+	now := time.Now()
+	flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return false }, now)
+	for range 3 {
+		now = now.Add(time.Second)
+		flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
+	}
+	pa := p.paths[0]
+	if pa.h.state != apitype.PeerDown || !pa.resolved {
+		t.Fatalf("after 3 rounds lost the path is %s (resolved %v), want down, resolved", pa.h.state, pa.resolved)
+	}
+	// The turn that asks again also probes the old QP.
+	now = now.Add(time.Second)
+	old := pa.remote
+	m.send(p, pa, now)
+	m.sched.flush(m.opts.Transport, m.log)
+	lost, inflight := pa.lost, pa.inflight
+	if inflight == 0 {
+		t.Fatalf("no probe in flight to the old QP")
+	}
+	to := netip.AddrPortFrom(p.addr, 18516)
+	const nonce = 77
+	m.control.nonces[nonce] = p
+	p.queried = append(p.queried, pendingQuery{nonce: nonce, query: query{idx: 0, to: to, ver: wire.Version2, sent: now}})
+	seq := m.sched.seq
+	m.onAnswer(answer{from: to, at: now, m: wire.Message{Version: wire.Version2, Type: wire.TypeAnswer, Nonce: nonce, Index: 0, Count: 2,
+		QPN: old.QPN + 0x100, GID: old.GID, QKey: old.QKey}}, now.Add(time.Millisecond))
+	if pa.remote.QPN != old.QPN+0x100 {
+		t.Fatalf("the path probes QP %#x, want the new %#x", pa.remote.QPN, old.QPN+0x100)
+	}
+	if pa.lost != lost+uint64(inflight) {
+		t.Errorf("lost %d, was %d with %d in flight to the old QP; want those counted lost at once", pa.lost, lost, inflight)
+	}
+	for s := m.sched.flights.frontSeq(); s <= seq; s++ {
+		if f := m.sched.flights.get(s); f != nil && f.pa == pa {
+			t.Errorf("probe %d to the old QP still in flight", s)
+		}
+	}
+	if m.sched.seq == seq || pa.inflight == 0 {
+		t.Errorf("the new QP was not probed at once (sequence %d, was %d; in flight %d)", m.sched.seq, seq, pa.inflight)
+	}
+	if !m.sched.rising {
+		t.Errorf("the new QP's answer is not taken at once")
 	}
 }

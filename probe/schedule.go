@@ -254,6 +254,29 @@ func (m *Manager) expire(now time.Time) {
 	}
 }
 
+// losePath counts the probes in flight on p's path pa lost now (their QP
+// is gone), as their timeout would.
+func (m *Manager) losePath(p *mpeer, pa *path, now time.Time) {
+	fs := &m.sched.flights
+	for seq, end := fs.frontSeq(), fs.frontSeq()+uint64(fs.n); seq < end; seq++ {
+		f := fs.get(seq)
+		if f == nil || f.pa != pa {
+			continue
+		}
+		flow := f.flow
+		*f = flight{} // a hole the front skips
+		pa.inflight--
+		pa.lost++
+		pa.sent++
+		pa.lastSeq = seq
+		if fl := pa.fl; fl != nil && int(flow) < len(fl.flows) {
+			fl.flows[flow].lost++
+			fl.flows[flow].sent++
+		}
+		m.observeFlow(p, pa, int(flow), sample{lost: true}, now)
+	}
+}
+
 func jitter(d time.Duration) time.Duration {
 	// ±10%: peers that started together drift apart instead of probing in
 	// bursts.
