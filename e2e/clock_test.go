@@ -26,19 +26,13 @@ type peerClock struct {
 
 func clockOf(t *testing.T, peer string) (peerClock, bool) {
 	t.Helper()
-	out, err := run("rdmactl", "--json", "peers")
-	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatal(err)
-	}
 	var v struct {
 		Peers []struct {
 			Name string `json:"name"`
 			peerClock
 		} `json:"peers"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
-	}
+	peersJSON(t, &v)
 	for _, p := range v.Peers {
 		if p.Name == peer {
 			return p.peerClock, true

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -31,16 +30,10 @@ type fleetPeer struct {
 // fleetView returns node 1's view of peer.
 func fleetView(t *testing.T, peer string) fleetPeer {
 	t.Helper()
-	out, err := run("rdmactl", "--json", "peers")
-	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatalf("rdmactl --json peers: %v", err)
-	}
 	var v struct {
 		Peers []fleetPeer `json:"peers"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
-	}
+	out := peersJSON(t, &v)
 	for _, p := range v.Peers {
 		if p.Name == peer {
 			if p.Mismatches == nil {

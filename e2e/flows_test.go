@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -57,14 +56,8 @@ type flowsPathView struct {
 // reason.
 func flowsPath(t *testing.T, peer string) (state, reason string, pa flowsPathView, ok bool) {
 	t.Helper()
-	out, err := run("rdmactl", "--json", "peers")
-	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatal(err)
-	}
 	var v flowsView
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
-	}
+	peersJSON(t, &v)
 	for _, p := range v.Peers {
 		if p.Name != peer {
 			continue

@@ -62,6 +62,20 @@ func mustRun(t *testing.T, name string, args ...string) string {
 	return out
 }
 
+// peersJSON decodes node 1's `rdmactl --json peers` into v and returns its
+// text: exit status 3 (a peer not up) still prints the peers.
+func peersJSON(t *testing.T, v any) string {
+	t.Helper()
+	out, err := run("rdmactl", "--json", "peers")
+	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
+	}
+	return out
+}
+
 // unit is the part of `systemctl show rdmad` the tests look at.
 type unit struct {
 	ActiveState string

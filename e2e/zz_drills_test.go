@@ -378,10 +378,6 @@ func drillSetClock(t *testing.T, w time.Time) {
 // and the probes lost on them since rdmad started.
 func drillPeer(t *testing.T, peer string) (state string, rtt time.Duration, lost uint64) {
 	t.Helper()
-	out, err := run("rdmactl", "--json", "peers")
-	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatal(err)
-	}
 	var v struct {
 		Peers []struct {
 			Name  string `json:"name"`
@@ -392,9 +388,7 @@ func drillPeer(t *testing.T, peer string) (state string, rtt time.Duration, lost
 			} `json:"paths"`
 		} `json:"peers"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
-	}
+	peersJSON(t, &v)
 	for _, p := range v.Peers {
 		if p.Name != peer {
 			continue
@@ -1147,10 +1141,6 @@ type drillPathView struct {
 
 func drillPaths(t *testing.T, peer string) (string, []drillPathView) {
 	t.Helper()
-	out, err := run("rdmactl", "--json", "peers")
-	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatal(err)
-	}
 	var v struct {
 		Peers []struct {
 			Name  string          `json:"name"`
@@ -1158,9 +1148,7 @@ func drillPaths(t *testing.T, peer string) (string, []drillPathView) {
 			Paths []drillPathView `json:"paths"`
 		} `json:"peers"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("rdmactl --json peers: %v in %q", err, out)
-	}
+	peersJSON(t, &v)
 	for _, p := range v.Peers {
 		if p.Name == peer {
 			return p.State, p.Paths
