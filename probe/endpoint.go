@@ -278,7 +278,7 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 // from the peer's control port.
 func (m *Manager) onAnswer(a answer, now time.Time) {
 	if a.query {
-		m.onQuery(a)
+		m.onQuery(a, now)
 		return
 	}
 	p := m.control.nonces[a.m.Nonce]

@@ -430,13 +430,25 @@ func (m *Manager) refreshFingerprint(now time.Time, force bool) {
 // selected peer's address. Unlike an answer, a query carries no nonce of
 // ours, so with a fleet key only an authenticated one counts; without a
 // key it is as trustworthy as the query's admission itself.
-func (m *Manager) onQuery(a answer) {
+//
+// A down peer that queries this node has its control endpoint back (a
+// partition's end, a restart): its turn comes now rather than up to an
+// interval later, so that it is asked for its new QP at once. A query
+// spoofed from its address cannot make this node ask it more often than
+// a down path is asked anyway (at most every half interval, visit).
+func (m *Manager) onQuery(a answer, now time.Time) {
 	if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
 		return
 	}
 	ps := m.peers.at(a.from.Addr())
 	if len(ps) == 0 {
 		return
+	}
+	for _, e := range ps {
+		if e.p.inDue && e.p.due.After(now) && e.p.anyPathDown() {
+			e.p.due = now
+			m.sched.due.fix(e.p)
+		}
 	}
 	fp, err := m.fps.decode(a.m)
 	if fp == nil || err != nil {

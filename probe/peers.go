@@ -112,6 +112,16 @@ func (p *mpeer) findQuery(n uint64) int {
 	return -1
 }
 
+// anyPathDown reports whether one of p's paths is down.
+func (p *mpeer) anyPathDown() bool {
+	for _, pa := range p.paths {
+		if pa.h.state == apitype.PeerDown {
+			return true
+		}
+	}
+	return false
+}
+
 // removeQuery forgets p's outstanding query i.
 func (p *mpeer) removeQuery(i int) {
 	p.queried = append(p.queried[:i], p.queried[i+1:]...)

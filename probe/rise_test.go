@@ -173,3 +173,54 @@ func TestNewQPWhileDown(t *testing.T) {
 		t.Errorf("the new QP's answer is not taken at once")
 	}
 }
+
+// TestQueryFromDownPeer: a down peer that queries this node (its link is
+// back) has its turn at once, to be asked for its new QP, instead of an
+// interval later; an up peer's turn stays, and with a fleet key an
+// unauthenticated query (anyone can send one from the peer's address)
+// moves nothing.
+func TestQueryFromDownPeer(t *testing.T) {
+	m := flowsManager(t, 1, 1, 10)
+	m.cfg.Rotate, m.cfg.Resolve = time.Hour, time.Hour
+	p := m.peers.inOrder()[0]
+	now := time.Now()
+	flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return false }, now)
+	from := netip.AddrPortFrom(p.addr, 40000)
+	query := answer{from: from, at: now, query: true, m: wire.Message{Version: wire.Version2, Type: wire.TypeQuery, Nonce: 5}}
+
+	// Up: a query leaves its turn where it is.
+	later := now.Add(m.cfg.Interval)
+	p.due = later
+	m.sched.due.fix(p)
+	m.onAnswer(query, now)
+	if !p.due.Equal(later) {
+		t.Fatalf("an up peer's query moved its turn from %v to %v", later, p.due)
+	}
+
+	for range 3 {
+		now = now.Add(time.Second)
+		flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
+	}
+	if !p.anyPathDown() {
+		t.Fatalf("after 3 rounds lost no path is down")
+	}
+	later = now.Add(m.cfg.Interval)
+	p.due = later
+	m.sched.due.fix(p)
+
+	// A fleet key: an unauthenticated query does not count.
+	m.cfg.Auth.Key = []byte("0123456789abcdef0123456789abcdef")
+	m.onAnswer(query, now)
+	if !p.due.Equal(later) {
+		t.Fatalf("an unauthenticated query with a fleet key moved a down peer's turn to %v", p.due)
+	}
+	m.cfg.Auth.Key = nil
+
+	m.onAnswer(query, now)
+	if p.due.After(now) {
+		t.Fatalf("a down peer's query left its turn at %v, %v after the query", p.due, p.due.Sub(now))
+	}
+	if m.sched.due.top() != p {
+		t.Fatalf("the down peer that queried is not the next turn")
+	}
+}
