@@ -31,6 +31,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/safefile"
 	"github.com/rdmad/rdmad/inventory"
 	"github.com/rdmad/rdmad/inventory/rdmares"
 	"github.com/rdmad/rdmad/policy"
@@ -234,6 +235,14 @@ func Run(ctx context.Context, opts Options) error {
 		d.setComponent(apitype.ComponentConfigWatch, apitype.OK, nil)
 	}
 
+	// A predecessor killed while it wrote a file of the state directory
+	// (between the temporary file's create and its rename) left the
+	// temporary file; nothing else would ever remove it.
+	if dir := stateDir(opts.StateDir); dir != "" {
+		if removed := safefile.RemoveStale(dir, ""); len(removed) > 0 {
+			d.log.Info("removed temporary files a stopped rdmad left in its state directory", "dir", dir, "files", strings.Join(removed, ","))
+		}
+	}
 	recOpts := policy.Options{StateDir: stateDir(opts.StateDir), SysRoot: d.inv.Root}
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The host's sysfs, read-only under rdmad.service: ECN is written

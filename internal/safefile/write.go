@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,8 +30,13 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // itself: whatever is at path, a symlink too, nothing is written through
 // it. The file gets mode perm exactly (whatever the umask) and is synced,
 // with its directory, before WriteAtomic returns.
+//
+// A temporary file that a writer killed between its create and its rename
+// left for path is removed first (RemoveStale): it is never renamed, and
+// nothing else removes it.
 func WriteAtomic(path string, content []byte, perm uint32) (err error) {
 	dir := filepath.Dir(path)
+	RemoveStale(dir, filepath.Base(path))
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+hex.EncodeToString(rnd[:]))
@@ -80,4 +86,43 @@ func SyncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// RemoveStale removes from dir the temporary files WriteAtomic made for
+// the file named base and never renamed (a writer killed in between), or
+// for any file when base is "": regular files named ".<base>.tmp-" and 16
+// hex digits, nothing else (a symlink of that name is left alone). It
+// returns the names it removed.
+func RemoveStale(dir, base string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range ents {
+		name := e.Name()
+		i := strings.LastIndex(name, ".tmp-")
+		if !strings.HasPrefix(name, ".") || i < 2 || !isHex16(name[i+len(".tmp-"):]) || !e.Type().IsRegular() {
+			continue
+		}
+		if base != "" && name[1:i] != base {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, name)) == nil {
+			removed = append(removed, name)
+		}
+	}
+	return removed
+}
+
+func isHex16(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
