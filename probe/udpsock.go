@@ -28,13 +28,12 @@ import (
 // closes the descriptor only when no call uses it any more, so that a
 // number the kernel reuses is never read or written by this socket.
 type udpSock struct {
-	mu      sync.RWMutex // read-held by every call on fd, held by close
-	fd      int
-	closed  bool
-	v6      bool // AF_INET6 (dual-stack when bound to the wildcard)
-	local   netip.AddrPort
-	downErr error // set once shut down for reading
-	downMu  sync.Mutex
+	mu     sync.RWMutex // read-held by every call on fd, held by close
+	fd     int
+	closed bool
+	v6     bool // AF_INET6 (dual-stack when bound to the wildcard)
+	local  netip.AddrPort
+	down   sync.Once // shutdown's
 }
 
 // listenUDP opens a UDP socket bound to addr ("[::]:18516", "127.0.0.1:0"),
@@ -262,15 +261,10 @@ func (s *udpSock) control(f func(fd int)) error {
 // shutdown ends reading: a blocked recv returns errSockClosed, and so does
 // every recv after. The descriptor stays open for close.
 func (s *udpSock) shutdown() {
-	s.downMu.Lock()
-	defer s.downMu.Unlock()
-	if s.downErr != nil {
-		return
-	}
-	s.downErr = errSockClosed
-	// The read lock: the descriptor is not closed meanwhile (close takes
-	// the write lock, which waits for a blocked recv, which this wakes).
-	s.control(func(fd int) { unix.Shutdown(fd, unix.SHUT_RD) })
+	// The read lock (control): the descriptor is not closed meanwhile
+	// (close takes the write lock, which waits for a blocked recv, which
+	// this wakes).
+	s.down.Do(func() { s.control(func(fd int) { unix.Shutdown(fd, unix.SHUT_RD) }) })
 }
 
 // close shuts the socket down, waits for the calls using it and closes it.

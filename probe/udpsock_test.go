@@ -206,3 +206,35 @@ func TestUDPSockNoAllocs(t *testing.T) {
 		t.Errorf("%.1f allocations per datagram sent and read, want 0", allocs)
 	}
 }
+
+// TestUDPSockHostileDatagrams: what anyone on the fabric can send reads as
+// a datagram, never as the socket's end: an empty datagram (a zero-length
+// read with a sender, where a shut-down socket reads zero without one) and
+// one of 60,000 bytes, cut to the buffer (the caller sees it is longer
+// than any message). The endpoint reads on after both.
+func TestUDPSockHostileDatagrams(t *testing.T) {
+	s, err := listenUDP("[::]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	cl, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.local.Port())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	buf := make([]byte, 1025)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want int
+	}{{"empty", nil, 0}, {"60000 bytes", make([]byte, 60000), len(buf)}, {"a message", []byte("query"), 5}} {
+		if _, err := cl.Write(tc.b); err != nil {
+			t.Fatalf("%s: send: %v", tc.name, err)
+		}
+		n, from, err := s.recv(buf)
+		if err != nil || n != tc.want || from != cl.LocalAddr().(*net.UDPAddr).AddrPort() {
+			t.Errorf("%s: recv = %d bytes from %v, %v; want %d bytes from %v", tc.name, n, from, err, tc.want, cl.LocalAddr())
+		}
+	}
+}
