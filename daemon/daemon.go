@@ -238,12 +238,13 @@ func Run(ctx context.Context, opts Options) error {
 	// A predecessor killed while it wrote a file of the state directory
 	// (between the temporary file's create and its rename) left the
 	// temporary file; nothing else would ever remove it.
-	if dir := stateDir(opts.StateDir); dir != "" {
-		if removed := safefile.RemoveStale(dir, ""); len(removed) > 0 {
-			d.log.Info("removed temporary files a stopped rdmad left in its state directory", "dir", dir, "files", strings.Join(removed, ","))
+	state := stateDir(opts.StateDir)
+	if state != "" {
+		if removed := safefile.RemoveStale(state, ""); len(removed) > 0 {
+			d.log.Info("removed temporary files a stopped rdmad left in its state directory", "dir", state, "files", strings.Join(removed, ","))
 		}
 	}
-	recOpts := policy.Options{StateDir: stateDir(opts.StateDir), SysRoot: d.inv.Root}
+	recOpts := policy.Options{StateDir: state, SysRoot: d.inv.Root}
 	if d.inv.Root == "" || d.inv.Root == "/" {
 		// The host's sysfs, read-only under rdmad.service: ECN is written
 		// through rdmad-ecn@.service. A fixture tree is always writable.

@@ -485,7 +485,7 @@ func wrongTypeBlock(e *Error, data []byte, loc *locator) {
 		return
 	}
 	plain := indexRE.ReplaceAllString(e.Key, "")
-	if plain == e.Key && !strings.Contains(e.Key, "[") {
+	if plain == e.Key {
 		return // not in an array of tables
 	}
 	leaf := plain[strings.LastIndexByte(plain, '.')+1:]
