@@ -352,23 +352,30 @@ func (c *Control) Serve(ctx context.Context) error {
 	linger.Stop()
 	defer linger.Stop()
 	for {
-		if c.opts.Linger > 0 && busy && c.pending() == 0 {
-			// What comes next is read together at the next tick of the
-			// batch window, the one the manager's pass falls on
-			// (alignUp): one timer wakes both.
-			now := time.Now()
-			linger.Reset(alignUp(now.Add(time.Nanosecond), c.opts.Linger).Sub(now))
-			select {
-			case <-linger.C:
-			case <-ctx.Done():
-				return nil
-			}
-			// A tick that finds nothing ends the busy spell: the next
-			// message is read when it comes.
-			busy = c.pending() > 0
-		}
-		n, from, err := c.sock.recv(buf)
+		n, from, err := c.sock.tryRecv(buf)
 		rx := time.Now() // T2 of a query's clock exchange
+		if err == errEmpty {
+			if c.opts.Linger > 0 && busy {
+				// What comes next is read together at the next tick
+				// of the batch window, the one the manager's pass
+				// falls on (alignUp): one timer wakes both. A tick
+				// that finds nothing ends the busy spell: the next
+				// message is read when it comes.
+				now := time.Now()
+				linger.Reset(alignUp(now.Add(time.Nanosecond), c.opts.Linger).Sub(now))
+				select {
+				case <-linger.C:
+				case <-ctx.Done():
+					return nil
+				}
+				busy = false
+				continue
+			}
+			err = c.sock.wait()
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -418,14 +425,6 @@ func (c *Control) Serve(ctx context.Context) error {
 			c.opts.OnQuery(from, m)
 		}
 	}
-}
-
-// pending returns the size of the next datagram waiting in the socket,
-// 0 when there is none (or it cannot tell).
-func (c *Control) pending() int {
-	n := 0
-	c.sock.control(func(fd int) { n, _ = unix.IoctlGetInt(fd, unix.SIOCINQ) })
-	return n
 }
 
 // answer admits the querier's port and answers in the query's version: a

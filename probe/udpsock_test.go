@@ -5,6 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,5 +239,113 @@ func TestUDPSockHostileDatagrams(t *testing.T) {
 		if err != nil || n != tc.want || from != cl.LocalAddr().(*net.UDPAddr).AddrPort() {
 			t.Errorf("%s: recv = %d bytes from %v, %v; want %d bytes from %v", tc.name, n, from, err, tc.want, cl.LocalAddr())
 		}
+	}
+}
+
+// TestUDPSockWaitsInPoller: a recv waiting on an idle socket parks on the
+// runtime's poller: no thread sits in recvfrom(2) for it (a goroutine
+// blocked in a system call holds its P, and sysmon's taking it back
+// restarts sysmon's 20 µs polling: issue #29).
+func TestUDPSockWaitsInPoller(t *testing.T) {
+	s, err := listenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.recv(make([]byte, 64))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it wait
+	inRecv := func() []string {
+		var in []string
+		tasks, err := filepath.Glob("/proc/self/task/*/syscall")
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("no /proc/self/task/*/syscall: %v", err)
+		}
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // a thread that exited
+			}
+			if nr, _, _ := strings.Cut(strings.TrimSpace(string(b)), " "); nr == strconv.Itoa(unix.SYS_RECVFROM) {
+				in = append(in, f)
+			}
+		}
+		return in
+	}
+	if in := inRecv(); len(in) > 0 {
+		t.Errorf("threads blocked in recvfrom while the socket is idle: %v", in)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("recv returned before any datagram: %v", err)
+	default:
+	}
+	// It still reads what comes.
+	if err := s.sendTo([]byte("query"), s.local); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("recv = %v, want the datagram", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("recv still waiting 5 s after a datagram")
+	}
+}
+
+// TestUDPSockDisarmedWhileDraining: once a wait has returned, the
+// datagrams that come while the endpoint drains or lingers make nothing
+// readable (they wake no thread) until the next wait arms the set again,
+// which then reports them at once.
+func TestUDPSockDisarmedWhileDraining(t *testing.T) {
+	s, err := listenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ready := func() int {
+		var evs [1]unix.EpollEvent
+		n, err := unix.EpollWait(s.ep, evs[:], 0)
+		if err != nil {
+			t.Fatalf("epoll_wait: %v", err)
+		}
+		return n
+	}
+	buf := make([]byte, 64)
+	if err := s.sendTo([]byte("first"), s.local); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.recv(buf); err != nil {
+		t.Fatal(err)
+	}
+	if n := ready(); n != 0 {
+		t.Fatalf("the set reports %d events with an empty socket", n)
+	}
+	for range 10 {
+		if err := s.sendTo([]byte("meanwhile"), s.local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ready(); n != 0 {
+		t.Errorf("ten datagrams while disarmed made the set readable (%d events): each would wake the poller", n)
+	}
+	if err := s.wait(); err != nil {
+		t.Fatalf("wait with datagrams queued: %v", err)
+	}
+	got := 0
+	for {
+		if _, _, err := s.tryRecv(buf); err == errEmpty {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got++
+	}
+	if got != 10 {
+		t.Errorf("drained %d datagrams, want the 10 queued", got)
 	}
 }
