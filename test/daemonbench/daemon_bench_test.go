@@ -24,6 +24,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +38,8 @@ import (
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/verbs/peer"
 )
+
+var cpuProfile = flag.String("daemon.cpuprofile", "", "BenchmarkDaemonPeers*: write a CPU profile (1,000 samples a second) of the measured seconds only")
 
 var warmup = flag.Duration("daemon.warmup", 100*time.Second, "BenchmarkDaemonPeers*: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
 
@@ -179,6 +183,19 @@ func benchDaemonPeers(b *testing.B, n int) {
 	r.waitUp(b, n, 60*time.Second+time.Duration(n)*time.Millisecond)
 	time.Sleep(*warmup)
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		// The daemon takes under 1 % of a core: 100 samples a second
+		// would give a handful.
+		runtime.SetCPUProfileRate(1000)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+	}
 	cpu0, sleeps0, sent0 := rusage.CPU(), rusage.Sleeps(), tr.Sent()
 	start := time.Now()
 	i := 0
@@ -189,6 +206,9 @@ func benchDaemonPeers(b *testing.B, n int) {
 	wall := time.Since(start)
 	cpu, sleeps, sent := rusage.CPU()-cpu0, rusage.Sleeps()-sleeps0, tr.Sent()-sent0
 	b.StopTimer()
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	// The figures are only worth reading if the daemon probed everyone at
 	// the configured rate.
 	if rate := float64(sent) / wall.Seconds(); rate < 0.9*float64(n) || rate > 1.2*float64(n) {
