@@ -90,7 +90,7 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 	}
 	if changed {
 		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
-		m.pub.changed = true
+		m.changedPeer(p)
 	}
 	m.aggregate(p, now)
 	m.checkWaiters(p)
@@ -172,5 +172,5 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	}
 	m.log.Log(context.Background(), lvl, "peer "+st, attrs...)
 	p.state, p.reason, p.since = st, reason, now
-	m.pub.changed = true
+	m.changedPeer(p)
 }
