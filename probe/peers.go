@@ -61,8 +61,8 @@ type mpeer struct {
 	// pubIdx is the peer's index in the last state built in full
 	// (publisher.last), -1 when it is not there; pubDirty says its own
 	// state changed since the last publish (changedPeer).
-	pubIdx   int
-	pubDirty bool
+	pubIdx      int
+	pubDirty    bool
 	addr        netip.Addr
 	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
 	addrErr     string

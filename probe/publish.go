@@ -32,13 +32,13 @@ type publisher struct {
 	lastGen   uint64
 	lastLocal uint32
 	lastOK    bool
-	at       time.Time
-	checked  time.Time             // when the state published was last found current: at, or a pass that found nothing moved
-	polled   time.Time             // when the local ports were last read
-	counters apitype.PeerCounters  // those of the last publish
-	fresh    freshness             // readers' requests; its own lock
-	faults   map[suspect]string    // local port or group -> why it is the suspect
-	tallies  map[string]groupTally // groupFaults' scratch
+	at        time.Time
+	checked   time.Time             // when the state published was last found current: at, or a pass that found nothing moved
+	polled    time.Time             // when the local ports were last read
+	counters  apitype.PeerCounters  // those of the last publish
+	fresh     freshness             // readers' requests; its own lock
+	faults    map[suspect]string    // local port or group -> why it is the suspect
+	tallies   map[string]groupTally // groupFaults' scratch
 }
 
 // publishEvery bounds how often the local ports are read, and how old the
