@@ -473,10 +473,13 @@ type qpSet struct {
 // newQPSet makes a buffer of size bytes registered with access, a CQ of
 // cqe entries (with a completion channel when withChannel) and an RC QP.
 func newQPSet(p *port, size int, access verbs.Access, cqe, sendWR, recvWR int, withChannel bool) (s *qpSet, err error) {
-	s = &qpSet{p: p}
+	// Closed through its own variable: every "return nil, err" below
+	// sets the result s to nil before the defer runs.
+	built := &qpSet{p: p}
+	s = built
 	defer func() {
 		if err != nil {
-			s.close()
+			built.close()
 			s = nil
 		}
 	}()

@@ -145,10 +145,13 @@ func (n *Node) runLoopback(ctx context.Context, r LoopbackRequest) (apitype.Band
 // the traffic leaves through the adapter and comes back to it, as it does
 // between two processes of the node.
 func (n *Node) connectPair(p *port, r LoopbackRequest) (lp *loopPair, err error) {
-	lp = &loopPair{}
+	// Closed through its own variable: every "return nil, err" below
+	// sets the result lp to nil before the defer runs.
+	built := &loopPair{}
+	lp = built
 	defer func() {
 		if err != nil {
-			lp.close()
+			built.close()
 			lp = nil
 		}
 	}()

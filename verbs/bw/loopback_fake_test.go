@@ -195,3 +195,33 @@ func TestFakeLoopbackOneTestAtATime(t *testing.T) {
 		t.Fatalf("the peer test: %v", err)
 	}
 }
+
+// TestQPSetFailsMidBuild: a queue pair set whose build fails (its buffer
+// refused first, or its QP after the buffer, the PD, the MR and the CQ
+// exist) returns the error and releases what it built. Its deferred
+// cleanup used to close the nil that every "return nil, err" had already
+// put in the result, as the loopback prober's session did in the VM's
+// flapping drill.
+func TestQPSetFailsMidBuild(t *testing.T) {
+	fakeLoopback(t)
+	p, err := openDevicePort("fake0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.vctx.Close()
+	for _, tc := range []struct {
+		name         string
+		size, sendWR int
+	}{{"no buffer", 0, 4}, {"QP refused", 4096, 1 << 20}} {
+		s, err := newQPSet(p, tc.size, verbs.AccessLocalWrite, 16, tc.sendWR, 4, true)
+		if err == nil || s != nil {
+			t.Errorf("%s: newQPSet = %v, %v; want an error and no set", tc.name, s, err)
+		}
+		// Only the port's own context may remain.
+		live := verbs.FakeLive()
+		delete(live, "context")
+		if len(live) != 0 {
+			t.Errorf("%s: a failed build left verbs objects open: %v", tc.name, live)
+		}
+	}
+}

@@ -244,3 +244,33 @@ func TestFakeRescan(t *testing.T) {
 		t.Errorf("fake0 probed again %v after it went away, want about %v (Config.Rescan)", d, rescan)
 	}
 }
+
+// TestNewSessionFailsMidBuild: a session whose build fails after its QPs
+// exist (here the path's MTU is refused at ReadyToReceive, as a port going
+// down between two verbs refuses it) returns the error and releases what
+// it had built. It used to close a nil session from its deferred cleanup
+// (every "return nil, err" sets the named result first): rdmad crashed in
+// the VM's flapping drill.
+func TestNewSessionFailsMidBuild(t *testing.T) {
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake0"}); err != nil {
+		t.Fatal(err)
+	}
+	defer verbs.FakeReset()
+	vctx, err := verbs.Open("fake0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := vctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa.ActiveMTU = 0 // no valid path MTU: ReadyToReceive refuses it
+	s, err := newSession(vctx, 1, pa, 0, Config{Payload: 64, Timeout: time.Second})
+	if err == nil || s != nil {
+		t.Fatalf("newSession with MTU 0 = %v, %v; want an error and no session", s, err)
+	}
+	vctx.Close()
+	if live := verbs.FakeLive(); len(live) != 0 {
+		t.Errorf("a failed session build left verbs objects open: %v", live)
+	}
+}

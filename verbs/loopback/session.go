@@ -68,10 +68,15 @@ func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, tclass uint8, 
 		// until the round's deadline fails it.
 		spin = min(BusySpinLimit, cfg.Timeout)
 	}
-	s = &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: spin, tclass: tclass, wcs: make([]verbs.WorkCompletion, 4)}
+	// The defer closes what was built through its own variable: every
+	// "return nil, err" below sets the result s to nil before it runs
+	// (a port going down between two verbs of the build made it close a
+	// nil session, which crashed rdmad in the flapping drill).
+	built := &session{port: port, payload: cfg.Payload, timeout: cfg.Timeout, spin: spin, tclass: tclass, wcs: make([]verbs.WorkCompletion, 4)}
+	s = built
 	defer func() {
 		if err != nil {
-			s.close()
+			built.close()
 			s = nil
 		}
 	}()
@@ -130,6 +135,9 @@ func newSession(vctx *verbs.Context, port int, pa verbs.PortAttr, tclass uint8, 
 // close releases the session; it is safe on a partly built session and
 // after the device's Context was closed (its resources are then gone).
 func (s *session) close() {
+	if s == nil {
+		return
+	}
 	if s.a != nil {
 		s.a.Close()
 	}
