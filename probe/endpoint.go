@@ -43,13 +43,13 @@ type controlEndpoint struct {
 	nonceBuf [8]byte
 }
 
-// maxSpareQueries bounds the spare lists of outstanding queries kept: as
-// many as one pass sends queries (maxBatch), whose answers the next pass
-// takes. The clock queries come in bursts (a peer asks every clockEvery
-// from its first resolve, and the first resolves of all peers fell within
-// an interval: at a thousand peers some 250 a pass of 250 ms); the lists
-// kept are those that many peers held at once anyway.
-const maxSpareQueries = maxBatch
+// maxSpareQueries bounds the spare lists of outstanding queries kept
+// (112 bytes each): the clock queries come in bursts (a peer asks every
+// clockEvery from its first resolve, and the first resolves of all peers
+// fell within an interval: at a thousand peers some 250 in a pass of
+// 250 ms, answered in the next), so that many peers hold a list at once
+// anyway; a larger burst (the first resolves) allocates the rest.
+const maxSpareQueries = 256
 
 func newControlEndpoint() controlEndpoint {
 	return controlEndpoint{nonces: map[uint64]*mpeer{}, serveErr: make(chan ctlErr, 1)}
