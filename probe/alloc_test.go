@@ -1,8 +1,12 @@
 package probe
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -246,5 +250,263 @@ func benchStateFlows(b *testing.B, n, flows int) {
 		b.StartTimer()
 		m.localFaults()
 		m.State()
+	}
+}
+
+// TestStateFlipAllocs checks that a path flipping between up and degraded
+// allocates nothing while the logger drops the lines: one peer loses a
+// probe every 60 rounds, so its window of 100 holds two losses (2%, over
+// the 1% threshold: degraded) for 40 rounds and one (up again) for 20.
+// The reasons the flips write are the same texts every time (texts.go).
+func TestStateFlipAllocs(t *testing.T) {
+	t.Run("1 flow", func(t *testing.T) { testStateFlipAllocs(t, resolvedManager(t, 20)) })
+	t.Run("4 flows", func(t *testing.T) { testStateFlipAllocs(t, flowsManager(t, 20, 4, 100)) })
+}
+
+func testStateFlipAllocs(t *testing.T, m *Manager) {
+	peers := m.peers.inOrder()
+	now := time.Now()
+	round, flips, last := 0, 0, ""
+	run := func() {
+		now = now.Add(time.Second)
+		lose := -1
+		if round%60 == 0 {
+			lose = 0
+		}
+		probeRound(m, peers, lose, now)
+		round++
+		if st := peers[0].state; st != last {
+			flips++
+			last = st
+		}
+	}
+	for range 300 {
+		run()
+	}
+	// A run is a cycle of 60 rounds, with its two flips: AllocsPerRun
+	// reports whole allocations per run.
+	cycle := func() {
+		for range 60 {
+			run()
+		}
+	}
+	flips = 0
+	if got := testing.AllocsPerRun(4, cycle); got != 0 {
+		t.Errorf("%v allocations per 60 rounds (two state changes); want 0", got)
+	}
+	if flips < 8 || peers[1].state != apitype.PeerUp {
+		t.Fatalf("%d state changes of the lossy peer in 300 rounds (other peer %s); want 10, the other up", flips, peers[1].state)
+	}
+}
+
+// answerMessage returns the encoded answer of p's peer to its query q
+// (nonce n): its path's endpoint, the fleet's fingerprint and a clock.
+func answerMessage(t testing.TB, m *Manager, p *mpeer, n uint64, idx int, at time.Time) []byte {
+	pa := p.paths[idx]
+	fp := scaleFingerprint(m.local)
+	ans := wire.Message{Version: wire.Version2, Type: wire.TypeAnswer, Nonce: n, NodeID: p.nodeID, Index: uint8(idx), Count: uint8(len(p.paths)),
+		QPN: pa.remote.QPN, QKey: pa.remote.QKey, LID: pa.remote.LID, GID: pa.remote.GID,
+		Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: fp.Marshal()}, wire.ClockAnswerExt(at, at.Add(time.Microsecond))}}
+	b, err := ans.Append(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// controlManager is resolvedManager with a control endpoint that sends
+// its queries (to ports nobody serves); the test answers them.
+func controlManager(t *testing.T, n int) *Manager {
+	m := resolvedManager(t, n)
+	ctl, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 1, Ports: func() []ud.LocalPort { return m.local }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close() })
+	fp := scaleFingerprint(m.local)
+	ctl.SetFingerprint(fp.Marshal())
+	m.control.ctl = ctl
+	m.cfg.Port = int(ctl.Addr().Port()) // the answers "come from" a port of loopback
+	return m
+}
+
+// TestClockQueryAllocs checks that a control query (the one every peer's
+// first path sends every 15 s for the clock) and its answer, decoded as
+// the control endpoint does (wire.DecodeAlias, in its reused buffers),
+// queued in the inbox and taken (the clock sample, the fingerprint, the
+// endpoint, the announced ports), allocate nothing.
+func TestClockQueryAllocs(t *testing.T) {
+	m := controlManager(t, 10)
+	peers := m.peers.inOrder()
+	for k, p := range peers {
+		p.addr = netip.AddrFrom4([4]byte{127, 0, 0, byte(k + 1)})
+	}
+	// Each peer's answer, encoded once; the nonce is the query's.
+	answers := make([][]byte, len(peers))
+	for k, p := range peers {
+		answers[k] = answerMessage(t, m, p, 0, 0, time.Now())
+	}
+	now := time.Now()
+	exts := make([]wire.Ext, 0, 8)
+	buf := make([]byte, wire.MaxSize+1)
+	i := 0
+	run := func() {
+		now = now.Add(time.Second)
+		k := i % len(peers)
+		p := peers[k]
+		i++
+		m.query(p, 0, now)
+		q := p.queried[len(p.queried)-1]
+		n := copy(buf, answers[k])
+		binary.BigEndian.PutUint64(buf[8:], q.nonce)
+		msg, err := wire.DecodeAlias(buf[:n], exts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
+		m.takeInbox(now)
+	}
+	for range 50 {
+		run()
+	}
+	for _, p := range peers {
+		p.clock = clockFilter{}
+	}
+	if got := testing.AllocsPerRun(100, run); got != 0 {
+		t.Errorf("%v allocations per query and its answer; want 0", got)
+	}
+	for _, p := range peers {
+		if p.clock.n == 0 || len(p.queried) != 0 || !p.paths[0].resolved {
+			t.Fatalf("peer %s: %d clock samples, %d queries outstanding; want the answers taken", p.spec.Name, p.clock.n, len(p.queried))
+		}
+	}
+	if len(m.control.nonces) != 0 {
+		t.Errorf("%d nonces outstanding after every answer came", len(m.control.nonces))
+	}
+}
+
+// TestControlAnswerAllocs checks that answering a peer's query (decoded
+// as Serve does, admitted, answered with the flows, the fingerprint and
+// the clock) allocates nothing.
+func TestControlAnswerAllocs(t *testing.T) {
+	m := resolvedManager(t, 1)
+	ports := m.local
+	ports[0].Flows = []ud.Flow{{QPN: 7}, {QPN: 0x21}, {QPN: 0x22}}
+	ctl, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 1, AdmitFor: time.Minute,
+		Ports: func() []ud.LocalPort { return ports },
+		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	fp := scaleFingerprint(ports)
+	ctl.SetFingerprint(fp.Marshal())
+	peer, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	from := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	q := wire.Message{Version: wire.Version2, Type: wire.TypeQuery, Nonce: 5, Count: 1, QPN: 0x31, QKey: 1,
+		Ext: append(*ctl.qext.Load(), wire.FlowsExt([]uint32{0x32, 0x33}), wire.Ext{Type: wire.ExtClock, Value: wire.AppendClockQuery(nil, time.Now())})}
+	b, err := q.Append(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exts := make([]wire.Ext, 0, 8)
+	out := make([]byte, 0, wire.MaxSize)
+	a := ctl.auth.Load()
+	var ok bool
+	run := func() {
+		msg, err := wire.DecodeAlias(b, exts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, ok = ctl.answer(out[:0], from, msg, a, len(b), time.Now())
+	}
+	run()
+	if got := testing.AllocsPerRun(100, run); got != 0 {
+		t.Errorf("%v allocations per query answered; want 0", got)
+	}
+	ans, err := wire.Decode(out, nil)
+	if !ok || err != nil || ans.Nonce != 5 || len(ans.Ext) != 3 {
+		t.Fatalf("answer %+v, %v; want the nonce and three extensions", ans, err)
+	}
+	if n, ok := wire.FlowsAccepted(ans); !ok || n != 2 {
+		t.Errorf("flows accepted %d, %v; want 2", n, ok)
+	}
+	if _, _, ok := wire.AnswerClock(&ans); !ok {
+		t.Error("the answer carries no clock")
+	}
+}
+
+// TestInboxOwnsAnswers checks that a control message queued in the inbox
+// keeps its extensions when the control endpoint reads the next message
+// into the same buffer (wire.DecodeAlias aliases it), over a real
+// socket: every answer queued reads as it was sent.
+func TestInboxOwnsAnswers(t *testing.T) {
+	var in inbox = newInbox()
+	ctl, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 1,
+		OnAnswer: func(from netip.AddrPort, msg wire.Message) { in.addAnswer(answer{from: from, m: msg}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Serve(ctx) }()
+	defer func() { cancel(); ctl.Close(); <-done }()
+	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(ctl.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	const n = 20
+	value := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 40) }
+	for i := range n {
+		// The same size every time: each lands where the one before was.
+		msg := wire.Message{Version: wire.Version2, Type: wire.TypeAnswer, Nonce: uint64(i + 1),
+			Ext: []wire.Ext{{Type: 0x40, Value: value(i)}, {Type: 0x41, Value: value(n - i)}}}
+		b, err := msg.Append(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if i == n/2 {
+			// Half of them taken and given back meanwhile: the
+			// buffers are used again.
+			waitAnswers(t, &in, i+1)
+			in.answersDone(in.answersIn())
+		}
+	}
+	waitAnswers(t, &in, n/2-1)
+	as := in.answersIn()
+	defer in.answersDone(as)
+	if len(as) != n/2-1 {
+		t.Fatalf("%d answers queued; want %d", len(as), n/2-1)
+	}
+	for _, a := range as {
+		i := int(a.m.Nonce) - 1
+		if len(a.m.Ext) != 2 || !bytes.Equal(a.m.Ext[0].Value, value(i)) || !bytes.Equal(a.m.Ext[1].Value, value(n-i)) {
+			t.Errorf("answer %d: extensions %+v; want %q and %q", i, a.m.Ext, value(i), value(n-i))
+		}
+	}
+}
+
+// waitAnswers waits until the inbox holds n answers.
+func waitAnswers(t *testing.T, in *inbox, n int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		in.ansMu.Lock()
+		got := len(in.answers)
+		in.ansMu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d answers queued after 5 s; want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -23,6 +23,8 @@ const maxAnnounced = 1 << 16
 type announced struct {
 	mu sync.Mutex
 	by map[netip.Addr][]ud.Endpoint
+	// buf is where announce gathers a peer's ports (Run's goroutine).
+	buf []ud.Endpoint
 }
 
 func (a *announced) set(addr netip.Addr, eps []ud.Endpoint) {
@@ -41,13 +43,27 @@ func (a *announced) set(addr netip.Addr, eps []ud.Endpoint) {
 // announce records the ports p's resolved paths probe, under the
 // address its answers come from.
 func (m *Manager) announce(p *mpeer, from netip.Addr) {
-	var eps []ud.Endpoint
+	eps := m.ann.buf[:0]
 	for _, pa := range p.paths {
 		if pa.resolved && !slices.Contains(eps, pa.remote) {
 			eps = append(eps, pa.remote)
 		}
 	}
-	m.ann.set(from.Unmap(), eps)
+	m.ann.buf = eps
+	m.ann.update(from.Unmap(), eps)
+}
+
+// update is set with a copy of eps, unless addr has those ports already:
+// every control answer announces its peer's ports, which almost never
+// change.
+func (a *announced) update(addr netip.Addr, eps []ud.Endpoint) {
+	a.mu.Lock()
+	old, ok := a.by[addr]
+	same := ok && len(eps) > 0 && slices.Equal(old, eps) && len(a.by) < maxAnnounced
+	a.mu.Unlock()
+	if !same {
+		a.set(addr, slices.Clone(eps))
+	}
 }
 
 // AnnouncedPorts returns the RDMA ports the peer at addr announced in its

@@ -422,7 +422,7 @@ func TestControlAuth(t *testing.T) {
 		var got []wire.Message
 		c, err := ListenControl("127.0.0.2:0", ControlOptions{Auth: Auth{Key: fleetKey, Require: true},
 			Ports:    func() []ud.LocalPort { return nil },
-			OnAnswer: func(_ netip.AddrPort, m wire.Message) { mu.Lock(); got = append(got, m); mu.Unlock() }})
+			OnAnswer: func(_ netip.AddrPort, m wire.Message) { mu.Lock(); got = append(got, m.Clone()); mu.Unlock() }})
 		if err != nil {
 			t.Fatal(err)
 		}

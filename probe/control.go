@@ -42,6 +42,9 @@ type Control struct {
 	qexts  []wire.Ext
 	qclock []byte
 	rate   *rateLimiter // Serve's goroutine only
+	// ax is the extensions of the answer being encoded (Serve's
+	// goroutine only): no allocation per answer.
+	ax answerExts
 
 	n *ControlCounters
 }
@@ -95,11 +98,14 @@ type ControlOptions struct {
 	AdmitFor time.Duration
 	// OnAnswer receives answers to this node's queries; it must not block.
 	// Answers whose tag does not verify, and with a required key
-	// unauthenticated ones, never reach it.
+	// unauthenticated ones, never reach it. m's extensions are in Serve's
+	// buffers, which the next message overwrites (wire.DecodeAlias): what
+	// is kept past the call must be copied (m.Clone).
 	OnAnswer func(from netip.AddrPort, m wire.Message)
 	// OnQuery, if set, receives the queries this endpoint answered (from
 	// an allowed source, within its rate, authenticated when required),
-	// after their port was admitted; it must not block.
+	// after their port was admitted; it must not block. m is Serve's, as
+	// OnAnswer's is.
 	OnQuery func(from netip.AddrPort, m wire.Message)
 	// Auth is the initial authentication; SetAuth changes it.
 	Auth Auth
@@ -295,17 +301,14 @@ func (c *Control) Query(to netip.AddrPort, m wire.Message) error {
 func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, error) {
 	m.Type = wire.TypeQuery
 	m.NodeID = c.opts.NodeID
+	var fpExt []wire.Ext
 	if m.Version == wire.Version1 {
 		m.Ext = nil // version 1 has no extensions (a peer that reads only it gets only flow 0)
 	} else if ext := c.qext.Load(); ext != nil {
 		// Padded, so that the answer's fingerprint fits the size an
 		// answer may have (no larger than the query and a tag). The
-		// caller's extensions (the flows) follow.
-		if len(m.Ext) == 0 {
-			m.Ext = *ext
-		} else {
-			m.Ext = append(append(make([]wire.Ext, 0, len(*ext)+len(m.Ext)), *ext...), m.Ext...)
-		}
+		// caller's extensions (the flows) follow, then the clock.
+		fpExt = *ext
 	}
 	a := c.auth.Load()
 	var key []byte
@@ -320,7 +323,7 @@ func (c *Control) QueryClock(to netip.AddrPort, m wire.Message) (time.Time, erro
 	if m.Version != wire.Version1 {
 		t1 = time.Now()
 		c.qclock = wire.AppendClockQuery(c.qclock[:0], t1)
-		c.qexts = append(append(c.qexts[:0], m.Ext...), wire.Ext{Type: wire.ExtClock, Value: c.qclock})
+		c.qexts = append(append(append(c.qexts[:0], fpExt...), m.Ext...), wire.Ext{Type: wire.ExtClock, Value: c.qclock})
 		m.Ext = c.qexts
 	}
 	b, err := m.Append(c.qbuf[:0], key)
@@ -346,6 +349,9 @@ func (c *Control) Serve(ctx context.Context) error {
 	// a valid one.
 	buf := make([]byte, wire.MaxSize+1)
 	out := make([]byte, 0, wire.MaxSize)
+	// exts is the decoded message's extensions: they and their values
+	// (in buf) are Serve's, reused for the next message (DecodeAlias).
+	exts := make([]wire.Ext, 0, 8)
 	// busy: a message came since a tick last found the socket empty.
 	busy := false
 	linger := time.NewTimer(time.Hour)
@@ -384,7 +390,10 @@ func (c *Control) Serve(ctx context.Context) error {
 		}
 		busy = true
 		a := c.auth.Load()
-		m, err := wire.DecodeKeys(buf[:n], a.verify...)
+		m, err := wire.DecodeAlias(buf[:n], exts, a.verify...)
+		if cap(m.Ext) > cap(exts) {
+			exts = m.Ext[:0]
+		}
 		switch {
 		case errors.Is(err, wire.ErrBadTag):
 			c.n.badTag.Add(1)
@@ -400,7 +409,8 @@ func (c *Control) Serve(ctx context.Context) error {
 			continue
 		}
 		if wire.IsBW(m.Type) {
-			out = c.serveBW(out[:0], from, m, a)
+			// The handler may keep the message: it gets its own.
+			out = c.serveBW(out[:0], from, m.Clone(), a)
 			continue
 		}
 		if m.Type == wire.TypeAnswer {
@@ -455,10 +465,14 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	if ans.Version == wire.Version2 {
 		key = a.control
 		size := wire.Size + len(key)
+		// The extensions and their values are in Serve's buffers
+		// (c.ax): the answer is encoded before the next is made.
+		ans.Ext = c.ax.ext[:0]
 		if flows >= 0 {
 			// The query named at least one QPN (7 bytes), so the 5 of
 			// this never make the answer larger than the query.
-			ans.Ext = append(ans.Ext, wire.FlowsAcceptedExt(flows))
+			c.ax.flows[0] = wire.FlowsAcceptedValue(flows)
+			ans.Ext = append(ans.Ext, wire.Ext{Type: wire.ExtFlows, Value: c.ax.flows[:]})
 			size += 5
 		}
 		if fp := c.fp.Load(); fp != nil && size+4+len(*fp) <= qlen+wire.TagSize {
@@ -468,7 +482,7 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 		if _, ok := wire.QueryClock(&q); ok && size+wire.ClockExtLen <= qlen+wire.TagSize {
 			// T3 as late as the encoding allows: what the answer waits
 			// for after this is the tag and the send, both small.
-			ans.Ext = append(ans.Ext, wire.ClockAnswerExt(rx, time.Now()))
+			ans.Ext = append(ans.Ext, wire.Ext{Type: wire.ExtClock, Value: wire.AppendClockAnswer(c.ax.clock[:0], rx, time.Now())})
 		}
 	}
 	out, err := ans.Append(out, key)
@@ -481,6 +495,14 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 	return out, true
 }
 
+// answerExts is the room of an answer's extensions: flows, fingerprint,
+// clock.
+type answerExts struct {
+	ext   [3]wire.Ext
+	flows [1]byte
+	clock [16]byte
+}
+
 // admitFlows admits the further flows a version-2 query names (at most
 // wire.MaxFlowQPNs, checked by Decode), each as the header's endpoint with
 // the flow's QPN, from the first on until one is refused, and returns how
@@ -489,8 +511,9 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 // Every admission counts against the querier's address in the engine's
 // bounded table, as the header's does; none of them sends anything.
 func admitFlows(admit func(string, ud.Endpoint, netip.Addr, time.Time) error, local string, src ud.Endpoint, from netip.Addr, until time.Time, q wire.Message) int {
-	qpns := wire.QueryFlows(q)
-	if q.Version != wire.Version2 || qpns == nil {
+	var room [wire.MaxFlowQPNs]uint32
+	qpns, ok := wire.AppendQueryFlows(room[:0], q)
+	if q.Version != wire.Version2 || !ok {
 		return -1
 	}
 	n := 0

@@ -33,7 +33,23 @@ type controlEndpoint struct {
 	// rcvbuf is the receive buffer asked of ctl (sizeControl), 0 for none
 	// yet.
 	rcvbuf int
+	// spare is the emptied lists of outstanding queries that peers gave
+	// back (spareQueries), for the next peers to ask.
+	spare [][]pendingQuery
+	// qflows is the buffer of the flows extension of the query being
+	// sent (flowsQueryExt).
+	qflows []byte
+	// nonceBuf is where newNonce reads its random bytes.
+	nonceBuf [8]byte
 }
+
+// maxSpareQueries bounds the spare lists of outstanding queries kept
+// (112 bytes each): the clock queries come in bursts (a peer asks every
+// clockEvery from its first resolve, and the first resolves of all peers
+// fell within an interval: at a thousand peers some 250 in a pass of
+// 250 ms, answered in the next), so that many peers hold a list at once
+// anyway; a larger burst (the first resolves) allocates the rest.
+const maxSpareQueries = 256
 
 func newControlEndpoint() controlEndpoint {
 	return controlEndpoint{nonces: map[uint64]*mpeer{}, serveErr: make(chan ctlErr, 1)}
@@ -189,11 +205,7 @@ func (m *Manager) updateAllow() {
 // malformed), and one that does not answer version 1 may require a key.
 func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
 	missed := false
-	defer func() {
-		if len(p.queried) == 0 {
-			p.queried = nil
-		}
-	}()
+	defer m.control.spareQueries(p)
 	p.queried = slices.DeleteFunc(p.queried, func(q pendingQuery) bool {
 		if now.Sub(q.sent) < m.cfg.Timeout {
 			return false
@@ -218,10 +230,10 @@ func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
 // random, not a counter: an answer is taken only for an outstanding nonce,
 // and an off-path sender cannot guess one.
 func (c *controlEndpoint) newNonce() uint64 {
-	var b [8]byte
+	b := c.nonceBuf[:] // the endpoint's: a local array escapes to crypto/rand
 	for {
-		crand.Read(b[:])
-		n := binary.BigEndian.Uint64(b[:])
+		crand.Read(b)
+		n := binary.BigEndian.Uint64(b)
 		if _, used := c.nonces[n]; !used && n != 0 {
 			return n
 		}
@@ -240,7 +252,7 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 			}
 		}
 		delete(m.control.nonces, p.queried[oldest].nonce)
-		p.removeQuery(oldest)
+		m.control.removeQuery(p, oldest)
 	}
 	ver := p.qver
 	if m.cfg.Auth.Require {
@@ -256,6 +268,7 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	n := m.control.newNonce()
 	m.sched.batched++
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
+	m.control.takeQueries(p)
 	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
 	m.control.nonces[n] = p
 	p.paths[i].asked = now
@@ -290,10 +303,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		return
 	}
 	q := p.queried[qi]
-	p.removeQuery(qi)
+	m.control.removeQuery(p, qi)
 	delete(m.control.nonces, a.m.Nonce)
 	p.qMisses = 0
-	p.lastAns = now
 	if p.nodeID != a.m.NodeID {
 		p.nodeID, p.nodeIDStr = a.m.NodeID, ""
 	}

@@ -138,11 +138,14 @@ func (m *Manager) flowsQueryExt(lp ud.LocalPort) (wire.Ext, bool) {
 	if len(fs) == 0 {
 		return wire.Ext{}, false
 	}
-	qpns := make([]uint32, len(fs))
-	for i, f := range fs {
-		qpns[i] = f.QPN
+	// In a buffer of the manager's: the query is encoded before the
+	// next one is made.
+	b := m.control.qflows[:0]
+	for _, f := range fs {
+		b = wire.AppendFlowQPN(b, f.QPN)
 	}
-	return wire.FlowsExt(qpns), true
+	m.control.qflows = b
+	return wire.Ext{Type: wire.ExtFlows, Value: b}, true
 }
 
 // acceptFlows sets the flows path pa probes after the peer's answer a
@@ -183,7 +186,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 // observeFlows takes a sample of flow (-1: of every flow, a failure of the
 // whole path) of a path with several flows and judges the path; see
 // health.judge. It reports whether the path's state changed.
-func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bool {
+func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time, tx *texts) bool {
 	for i := range pa.fl.flows {
 		if flow >= 0 && i != flow {
 			continue
@@ -228,7 +231,7 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time) bo
 	tp.MinLosses *= len(pa.fl.flows)
 	// Back up from down, judge restarts the flows (flowSet.restart).
 	pa.fl.at = int8(flow)
-	return pa.h.judge(s, judged{fs: pa.fl}, tp, now, pa.flowsReason(t))
+	return pa.h.judge(s, judged{fs: pa.fl}, tp, now, pa.flowsReason(t, tx), tx)
 }
 
 // A flowsKey is what a path's flows reason was written for.
@@ -239,8 +242,9 @@ type flowsKey struct {
 }
 
 // flowsReason returns why the path's flows make it degraded ("" when none
-// is lossy), written again only when the figures it gives change.
-func (pa *path) flowsReason(t Thresholds) string {
+// is lossy), written again only when the figures it gives change, and
+// then taken from tx (nil: none) when it holds the text.
+func (pa *path) flowsReason(t Thresholds, tx *texts) string {
 	if pa.fl == nil || pa.fl.lossy == 0 {
 		return ""
 	}
@@ -258,6 +262,10 @@ func (pa *path) flowsReason(t Thresholds) string {
 		return pa.fl.why
 	}
 	f := &pa.fl.flows[worst]
+	if why := tx.flows(k, len(pa.fl.flows), f.sport); why != "" {
+		pa.fl.why, pa.fl.whyFor = why, k
+		return why
+	}
 	port := ""
 	if f.sport != 0 {
 		port = fmt.Sprintf(", UDP source port %d", f.sport)
@@ -269,6 +277,7 @@ func (pa *path) flowsReason(t Thresholds) string {
 	pa.fl.why = fmt.Sprintf("loss on %d of %d flows (worst flow %d%s: %.1f%% over its last %d probes, threshold %.1f%%); %s",
 		pa.fl.lossy, len(pa.fl.flows), worst, port, wl.LossPct, wl.Samples, t.LossPct, what)
 	pa.fl.whyFor = k
+	tx.keepFlows(k, len(pa.fl.flows), f.sport, pa.fl.why)
 	return pa.fl.why
 }
 

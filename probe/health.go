@@ -55,13 +55,14 @@ func keyOf(ws winStats, t Thresholds) badKey {
 
 // badReason returns why ws is bad under t ("" when it is not), reusing the
 // health's reason when it was written for the same figures.
-func (h *health) badReason(ws winStats, t Thresholds) string {
-	if h.state == apitype.PeerDegraded && h.reason != "" && keyOf(ws, t) == h.badFor {
+func (h *health) badReason(ws winStats, t Thresholds, tx *texts) string {
+	k := keyOf(ws, t)
+	if h.state == apitype.PeerDegraded && h.reason != "" && k == h.badFor {
 		return h.reason
 	}
-	r := t.bad(ws)
+	r := tx.badReason(k, ws, t)
 	if r != "" {
-		h.badFor = keyOf(ws, t)
+		h.badFor = k
 	}
 	return r
 }
@@ -120,7 +121,7 @@ func (t Thresholds) clear(ws winStats) bool {
 // changed. w is reset when a path comes back
 // from down: the losses of the outage were reported as down, not as the
 // loss rate of the path that returned.
-func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool {
+func (h *health) observe(s sample, w *window, t Thresholds, now time.Time, tx *texts) bool {
 	w.add(s)
 	if ok := !s.lost; ok {
 		h.consecOK++
@@ -129,14 +130,14 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time) bool 
 		h.consecLost++
 		h.consecOK = 0
 	}
-	return h.judge(s, judged{w: w}, t, now, "")
+	return h.judge(s, judged{w: w}, t, now, "", tx)
 }
 
 // judge moves the state after a sample s was added to w and the runs of
-// answers and losses were counted. flowsBad, when set, is why some of the
+// answers and losses were counted; tx (nil: none) keeps the reasons made. flowsBad, when set, is why some of the
 // path's flows are lossy (flows.go): it makes an up path degraded, and a
 // degraded one stays so while it is set, whatever the path's window says.
-func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad string) bool {
+func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad string, tx *texts) bool {
 	next, reason := h.state, h.reason
 	if flowsBad != "" {
 		// The reason is the flows', not the window's figures: badReason
@@ -158,7 +159,7 @@ func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad
 	case h.state == apitype.PeerUp:
 		if flowsBad != "" {
 			next, reason = apitype.PeerDegraded, flowsBad
-		} else if r := h.badReason(t.windowStats(w), t); r != "" {
+		} else if r := h.badReason(t.windowStats(w), t, tx); r != "" {
 			next, reason = apitype.PeerDegraded, r
 		}
 	case h.state == apitype.PeerDegraded:
@@ -169,7 +170,7 @@ func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad
 		case t.clear(ws):
 			next, reason = apitype.PeerUp, ""
 		default:
-			if r := h.badReason(ws, t); r != "" {
+			if r := h.badReason(ws, t, tx); r != "" {
 				reason = r
 			}
 		}

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,19 @@ type inbox struct {
 	ansMu    sync.Mutex
 	answers  []answer
 	ansSpare []answer // the other answer buffer, Run's
-	kick     chan struct{}
-	urgent   atomic.Bool
+	// ansExt and ansVal hold the queued answers' extensions and their
+	// values (addAnswer copies them out of the control endpoint's read
+	// buffer, which its next read overwrites); extTaken and valTaken are
+	// those of the answers Run took, extSpare and valSpare the other
+	// buffers, Run's. Like the answers they are used again, never made
+	// per message. lastFP is the fingerprint value queued last.
+	ansExt, extTaken, extSpare []wire.Ext
+	ansVal, valTaken, valSpare []byte
+	lastFP                     []byte
+	// repShrink and ansShrink give up buffers a burst left oversized.
+	repShrink, ansShrink shrinker
+	kick                 chan struct{}
+	urgent               atomic.Bool
 	// ports says the transport's local ports changed (PortsChanged):
 	// the next pass reads them, rather than the next publish.
 	ports atomic.Bool
@@ -70,13 +82,81 @@ func (in *inbox) addReply(r ud.Reply) {
 // blocks. The manager wakes at once only while a one-shot probe waits;
 // otherwise it runs within the batch window while queries are outstanding
 // (tick).
+//
+// a.m's extensions may alias the caller's buffers (the control endpoint's,
+// wire.DecodeAlias): they are copied into the inbox's.
 func (in *inbox) addAnswer(a answer) {
 	in.ansMu.Lock()
 	if len(in.answers) < maxQueuedAnswers {
+		a.m.Ext = in.keepExt(a.m.Ext)
 		in.answers = append(in.answers, a)
 	}
 	in.ansMu.Unlock()
 	in.wake()
+}
+
+// keepExt copies exts into the inbox's buffers (ansMu held). A buffer that
+// grows leaves the extensions copied before in the old array, which stays
+// theirs: the buffers are only ever appended to until Run is done with
+// the answers. A fingerprint the same as the one queued last (a fleet's
+// are alike) shares its copy: the values are never changed.
+func (in *inbox) keepExt(exts []wire.Ext) []wire.Ext {
+	if len(exts) == 0 {
+		return nil
+	}
+	start := len(in.ansExt)
+	for _, e := range exts {
+		var v []byte
+		switch {
+		case e.Type == wire.ExtFingerprint && len(e.Value) > 0 && bytes.Equal(e.Value, in.lastFP):
+			v = in.lastFP
+		case len(e.Value) > 0:
+			at := len(in.ansVal)
+			in.ansVal = append(in.ansVal, e.Value...)
+			v = in.ansVal[at:len(in.ansVal):len(in.ansVal)]
+			if e.Type == wire.ExtFingerprint {
+				in.lastFP = v
+			}
+		}
+		in.ansExt = append(in.ansExt, wire.Ext{Type: e.Type, Value: v})
+	}
+	return in.ansExt[start:len(in.ansExt):len(in.ansExt)]
+}
+
+// A shrinker tells when a buffer that is used again (the inbox's) has
+// been far larger than what it held for long enough to be given up: after
+// a burst (the first resolves of every peer, a stall), a buffer kept at
+// its size would be heap held for nothing. Not at once: the clock queries and
+// the refreshes come in bursts (clockEvery, every 15 s to a minute), and a
+// buffer given up between them would be allocated again, in steps, at
+// every burst.
+type shrinker struct{ idle int }
+
+// shrinkAfter is how many takes in a row a buffer must be oversized to be
+// given up: a minute or more at four passes a second.
+const shrinkAfter = 256
+
+// keep reports whether a buffer of capacity c that held n is kept.
+func (s *shrinker) keep(n, c int) bool {
+	if c <= 256 || 8*n >= c {
+		s.idle = 0
+		return true
+	}
+	s.idle++
+	if s.idle < shrinkAfter {
+		return true
+	}
+	s.idle = 0
+	return false
+}
+
+// reuse returns b emptied for use again, or nil when it is not kept.
+func reuse[T any](b []T, keep bool) []T {
+	if !keep {
+		return nil
+	}
+	clear(b)
+	return b[:0]
 }
 
 // wake kicks the manager while a one-shot probe waits.
@@ -110,13 +190,17 @@ func (in *inbox) answersIn() []answer {
 	in.ansMu.Lock()
 	as := in.answers
 	in.answers = in.ansSpare[:0]
+	in.extTaken, in.valTaken = in.ansExt, in.ansVal
+	in.ansExt, in.ansVal, in.lastFP = in.extSpare[:0], in.valSpare[:0], nil
 	in.ansMu.Unlock()
 	return as
 }
 
 func (in *inbox) answersDone(as []answer) {
-	clear(as)
-	in.ansSpare = as[:0]
+	keep := in.ansShrink.keep(len(as), cap(as))
+	in.ansSpare = reuse(as, keep)
+	in.extSpare, in.valSpare = reuse(in.extTaken, keep), reuse(in.valTaken, keep)
+	in.extTaken, in.valTaken = nil, nil
 }
 
 // repliesIn takes the queued replies, on Run's goroutine; their buffer
@@ -129,7 +213,9 @@ func (in *inbox) repliesIn() []ud.Reply {
 	return rs
 }
 
-func (in *inbox) repliesDone(rs []ud.Reply) { in.repSpare = rs[:0] }
+func (in *inbox) repliesDone(rs []ud.Reply) {
+	in.repSpare = reuse(rs, in.repShrink.keep(len(rs), cap(rs)))
+}
 
 // takeInbox handles the queued replies, then the control messages.
 func (m *Manager) takeInbox(now time.Time) {

@@ -127,6 +127,8 @@ type Manager struct {
 	// rtt counts every answered probe's RTT, of every path, since start:
 	// the node's histogram, which outlives the peers the selection drops.
 	rtt apitype.RTTHistogram
+	// texts keeps the reasons that state flips make again (texts.go).
+	texts *texts
 }
 
 // New returns a Manager with settings s.
@@ -144,7 +146,7 @@ func New(opts Options, s Settings) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, settings: make(chan Settings, 1), in: newInbox(),
 		peers: newPeerTable(), sched: newScheduler(), control: newControlEndpoint(), oneshots: newOneShots(),
-		fps: newFingerprints(), resolver: newResolver(), pub: publisher{fresh: newFreshness()}}
+		fps: newFingerprints(), resolver: newResolver(), pub: publisher{fresh: newFreshness()}, texts: newTexts()}
 	m.sched.limit = batchLimit(opts.Transport)
 	m.cfg = s
 	return m, nil

@@ -71,9 +71,12 @@ type mpeer struct {
 	nodeIDStr   string // nodeID as text, for the state ("" until made)
 	paths       []*path
 	due         time.Time
-	dueVer      uint32         // the version of its entry in the due heap
-	queried     []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
-	qMisses     int
+	dueVer      uint32 // the version of its entry in the due heap
+	// oneshot: added only for a one-shot probe (next to dueVer: in its
+	// padding, which keeps an mpeer in the 576-byte size class).
+	oneshot bool
+	queried []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
+	qMisses int
 	// ver is the wire version the peer last answered in (0: none yet),
 	// qver the one to ask in next; authenticated whether its last answer
 	// carried a valid tag. v2Tried is when a version-1 peer was last
@@ -85,13 +88,11 @@ type mpeer struct {
 	pathsGen uint32
 	v2Tried  time.Time
 	v2Wait   time.Duration // before the next version-2 retry
-	lastAns  time.Time
 	state    string
 	reason   string
 	since    time.Time
 	waiters  []*oneshot
 	waitFrom uint64 // waiters want results of probes with seq > waitFrom
-	oneshot  bool   // added only for a one-shot probe
 	// fp is the fingerprint the peer last sent (nil: unknown), mismatch
 	// the mismatches last logged, as text, and mm the mismatches
 	// themselves (checkMismatch keeps them current).
@@ -134,11 +135,35 @@ func (p *mpeer) anyPathDown() bool {
 }
 
 // removeQuery forgets p's outstanding query i.
-func (p *mpeer) removeQuery(i int) {
+func (c *controlEndpoint) removeQuery(p *mpeer, i int) {
 	p.queried = append(p.queried[:i], p.queried[i+1:]...)
-	if len(p.queried) == 0 {
-		p.queried = nil // most peers have none outstanding most of the time
+	c.spareQueries(p)
+}
+
+// spareQueries takes back p's list of outstanding queries when none is
+// left: most peers have none outstanding most of the time, so a peer
+// holds one only while it waits (a list of 104-byte entries kept by every
+// peer would cost more than the rest of its control state), and the next
+// peer to ask takes it (takeQueries) rather than allocating one.
+func (c *controlEndpoint) spareQueries(p *mpeer) {
+	if len(p.queried) > 0 || p.queried == nil {
+		return
 	}
+	if len(c.spare) < maxSpareQueries {
+		c.spare = append(c.spare, p.queried[:0])
+	}
+	p.queried = nil
+}
+
+// takeQueries gives p a list for its outstanding queries when it has
+// none, a spare one if there is.
+func (c *controlEndpoint) takeQueries(p *mpeer) {
+	if p.queried != nil || len(c.spare) == 0 {
+		return
+	}
+	n := len(c.spare) - 1
+	p.queried, c.spare[n] = c.spare[n], nil
+	c.spare = c.spare[:n]
 }
 
 // A path is the probes from one local port to the peer's matching port.
@@ -148,7 +173,6 @@ type path struct {
 	local    string
 	remote   ud.Endpoint
 	gidStr   string // remote.GID as text, for the state ("" until made)
-	resolved bool
 	asked    time.Time
 	win      window // in the path: one cache line less to touch per probe; empty on several flows (fl)
 	h        health
@@ -158,6 +182,9 @@ type path struct {
 	rtt      apitype.RTTHistogram // every answered probe's RTT
 	lastSeq  uint64               // last probe with a result
 	inflight int
+	// The bools and remoteIdx together: a path in the 448-byte size
+	// class rather than 480.
+	resolved bool
 	auth     bool // the last reply carried a valid tag
 	// remoteIdx is the peer's port index the path probes (the answer's
 	// Index): the port of the peer's fingerprint to compare with.

@@ -33,30 +33,31 @@ type bucket struct {
 type rateLimiter struct {
 	burst, perSec float64
 	max           int
-	srcs          map[netip.Addr]*bucket
+	srcs          map[netip.Addr]bucket // by value: no allocation per source
 	overflow      bucket
 	swept         time.Time
 }
 
 func newRateLimiter(burst, perSec float64, max int) *rateLimiter {
-	return &rateLimiter{burst: burst, perSec: perSec, max: max, srcs: map[netip.Addr]*bucket{}, overflow: bucket{tokens: burst}}
+	return &rateLimiter{burst: burst, perSec: perSec, max: max, srcs: map[netip.Addr]bucket{}, overflow: bucket{tokens: burst}}
 }
 
 // allow reports whether src may have one more admission at now, and takes
 // the token if so.
 func (r *rateLimiter) allow(src netip.Addr, now time.Time) bool {
-	b := r.srcs[src]
-	if b == nil {
+	b, ok := r.srcs[src]
+	if !ok {
 		if len(r.srcs) >= r.max {
 			r.sweep(now)
 		}
 		if len(r.srcs) >= r.max {
 			return r.take(&r.overflow, now)
 		}
-		b = &bucket{tokens: r.burst, at: now}
-		r.srcs[src] = b
+		b = bucket{tokens: r.burst, at: now}
 	}
-	return r.take(b, now)
+	allowed := r.take(&b, now)
+	r.srcs[src] = b
+	return allowed
 }
 
 func (r *rateLimiter) take(b *bucket, now time.Time) bool {

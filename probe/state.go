@@ -84,12 +84,16 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 	from := pa.h.state
 	var changed bool
 	if pa.fl != nil {
-		changed = pa.observeFlows(flow, s, m.cfg.Threshold, now)
+		changed = pa.observeFlows(flow, s, m.cfg.Threshold, now, m.texts)
 	} else {
-		changed = pa.h.observe(s, &pa.win, m.cfg.Threshold, now)
+		changed = pa.h.observe(s, &pa.win, m.cfg.Threshold, now, m.texts)
 	}
 	if changed {
-		m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
+		// Enabled first: the attributes, boxed into the variadic
+		// arguments, would allocate even for a line the handler drops.
+		if m.log.Enabled(context.Background(), slog.LevelInfo) {
+			m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
+		}
 		m.changedPeer(p)
 	}
 	m.aggregate(p, now)
@@ -110,7 +114,7 @@ func (m *Manager) aggregate(p *mpeer, now time.Time) {
 	}
 	reason := ""
 	if worst != nil && worst.h.reason != "" {
-		reason = portReason(p.reason, worst.local, worst.h.reason)
+		reason = m.texts.portReason(p.reason, worst.local, worst.h.reason)
 	}
 	m.setPeerState(p, st, reason, now)
 }
@@ -135,10 +139,15 @@ func stateRank(st string) int {
 // already: a peer's reason is worked out after every probe, and is the
 // same almost every time.
 func portReason(prev, local, reason string) string {
-	if len(prev) == len(local)+2+len(reason) && prev[:len(local)] == local && prev[len(local):len(local)+2] == ": " && prev[len(local)+2:] == reason {
+	if isPortReason(prev, local, reason) {
 		return prev
 	}
 	return local + ": " + reason
+}
+
+// isPortReason reports whether s is "local: reason".
+func isPortReason(s, local, reason string) bool {
+	return len(s) == len(local)+2+len(reason) && s[:len(local)] == local && s[len(local):len(local)+2] == ": " && s[len(local)+2:] == reason
 }
 
 // peerMessageID is the journal MESSAGE_ID of the log line of a peer that
@@ -158,6 +167,17 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	if st == apitype.PeerDown || st == apitype.PeerDegraded {
 		lvl = slog.LevelWarn
 	}
+	if m.log.Enabled(context.Background(), lvl) {
+		m.logPeerState(p, lvl, st, reason)
+	}
+	p.state, p.reason, p.since = st, reason, now
+	m.changedPeer(p)
+}
+
+// logPeerState logs p entering st. Only when the level lets the line
+// through: its attributes and message allocate (a path flips between up
+// and degraded on every few probes of a lossy link).
+func (m *Manager) logPeerState(p *mpeer, lvl slog.Level, st, reason string) {
 	var attrs []any
 	if id := peerMessageID[st]; id != "" {
 		attrs = append(attrs, apitype.MessageIDKey, id)
@@ -171,6 +191,4 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 		attrs = append(attrs, "reason", reason) // down and degraded always say why
 	}
 	m.log.Log(context.Background(), lvl, "peer "+st, attrs...)
-	p.state, p.reason, p.since = st, reason, now
-	m.changedPeer(p)
 }

@@ -80,7 +80,7 @@ func TestHealth(t *testing.T) {
 				case 's':
 					s = sample{rtt: 50 * time.Millisecond}
 				}
-				h.observe(s, w, th, time.Unix(int64(i), 0))
+				h.observe(s, w, th, time.Unix(int64(i), 0), nil)
 				got = append(got, codes[h.state])
 			}
 			if diff := cmp.Diff(tt.want, string(got)); diff != "" {

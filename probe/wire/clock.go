@@ -40,10 +40,13 @@ func AppendClockQuery(b []byte, t1 time.Time) []byte {
 // ClockAnswerExt returns the ExtClock of an answer: t2 when the query came,
 // t3 when the answer goes.
 func ClockAnswerExt(t2, t3 time.Time) Ext {
-	v := make([]byte, 0, clockAnswerLen)
-	v = binary.BigEndian.AppendUint64(v, uint64(t2.UnixNano()))
-	v = binary.BigEndian.AppendUint64(v, uint64(t3.UnixNano()))
-	return Ext{Type: ExtClock, Value: v}
+	return Ext{Type: ExtClock, Value: AppendClockAnswer(make([]byte, 0, clockAnswerLen), t2, t3)}
+}
+
+// AppendClockAnswer appends ClockAnswerExt's value to b.
+func AppendClockAnswer(b []byte, t2, t3 time.Time) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(t2.UnixNano()))
+	return binary.BigEndian.AppendUint64(b, uint64(t3.UnixNano()))
 }
 
 // clockExt returns m's one ExtClock value; ok false when it has none, or

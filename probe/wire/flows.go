@@ -26,30 +26,49 @@ const MaxFlowQPNs = 15
 func FlowsExt(qpns []uint32) Ext {
 	v := make([]byte, 0, 3*len(qpns))
 	for _, q := range qpns {
-		v = append(v, byte(q>>16), byte(q>>8), byte(q))
+		v = AppendFlowQPN(v, q)
 	}
 	return Ext{Type: ExtFlows, Value: v}
+}
+
+// AppendFlowQPN appends the wire form of one QPN of a query's flows
+// extension to b (FlowsExt's value, one QPN at a time, for a value in a
+// buffer of the caller's).
+func AppendFlowQPN(b []byte, qpn uint32) []byte {
+	return append(b, byte(qpn>>16), byte(qpn>>8), byte(qpn))
 }
 
 // FlowsAcceptedExt returns the answer extension saying that n flows of the
 // query were admitted.
 func FlowsAcceptedExt(n int) Ext {
-	return Ext{Type: ExtFlows, Value: []byte{byte(min(max(n, 0), MaxFlowQPNs))}}
+	return Ext{Type: ExtFlows, Value: []byte{FlowsAcceptedValue(n)}}
 }
+
+// FlowsAcceptedValue is the one byte of FlowsAcceptedExt's value.
+func FlowsAcceptedValue(n int) byte { return byte(min(max(n, 0), MaxFlowQPNs)) }
 
 // QueryFlows returns the further flows' QPNs a query names (none: nil).
 // The message passed Decode, which checked them.
 func QueryFlows(m Message) []uint32 {
+	if _, ok := AppendQueryFlows(nil, m); !ok {
+		return nil
+	}
+	out, _ := AppendQueryFlows(make([]uint32, 0, MaxFlowQPNs), m)
+	return out
+}
+
+// AppendQueryFlows appends the further flows' QPNs a query names to dst
+// and reports whether it names any (QueryFlows into the caller's room).
+func AppendQueryFlows(dst []uint32, m Message) ([]uint32, bool) {
 	for _, e := range m.Ext {
 		if e.Type == ExtFlows {
-			out := make([]uint32, 0, len(e.Value)/3)
 			for b := e.Value; len(b) >= 3; b = b[3:] {
-				out = append(out, uint32(b[0])<<16|uint32(b[1])<<8|uint32(b[2]))
+				dst = append(dst, uint32(b[0])<<16|uint32(b[1])<<8|uint32(b[2]))
 			}
-			return out
+			return dst, true
 		}
 	}
-	return nil
+	return dst, false
 }
 
 // FlowsAccepted returns how many further flows an answer says were

@@ -224,6 +224,47 @@ func Decode(b []byte, key []byte) (Message, error) {
 // tried first (the one nodes tag with), so a fleet that rotated pays one
 // HMAC per message; a wrong tag costs one per key.
 func DecodeKeys(b []byte, keys ...[]byte) (Message, error) {
+	return decode(b, nil, true, keys)
+}
+
+// DecodeAlias is DecodeKeys without allocating: the message's extensions
+// are appended to exts[:0] (grown only when it is short) and their values
+// are b's own bytes, not copies. The message is valid only while neither
+// b nor exts is used again: a receive loop that reads the next datagram
+// into b must first copy what it keeps (Message.Clone, or the values
+// themselves).
+func DecodeAlias(b []byte, exts []Ext, keys ...[]byte) (Message, error) {
+	return decode(b, exts[:0], false, keys)
+}
+
+// Clone returns m with extensions of its own: a copy that outlives the
+// buffers a DecodeAlias message aliases.
+func (m Message) Clone() Message {
+	if len(m.Ext) == 0 {
+		return m
+	}
+	total := 0
+	for _, e := range m.Ext {
+		total += len(e.Value)
+	}
+	exts := make([]Ext, len(m.Ext))
+	vals := make([]byte, 0, total)
+	for i, e := range m.Ext {
+		exts[i].Type = e.Type
+		if len(e.Value) > 0 {
+			at := len(vals)
+			vals = append(vals, e.Value...)
+			exts[i].Value = vals[at:len(vals):len(vals)]
+		}
+	}
+	m.Ext = exts
+	return m
+}
+
+// decode is DecodeKeys (copy: the extensions' values are copies, in a
+// slice made for them) and DecodeAlias (exts is appended to, the values
+// alias b).
+func decode(b []byte, exts []Ext, copyValues bool, keys [][]byte) (Message, error) {
 	var m Message
 	if len(b) < Size {
 		return m, fmt.Errorf("%w: %d bytes, want at least %d", ErrMalformed, len(b), Size)
@@ -263,7 +304,7 @@ func DecodeKeys(b []byte, keys ...[]byte) (Message, error) {
 		if len(b) != want {
 			return m, fmt.Errorf("%w: %d bytes, header says %d", ErrMalformed, len(b), want)
 		}
-		exts, err := decodeExt(b[Size : Size+extLen])
+		exts, err := decodeExt(b[Size:Size+extLen], exts, copyValues)
 		if err != nil {
 			return m, err
 		}
@@ -349,9 +390,11 @@ func checkZero(b []byte) error {
 // a critical type is refused unless this version knows it (ExtBandwidth,
 // which checkBW allows only in bandwidth messages). The area is checked and
 // counted first, so that the extensions take one slice and their values
-// one more, whatever their number (a message is kept, so the values are
-// copies, each capped to its own length).
-func decodeExt(b []byte) ([]Ext, error) {
+// one more, whatever their number (copyValues: the message is kept, so
+// the values are copies, each capped to its own length). Without
+// copyValues the extensions are appended to out and the values are b's
+// bytes (DecodeAlias): nothing is allocated while out has room.
+func decodeExt(b []byte, out []Ext, copyValues bool) ([]Ext, error) {
 	count, total := 0, 0
 	for rest := b; len(rest) > 0; {
 		if len(rest) < 4 {
@@ -371,16 +414,22 @@ func decodeExt(b []byte) ([]Ext, error) {
 	if count == 0 {
 		return nil, nil
 	}
-	out := make([]Ext, 0, count)
-	vals := make([]byte, 0, total)
+	var vals []byte
+	if copyValues {
+		out = make([]Ext, 0, count)
+		vals = make([]byte, 0, total)
+	}
 	for len(b) > 0 {
 		t := binary.BigEndian.Uint16(b)
 		n := int(binary.BigEndian.Uint16(b[2:]))
 		var v []byte
-		if n > 0 {
+		switch {
+		case n > 0 && copyValues:
 			at := len(vals)
 			vals = append(vals, b[4:4+n]...)
 			v = vals[at : at+n : at+n]
+		case n > 0:
+			v = b[4 : 4+n : 4+n]
 		}
 		out = append(out, Ext{Type: t, Value: v})
 		b = b[4+n:]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -67,8 +68,48 @@ func TestDecodeExtCopies(t *testing.T) {
 		}
 	}
 	b, _ = m.Append(nil, nil)
-	if a := testing.AllocsPerRun(100, func() { decodeExt(b[Size:]) }); a > 2 {
+	if a := testing.AllocsPerRun(100, func() { decodeExt(b[Size:], nil, true) }); a > 2 {
 		t.Errorf("decoding four extensions allocates %v times, want 2", a)
+	}
+}
+
+// TestDecodeAlias checks that DecodeAlias decodes as DecodeKeys does
+// without allocating, its values in the datagram's bytes, and that Clone
+// makes a message that outlives that buffer.
+func TestDecodeAlias(t *testing.T) {
+	m := Message{Version: 2, Type: TypeAnswer, Nonce: 9, Count: 1, QPN: 0x11, QKey: 3,
+		Ext: []Ext{{Type: 0x20, Value: []byte("one")}, {Type: 0x21}, {Type: 0x22, Value: []byte("three")}}}
+	key := []byte("k")
+	b, err := m.Append(nil, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DecodeKeys(b, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exts := make([]Ext, 0, 4)
+	got, err := DecodeAlias(b, exts, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeAlias = %+v, want %+v", got, want)
+	}
+	if &got.Ext[0] != &exts[:1][0] || &got.Ext[0].Value[0] != &b[Size+4] {
+		t.Error("DecodeAlias's extensions are not in the given slice and the datagram")
+	}
+	kept := got.Clone()
+	if !reflect.DeepEqual(kept, want) {
+		t.Fatalf("Clone = %+v, want %+v", kept, want)
+	}
+	clear(b) // the read buffer, reused
+	if string(kept.Ext[0].Value) != "one" || string(kept.Ext[2].Value) != "three" || kept.Ext[1].Value != nil {
+		t.Errorf("the clone changed with the buffer: %+v", kept.Ext)
+	}
+	b, _ = m.Append(nil, nil)
+	if a := testing.AllocsPerRun(100, func() { DecodeAlias(b, exts) }); a != 0 {
+		t.Errorf("DecodeAlias allocates %v times, want 0", a)
 	}
 }
 
