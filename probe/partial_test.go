@@ -14,20 +14,13 @@ import (
 // build), and the figures' age that Fresh answers by does not move, so a
 // reader's request then gets a full build with every peer's figures.
 func TestPartialPublish(t *testing.T) {
-	m := resolvedManager(t, 20)
-	var got []apitype.Peers
-	m.opts.OnState = func(st apitype.Peers) { got = append(got, st) }
+	m, got, now := probedManager(t)
 	peers := m.peers.inOrder()
-	now := time.Now()
-	for range 5 {
-		now = now.Add(time.Second)
-		probeRound(m, peers, -1, now)
-	}
 	m.publish(now) // the first state: full
-	if len(got) != 1 {
-		t.Fatalf("%d publishes at the start, want 1", len(got))
+	if len(*got) != 1 {
+		t.Fatalf("%d publishes at the start, want 1", len(*got))
 	}
-	full := got[0]
+	full := (*got)[0]
 	freshAt := m.pub.fresh.at
 
 	// Figures move on every peer, and one peer goes down.
@@ -37,10 +30,10 @@ func TestPartialPublish(t *testing.T) {
 	m.setPeerState(changed, apitype.PeerDown, "a test", now)
 	now = now.Add(minPublishGap)
 	m.publish(now)
-	if len(got) != 2 {
-		t.Fatalf("%d publishes after a peer's state changed, want 2", len(got))
+	if len(*got) != 2 {
+		t.Fatalf("%d publishes after a peer's state changed, want 2", len(*got))
 	}
-	part := got[1]
+	part := (*got)[1]
 	if len(part.Peers) != len(full.Peers) {
 		t.Fatalf("partial state lists %d peers, the full one %d", len(part.Peers), len(full.Peers))
 	}
@@ -70,10 +63,10 @@ func TestPartialPublish(t *testing.T) {
 		t.Fatalf("request 2 s after the last full build = %v, %v; want a wait", ch, err)
 	}
 	m.publish(now)
-	if len(got) != 3 {
-		t.Fatalf("%d publishes after a reader asked, want 3", len(got))
+	if len(*got) != 3 {
+		t.Fatalf("%d publishes after a reader asked, want 3", len(*got))
 	}
-	for i, p := range got[2].Peers {
+	for i, p := range (*got)[2].Peers {
 		if p.Paths[0].Sent == full.Peers[i].Paths[0].Sent {
 			t.Errorf("peer %s after a reader's request: figures of the first state (sent %d)", p.Name, p.Paths[0].Sent)
 		}
@@ -92,15 +85,8 @@ func TestPartialPublish(t *testing.T) {
 // flip between up and degraded leaves them, and a port whose every peer
 // goes down is the suspect in the (partial) publish that follows.
 func TestSuspectsAfterFlips(t *testing.T) {
-	m := resolvedManager(t, 20)
-	var got []apitype.Peers
-	m.opts.OnState = func(st apitype.Peers) { got = append(got, st) }
+	m, got, now := probedManager(t)
 	peers := m.peers.inOrder()
-	now := time.Now()
-	for range 5 {
-		now = now.Add(time.Second)
-		probeRound(m, peers, -1, now)
-	}
 	m.publish(now)
 	if m.pub.faultsStale {
 		t.Fatal("suspects stale after a full publish")
@@ -121,11 +107,26 @@ func TestSuspectsAfterFlips(t *testing.T) {
 	}
 	now = now.Add(minPublishGap)
 	m.publish(now)
-	last := got[len(got)-1]
+	last := (*got)[len(*got)-1]
 	if last.Ports[0].Key != "rxe0/1" || last.Ports[0].LocalFault == "" {
 		t.Errorf("every peer down from rxe0/1, but the publish's ports are %+v; want rxe0/1 the suspect", last.Ports)
 	}
 	if last.Ports[1].LocalFault != "" {
 		t.Errorf("rxe1/1 answers, but it is the suspect: %q", last.Ports[1].LocalFault)
 	}
+}
+
+// probedManager is resolvedManager's 20 peers after five rounds of
+// probes, with the states it publishes recorded in got.
+func probedManager(t *testing.T) (m *Manager, got *[]apitype.Peers, now time.Time) {
+	m = resolvedManager(t, 20)
+	got = new([]apitype.Peers)
+	m.opts.OnState = func(st apitype.Peers) { *got = append(*got, st) }
+	peers := m.peers.inOrder()
+	now = time.Now()
+	for range 5 {
+		now = now.Add(time.Second)
+		probeRound(m, peers, -1, now)
+	}
+	return m, got, now
 }

@@ -216,10 +216,7 @@ func (m *Manager) publishPartial(now time.Time) {
 		if p.oneshot {
 			continue
 		}
-		k, kf := len(p.paths), 0
-		for _, pa := range p.paths {
-			kf += pa.pathFlows()
-		}
+		k, kf := p.pathsAndFlows()
 		st.Peers[p.pubIdx] = m.peerStateIn(p, make([]apitype.PeerPath, 0, k), make([]apitype.PeerFlow, kf))
 	}
 	m.clearPeersChanged()
@@ -322,11 +319,8 @@ func (m *Manager) State() apitype.Peers {
 	n, paths, flows := 0, 0, 0
 	for _, p := range m.peers.inOrder() {
 		if !p.oneshot {
-			n++
-			paths += len(p.paths)
-			for _, pa := range p.paths {
-				flows += pa.pathFlows()
-			}
+			k, kf := p.pathsAndFlows()
+			n, paths, flows = n+1, paths+k, flows+kf
 		}
 	}
 	out.Peers = make([]apitype.Peer, 0, n)
@@ -337,15 +331,21 @@ func (m *Manager) State() apitype.Peers {
 		if p.oneshot {
 			continue
 		}
-		k, kf := len(p.paths), 0
-		for _, pa := range p.paths {
-			kf += pa.pathFlows()
-		}
+		k, kf := p.pathsAndFlows()
 		p.pubIdx = len(out.Peers)
 		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k], allFlows[:kf:kf]))
 		all, allFlows = all[k:], allFlows[kf:]
 	}
 	return out
+}
+
+// pathsAndFlows returns how many paths p has and how many flows they have
+// together: the room its entry of the state takes.
+func (p *mpeer) pathsAndFlows() (paths, flows int) {
+	for _, pa := range p.paths {
+		flows += pa.pathFlows()
+	}
+	return len(p.paths), flows
 }
 
 // nodeState is the state's parts that are the node's rather than a
