@@ -80,42 +80,6 @@ func TestPartialPublish(t *testing.T) {
 	}
 }
 
-// TestSuspectsAfterFlips: the suspects (a pass over every path) are found
-// again only when a state moves between unknown, down and answering: a
-// flip between up and degraded leaves them, and a port whose every peer
-// goes down is the suspect in the (partial) publish that follows.
-func TestSuspectsAfterFlips(t *testing.T) {
-	m, got, now := probedManager(t)
-	peers := m.peers.inOrder()
-	m.publish(now)
-	if m.pub.faultsStale {
-		t.Fatal("suspects stale after a full publish")
-	}
-	m.setPeerState(peers[1], apitype.PeerDegraded, "loss", now)
-	m.setPeerState(peers[1], apitype.PeerUp, "", now)
-	if m.pub.faultsStale {
-		t.Error("a flip between up and degraded made the suspects stale")
-	}
-	// Every peer's first path (rxe0/1) goes down: down_after losses.
-	for range m.cfg.Threshold.DownAfter {
-		for _, p := range peers {
-			m.observe(p, p.paths[0], sample{lost: true}, now)
-		}
-	}
-	if !m.pub.faultsStale {
-		t.Fatal("paths going down left the suspects current")
-	}
-	now = now.Add(minPublishGap)
-	m.publish(now)
-	last := (*got)[len(*got)-1]
-	if last.Ports[0].Key != "rxe0/1" || last.Ports[0].LocalFault == "" {
-		t.Errorf("every peer down from rxe0/1, but the publish's ports are %+v; want rxe0/1 the suspect", last.Ports)
-	}
-	if last.Ports[1].LocalFault != "" {
-		t.Errorf("rxe1/1 answers, but it is the suspect: %q", last.Ports[1].LocalFault)
-	}
-}
-
 // probedManager is resolvedManager's 20 peers after five rounds of
 // probes, with the states it publishes recorded in got.
 func probedManager(t *testing.T) (m *Manager, got *[]apitype.Peers, now time.Time) {

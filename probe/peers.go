@@ -339,7 +339,6 @@ func (m *Manager) refreshPaths(p *mpeer) {
 		p.paths = append(p.paths, pa)
 	}
 	m.changedPeer(p)
-	m.pub.faultsStale = true // a port's paths are counted by the suspects
 	m.checkMismatch(p)
 }
 

@@ -25,10 +25,6 @@ type publisher struct {
 	// publish builds only them (partial).
 	changed      bool
 	peersChanged []*mpeer
-	// faultsStale: a path or a peer moved between unknown, down and
-	// answering since the suspects were last found (suspectClass); a
-	// flip between up and degraded leaves them as they are.
-	faultsStale bool
 	// last is the last state handed to OnState, lastGen and lastLocal
 	// the peer table's and the ports' generations it was built with
 	// (lastOK: there is one; a partial publish copies it).
@@ -120,11 +116,10 @@ func (m *Manager) publish(now time.Time) time.Time {
 			return earliest(next, now.Add(backgroundPublish))
 		}
 	}
-	if m.pub.changed || m.pub.faultsStale || m.pub.at.IsZero() {
+	if m.pub.changed || peers || m.pub.at.IsZero() {
 		// The suspects follow the states (and who is selected), which
-		// change only with m.pub.changed and faultsStale: a publish of
-		// numbers alone, or of flips between up and degraded, does not
-		// look at every path again.
+		// change only with m.pub.changed and changedPeer: a publish of
+		// numbers alone does not look at every path again.
 		m.localFaults()
 	}
 	m.pub.at, m.pub.checked, m.pub.changed, m.pub.dirty = now, now, false, false
@@ -151,26 +146,6 @@ func (m *Manager) changedPeer(p *mpeer) {
 	if !p.pubDirty {
 		p.pubDirty = true
 		m.pub.peersChanged = append(m.pub.peersChanged, p)
-	}
-}
-
-// suspectClass is what the suspects (localFaults) see of a path's or a
-// peer's state: unknown, down, or answering (up and degraded alike).
-func suspectClass(st string) int {
-	switch st {
-	case apitype.PeerDown:
-		return 1
-	case apitype.PeerUp, apitype.PeerDegraded:
-		return 2
-	}
-	return 0 // unknown, or no state yet
-}
-
-// stateMoved records a path's or a peer's state going from one state to
-// another: the suspects are found again when it changes what they see.
-func (m *Manager) stateMoved(from, to string) {
-	if suspectClass(from) != suspectClass(to) {
-		m.pub.faultsStale = true
 	}
 }
 
@@ -206,9 +181,7 @@ func (m *Manager) partialOK() bool {
 // Fresh answers by, stays that of the last full build, and so does the
 // background publish's schedule.
 func (m *Manager) publishPartial(now time.Time) {
-	if m.pub.faultsStale {
-		m.localFaults()
-	}
+	m.localFaults()
 	m.pub.at = now
 	st := m.nodeState()
 	st.Peers = slices.Clone(m.pub.last.Peers)
@@ -257,7 +230,6 @@ const minFaultPeers = 2
 // cause), and the groups whose every peer is down while other groups answer
 // (groupFaults). It logs when a suspect is raised and when it is cleared.
 func (m *Manager) localFaults() {
-	m.pub.faultsStale = false
 	down, known := map[string]int{}, map[string]int{}
 	for _, p := range m.peers.inOrder() {
 		if p.oneshot {

@@ -95,7 +95,6 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 			m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
 		}
 		m.changedPeer(p)
-		m.stateMoved(from, pa.h.state)
 	}
 	m.aggregate(p, now)
 	m.checkWaiters(p)
@@ -171,7 +170,6 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	if m.log.Enabled(context.Background(), lvl) {
 		m.logPeerState(p, lvl, st, reason)
 	}
-	m.stateMoved(p.state, st)
 	p.state, p.reason, p.since = st, reason, now
 	m.changedPeer(p)
 }
