@@ -359,7 +359,6 @@ func (c *Control) Serve(ctx context.Context) error {
 	defer linger.Stop()
 	for {
 		n, from, err := c.sock.tryRecv(buf)
-		rx := time.Now() // T2 of a query's clock exchange
 		if err == errEmpty {
 			if c.opts.Linger > 0 && busy {
 				// What comes next is read together at the next tick
@@ -388,6 +387,7 @@ func (c *Control) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("peers: read control endpoint: %w", err)
 		}
+		rx := time.Now() // T2 of a query's clock exchange
 		busy = true
 		a := c.auth.Load()
 		m, err := wire.DecodeAlias(buf[:n], exts, a.verify...)

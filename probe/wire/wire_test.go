@@ -276,6 +276,16 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := Decode(in, testKey)
+		// The control endpoint decodes what anyone sends with
+		// DecodeAlias, into a room it keeps: it must take and refuse
+		// exactly what Decode does, and give the same message.
+		am, aerr := DecodeAlias(in, make([]Ext, 0, 1), testKey)
+		if (err == nil) != (aerr == nil) || (err != nil && err.Error() != aerr.Error()) {
+			t.Fatalf("Decode = %v, DecodeAlias = %v", err, aerr)
+		}
+		if err == nil && !reflect.DeepEqual(m, am) {
+			t.Fatalf("Decode = %+v, DecodeAlias = %+v", m, am)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadTag) {
 				t.Fatalf("error %v wraps neither ErrMalformed nor ErrBadTag", err)
