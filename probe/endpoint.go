@@ -310,7 +310,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		p.nodeID, p.nodeIDStr = a.m.NodeID, ""
 	}
 	if p.ver != a.m.Version || p.authenticated != a.m.Authenticated {
-		m.pub.changed = true
+		m.changedPeer(p)
 		if a.m.Version == wire.Version1 && p.ver != wire.Version1 {
 			// Newly version 1: retry version 2 soon, then less often.
 			p.v2Tried, p.v2Wait = now, m.cfg.Interval
@@ -359,7 +359,7 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// break the run of answers the new QP is about to give
 		// (up_after in a row: the partition drill, docs/TESTING.md).
 		pa.remote, pa.gidStr = ep, ""
-		m.pub.changed = true
+		m.changedPeer(p)
 		if pa.resolved && pa.h.state == apitype.PeerDown {
 			m.losePath(p, pa, now)
 			moved = true

@@ -509,7 +509,7 @@ func (m *Manager) setPeerFingerprint(p *mpeer, f *sharedFP) {
 		f.refs++
 	}
 	p.fp = f
-	m.pub.changed = true
+	m.changedPeer(p)
 	m.checkMismatch(p)
 }
 
@@ -577,7 +577,7 @@ func (m *Manager) checkMismatch(p *mpeer) {
 	if sig == p.mismatch {
 		return
 	}
-	m.pub.changed = true
+	m.changedPeer(p)
 	p.mismatch = sig
 	now := time.Now()
 	every := m.fps.logEvery

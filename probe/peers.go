@@ -31,6 +31,9 @@ type peerTable struct {
 	// too); epoch is the selection epoch in force ([probe] rotate).
 	localIPs map[netip.Addr]bool
 	epoch    uint64
+	// gen counts the changes of who is in the table: a state built for
+	// another generation lists other peers (publisher.partial).
+	gen uint64
 	// scratch is the space every path's window computes its percentiles
 	// in (window.stats).
 	scratch []uint16
@@ -42,16 +45,24 @@ func newPeerTable() peerTable { return peerTable{byName: map[string]*mpeer{}} }
 func (t *peerTable) insert(p *mpeer) {
 	t.byName[p.spec.Name] = p
 	t.sortStale = true
+	t.gen++
+	p.pubIdx = -1
 }
 
 func (t *peerTable) remove(p *mpeer) {
 	delete(t.byName, p.spec.Name)
 	t.sortStale, t.addrStale = true, true
+	t.gen++
 }
 
 // An mpeer is a selected peer.
 type mpeer struct {
-	spec        Spec
+	spec Spec
+	// pubIdx is the peer's index in the last state built in full
+	// (publisher.last), -1 when it is not there; pubDirty says its own
+	// state changed since the last publish (changedPeer).
+	pubIdx      int
+	pubDirty    bool
 	addr        netip.Addr
 	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
 	addrErr     string
@@ -327,7 +338,7 @@ func (m *Manager) refreshPaths(p *mpeer) {
 		}
 		p.paths = append(p.paths, pa)
 	}
-	m.pub.changed = true
+	m.changedPeer(p)
 	m.checkMismatch(p)
 }
 

@@ -94,7 +94,7 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 		if m.log.Enabled(context.Background(), slog.LevelInfo) {
 			m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
 		}
-		m.pub.changed = true
+		m.changedPeer(p)
 	}
 	m.aggregate(p, now)
 	m.checkWaiters(p)
@@ -171,7 +171,7 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 		m.logPeerState(p, lvl, st, reason)
 	}
 	p.state, p.reason, p.since = st, reason, now
-	m.pub.changed = true
+	m.changedPeer(p)
 }
 
 // logPeerState logs p entering st. Only when the level lets the line
