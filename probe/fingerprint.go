@@ -591,7 +591,7 @@ func (m *Manager) checkMismatch(p *mpeer) {
 		p.mmHeld++
 		return
 	}
-	held := p.mmHeld
+	held := int(p.mmHeld)
 	p.mmHeld = 0 // flushMismatchLog skips it now
 	m.logMismatch(p, now, held)
 }
@@ -638,7 +638,7 @@ func (m *Manager) flushMismatchLog(now time.Time) {
 		case now.Sub(p.mmLogAt) < every:
 			keep = append(keep, p)
 		default:
-			held := p.mmHeld
+			held := int(p.mmHeld)
 			p.mmHeld = 0
 			m.logMismatch(p, now, held)
 		}

@@ -57,12 +57,7 @@ func (t *peerTable) remove(p *mpeer) {
 
 // An mpeer is a selected peer.
 type mpeer struct {
-	spec Spec
-	// pubIdx is the peer's index in the last state built in full
-	// (publisher.last), -1 when it is not there; pubDirty says its own
-	// state changed since the last publish (changedPeer).
-	pubIdx      int
-	pubDirty    bool
+	spec        Spec
 	addr        netip.Addr
 	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
 	addrErr     string
@@ -72,11 +67,14 @@ type mpeer struct {
 	paths       []*path
 	due         time.Time
 	dueVer      uint32 // the version of its entry in the due heap
-	// oneshot: added only for a one-shot probe (next to dueVer: in its
-	// padding, which keeps an mpeer in the 576-byte size class).
-	oneshot bool
-	queried []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
-	qMisses int
+	// oneshot: added only for a one-shot probe; pubDirty: its own state
+	// changed since the last publish (changedPeer). Both next to dueVer,
+	// in its padding, which keeps an mpeer in the 576-byte size class
+	// (TestPeerSizeClass).
+	oneshot  bool
+	pubDirty bool
+	queried  []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
+	qMisses  int
 	// ver is the wire version the peer last answered in (0: none yet),
 	// qver the one to ask in next; authenticated whether its last answer
 	// carried a valid tag. v2Tried is when a version-1 peer was last
@@ -103,7 +101,10 @@ type mpeer struct {
 	// counts the changes since that the log held back (checkMismatch).
 	mmLogged string
 	mmLogAt  time.Time
-	mmHeld   int
+	mmHeld   int32
+	// pubIdx is the peer's index in the last state built in full
+	// (publisher.last), -1 when it is not there.
+	pubIdx int32
 	// clock holds the recent clock offset samples of the peer's answers.
 	clock clockFilter
 }

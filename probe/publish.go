@@ -165,7 +165,7 @@ func (m *Manager) partialOK() bool {
 		return false
 	}
 	for _, p := range m.pub.peersChanged {
-		if !p.oneshot && (p.pubIdx < 0 || p.pubIdx >= len(m.pub.last.Peers) || m.pub.last.Peers[p.pubIdx].Name != p.spec.Name) {
+		if !p.oneshot && (p.pubIdx < 0 || int(p.pubIdx) >= len(m.pub.last.Peers) || m.pub.last.Peers[p.pubIdx].Name != p.spec.Name) {
 			return false
 		}
 	}
@@ -304,7 +304,7 @@ func (m *Manager) State() apitype.Peers {
 			continue
 		}
 		k, kf := p.pathsAndFlows()
-		p.pubIdx = len(out.Peers)
+		p.pubIdx = int32(len(out.Peers))
 		out.Peers = append(out.Peers, m.peerStateIn(p, all[:0:k], allFlows[:kf:kf]))
 		all, allFlows = all[k:], allFlows[kf:]
 	}
