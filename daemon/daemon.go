@@ -312,6 +312,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			// Driven by this loop on purpose: a loop that hangs stops the
 			// pings, and systemd restarts rdmad.
 			d.notify.watchdog()
+			d.checkPeersStall(time.Now())
 		case <-hup:
 			d.reload("SIGHUP")
 		case <-cfgChanged:

@@ -68,6 +68,11 @@ type peerRunner struct {
 	auth probe.Auth
 	// bw is the bandwidth tests (bandwidth.go).
 	bw *bandwidthParts
+	// interval is [probe] peer_interval in force, for probe.StallBound;
+	// stalled is when the stall now reported began (zero: none). Both
+	// owned by the main loop.
+	interval time.Duration
+	stalled  time.Time
 }
 
 // maxKeyFile bounds what [probe] key_file may hold: a key is a few dozen
@@ -337,11 +342,46 @@ func (d *Daemon) freshPeers(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, peersFreshWait)
 	defer cancel()
 	if err := r.mgr.Fresh(ctx, 0); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Unanswered: maybe a stalled pass, which the main loop
+			// then reports for the readers after this one.
+			select {
+			case d.reqs <- func() { d.checkPeersStall(time.Now()) }:
+			default: // the main loop is busy: its watchdog ping checks too
+			}
+		}
 		return
 	}
 	// OnState has posted the state (or posted it earlier, when the last
 	// one is young enough): wait until the main loop has it in the store.
 	d.mail.flushed(ctx)
+}
+
+// checkPeersStall reports a probe pass that has stood longer than
+// probe.StallBound as an error of the peers component, and takes it back
+// once the pass ran on (probe/stall.go): a stalled manager sends no probe
+// and publishes nothing, so without this the status would go on showing
+// its last state, every peer as it was, and the verdict would vouch for
+// them. Runs on the main loop: at every watchdog ping, and when a reader's
+// request for fresh figures went unanswered (freshPeers).
+func (d *Daemon) checkPeersStall(now time.Time) {
+	r := d.peers.Load()
+	if r == nil {
+		return
+	}
+	since, doing, stalled := r.mgr.Stalled(now, probe.StallBound(r.interval))
+	switch {
+	case stalled && !since.Equal(r.stalled):
+		r.stalled = since
+		err := fmt.Errorf("the peer probe pass has stood for %v, %s: no probe goes and no reply is taken, so the peers' states are as of %s; an RDMA provider that blocks in ibv_post_send does this (rxe retrying a send the kernel dropped)",
+			now.Sub(since).Round(time.Second), doing, since.Format(time.RFC3339))
+		d.log.Error("peer probes stalled", "since", since, "doing", doing)
+		d.store.Update(func(s *apitype.Snapshot) { state.SetComponent(s, apitype.ComponentPeers, apitype.Error, err, now) })
+	case !stalled && !r.stalled.IsZero():
+		d.log.Info("peer probes running again", "stalled_since", r.stalled, "for", now.Sub(r.stalled).Round(time.Second))
+		r.stalled = time.Time{}
+		d.store.Update(func(s *apitype.Snapshot) { r.setComponent(s, now) })
+	}
 }
 
 // peersDeviceEvent makes the peer probes read devices and ports now, after
@@ -444,6 +484,7 @@ func (r *peerRunner) fileChanged(path string) bool {
 // stays in force.
 func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 	pr := cfg.Probe
+	r.interval = pr.PeerInterval.Duration
 	s := probe.Settings{Group: pr.Group, Port: pr.Port, Allow: pr.Allow.Prefixes(),
 		Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
 		MaxPeers: pr.MaxPeers, Rotate: pr.Rotate.Duration, Resolve: time.Minute, Flows: pr.Flows,

@@ -129,6 +129,8 @@ type Manager struct {
 	rtt apitype.RTTHistogram
 	// texts keeps the reasons that state flips make again (texts.go).
 	texts *texts
+	// pass says what the running pass does and since when (Stalled).
+	pass passWatch
 }
 
 // New returns a Manager with settings s.
@@ -204,6 +206,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				return e.err
 			}
 		case s := <-m.settings:
+			m.pass.begin(time.Now(), phaseSettings)
 			m.apply(ctx, s, time.Now())
 		case <-m.in.kick:
 		case <-m.pub.fresh.kick:
@@ -217,7 +220,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		now := time.Now()
+		m.pass.begin(now, phaseStart)
 		next := m.tick(ctx, now)
+		m.pass.end()
 		timer.Reset(max(next.Sub(time.Now()), time.Millisecond))
 	}
 }
@@ -236,7 +241,9 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		// with the ports of now.
 		m.refreshPorts(now)
 	}
+	m.pass.in(phaseInbox)
 	m.takeInbox(now)
+	m.pass.in(phaseExpire)
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
 	m.refreshFingerprint(now, false)
@@ -246,12 +253,15 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	// them.
 	window := batchWindow(m.cfg.Interval)
 	horizon := now.Add(window + tickSlack)
+	m.pass.in(phaseVisits)
 	for m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) && m.sched.batched < m.sched.limit {
 		p := m.sched.due.top()
 		m.visit(ctx, p, now)
 		m.sched.due.fix(p)
 	}
+	m.pass.in(phasePost)
 	m.sched.flush(m.opts.Transport, m.log)
+	m.pass.in(phaseVisits)
 	if m.control.allowStale {
 		m.updateAllow()
 	}
@@ -260,6 +270,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		// next pass follows at once.
 		return now
 	}
+	m.pass.in(phasePublish)
 	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout, window)
 	if (len(m.control.nonces) > 0 || m.sched.rising) && now.Add(window).Before(next) {
 		// Answers to the queries wait in the inbox, or the answer of a

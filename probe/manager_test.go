@@ -38,6 +38,9 @@ type fakeTransport struct {
 	keyed  bool
 	sentTo map[uint32]int
 	hold   chan struct{}
+	// postHold, while set, makes ProbeBatch block until it is closed, as
+	// an rxe post that retries a dropped send does (stall.go).
+	postHold chan struct{}
 }
 
 func (f *fabric) newTransport(gidByte byte) *fakeTransport {
@@ -67,6 +70,12 @@ func (p *fakeTransport) Admit(local string, src ud.Endpoint, from netip.Addr, un
 }
 
 func (p *fakeTransport) ProbeBatch(local string, ts []ud.Target) int {
+	p.f.mu.Lock()
+	postHold := p.postHold
+	p.f.mu.Unlock()
+	if postHold != nil {
+		<-postHold
+	}
 	for i := range ts {
 		ts[i].Err = nil
 		p.f.mu.Lock()

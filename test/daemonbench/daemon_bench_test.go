@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +55,18 @@ func TestMain(m *testing.M) {
 // memEngine is the daemon's peer engine over a MemTransport: the device
 // methods have no devices to act on.
 type memEngine struct{ *probetest.MemTransport }
+
+// postHold, while it holds a channel, makes every memEngine's ProbeBatch
+// block until that channel is closed: a provider whose post does not
+// return (TestStalledProbesReported).
+var postHold atomic.Pointer[chan struct{}]
+
+func (e memEngine) ProbeBatch(local string, ts []ud.Target) int {
+	if h := postHold.Load(); h != nil {
+		<-*h
+	}
+	return e.MemTransport.ProbeBatch(local, ts)
+}
 
 func (memEngine) SetAuth([]byte, bool) {}
 func (memEngine) Rescan()              {}

@@ -1,0 +1,121 @@
+package daemonbench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/probe/probetest"
+)
+
+// TestStalledProbesReported: when the peer engine's post does not return
+// (on the test bed, rxe retrying a send a tc drop refused blocked the
+// manager's pass for 14-16 s, docs/TESTING.md), the daemon does not go on
+// showing the peers' last states as if they were current: once the pass
+// has stood longer than probe.StallBound (10 s here), a status request
+// finds the peers component in error, saying what the pass is doing, and
+// the verdict's daemon condition a problem; once the post returns, the
+// component is ok again and the figures move.
+func TestStalledProbesReported(t *testing.T) {
+	const n = 2
+	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	var peers strings.Builder
+	for i := range n {
+		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i)
+	}
+	dir := t.TempDir()
+	peersFile := filepath.Join(dir, "peers")
+	if err := os.WriteFile(peersFile, []byte(peers.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
+	fp := probetest.Fingerprint(local)
+	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
+		fp.Marshal(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	r := startDaemon(t, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\npeer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n", peersFile, port, n))
+	defer r.stop(t)
+	r.waitUp(t, n, 30*time.Second)
+
+	hold := make(chan struct{})
+	postHold.Store(&hold)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			postHold.Store(nil)
+			close(hold)
+		}
+	}
+	defer release()
+	held := time.Now()
+	var st *apitype.Snapshot
+	for {
+		if st, err = r.c.Status(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if c := st.Components[apitype.ComponentPeers]; c.State == apitype.Error {
+			if !strings.Contains(c.Error, "ibv_post_send") || !strings.Contains(c.Error, "stood for") {
+				t.Errorf("peers component in error with %q; want it to say the pass stands in posting probes", c.Error)
+			}
+			break
+		}
+		if time.Since(held) > 25*time.Second {
+			t.Fatalf("after %v of a blocked post the peers component is %+v", time.Since(held), st.Components[apitype.ComponentPeers])
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if took := time.Since(held); took < 10*time.Second {
+		t.Errorf("reported after %v, before the stall bound of 10 s", took)
+	}
+	problem := false
+	for _, c := range st.Health.Conditions {
+		if c.Type == apitype.CondDaemon && c.Status == "problem" && strings.Contains(c.Message, "peers") {
+			problem = true
+		}
+	}
+	if !problem || st.Health.Healthy {
+		t.Errorf("verdict with the probes stalled: healthy %v, conditions %+v; want the daemon condition a problem naming peers", st.Health.Healthy, st.Health.Conditions)
+	}
+
+	release()
+	var sent0 uint64
+	for _, p := range st.Peers.Peers {
+		for _, pa := range p.Paths {
+			sent0 += pa.Sent
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if st, err = r.c.Status(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var sent uint64
+		for _, p := range st.Peers.Peers {
+			for _, pa := range p.Paths {
+				sent += pa.Sent
+			}
+		}
+		if c := st.Components[apitype.ComponentPeers]; c.State == apitype.OK && sent > sent0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the post returned: peers component %+v, probes counted %d (were %d)", st.Components[apitype.ComponentPeers], sent, sent0)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
