@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,18 +194,13 @@ func TestFreshCancelled(t *testing.T) {
 // state with every answer the manager was handed before it; and many
 // requests at once cost one build.
 func TestFreshRunning(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	port, f := loopbackFabric(t)
 	var pubs, replies atomic.Int64
 	a := &node{pr: f.newTransport(1), done: make(chan error, 1)}
 	s := Settings{Peers: []Spec{{Name: "127.0.0.3"}}, Port: port, Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond,
 		Window: 20, MaxPeers: 8, Rotate: time.Hour, Resolve: time.Minute,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}}
+	var err error
 	a.m, err = New(Options{Transport: a.pr, NodeID: 1, ListenHost: "127.0.0.2",
 		OnState: func(ps apitype.Peers) { a.mu.Lock(); a.last = ps; a.mu.Unlock(); pubs.Add(1) }}, s)
 	if err != nil {

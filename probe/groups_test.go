@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -113,13 +112,7 @@ func TestGroupFaults(t *testing.T) {
 // endpoints: node a probes two peers of tor-a and one of tor-b; stopping
 // both tor-a peers raises tor-a as the suspect, restarting one clears it.
 func TestGroupFaultLive(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	port, f := loopbackFabric(t)
 
 	const self = "127.0.0.2"
 	groupOf := map[string]string{"127.0.0.3": "tor-a", "127.0.0.4": "tor-a", "127.0.0.5": "tor-b"}

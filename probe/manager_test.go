@@ -43,6 +43,20 @@ type fakeTransport struct {
 	postHold chan struct{}
 }
 
+// loopbackFabric returns a free UDP port for the managers' control
+// endpoints (on loopback addresses other than 127.0.0.1, the same port
+// each, as on separate hosts) and an empty fabric between them.
+func loopbackFabric(t *testing.T) (int, *fabric) {
+	t.Helper()
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	return port, &fabric{byQPN: map[uint32]*fakeTransport{}}
+}
+
 func (f *fabric) newTransport(gidByte byte) *fakeTransport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -175,13 +189,7 @@ func waitState(t *testing.T, n *node, name, want string, limit time.Duration) ti
 // other's QPs, come up, notice a stopped peer within the bound, and come
 // back when it restarts with a new QP.
 func TestManagersLoopback(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	port, f := loopbackFabric(t)
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)

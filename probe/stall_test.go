@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,13 +13,7 @@ import (
 // than the bound, with what it is doing; when the post returns, the pass
 // ends, Stalled says nothing, and the probes go again.
 func TestStalledPass(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	f := &fabric{byQPN: map[uint32]*fakeTransport{}}
+	port, f := loopbackFabric(t)
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
 	defer a.stop(t)
 	b := startNode(t, f, "127.0.0.3", "127.0.0.2", port, 2)

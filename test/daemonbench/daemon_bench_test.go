@@ -164,33 +164,40 @@ func (r *daemonRun) waitUp(tb testing.TB, n int, limit time.Duration) {
 	}
 }
 
-func BenchmarkDaemonPeers1000At1Hz(b *testing.B) { benchDaemonPeers(b, 1000) }
-
-func benchDaemonPeers(b *testing.B, n int) {
+// startWithFleet runs a fake fleet of n peers (one port each, in groups
+// of perGroup) and the daemon probing them all through peers_file, with
+// the [probe] lines extra added; the fleet is closed at the end of tb,
+// after the daemon's stop that the caller defers.
+func startWithFleet(tb testing.TB, n, perGroup int, extra string) *daemonRun {
 	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	port := l.LocalAddr().(*net.UDPAddr).Port
 	l.Close()
 	var peers strings.Builder
 	for i := range n {
-		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i/40)
+		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i/perGroup)
 	}
-	dir := b.TempDir()
-	peersFile := filepath.Join(dir, "peers")
+	peersFile := filepath.Join(tb.TempDir(), "peers")
 	if err := os.WriteFile(peersFile, []byte(peers.String()), 0o644); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
 	fp := probetest.Fingerprint(local)
 	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
 		fp.Marshal(), time.Minute)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer fleet.Close()
-	r := startDaemon(b, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\n", peersFile, port, n))
+	tb.Cleanup(func() { fleet.Close() })
+	return startDaemon(tb, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\n%s", peersFile, port, n, extra))
+}
+
+func BenchmarkDaemonPeers1000At1Hz(b *testing.B) { benchDaemonPeers(b, 1000) }
+
+func benchDaemonPeers(b *testing.B, n int) {
+	r := startWithFleet(b, n, 40, "")
 	defer r.stop(b)
 	tr := <-r.tr
 	r.waitUp(b, n, 60*time.Second+time.Duration(n)*time.Millisecond)

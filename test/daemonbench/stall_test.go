@@ -2,17 +2,11 @@ package daemonbench
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/probe/probetest"
 )
 
 // TestStalledProbesReported: when the peer engine's post does not return
@@ -25,30 +19,7 @@ import (
 // component is ok again and the figures move.
 func TestStalledProbesReported(t *testing.T) {
 	const n = 2
-	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	var peers strings.Builder
-	for i := range n {
-		fmt.Fprintf(&peers, "%s tor-%03d\n", probetest.FleetAddr(i), i)
-	}
-	dir := t.TempDir()
-	peersFile := filepath.Join(dir, "peers")
-	if err := os.WriteFile(peersFile, []byte(peers.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
-	fp := probetest.Fingerprint(local)
-	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
-		fp.Marshal(), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	r := startDaemon(t, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\npeer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n", peersFile, port, n))
+	r := startWithFleet(t, n, 1, "peer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n")
 	defer r.stop(t)
 	r.waitUp(t, n, 30*time.Second)
 
@@ -65,6 +36,7 @@ func TestStalledProbesReported(t *testing.T) {
 	defer release()
 	held := time.Now()
 	var st *apitype.Snapshot
+	var err error
 	for {
 		if st, err = r.c.Status(context.Background()); err != nil {
 			t.Fatal(err)
