@@ -373,7 +373,7 @@ func (d *Daemon) checkPeersStall(now time.Time) {
 	switch {
 	case stalled && !since.Equal(r.stalled):
 		r.stalled = since
-		err := fmt.Errorf("the peer probe pass has stood for %v, %s: no probe goes and no reply is taken, so the peers' states are as of %s; an RDMA provider that blocks in ibv_post_send does this (rxe retrying a send the kernel dropped)",
+		err := fmt.Errorf("the peer probe pass has stood for %v, %s: no probe goes and no reply is taken, so the peers' states are as of %s",
 			now.Sub(since).Round(time.Second), doing, since.Format(time.RFC3339))
 		d.log.Error("peer probes stalled", "since", since, "doing", doing)
 		d.store.Update(func(s *apitype.Snapshot) { state.SetComponent(s, apitype.ComponentPeers, apitype.Error, err, now) })

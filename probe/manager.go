@@ -239,6 +239,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	if m.in.ports.Swap(false) {
 		// Before the inbox: the queries waiting there are answered
 		// with the ports of now.
+		m.pass.in(phasePorts)
 		m.refreshPorts(now)
 	}
 	m.pass.in(phaseInbox)
@@ -246,6 +247,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	m.pass.in(phaseExpire)
 	m.expire(now)
 	// A changed fingerprint goes with this pass's queries.
+	m.pass.in(phaseFinish)
 	m.refreshFingerprint(now, false)
 	m.flushMismatchLog(now)
 	// Visit the peers due now and those due within the batch window:
@@ -261,7 +263,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	}
 	m.pass.in(phasePost)
 	m.sched.flush(m.opts.Transport, m.log)
-	m.pass.in(phaseVisits)
+	m.pass.in(phaseFinish)
 	if m.control.allowStale {
 		m.updateAllow()
 	}

@@ -31,6 +31,8 @@ const (
 	phasePost
 	phasePublish
 	phaseSettings
+	phasePorts
+	phaseFinish
 )
 
 var phaseNames = [...]string{
@@ -38,9 +40,11 @@ var phaseNames = [...]string{
 	phaseInbox:    "taking the replies and control answers",
 	phaseExpire:   "counting timed-out probes",
 	phaseVisits:   "visiting the peers due",
-	phasePost:     "posting probes to the RDMA provider (ibv_post_send)",
+	phasePost:     "posting probes to the RDMA provider (ibv_post_send; a provider that blocks there, as rxe retrying a send the kernel dropped, does this)",
 	phasePublish:  "publishing the state",
 	phaseSettings: "applying new settings",
+	phasePorts:    "reading the local ports from the RDMA engine",
+	phaseFinish:   "finishing the pass (the allow list, the fingerprint)",
 }
 
 func (w *passWatch) begin(now time.Time, ph passPhase) {
