@@ -174,9 +174,9 @@ func TestSharedFingerprints(t *testing.T) {
 	}
 	peers := m.peers.inOrder()
 	m.setPeerFingerprint(peers[0], o)
-	if len(m.fps.held) != 2 || len(peers[0].mm) == 0 || peers[0].mm[0].Field != FieldMTU || len(peers[1].mm) != 0 {
+	if len(m.fps.held) != 2 || len(peers[0].r().mm) == 0 || peers[0].r().mm[0].Field != FieldMTU || len(peers[1].r().mm) != 0 {
 		t.Fatalf("after one peer changed: %d fingerprints, mismatches %+v and %+v; want 2 held and an MTU mismatch on the first peer only",
-			len(m.fps.held), peers[0].mm, peers[1].mm)
+			len(m.fps.held), peers[0].r().mm, peers[1].r().mm)
 	}
 	if st := m.State(); len(st.Peers[0].Mismatches) == 0 || st.Peers[0].Fingerprint.Ports[0].MTU != 1500 {
 		t.Errorf("state of the changed peer %+v; want its MTU and the mismatch", st.Peers[0])

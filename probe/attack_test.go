@@ -268,7 +268,7 @@ func TestCountZeroHysteresis(t *testing.T) {
 		// The right nonce from another port: dropped.
 		send(t, spoof, target, zero, nil)
 		deliver()
-		if pa.h.consecLost != i-1 {
+		if int(pa.h.consecLost) != i-1 {
 			t.Fatalf("round %d: a Count=0 answer from another port counted (%d failures)", i, pa.h.consecLost)
 		}
 		// From the control port: one failure. Replayed: nothing more.
@@ -276,7 +276,7 @@ func TestCountZeroHysteresis(t *testing.T) {
 		deliver()
 		send(t, responder, target, zero, nil)
 		deliver()
-		if pa.h.consecLost != i {
+		if int(pa.h.consecLost) != i {
 			t.Fatalf("round %d: %d failures after one Count=0 answer and its replay; want %d", i, pa.h.consecLost, i)
 		}
 		// Before down_after the losses may make the path degraded (they
@@ -534,7 +534,7 @@ func TestRateLimiterTable(t *testing.T) {
 	if !r.allow(addr(5000), later) || len(r.srcs) > 4 {
 		t.Errorf("after the known sources went idle: new source refused or table %d", len(r.srcs))
 	}
-	if _, ok := r.srcs[addr(5000)]; !ok {
+	if _, ok := r.srcs[addr(5000).As16()]; !ok {
 		t.Error("the new source has no bucket of its own after the sweep")
 	}
 }

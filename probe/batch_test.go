@@ -39,3 +39,33 @@ func TestBatchBoundedByTransport(t *testing.T) {
 		}
 	}
 }
+
+// TestShrinker checks when the inbox gives a buffer up: one of at most
+// shrinkKeep bytes never, a larger one after shrinkAfter takes in a row
+// that held under an eighth of it, and a take that fills it restarts the
+// count.
+func TestShrinker(t *testing.T) {
+	var s shrinker
+	for range 10 * shrinkAfter {
+		if !s.keep(0, shrinkKeep/152, 152) {
+			t.Fatalf("a buffer of %d bytes was given up", shrinkKeep/152*152)
+		}
+	}
+	c := 256 // 256 answers of 152 bytes: 38 KiB
+	for i := 1; i < shrinkAfter; i++ {
+		if !s.keep(3, c, 152) {
+			t.Fatalf("given up after %d oversized takes, want %d", i, shrinkAfter)
+		}
+	}
+	if !s.keep(c/8, c, 152) {
+		t.Fatal("a take that held an eighth was not kept")
+	}
+	for i := 1; i < shrinkAfter; i++ {
+		if !s.keep(3, c, 152) {
+			t.Fatalf("after a full take: given up after %d oversized takes, want %d", i, shrinkAfter)
+		}
+	}
+	if s.keep(3, c, 152) {
+		t.Errorf("a %d-byte buffer holding 3 entries for %d takes is still kept", c*152, shrinkAfter)
+	}
+}

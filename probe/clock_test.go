@@ -47,6 +47,17 @@ func TestClockFilter(t *testing.T) {
 	if b, _ := f.best(); b.err != 90*time.Microsecond || f.n != clockWindow {
 		t.Errorf("best %+v of %d; the 1 µs sample should have left the window of %d", b, f.n, clockWindow)
 	}
+	// An error bound over what the filter keeps (32 bits of ns) is left
+	// out, not wrapped into a tight one; the largest kept is exact.
+	f = clockFilter{}
+	f.add(clockSample{offset: time.Second, err: maxClockErr + time.Nanosecond})
+	if f.n != 0 {
+		t.Errorf("a %v error bound was kept: %d samples", maxClockErr+time.Nanosecond, f.n)
+	}
+	f.add(clockSample{offset: -time.Hour, err: maxClockErr})
+	if b, ok := f.best(); !ok || b.err != maxClockErr || b.offset != -time.Hour {
+		t.Errorf("best %+v (%v), want offset -1h error %v", b, ok, maxClockErr)
+	}
 }
 
 // TestClockSampleOf computes an exchange by hand: the peer 3 s ahead, 100

@@ -213,7 +213,7 @@ func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
 		missed = true
 		delete(m.control.nonces, q.nonce)
 		if q.idx < len(p.paths) {
-			p.paths[q.idx].asked = time.Time{}
+			p.paths[q.idx].asked = 0
 		}
 		if !m.cfg.Auth.Require {
 			p.qver = wire.Version1 + wire.Version2 - q.ver
@@ -257,13 +257,14 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	ver := p.qver
 	if m.cfg.Auth.Require {
 		ver = wire.Version2
-	} else if ver == wire.Version1 && now.Sub(p.v2Tried) >= p.v2Wait {
+	} else if r := p.r(); ver == wire.Version1 && now.Sub(r.v2Tried) >= r.v2Wait {
 		// Ask a version-1 peer in version 2 now and then: it may have
 		// been upgraded (or have come up just after a version-2 query),
 		// and it would go on answering version 1.
 		ver = wire.Version2
-		p.v2Tried = now
-		p.v2Wait = min(max(2*p.v2Wait, m.cfg.Interval), v2Retry)
+		w := p.w()
+		w.v2Tried = now
+		w.v2Wait = min(max(2*w.v2Wait, m.cfg.Interval), v2Retry)
 	}
 	n := m.control.newNonce()
 	m.sched.batched++
@@ -271,7 +272,7 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	m.control.takeQueries(p)
 	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
 	m.control.nonces[n] = p
-	p.paths[i].asked = now
+	p.paths[i].asked = monoNs(now)
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
 		QPN: lp.QPN, QKey: lp.QKey, LID: lp.LID, GID: lp.GID}
 	if ext, ok := m.flowsQueryExt(lp); ok && ver == wire.Version2 {
@@ -313,7 +314,8 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		m.changedPeer(p)
 		if a.m.Version == wire.Version1 && p.ver != wire.Version1 {
 			// Newly version 1: retry version 2 soon, then less often.
-			p.v2Tried, p.v2Wait = now, m.cfg.Interval
+			w := p.w()
+			w.v2Tried, w.v2Wait = now, m.cfg.Interval
 		}
 		if len(m.cfg.Auth.Key) > 0 && !a.m.Authenticated {
 			// auth = "prefer": answered, but flagged.

@@ -419,7 +419,7 @@ func (m *Manager) refreshFingerprint(now time.Time, force bool) {
 	for _, p := range m.peers.byName {
 		if !first {
 			for _, pa := range p.paths {
-				pa.asked = time.Time{}
+				pa.asked = 0
 			}
 		}
 		m.checkMismatch(p)
@@ -568,53 +568,58 @@ const mismatchLogEvery = time.Minute
 // path's peer port, the paths themselves.
 func (m *Manager) checkMismatch(p *mpeer) {
 	ms := m.fps.mismatches(p)
-	p.mm = ms
+	if len(ms) == 0 && p.rare == nil {
+		return // none now, none before
+	}
+	r := p.w()
+	r.mm = ms
 	var parts []string
 	for _, x := range ms {
 		parts = append(parts, fmt.Sprintf("%s %s here (%s) vs %s on the peer (%s)", x.Field, x.Local, x.LocalPort, x.Peer, x.PeerPort))
 	}
 	sig := strings.Join(parts, "; ")
-	if sig == p.mismatch {
+	if sig == r.mismatch {
 		return
 	}
 	m.changedPeer(p)
-	p.mismatch = sig
+	r.mismatch = sig
 	now := time.Now()
 	every := m.fps.logEvery
 	if every == 0 {
 		every = mismatchLogEvery
 	}
-	if !p.mmLogAt.IsZero() && now.Sub(p.mmLogAt) < every {
-		if p.mmHeld == 0 {
+	if !r.mmLogAt.IsZero() && now.Sub(r.mmLogAt) < every {
+		if r.mmHeld == 0 {
 			m.fps.heldLog = append(m.fps.heldLog, p)
 		}
-		p.mmHeld++
+		r.mmHeld++
 		return
 	}
-	held := int(p.mmHeld)
-	p.mmHeld = 0 // flushMismatchLog skips it now
+	held := int(r.mmHeld)
+	r.mmHeld = 0 // flushMismatchLog skips it now
 	m.logMismatch(p, now, held)
 }
 
 // logMismatch logs p's mismatches as they are now, with the count of the
 // changes held back before them.
 func (m *Manager) logMismatch(p *mpeer, now time.Time, held int) {
-	p.mmLogAt = now
-	if p.mismatch == p.mmLogged {
+	r := p.w()
+	r.mmLogAt = now
+	if r.mismatch == r.mmLogged {
 		if held > 0 {
 			m.log.Info("peer settings changed and changed back", "peer", p.spec.Name, "mismatch_changes_unlogged", held)
 		}
 		return
 	}
-	p.mmLogged = p.mismatch
+	r.mmLogged = r.mismatch
 	args := []any{"peer", p.spec.Name}
 	if held > 0 {
 		args = append(args, "mismatch_changes_unlogged", held)
 	}
-	if p.mismatch == "" {
+	if r.mismatch == "" {
 		m.log.Info("peer settings agree again", args...)
 	} else {
-		m.log.Warn("peer settings differ", append(args, "mismatches", p.mismatch,
+		m.log.Warn("peer settings differ", append(args, "mismatches", r.mismatch,
 			"hint", "align the MTU with [[policy]] mtu on both nodes; upgrade firmware/driver to the fleet's versions")...)
 	}
 }
@@ -633,13 +638,13 @@ func (m *Manager) flushMismatchLog(now time.Time) {
 	keep := m.fps.heldLog[:0]
 	for _, p := range m.fps.heldLog {
 		switch {
-		case p.mmHeld == 0:
+		case p.r().mmHeld == 0:
 			// dropped meanwhile
-		case now.Sub(p.mmLogAt) < every:
+		case now.Sub(p.r().mmLogAt) < every:
 			keep = append(keep, p)
 		default:
-			held := int(p.mmHeld)
-			p.mmHeld = 0
+			held := int(p.rare.mmHeld)
+			p.rare.mmHeld = 0
 			m.logMismatch(p, now, held)
 		}
 	}

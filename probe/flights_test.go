@@ -25,7 +25,7 @@ func TestFlightsRing(t *testing.T) {
 		case op < 5: // send
 			seq++
 			p := peers[r.IntN(len(peers))]
-			fs.push(seq, flight{p: p, pa: &path{}, sent: time.Unix(int64(seq), 0)})
+			fs.push(seq, flight{p: p, pa: &path{}, sent: int64(seq)})
 			model[seq] = p
 		case op < 8: // answer or refuse one
 			if seq >= oldest {

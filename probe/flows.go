@@ -118,7 +118,7 @@ func (pa *path) pathFlows() int {
 // canSend reports whether another turn's probes may go: at most
 // maxInflightPerPath turns in flight, each a probe per flow.
 func (pa *path) canSend() bool {
-	return pa.inflight <= (maxInflightPerPath-1)*pa.pathFlows()
+	return int(pa.inflight) <= (maxInflightPerPath-1)*pa.pathFlows()
 }
 
 // offeredFlows returns the QPNs of lp's further flows (1 on) that this
@@ -222,7 +222,7 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time, tx
 		lostRun = min(lostRun, int(pa.fl.flows[i].consecLost))
 		okRun = max(okRun, int(pa.fl.flows[i].consecOK))
 	}
-	pa.h.consecLost, pa.h.consecOK = lostRun, okRun
+	pa.h.consecLost, pa.h.consecOK = int32(lostRun), int32(okRun)
 	// The path's figures count probes of every flow: a turn lost on all
 	// of them is K losses, and takes K times MinLosses to weigh as
 	// MinLosses lost turns do with one flow (a single lost probe never

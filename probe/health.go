@@ -31,11 +31,13 @@ const minRTTSamples = 10
 // row and up again UpAfter answers in a row; degraded clears only well
 // below the threshold that set it.
 type health struct {
-	state      string
-	since      time.Time
+	state string
+	// since is when the state began, as Unix nanoseconds (8 bytes in
+	// every path rather than 24).
+	since      int64
 	reason     string
-	consecLost int
-	consecOK   int
+	consecLost int32
+	consecOK   int32
 	// badFor is what the reason of a degraded path was written for: it is
 	// written again only when the figures it gives change, not after
 	// every probe.
@@ -67,7 +69,9 @@ func (h *health) badReason(ws winStats, t Thresholds, tx *texts) string {
 	return r
 }
 
-func newHealth(now time.Time) health { return health{state: apitype.PeerUnknown, since: now} }
+func newHealth(now time.Time) health {
+	return health{state: apitype.PeerUnknown, since: now.UnixNano()}
+}
 
 // A judged is the samples a path's health judges: the path's window (w),
 // or on several flows the union of the flows' windows (fs). A struct of
@@ -145,10 +149,10 @@ func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad
 		h.badFor = badKey{}
 	}
 	switch {
-	case h.consecLost >= t.DownAfter:
+	case int(h.consecLost) >= t.DownAfter:
 		next, reason = apitype.PeerDown, fmt.Sprintf("%d probes in a row unanswered", h.consecLost)
 	case h.state == apitype.PeerDown:
-		if h.consecOK >= t.UpAfter {
+		if int(h.consecOK) >= t.UpAfter {
 			w.restart(s)
 			next, reason = apitype.PeerUp, ""
 		}
@@ -179,6 +183,6 @@ func (h *health) judge(s sample, w judged, t Thresholds, now time.Time, flowsBad
 	if next == h.state {
 		return false
 	}
-	h.state, h.since = next, now
+	h.state, h.since = next, now.UnixNano()
 	return true
 }

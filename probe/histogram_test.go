@@ -40,7 +40,7 @@ func TestRTTHistogramCounts(t *testing.T) {
 	}
 	for _, p := range st.Peers {
 		for _, pa := range p.Paths {
-			h := pa.RTTHist
+			h := pa.RTTHist.Load()
 			if pa.Sent-pa.Lost == 0 || pa.Lost == 0 {
 				t.Fatalf("peer %s path %s: sent %d lost %d; the scenario should answer and lose probes on every path", p.Name, pa.Local, pa.Sent, pa.Lost)
 			}
@@ -53,7 +53,7 @@ func TestRTTHistogramCounts(t *testing.T) {
 			answered += h.Count
 		}
 	}
-	if st.Peers[0].Paths[0].RTTHist.Count == 0 || st.RTTHist.Count != answered {
+	if st.Peers[0].Paths[0].RTTHist.Load().Count == 0 || st.RTTHist.Count != answered {
 		t.Errorf("node histogram counts %d, the paths answered %d (the dropped peer's included)", st.RTTHist.Count, answered)
 	}
 }

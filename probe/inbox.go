@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rdmad/rdmad/probe/ud"
 	"github.com/rdmad/rdmad/probe/wire"
@@ -136,9 +137,13 @@ type shrinker struct{ idle int }
 // given up: a minute or more at four passes a second.
 const shrinkAfter = 256
 
-// keep reports whether a buffer of capacity c that held n is kept.
-func (s *shrinker) keep(n, c int) bool {
-	if c <= 256 || 8*n >= c {
+// shrinkKeep is the size up to which a buffer is kept whatever it held.
+const shrinkKeep = 8 << 10
+
+// keep reports whether a buffer of capacity c entries of size bytes that
+// held n is kept.
+func (s *shrinker) keep(n, c, size int) bool {
+	if c*size <= shrinkKeep || 8*n >= c {
 		s.idle = 0
 		return true
 	}
@@ -197,7 +202,7 @@ func (in *inbox) answersIn() []answer {
 }
 
 func (in *inbox) answersDone(as []answer) {
-	keep := in.ansShrink.keep(len(as), cap(as))
+	keep := in.ansShrink.keep(len(as), cap(as), int(unsafe.Sizeof(answer{})))
 	in.ansSpare = reuse(as, keep)
 	in.extSpare, in.valSpare = reuse(in.extTaken, keep), reuse(in.valTaken, keep)
 	in.extTaken, in.valTaken = nil, nil
@@ -214,7 +219,7 @@ func (in *inbox) repliesIn() []ud.Reply {
 }
 
 func (in *inbox) repliesDone(rs []ud.Reply) {
-	in.repSpare = reuse(rs, in.repShrink.keep(len(rs), cap(rs)))
+	in.repSpare = reuse(rs, in.repShrink.keep(len(rs), cap(rs), int(unsafe.Sizeof(ud.Reply{}))))
 }
 
 // takeInbox handles the queued replies, then the control messages.

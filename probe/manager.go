@@ -273,7 +273,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		return now
 	}
 	m.pass.in(phasePublish)
-	next := m.sched.wakeBy(m.publish(now), m.cfg.Timeout, window)
+	next := m.sched.wakeBy(now, m.publish(now), m.cfg.Timeout, window)
 	if (len(m.control.nonces) > 0 || m.sched.rising) && now.Add(window).Before(next) {
 		// Answers to the queries wait in the inbox, or the answer of a
 		// rising path's probe (rise): take them within the batch

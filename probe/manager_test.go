@@ -521,7 +521,7 @@ func TestTickWakesOnTicks(t *testing.T) {
 
 	// A probe sent by this pass times out two windows later: the tick
 	// two windows on, though the probe went 1.2 ms after this tick.
-	m.sched.flights.push(1, flight{p: &mpeer{}, pa: &path{}, sent: now})
+	m.sched.flights.push(1, flight{p: &mpeer{}, pa: &path{}, sent: monoNs(now)})
 	next = m.tick(context.Background(), now)
 	onTick("timeout", next, now)
 	if want := alignUp(now, w).Add(-w).Add(2 * w); !next.Equal(want) {

@@ -96,10 +96,11 @@ func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 		p = m.add(*sp, now, true)
 	}
 	o.p = p
-	p.waiters = append(p.waiters, o)
+	w := p.w()
+	w.waiters = append(w.waiters, o)
 	m.oneshots.waiting++
 	m.in.urgent.Store(true)
-	p.waitFrom = m.sched.seq
+	w.waitFrom = m.sched.seq
 	p.due = now
 	m.sched.due.fix(p)
 	// Bound the wait: control lookup plus one probe timeout. The timer
@@ -119,11 +120,12 @@ func (m *Manager) expireOneshot(o *oneshot) {
 		return
 	}
 	p := o.p
-	p.waiters = slices.DeleteFunc(p.waiters, func(w *oneshot) bool { return w == o })
+	w := p.w()
+	w.waiters = slices.DeleteFunc(w.waiters, func(x *oneshot) bool { return x == o })
 	m.oneshots.waiting--
 	m.in.urgent.Store(m.oneshots.waiting > 0)
 	o.answer(m.peerState(p), nil)
-	if p.oneshot && len(p.waiters) == 0 && m.peers.byName[p.spec.Name] == p {
+	if p.oneshot && len(w.waiters) == 0 && m.peers.byName[p.spec.Name] == p {
 		m.drop(p)
 	}
 }
@@ -144,11 +146,12 @@ func (o *oneshot) answer(sp apitype.Peer, err error) {
 // checkWaiters answers one-shot waiters once every path has a result newer
 // than the request.
 func (m *Manager) checkWaiters(p *mpeer) {
-	if len(p.waiters) == 0 {
+	r := p.r()
+	if len(r.waiters) == 0 {
 		return
 	}
 	for _, pa := range p.paths {
-		if pa.lastSeq <= p.waitFrom {
+		if pa.lastSeq <= r.waitFrom {
 			return
 		}
 	}
@@ -164,24 +167,27 @@ func (m *Manager) finishWaiters(p *mpeer, err error) {
 
 // answerWaiters gives p's one-shot waiters its state now.
 func (m *Manager) answerWaiters(p *mpeer, err error) {
-	if len(p.waiters) == 0 {
+	if p.rare == nil || len(p.rare.waiters) == 0 {
 		return
 	}
 	sp := m.peerState(p)
-	for _, o := range p.waiters {
+	for _, o := range p.rare.waiters {
 		o.answer(sp, err)
 	}
-	m.oneshots.waiting -= len(p.waiters)
+	m.oneshots.waiting -= len(p.rare.waiters)
 	m.in.urgent.Store(m.oneshots.waiting > 0)
-	p.waiters = nil
+	p.rare.waiters = nil
 }
 
 func (m *Manager) failOneshots(err error) {
 	for _, p := range m.peers.byName {
-		for _, o := range p.waiters {
+		if p.rare == nil {
+			continue
+		}
+		for _, o := range p.rare.waiters {
 			o.answer(apitype.Peer{}, err)
 		}
-		p.waiters = nil
+		p.rare.waiters = nil
 	}
 	m.oneshots.waiting = 0
 	m.in.urgent.Store(false)

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -55,58 +56,84 @@ func (t *peerTable) remove(p *mpeer) {
 	t.gen++
 }
 
-// An mpeer is a selected peer.
+// An mpeer is a selected peer. What few peers ever have (a name that does
+// not resolve, a version-1 peer, one-shot waiters, mismatched settings)
+// is in rare, made when first needed: a field of it in every peer cost
+// every peer 176 bytes (docs/PROBES.md, "Memory per peer").
 type mpeer struct {
-	spec        Spec
-	addr        netip.Addr
-	addrStr     string // addr as text, for the state ("" until made; setAddr clears it)
-	addrErr     string
-	lookupFails int // failed lookups in a row
-	nodeID      uint64
-	nodeIDStr   string // nodeID as text, for the state ("" until made)
-	paths       []*path
-	due         time.Time
-	dueVer      uint32 // the version of its entry in the due heap
-	// oneshot: added only for a one-shot probe; pubDirty: its own state
-	// changed since the last publish (changedPeer). Both next to dueVer,
-	// in its padding, which keeps an mpeer in the 576-byte size class
-	// (TestPeerSizeClass).
-	oneshot  bool
-	pubDirty bool
+	spec      Spec
+	addr      netip.Addr
+	addrStr   string // addr as text, for the state ("" until made; setAddr clears it)
+	nodeID    uint64
+	nodeIDStr string // nodeID as text, for the state ("" until made)
+	paths     []*path
+	due       time.Time
+	dueVer    uint32 // the version of its entry in the due heap
+	// pathsGen is the Manager.localGen the paths were last made for.
+	pathsGen uint32
 	queried  []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
 	qMisses  int
 	// ver is the wire version the peer last answered in (0: none yet),
 	// qver the one to ask in next; authenticated whether its last answer
-	// carried a valid tag. v2Tried is when a version-1 peer was last
-	// asked in version 2.
+	// carried a valid tag.
 	ver, qver     uint8
 	authenticated bool
 	inDue         bool // it has a turn in the due heap
-	// pathsGen is the Manager.localGen the paths were last made for.
-	pathsGen uint32
-	v2Tried  time.Time
-	v2Wait   time.Duration // before the next version-2 retry
-	state    string
-	reason   string
-	since    time.Time
-	waiters  []*oneshot
-	waitFrom uint64 // waiters want results of probes with seq > waitFrom
-	// fp is the fingerprint the peer last sent (nil: unknown), mismatch
-	// the mismatches last logged, as text, and mm the mismatches
-	// themselves (checkMismatch keeps them current).
-	fp       *sharedFP
-	mismatch string
-	mm       []apitype.Mismatch
-	// mmLogged is the mismatches last logged and mmLogAt when; mmHeld
-	// counts the changes since that the log held back (checkMismatch).
-	mmLogged string
-	mmLogAt  time.Time
-	mmHeld   int32
+	// oneshot: added only for a one-shot probe; pubDirty: its own state
+	// changed since the last publish (changedPeer).
+	oneshot  bool
+	pubDirty bool
 	// pubIdx is the peer's index in the last state built in full
 	// (publisher.last), -1 when it is not there.
 	pubIdx int32
+	state  string
+	reason string
+	since  time.Time
+	// fp is the fingerprint the peer last sent (nil: unknown).
+	fp   *sharedFP
+	rare *peerRare
 	// clock holds the recent clock offset samples of the peer's answers.
 	clock clockFilter
+}
+
+// A peerRare is the part of a peer that most peers never use (mpeer).
+type peerRare struct {
+	lookupFails int // failed lookups in a row
+	// v2Tried is when a version-1 peer was last asked in version 2, and
+	// v2Wait the time before the next retry.
+	v2Tried time.Time
+	v2Wait  time.Duration
+	waiters []*oneshot
+	// waitFrom: waiters want results of probes with seq > waitFrom.
+	waitFrom uint64
+	// mismatch is the mismatches last logged, as text, and mm the
+	// mismatches themselves (checkMismatch keeps them current);
+	// mmLogged is the mismatches last logged and mmLogAt when; mmHeld
+	// counts the changes since that the log held back.
+	mismatch string
+	mm       []apitype.Mismatch
+	mmLogged string
+	mmLogAt  time.Time
+	mmHeld   int32
+}
+
+// noRare is what a peer without a peerRare reads.
+var noRare peerRare
+
+// r returns p's rare part to read: a zero one when p has none.
+func (p *mpeer) r() *peerRare {
+	if p.rare == nil {
+		return &noRare
+	}
+	return p.rare
+}
+
+// w returns p's rare part to write, made if it has none.
+func (p *mpeer) w() *peerRare {
+	if p.rare == nil {
+		p.rare = &peerRare{}
+	}
+	return p.rare
 }
 
 // A pendingQuery is an outstanding control query and its nonce.
@@ -171,20 +198,23 @@ func (c *controlEndpoint) takeQueries(p *mpeer) {
 // One is kept for every path of every selected peer: it holds no more than
 // it must (the statistics are computed when published, not kept).
 type path struct {
-	local    string
-	remote   ud.Endpoint
-	gidStr   string // remote.GID as text, for the state ("" until made)
-	asked    time.Time
+	local  string
+	remote ud.Endpoint
+	gidStr string // remote.GID as text, for the state ("" until made)
+	// asked is when the path's peer was last asked for it (monoNs; 0:
+	// not since it was made or last had to be asked again): 8 bytes
+	// rather than a time.Time's 24 (TestPeerSizeClass).
+	asked    int64
 	win      window // in the path: one cache line less to touch per probe; empty on several flows (fl)
 	h        health
 	sent     uint64
 	lost     uint64
 	lastRTT  time.Duration
-	rtt      apitype.RTTHistogram // every answered probe's RTT
-	lastSeq  uint64               // last probe with a result
-	inflight int
-	// The bools and remoteIdx together: a path in the 448-byte size
-	// class rather than 480.
+	rtt      apitype.SharedRTTHistogram // every answered probe's RTT; the published state points at it
+	lastSeq  uint64                     // last probe with a result
+	inflight int32
+	// The bools and remoteIdx together, beside inflight: a path in the
+	// 416-byte size class (TestPeerSizeClass).
 	resolved bool
 	auth     bool // the last reply carried a valid tag
 	// remoteIdx is the peer's port index the path probes (the answer's
@@ -296,7 +326,9 @@ func (m *Manager) drop(p *mpeer) {
 	m.sched.flights.forget(p)
 	m.sched.due.remove(p)
 	m.fps.release(p)
-	p.mmHeld = 0 // out of the held log
+	if p.rare != nil {
+		p.rare.mmHeld = 0 // out of the held log
+	}
 	m.peers.remove(p)
 	if len(m.peers.at(p.addr)) == 0 {
 		m.ann.set(p.addr, nil)
@@ -377,4 +409,21 @@ func localAddrs() map[netip.Addr]bool {
 		}
 	}
 	return out
+}
+
+// monoBase is the origin of monoNs.
+var monoBase = time.Now()
+
+// monoNs returns t (with its monotonic reading) as nanoseconds since the
+// package began, never 0: the per-path times are kept so, in 8 bytes
+// rather than a time.Time's 24, and 0 is "never".
+func monoNs(t time.Time) int64 { return int64(t.Sub(monoBase)) + 1 }
+
+// askedAgo is how long ago the path's peer was last asked for it, the
+// longest duration when it was not.
+func (pa *path) askedAgo(now time.Time) time.Duration {
+	if pa.asked == 0 {
+		return math.MaxInt64
+	}
+	return time.Duration(monoNs(now) - pa.asked)
 }

@@ -376,12 +376,12 @@ func (m *Manager) peerState(p *mpeer) apitype.Peer {
 // flows, which has exactly the room for them.
 func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apitype.PeerFlow) apitype.Peer {
 	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: paths,
-		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.mm}
+		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.r().mm}
 	if p.fp != nil {
 		sp.Fingerprint = p.fp.state
 	}
 	if b, ok := p.clock.best(); ok {
-		sp.ClockOffset, sp.ClockOffsetError, sp.ClockSamples = b.offset, b.err, p.clock.n
+		sp.ClockOffset, sp.ClockOffsetError, sp.ClockSamples = b.offset, b.err, int(p.clock.n)
 	}
 	if p.addr.IsValid() {
 		if p.addrStr == "" {
@@ -402,9 +402,9 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apityp
 		} else if pa.win.buf != nil {
 			st = pa.win.published()
 		}
-		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: pa.h.since,
+		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: time.Unix(0, pa.h.since),
 			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
-			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth, RTTHist: pa.rtt}
+			LossPct: st.LossPct, Samples: st.Samples, Sent: pa.sent, Lost: pa.lost, Authenticated: pa.auth, RTTHist: &pa.rtt}
 		var lp *ud.LocalPort
 		if i := m.localIndex(pa.local); i >= 0 {
 			lp = &m.local[i]

@@ -18,10 +18,12 @@ const (
 	rateSweepGap = 1 * time.Second // how often a full table may be swept
 )
 
-// A bucket is one source's tokens at the time it was last looked at.
+// A bucket is one source's tokens at the time it was last looked at
+// (monoNs). 16 bytes, and a table entry 32 with its key: the table holds
+// a bucket for each peer that queries this node.
 type bucket struct {
-	tokens float64
-	at     time.Time
+	tokens float32
+	at     int64
 }
 
 // A rateLimiter is a token bucket per source address, in a bounded table.
@@ -33,19 +35,22 @@ type bucket struct {
 type rateLimiter struct {
 	burst, perSec float64
 	max           int
-	srcs          map[netip.Addr]bucket // by value: no allocation per source
-	overflow      bucket
-	swept         time.Time
+	// srcs is by the address's 16 bytes (an IPv4 address mapped; a zone
+	// is no other source), a bucket by value: no allocation per source.
+	srcs     map[[16]byte]bucket
+	overflow bucket
+	swept    time.Time
 }
 
 func newRateLimiter(burst, perSec float64, max int) *rateLimiter {
-	return &rateLimiter{burst: burst, perSec: perSec, max: max, srcs: map[netip.Addr]bucket{}, overflow: bucket{tokens: burst}}
+	return &rateLimiter{burst: burst, perSec: perSec, max: max, srcs: map[[16]byte]bucket{}, overflow: bucket{tokens: float32(burst)}}
 }
 
 // allow reports whether src may have one more admission at now, and takes
 // the token if so.
 func (r *rateLimiter) allow(src netip.Addr, now time.Time) bool {
-	b, ok := r.srcs[src]
+	key := src.As16()
+	b, ok := r.srcs[key]
 	if !ok {
 		if len(r.srcs) >= r.max {
 			r.sweep(now)
@@ -53,17 +58,17 @@ func (r *rateLimiter) allow(src netip.Addr, now time.Time) bool {
 		if len(r.srcs) >= r.max {
 			return r.take(&r.overflow, now)
 		}
-		b = bucket{tokens: r.burst, at: now}
+		b = bucket{tokens: float32(r.burst), at: monoNs(now)}
 	}
 	allowed := r.take(&b, now)
-	r.srcs[src] = b
+	r.srcs[key] = b
 	return allowed
 }
 
 func (r *rateLimiter) take(b *bucket, now time.Time) bool {
-	if d := now.Sub(b.at); d > 0 {
-		b.tokens = min(r.burst, b.tokens+d.Seconds()*r.perSec)
-		b.at = now
+	if t := monoNs(now); t > b.at {
+		b.tokens = float32(min(r.burst, float64(b.tokens)+time.Duration(t-b.at).Seconds()*r.perSec))
+		b.at = t
 	}
 	if b.tokens < 1 {
 		return false
@@ -81,7 +86,7 @@ func (r *rateLimiter) sweep(now time.Time) {
 	r.swept = now
 	full := time.Duration(r.burst / r.perSec * float64(time.Second))
 	for src, b := range r.srcs {
-		if now.Sub(b.at) >= full {
+		if time.Duration(monoNs(now)-b.at) >= full {
 			delete(r.srcs, src)
 		}
 	}

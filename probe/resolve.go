@@ -62,18 +62,20 @@ func (m *Manager) onResolved(r resolution) {
 	}
 	now := time.Now()
 	if r.err != nil {
-		p.addrErr = r.err.Error()
 		m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
 		// Ask again after 1, 2, 4 ... intervals, at most every resolve
 		// interval: a name that does not resolve must not cost a lookup
 		// per probe interval, for every such peer.
-		p.lookupFails++
-		p.due = now.Add(min(m.cfg.Interval<<min(p.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval)))
+		w := p.w()
+		w.lookupFails++
+		p.due = now.Add(min(m.cfg.Interval<<min(w.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval)))
 		m.sched.due.fix(p)
 		return
 	}
 	m.peers.setAddr(p, r.addr)
-	p.addrErr, p.lookupFails = "", 0
+	if p.rare != nil {
+		p.rare.lookupFails = 0
+	}
 	m.control.allowStale = true
 	p.due = time.Now()
 	m.sched.due.fix(p)

@@ -39,7 +39,7 @@ func TestRise(t *testing.T) {
 	p.due = now.Add(m.cfg.Interval)
 	m.sched.due.fix(p)
 	for _, pa := range p.paths {
-		pa.asked = now
+		pa.asked = monoNs(now)
 	}
 	// answer replies to every probe in flight, as the link is back.
 	answer := func(at time.Time) int {
@@ -100,7 +100,7 @@ func TestRise(t *testing.T) {
 	}
 	now = now.Add(time.Second)
 	for _, pa := range p.paths {
-		pa.asked = now
+		pa.asked = monoNs(now)
 		m.send(p, pa, now)
 	}
 	m.sched.flush(m.opts.Transport, m.log)

@@ -126,17 +126,17 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	}
 	// A version-1 peer due for a version-2 retry (see v2Retry) is asked
 	// now rather than at its next resolve, once, on its first path.
-	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.v2Tried) >= p.v2Wait
+	v2Due := p.ver == wire.Version1 && !m.cfg.Auth.Require && now.Sub(p.r().v2Tried) >= p.r().v2Wait
 	// A version-2 peer's first path is asked more often than the resolve
 	// interval, for the clock offset alone (clockEvery).
-	clockDue := p.ver == wire.Version2 && len(p.paths) > 0 && now.Sub(p.paths[0].asked) >= m.clockEvery()
+	clockDue := p.ver == wire.Version2 && len(p.paths) > 0 && p.paths[0].askedAgo(now) >= m.clockEvery()
 	for i, pa := range p.paths {
 		// A down path is asked at every turn (its peer may have a new
 		// QP), but not again within half an interval: a path rising
 		// (rise) has its turns a batch window apart, and the QP that
 		// answers it is the one to probe.
-		downAsk := pa.h.state == apitype.PeerDown && now.Sub(pa.asked) >= m.cfg.Interval/2
-		if !pa.resolved || now.Sub(pa.asked) >= m.cfg.Resolve || downAsk || (v2Due && i == 0) || (clockDue && i == 0) {
+		downAsk := pa.h.state == apitype.PeerDown && pa.askedAgo(now) >= m.cfg.Interval/2
+		if !pa.resolved || pa.askedAgo(now) >= m.cfg.Resolve || downAsk || (v2Due && i == 0) || (clockDue && i == 0) {
 			m.query(p, i, now)
 		}
 		if pa.resolved && pa.canSend() {
@@ -167,7 +167,7 @@ func (s *scheduler) queue(p *mpeer, pa *path, flow uint8, now time.Time, auth bo
 	s.seq++
 	s.batched++
 	pa.inflight++
-	s.flights.push(s.seq, flight{p: p, pa: pa, sent: now, flow: flow})
+	s.flights.push(s.seq, flight{p: p, pa: pa, sent: monoNs(now), flow: flow})
 	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
 }
 
@@ -201,7 +201,7 @@ func (s *scheduler) flush(tr Transport, log *slog.Logger) {
 // timeout at now.
 func (s *scheduler) nextExpired(now time.Time, timeout time.Duration) (uint64, flight, bool) {
 	ff := s.flights.front() // answered and dropped ones are skipped
-	if ff == nil || now.Sub(ff.sent) < timeout {
+	if ff == nil || time.Duration(monoNs(now)-ff.sent) < timeout {
 		return 0, flight{}, false
 	}
 	seq, f := s.flights.frontSeq(), *ff
@@ -212,13 +212,15 @@ func (s *scheduler) nextExpired(now time.Time, timeout time.Duration) (uint64, f
 // wakeBy returns when the scheduler needs the manager next, at next at
 // the latest: the next turn due, less early (a turn may be taken that much
 // ahead, with the batch it shares a pass with), or the oldest probe's
-// timeout.
-func (s *scheduler) wakeBy(next time.Time, timeout, early time.Duration) time.Time {
+// timeout, as a time of now's clock (the ticks are of the wall clock).
+func (s *scheduler) wakeBy(now, next time.Time, timeout, early time.Duration) time.Time {
 	if s.due.len() > 0 && s.due.top().due.Add(-early).Before(next) {
 		next = s.due.top().due.Add(-early)
 	}
-	if f := s.flights.front(); f != nil && f.sent.Add(timeout).Before(next) {
-		next = f.sent.Add(timeout)
+	if f := s.flights.front(); f != nil {
+		if t := now.Add(timeout - time.Duration(monoNs(now)-f.sent)); t.Before(next) {
+			next = t
+		}
 	}
 	return next
 }

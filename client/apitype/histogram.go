@@ -1,6 +1,9 @@
 package apitype
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // RTTBounds are the upper bounds of the RTT histograms' buckets (the peer
 // and loopback probes'; docs/METRICS.md, "Latency histograms"): 1-2-5 steps
@@ -60,4 +63,49 @@ func (h *RTTHistogram) Cumulative() [NumRTTBuckets]uint64 {
 		out[i] = n
 	}
 	return out
+}
+
+// A SharedRTTHistogram is an RTTHistogram that its prober goes on counting
+// into while readers hold it: a published path (PeerPath.RTTHist) points
+// at its path's live histogram instead of holding a copy. At one probe a
+// second every path's histogram changes between two publishes, so a copy
+// in each published state was 144 bytes per path held for nothing, and a
+// copy per path per publish. The prober counts with Observe, readers take
+// a copy with Load; both are atomic, so neither waits.
+type SharedRTTHistogram struct{ h RTTHistogram }
+
+// NewSharedRTTHistogram returns a shared histogram holding h's counts.
+func NewSharedRTTHistogram(h RTTHistogram) *SharedRTTHistogram {
+	return &SharedRTTHistogram{h: h}
+}
+
+// Observe counts one round trip of d, as RTTHistogram.Observe does. The
+// total is counted before the bucket, so that a Load, which reads the
+// buckets first, never sees a bucket ahead of the total (a histogram's
+// +Inf bucket must hold every finite one).
+func (s *SharedRTTHistogram) Observe(d time.Duration) {
+	atomic.AddUint64(&s.h.Count, 1)
+	atomic.AddInt64((*int64)(&s.h.Sum), int64(d))
+	for i, b := range RTTBounds {
+		if d <= b {
+			atomic.AddUint64(&s.h.Buckets[i], 1)
+			return
+		}
+	}
+}
+
+// Load returns the counts as of now; a nil s has none. An Observe running
+// meanwhile may be in Count (and Sum) and not yet in its bucket, never
+// the other way round.
+func (s *SharedRTTHistogram) Load() RTTHistogram {
+	var h RTTHistogram
+	if s == nil {
+		return h
+	}
+	for i := range s.h.Buckets {
+		h.Buckets[i] = atomic.LoadUint64(&s.h.Buckets[i])
+	}
+	h.Count = atomic.LoadUint64(&s.h.Count)
+	h.Sum = time.Duration(atomic.LoadInt64((*int64)(&s.h.Sum)))
+	return h
 }

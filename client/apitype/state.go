@@ -312,8 +312,11 @@ type PeerPath struct {
 	// a valid tag of the fleet key.
 	Authenticated bool `json:"authenticated"`
 	// RTTHist counts every answered probe's RTT since the prober started
-	// (Count is Sent - Lost); not in the JSON, for the metrics.
-	RTTHist RTTHistogram `json:"-"`
+	// (Count is Sent - Lost, or a little more: it is the path's live
+	// histogram, which goes on counting after the state was published;
+	// SharedRTTHistogram); not in the JSON, for the metrics. Nil in a
+	// state that has none.
+	RTTHist *SharedRTTHistogram `json:"-"`
 	// Flows are the path's probe flows ([probe] flows), each a probe QP
 	// of the local port with a UDP source port of its own, so one of the
 	// fabric's equal-cost paths: one entry when the path probes on one

@@ -98,7 +98,7 @@ func TestRTTHistogramsExposition(t *testing.T) {
 	for i := range 5 {
 		p := apitype.Peer{Name: fmt.Sprintf("192.0.2.%d", i+1), Group: "tor-a", State: "up"}
 		for _, local := range []string{"rxe0/1", "rxe1/1"} {
-			pa := apitype.PeerPath{Local: local, State: "up"}
+			pa := apitype.PeerPath{Local: local, State: "up", RTTHist: &apitype.SharedRTTHistogram{}}
 			n := rng.IntN(200)
 			for range n {
 				// Log-uniform from 100 ns to 1 s: every bucket, +Inf too.

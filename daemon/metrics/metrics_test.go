@@ -105,7 +105,7 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 		Peers: apitype.Peers{NodeID: "5eed0001", Ports: []apitype.PeerPort{{Key: "rxe0/1", QPN: 17, TrafficClass: 104}}, Configured: 2, Peers: []apitype.Peer{
 			{Name: "192.0.2.17", Group: "tor-a", NodeID: "5eed0017", State: "up", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "up",
 				RTTP50: 20 * time.Microsecond, RTTP99: 50 * time.Microsecond, LastRTT: 21 * time.Microsecond, HostDelayP99: 5 * time.Microsecond,
-				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1, RTTHist: rtts(20*time.Microsecond, 38, 50*time.Microsecond, 2)}},
+				LossPct: 2.5, Samples: 40, Sent: 41, Lost: 1, RTTHist: apitype.NewSharedRTTHistogram(rtts(20*time.Microsecond, 38, 50*time.Microsecond, 2))}},
 				ClockOffset: -1500 * time.Microsecond, ClockOffsetError: 40 * time.Microsecond, ClockSamples: 3},
 			{Name: "192.0.2.18", State: "down", Paths: []apitype.PeerPath{{Local: "rxe0/1", State: "down", Sent: 5, Lost: 5}}},
 		}, RTTHist: rtts(20*time.Microsecond, 38, 50*time.Microsecond, 2), Counters: apitype.PeerCounters{ControlAnswered: 7, ControlRefused: 2, ControlBadTag: 3, ControlRateLimited: 5, ProbesAnswered: 40, ProbeUnsolicited: 4, ProbeUntagged: 6}},

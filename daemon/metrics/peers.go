@@ -236,7 +236,8 @@ func collectPeer(p *apitype.Peer, ch chan<- prometheus.Metric) {
 		send(peerSent, l, float64(path.Sent), true)
 		send(peerLost, l, float64(path.Lost), true)
 		send(peerLossyFlows, l, float64(path.LossyFlows), false)
-		hists[i].set(peerPathRTTHist, l, &path.RTTHist)
+		h := path.RTTHist.Load()
+		hists[i].set(peerPathRTTHist, l, &h)
 		ch <- &hists[i]
 	}
 }
