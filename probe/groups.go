@@ -126,3 +126,26 @@ func (m *Manager) groupFaultList() []apitype.GroupFault {
 	slices.SortFunc(out, func(a, b apitype.GroupFault) int { return strings.Compare(a.Group, b.Group) })
 	return out
 }
+
+// pathClass and peerClass are what the suspects see of a path's and a
+// peer's state (localFaults, reach): a change within a class (up and
+// degraded) moves no suspect.
+func pathClass(st string) uint8 {
+	switch st {
+	case apitype.PeerUp, apitype.PeerDegraded:
+		return 1
+	case apitype.PeerDown:
+		return 2
+	}
+	return 0
+}
+
+func peerClass(st string) uint8 {
+	switch st {
+	case "", apitype.PeerUnknown:
+		return 0
+	case apitype.PeerDown:
+		return 2
+	}
+	return 1
+}

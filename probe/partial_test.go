@@ -94,3 +94,53 @@ func probedManager(t *testing.T) (m *Manager, got *[]apitype.Peers, now time.Tim
 	}
 	return m, got, now
 }
+
+// TestPartialPublishSuspects: a partial publish finds the suspects again
+// when a path's state crosses what they count (every peer of the port
+// down, then back), and leaves them when nothing they count moved.
+func TestPartialPublishSuspects(t *testing.T) {
+	m, got, now := probedManager(t)
+	peers := m.peers.inOrder()
+	m.publish(now)
+	freshAt := m.pub.fresh.at
+	last := func() apitype.Peers { return (*got)[len(*got)-1] }
+	if f := last().Ports[0].LocalFault; f != "" {
+		t.Fatalf("a suspect with every peer up: %q", f)
+	}
+	// Every probe lost for down_after rounds: every path down.
+	for range m.cfg.Threshold.DownAfter {
+		now = now.Add(time.Second)
+		for _, p := range peers {
+			for _, pa := range p.paths {
+				m.send(p, pa, now)
+			}
+		}
+		m.sched.flush(m.opts.Transport, m.log)
+		m.expire(now.Add(time.Second))
+	}
+	now = now.Add(2 * time.Second)
+	n := len(*got)
+	m.publish(now)
+	if len(*got) != n+1 || m.pub.fresh.at != freshAt {
+		t.Fatalf("after every peer went down: %d publishes (want %d), figures' age moved %v: not a partial publish", len(*got), n+1, m.pub.fresh.at != freshAt)
+	}
+	if f := last().Ports[0].LocalFault; f == "" {
+		t.Error("every peer of the port down, published in a partial publish without the port suspect")
+	}
+	if m.pub.suspects {
+		t.Error("the suspects were found again, but still marked as moved")
+	}
+	// Back up: the suspect clears, again in a partial publish.
+	for range m.cfg.Threshold.UpAfter {
+		now = now.Add(time.Second)
+		probeRound(m, peers, -1, now)
+	}
+	now = now.Add(2 * time.Second)
+	m.publish(now)
+	if m.pub.fresh.at != freshAt {
+		t.Fatal("the recovery's publish was not partial")
+	}
+	if f := last().Ports[0].LocalFault; f != "" {
+		t.Errorf("every peer up again, the port still suspect: %q", f)
+	}
+}

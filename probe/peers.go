@@ -372,6 +372,7 @@ func (m *Manager) refreshPaths(p *mpeer) {
 		p.paths = append(p.paths, pa)
 	}
 	m.changedPeer(p)
+	m.pub.suspects = true
 	m.checkMismatch(p)
 }
 

@@ -25,6 +25,14 @@ type publisher struct {
 	// publish builds only them (partial).
 	changed      bool
 	peersChanged []*mpeer
+	// suspects: what the suspects follow (a path between unknown,
+	// answering and down, a peer's state between unknown, down and the
+	// others, a peer's paths) moved since localFaults last ran. A
+	// partial publish finds the suspects again only then: a path
+	// flipping between up and degraded moves nothing they count, and at
+	// ten thousand peers their pass over every path was a third of a
+	// partial publish.
+	suspects bool
 	// last is the last state handed to OnState, lastGen and lastLocal
 	// the peer table's and the ports' generations it was built with
 	// (lastOK: there is one; a partial publish copies it).
@@ -181,7 +189,9 @@ func (m *Manager) partialOK() bool {
 // Fresh answers by, stays that of the last full build, and so does the
 // background publish's schedule.
 func (m *Manager) publishPartial(now time.Time) {
-	m.localFaults()
+	if m.pub.suspects {
+		m.localFaults()
+	}
 	m.pub.at = now
 	st := m.nodeState()
 	st.Peers = slices.Clone(m.pub.last.Peers)
@@ -230,6 +240,7 @@ const minFaultPeers = 2
 // cause), and the groups whose every peer is down while other groups answer
 // (groupFaults). It logs when a suspect is raised and when it is cleared.
 func (m *Manager) localFaults() {
+	m.pub.suspects = false
 	down, known := map[string]int{}, map[string]int{}
 	for _, p := range m.peers.inOrder() {
 		if p.oneshot {

@@ -95,6 +95,9 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 			m.log.Info("peer path state changed", "peer", p.spec.Name, "port", pa.local, "from", from, "to", pa.h.state, "reason", pa.h.reason)
 		}
 		m.changedPeer(p)
+		if pathClass(from) != pathClass(pa.h.state) {
+			m.pub.suspects = true
+		}
 	}
 	// The peer's state is its paths' (aggregate): it can have moved only
 	// when this path's state or reason did. Most samples move neither,
@@ -177,6 +180,9 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	}
 	if m.log.Enabled(context.Background(), lvl) {
 		m.logPeerState(p, lvl, st, reason)
+	}
+	if peerClass(p.state) != peerClass(st) {
+		m.pub.suspects = true
 	}
 	p.state, p.reason, p.since = st, reason, now
 	m.changedPeer(p)
