@@ -144,3 +144,25 @@ func TestPartialPublishSuspects(t *testing.T) {
 		t.Errorf("every peer up again, the port still suspect: %q", f)
 	}
 }
+
+// TestPeerStateApartFollowsPaths: a peer's state set apart from its paths
+// (a failed lookup) is set from its paths again at their next sample,
+// though that sample moves neither the path's state nor its reason (which
+// otherwise leaves the peer untouched).
+func TestPeerStateApartFollowsPaths(t *testing.T) {
+	m, _, now := probedManager(t)
+	peers := m.peers.inOrder()
+	p := peers[2]
+	if p.state != apitype.PeerUp {
+		t.Fatalf("peer %s is %s after five answered rounds, want up", p.spec.Name, p.state)
+	}
+	m.setPeerStateApart(p, apitype.PeerDown, "cannot resolve a test", now)
+	now = now.Add(time.Second)
+	probeRound(m, peers, -1, now)
+	if p.state != apitype.PeerUp || p.reason != "" {
+		t.Errorf("after its paths answered again: peer %s %s (%q), want up", p.spec.Name, p.state, p.reason)
+	}
+	if pa := p.paths[0]; pa.stale {
+		t.Error("the path still marks its peer's state as set apart")
+	}
+}

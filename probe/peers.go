@@ -217,6 +217,9 @@ type path struct {
 	// 416-byte size class (TestPeerSizeClass).
 	resolved bool
 	auth     bool // the last reply carried a valid tag
+	// stale: the peer's state was set apart from its paths (setPeerStateApart);
+	// the path's next sample sets it from the paths again.
+	stale bool
 	// remoteIdx is the peer's port index the path probes (the answer's
 	// Index): the port of the peer's fingerprint to compare with.
 	remoteIdx uint8

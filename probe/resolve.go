@@ -62,7 +62,7 @@ func (m *Manager) onResolved(r resolution) {
 	}
 	now := time.Now()
 	if r.err != nil {
-		m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
+		m.setPeerStateApart(p, apitype.PeerDown, fmt.Sprintf("cannot resolve %s: %v; fix the name or use an address", r.name, r.err), now)
 		// Ask again after 1, 2, 4 ... intervals, at most every resolve
 		// interval: a name that does not resolve must not cost a lookup
 		// per probe interval, for every such peer.

@@ -120,7 +120,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	}
 	if m.missedQueries(p, now) {
 		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
-			m.setPeerState(p, apitype.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
+			m.setPeerStateApart(p, apitype.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
 				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
 		}
 	}

@@ -103,7 +103,8 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 	// when this path's state or reason did. Most samples move neither,
 	// and then the peer itself is not touched: at ten thousand peers its
 	// memory is one cache miss more per probe.
-	if changed || pa.h.reason != fromReason {
+	if changed || pa.h.reason != fromReason || pa.stale {
+		pa.stale = false
 		m.aggregate(p, now)
 	}
 	if m.oneshots.waiting > 0 {
@@ -167,6 +168,18 @@ var peerMessageID = map[string]string{
 	apitype.PeerUp:       apitype.MsgPeerUp,
 	apitype.PeerDown:     apitype.MsgPeerDown,
 	apitype.PeerDegraded: apitype.MsgPeerDegraded,
+}
+
+// setPeerStateApart sets p's state for a reason of its own, not its paths'
+// (a name that does not resolve, a control endpoint that does not
+// answer): the next sample of any of its paths sets it from the paths
+// again, as every sample did before a sample that moves nothing left the
+// peer untouched.
+func (m *Manager) setPeerStateApart(p *mpeer, st, reason string, now time.Time) {
+	m.setPeerState(p, st, reason, now)
+	for _, pa := range p.paths {
+		pa.stale = true
+	}
 }
 
 func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
