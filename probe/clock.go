@@ -56,9 +56,9 @@ type clockFilter struct {
 	next uint8               // where the next sample goes
 }
 
-// maxClockErr bounds the error of a sample the filter keeps: an exchange
-// whose answer took more than 8.6 s (twice the bound) says nothing worth keeping about a
-// clock, and the bound fits the filter's 32 bits.
+// maxClockErr bounds the error of a sample the filter keeps (4.29 s, the
+// filter's 32 bits of nanoseconds): an exchange that took more than twice
+// that says nothing worth keeping about a clock.
 const maxClockErr = math.MaxUint32 * time.Nanosecond
 
 // add takes a sample; one with an error bound over maxClockErr is left
