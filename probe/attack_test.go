@@ -537,6 +537,17 @@ func TestRateLimiterTable(t *testing.T) {
 	if _, ok := r.srcs[addr(5000).As16()]; !ok {
 		t.Error("the new source has no bucket of its own after the sweep")
 	}
+	// An IPv4 source and its IPv4-mapped form are one source: switching
+	// form does not buy a second burst.
+	v4 := netip.AddrFrom4([4]byte{10, 9, 9, 9})
+	mapped := netip.AddrFrom16(v4.As16())
+	r = newRateLimiter(2, 1, 4)
+	if !r.allow(v4, later) || !r.allow(mapped, later) {
+		t.Fatal("a new source refused within its burst")
+	}
+	if r.allow(mapped, later) || r.allow(v4, later) {
+		t.Error("an IPv4 source got more than its burst of 2 by switching to its IPv4-mapped form")
+	}
 }
 
 // v1Node plays an rdmad that speaks only wire version 1 on addr:port: it

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"sync/atomic"
@@ -59,7 +60,15 @@ var _ Transport = (*probetest.MemTransport)(nil)
 // TestMain is the fake fleet's process too (probetest.StartFleet).
 func TestMain(m *testing.M) {
 	probetest.RunFleetChild() // the fake fleet's process, when this is it
-	os.Exit(m.Run())
+	code := m.Run()
+	// mpeer.r hands every peer without a rare part the one noRare to
+	// read: a write through it would show in every such peer. Every test
+	// of the package has run; none may have written it.
+	if !reflect.ValueOf(noRare).IsZero() {
+		fmt.Fprintf(os.Stderr, "noRare was written through mpeer.r (use mpeer.w to write): %+v\n", noRare)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // scaleFingerprint is the node's fingerprint, and every fake peer's: a
