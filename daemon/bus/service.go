@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -156,6 +157,12 @@ type server struct {
 // session connects once and serves until the connection or the name is
 // lost or ctx is done. owned reports whether it held the name.
 func (s *server) session(ctx context.Context) (owned bool, err error) {
+	// A machine without a system bus is told apart before the view is
+	// built: the retries there (every 30 s at most) build nothing.
+	addr, err := systemBusAddress()
+	if err != nil {
+		return false, connectError(err)
+	}
 	// The objects are served from the moment the connection exists, so
 	// they are exported before RequestName: a client that sees the name
 	// appear finds them.
@@ -169,7 +176,7 @@ func (s *server) session(ctx context.Context) (owned bool, err error) {
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)
-	conn, err := connectSystemBus(dbus.WithHandler(s.h), dbus.WithContext(connCtx))
+	conn, err := dbus.Connect(addr, dbus.WithHandler(s.h), dbus.WithContext(connCtx))
 	if err != nil {
 		timer.Stop()
 		return false, connectError(err)
@@ -262,17 +269,22 @@ func connectError(err error) error {
 // not set (the D-Bus specification's default).
 const systemBusSocket = "/run/dbus/system_bus_socket"
 
-// connectSystemBus is godbus's ConnectSystemBus, except that a machine
-// without a system bus gives an error wrapping fs.ErrNotExist (godbus says
-// only "system bus not found"), so that the component shows "unavailable"
-// rather than "error" where there is no bus at all.
-func connectSystemBus(opts ...dbus.ConnOption) (*dbus.Conn, error) {
+// systemBusAddress is the system bus's address as godbus's
+// ConnectSystemBus finds it, except that a machine without a system bus
+// gives an error wrapping fs.ErrNotExist (godbus says only "system bus not
+// found"), so that the component shows "unavailable" rather than "error"
+// where there is no bus at all.
+// An address naming one socket path (unix:path=P, the usual form) is
+// checked the same way.
+func systemBusAddress() (string, error) {
 	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 	if addr == "" {
-		if _, err := os.Stat(systemBusSocket); err != nil {
-			return nil, fmt.Errorf("no system bus (%w)", err)
-		}
 		addr = "unix:path=" + systemBusSocket
 	}
-	return dbus.Connect(addr, opts...)
+	if path, ok := strings.CutPrefix(addr, "unix:path="); ok && !strings.ContainsAny(path, ",;%") {
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("no system bus (%w)", err)
+		}
+	}
+	return addr, nil
 }
