@@ -311,6 +311,17 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.applyMail()
 		default:
 		}
+		// The watchdog's ping too: with a backlog of slow events (a
+		// flapping link, each event an inventory read of seconds under
+		// TCG) its case lost the draw often enough that systemd killed a
+		// loop that was working (seen on the bed). A loop that hangs
+		// still stops the pings.
+		select {
+		case <-wdC:
+			d.notify.watchdog()
+			d.checkPeersStall(time.Now())
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			d.stop()
