@@ -281,6 +281,14 @@ func Run(ctx context.Context, opts Options) error {
 	return d.loop(ctx, cfgChanged, apiErr, ev)
 }
 
+// ping tells systemd's watchdog the main loop is alive and checks the
+// peer probes for a stall. Driven by the loop on purpose: a loop that
+// hangs stops the pings, and systemd restarts rdmad.
+func (d *Daemon) ping() {
+	d.notify.watchdog()
+	d.checkPeersStall(time.Now())
+}
+
 func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-chan error, ev events) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -318,8 +326,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 		// still stops the pings.
 		select {
 		case <-wdC:
-			d.notify.watchdog()
-			d.checkPeersStall(time.Now())
+			d.ping()
 		default:
 		}
 		select {
@@ -330,10 +337,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 			d.stop()
 			return err
 		case <-wdC:
-			// Driven by this loop on purpose: a loop that hangs stops the
-			// pings, and systemd restarts rdmad.
-			d.notify.watchdog()
-			d.checkPeersStall(time.Now())
+			d.ping()
 		case <-hup:
 			d.reload("SIGHUP")
 		case <-cfgChanged:

@@ -156,15 +156,15 @@ func healthDropin(t *testing.T, name, body string) {
 // again once the link is back and the probes answer.
 func TestHealthPortDown(t *testing.T) {
 	peersOther(t)
-	healthDiag(t)
+	d := healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	code, out := checkNow(t)
 	if out != "ok: every RDMA health check passes\n" {
-		t.Errorf("healthy: exit %d, %q", code, out)
+		d.Errorf("healthy: exit %d, %q", code, out)
 	}
 	if st, _, _ := healthNow(t).cond("PortDown"); st != "ok" {
-		t.Errorf("PortDown %s on a healthy node", st)
+		d.Errorf("PortDown %s on a healthy node", st)
 	}
 
 	mustRun(t, "ip", "link", "set", "eth0", "down")
@@ -176,7 +176,7 @@ func TestHealthPortDown(t *testing.T) {
 		}
 		restored = true
 		if _, err := run("ip", "link", "set", "eth0", "up"); err != nil {
-			t.Errorf("restore eth0: %v", err)
+			d.Errorf("restore eth0: %v", err)
 		}
 	}
 	t.Cleanup(restore)
@@ -187,10 +187,10 @@ func TestHealthPortDown(t *testing.T) {
 	// Reported, not asserted: the bound is waitFor's.
 	t.Logf("PortDown %v after eth0 went down", time.Since(downAt).Round(time.Millisecond))
 	if st, _, objs := healthNow(t).cond("PortDown"); st != "problem" || len(objs) != 1 || objs[0] != "rxe0/1" {
-		t.Errorf("PortDown %s about %v, want a problem about rxe0/1", st, objs)
+		d.Errorf("PortDown %s about %v, want a problem about rxe0/1", st, objs)
 	}
 	if _, out := checkNow(t, "--format", "nhc"); !strings.Contains(out, "rdmad: PortDown problem: rxe0/1 (eth0)") {
-		t.Errorf("nhc format: %q", out)
+		d.Errorf("nhc format: %q", out)
 	}
 	restore()
 	back := waitHealthy(t, 90*time.Second)
@@ -202,11 +202,11 @@ func TestHealthPortDown(t *testing.T) {
 // quiet window (a drop-in) lets it clear within the test.
 func TestHealthFlapping(t *testing.T) {
 	peersOther(t)
-	healthDiag(t)
+	d := healthDiag(t)
 	before0 := waitActive(t)
 	t.Cleanup(func() {
 		if u := showUnit(t); u.NRestarts != before0.NRestarts || u.MainPID != before0.MainPID {
-			t.Errorf("rdmad restarted while the port flapped: %+v, before %+v", u, before0)
+			d.Errorf("rdmad restarted while the port flapped: %+v, before %+v", u, before0)
 		}
 	})
 	healthDropin(t, "80-e2e-flap.toml", "[health]\nflap_downs = 3\nflap_window = \"2m\"\nflap_quiet = \"20s\"\n")
@@ -230,14 +230,14 @@ func TestHealthFlapping(t *testing.T) {
 	h := healthNow(t)
 	st, msg, objs := h.cond("PortFlapping")
 	if st != "problem" || len(objs) != 1 || objs[0] != "rxe0/1" || !strings.Contains(msg, "went down") {
-		t.Errorf("after 4 cycles: PortFlapping %s (%s) about %v, want a problem about rxe0/1", st, msg, objs)
+		d.Errorf("after 4 cycles: PortFlapping %s (%s) about %v, want a problem about rxe0/1", st, msg, objs)
 	}
 	if code, _ := checkNow(t); code != 1 {
-		t.Errorf("rdmactl check exits %d while flapping, want 1", code)
+		d.Errorf("rdmactl check exits %d while flapping, want 1", code)
 	}
 	out := mustRun(t, "journalctl", "-u", "rdmad", "--since", "-3min", "-o", "cat", "MESSAGE_ID=260c6d4f2f37462587436606e2e134ff")
 	if !strings.Contains(out, "rxe0/1") {
-		t.Errorf("no port flapping journal entry naming rxe0/1: %q", out)
+		d.Errorf("no port flapping journal entry naming rxe0/1: %q", out)
 	}
 	waitFor(t, 60*time.Second, "PortFlapping clears after the quiet window", func() (bool, string) {
 		st, _, _ := healthNow(t).cond("PortFlapping")
@@ -339,13 +339,13 @@ func TestHealthKernelFault(t *testing.T) {
 // gone), rdmactl check answers 1 naming NoDevice; rxe0 comes back after.
 func TestHealthNoDevice(t *testing.T) {
 	peersOther(t)
-	healthDiag(t)
+	d := healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	mustRun(t, "rdma", "link", "del", "rxe0")
 	t.Cleanup(func() {
 		if _, err := run("rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "eth0"); err != nil {
-			t.Errorf("re-add rxe0: %v", err)
+			d.Errorf("re-add rxe0: %v", err)
 		}
 		waitHealthy(t, 120*time.Second)
 	})
@@ -359,20 +359,20 @@ func TestHealthNoDevice(t *testing.T) {
 // loopback probes' ProbeState.
 func TestHealthDBusDevice(t *testing.T) {
 	peersOther(t)
-	healthDiag(t)
+	d := healthDiag(t)
 	waitActive(t)
 	waitHealthy(t, 90*time.Second)
 	dbusReady(t)
 	out := mustRun(t, "busctl", "get-property", "org.rdmad.Agent1", "/org/rdmad/Agent1/device/rxe0", "org.rdmad.Agent1.Device", "HealthStatus")
 	if strings.TrimSpace(out) != `s "ok"` {
-		t.Errorf("rxe0 HealthStatus %q", out)
+		d.Errorf("rxe0 HealthStatus %q", out)
 	}
 	out = mustRun(t, "busctl", "get-property", "org.rdmad.Agent1", "/org/rdmad/Agent1/device/rxe0", "org.rdmad.Agent1.Device", "ProbeState")
 	if strings.TrimSpace(out) != `s "ok"` {
-		t.Errorf("rxe0 ProbeState %q", out)
+		d.Errorf("rxe0 ProbeState %q", out)
 	}
 	out = mustRun(t, "busctl", "get-property", "org.rdmad.Agent1", "/org/rdmad/Agent1", "org.rdmad.Agent1", "HealthStatus")
 	if strings.TrimSpace(out) != `s "ok"` {
-		t.Errorf("agent HealthStatus %q", out)
+		d.Errorf("agent HealthStatus %q", out)
 	}
 }

@@ -273,9 +273,9 @@ const systemBusSocket = "/run/dbus/system_bus_socket"
 // ConnectSystemBus finds it, except that a machine without a system bus
 // gives an error wrapping fs.ErrNotExist (godbus says only "system bus not
 // found"), so that the component shows "unavailable" rather than "error"
-// where there is no bus at all.
-// An address naming one socket path (unix:path=P, the usual form) is
-// checked the same way.
+// where there is no bus at all. An address from DBUS_SYSTEM_BUS_ADDRESS
+// naming one socket path (unix:path=P, the usual form) is checked the
+// same way.
 func systemBusAddress() (string, error) {
 	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 	if addr == "" {
