@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -994,6 +995,23 @@ func TestIntegrationBusAbsent(t *testing.T) {
 	}
 	// And it retries rather than giving up.
 	r.waitFor(t, 1, apitype.Unavailable, "no-bus")
+}
+
+// TestSessionWithoutBusBuildsNoView: a session on a host without a system
+// bus ends before it builds a view of the state (it used to build one at
+// every retry, every 30 s), and says the bus is missing.
+func TestSessionWithoutBusBuildsNoView(t *testing.T) {
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "no-bus"))
+	store := newStore()
+	s := &server{o: Options{Store: store, Backend: servicetest.ReloadOnly(store)},
+		h: newHandler(servicetest.ReloadOnly(store), slog.New(slog.NewTextHandler(testWriter{t}, nil)))}
+	owned, err := s.session(context.Background())
+	if owned || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("session: owned %v, err %v; want not owned and an error wrapping fs.ErrNotExist", owned, err)
+	}
+	if v := s.h.cur.Load(); v != nil {
+		t.Errorf("a view was built for a bus that does not exist")
+	}
 }
 
 func TestRunNeedsStoreAndBackend(t *testing.T) {
