@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -136,8 +137,12 @@ func TestBandwidthVsPerftest(t *testing.T) {
 	if _, err := run("sh", "-c", "command -v ib_write_bw"); err != nil {
 		t.Skip("ib_write_bw (perftest) is not installed in this VM")
 	}
+	start := time.Now()
+	phase := func(what string) { t.Logf("%s at %.1fs", what, time.Since(start).Seconds()) }
 	peersWait(t, 1, other, "up", 90*time.Second)
+	phase("peer up")
 	bwEnable(t, true)
+	phase("bandwidth enabled on node 2")
 	t.Cleanup(func() { run("vmnode", "2", "rm", "-f", bwDropin); run("vmnode", "2", "rdmactl", "reload") })
 
 	args := []string{"-d", "rxe0", "-x", "1", "-s", "65536", "-D", "5", "--report_gbits", "-F"}
@@ -153,14 +158,17 @@ func TestBandwidthVsPerftest(t *testing.T) {
 		if perf, err = run("ib_write_bw", append(args, other)...); err == nil {
 			break
 		}
+		phase(fmt.Sprintf("ib_write_bw client try %d failed (%v)", i+1, err))
 		time.Sleep(2 * time.Second) // the server may not listen yet under TCG
 	}
 	if err != nil {
 		t.Fatalf("ib_write_bw client: %v", err)
 	}
+	phase("ib_write_bw client done")
 	if err := <-srv; err != nil {
 		t.Fatalf("ib_write_bw server on node 2: %v", err)
 	}
+	phase("ib_write_bw server on node 2 done")
 	m := bwPerftestLine.FindStringSubmatch(perf)
 	if m == nil {
 		t.Fatalf("no result line in ib_write_bw's output:\n%s", perf)
@@ -169,6 +177,7 @@ func TestBandwidthVsPerftest(t *testing.T) {
 	perfMpps, _ := strconv.ParseFloat(m[5], 64)
 
 	r := bwRun(t, other, "--op", "write", "--size", "65536", "--duration", "5s")
+	phase("rdmactl bw done")
 	ratio := r.Gbps / perfGbps
 	t.Logf("ib_write_bw -d rxe0 -s 65536 -D 5: %.3f Gb/s, %.0f msg/s; rdmactl bw --op write --size 65536 --duration 5s: %.3f Gb/s, %.0f msg/s (%d messages); ratio %.2f",
 		perfGbps, perfMpps*1e6, r.Gbps, r.MsgRate, r.Messages, ratio)

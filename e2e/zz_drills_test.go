@@ -57,10 +57,16 @@ func drillSame(t *testing.T, before unit, what string) {
 func drillHealthy(t *testing.T, other string) {
 	t.Helper()
 	t.Cleanup(func() {
+		start := time.Now()
 		waitActive(t)
-		peersWait(t, 1, other, "up", 120*time.Second)
-		peersWait(t, 2, nodeAddr(t), "up", 120*time.Second)
+		d1 := peersWait(t, 1, other, "up", 120*time.Second)
+		d2 := peersWait(t, 2, nodeAddr(t), "up", 120*time.Second)
 		waitHealthy(t, 120*time.Second)
+		// What the drill's cleanup waited for (a window still holding
+		// the drill's losses says degraded for up to peer_window
+		// probes): the suite's time is the sum of such waits.
+		t.Logf("cleanup: node 1 saw its peer up after %v, node 2 after %v, both healthy after %v",
+			d1.Round(10*time.Millisecond), d2.Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
 	})
 }
 
