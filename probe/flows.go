@@ -72,7 +72,7 @@ func (fs *flowSet) loss() winStats {
 	var st winStats
 	for i := range fs.flows {
 		w := &fs.flows[i].win
-		st.Samples += len(w.filled())
+		st.Samples += w.count()
 		st.Lost += int(w.lost)
 	}
 	if st.Samples > 0 {
@@ -84,7 +84,7 @@ func (fs *flowSet) loss() winStats {
 // stats returns the union's counts, loss rate and percentiles.
 func (fs *flowSet) stats() winStats {
 	w0 := &fs.flows[0].win
-	return slotStats(fs.loss(), w0.buf, len(fs.flows)*len(w0.s), len(fs.flows), func(i int) []slot { return fs.flows[i].win.filled() })
+	return slotStats(fs.loss(), w0.buf, len(fs.flows)*w0.size(), len(fs.flows), func(i int) *window { return &fs.flows[i].win })
 }
 
 // published is window.published of the union.

@@ -10,8 +10,8 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-// q is d as a window keeps it (16-bit floating point, toF16).
-func q(d time.Duration) time.Duration { return fromF16(toF16(d)) }
+// q is d as a window keeps it (12-bit floating point, toF12).
+func q(d time.Duration) time.Duration { return fromF12(toF12(d)) }
 
 func TestWindowStats(t *testing.T) {
 	ms := time.Millisecond
@@ -28,8 +28,12 @@ func TestWindowStats(t *testing.T) {
 			winStats{Samples: 4, Lost: 1, LossPct: 25, P50: q(2 * ms), P99: q(3 * ms)}},
 		{"wraps: old samples leave", 2, []sample{{lost: true}, {lost: true}, {rtt: 5 * ms}, {rtt: 7 * ms}},
 			winStats{Samples: 2, P50: q(5 * ms), P99: q(7 * ms)}},
-		{"microseconds are exact", 3, []sample{{rtt: 1500, host: 40}, {rtt: 2047, host: 900}, {rtt: 700, host: 2}},
-			winStats{Samples: 3, P50: 1500, P99: 2047, HostP99: 900}},
+		{"microseconds", 3, []sample{{rtt: 1500, host: 40}, {rtt: 2047, host: 900}, {rtt: 700, host: 2}},
+			winStats{Samples: 3, P50: q(1500), P99: q(2047), HostP99: q(900)}},
+		{"under 128 ns exact", 3, []sample{{rtt: 100, host: 40}, {rtt: 127, host: 90}, {rtt: 7, host: 2}},
+			winStats{Samples: 3, P50: 100, P99: 127, HostP99: 90}},
+		{"host delay beside the round trip", 2, []sample{{rtt: 4095, host: 1}, {rtt: 1, host: 4095}},
+			winStats{Samples: 2, P50: 1, P99: q(4095), HostP99: q(4095)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,11 +107,11 @@ func TestWindowLossCount(t *testing.T) {
 			w.add(sample{lost: r.IntN(3) == 0, rtt: time.Duration(r.IntN(1000))})
 			n := int(w.next)
 			if w.full {
-				n = len(w.s)
+				n = w.size()
 			}
 			want := 0
-			for _, s := range w.s[:n] {
-				if s.lost() {
+			for j := range n {
+				if w.rtt(j) == lostCode {
 					want++
 				}
 			}
@@ -170,7 +174,7 @@ func TestWindowPublished(t *testing.T) {
 	w := newWindow(100)
 	for i := range 15 {
 		w.add(sample{rtt: time.Duration(1000 + i)})
-		if got := w.published(); got.P99 != time.Duration(1000+i) || got.Samples != i+1 {
+		if got := w.published(); got.P99 != q(time.Duration(1000+i)) || got.Samples != i+1 {
 			t.Fatalf("after %d samples: %+v; want every sample to count while there are few", i+1, got)
 		}
 	}
@@ -178,7 +182,7 @@ func TestWindowPublished(t *testing.T) {
 		w.add(sample{rtt: 1500})
 	}
 	before := w.published() // a full window: computed now
-	if before.P50 != 1500 || before.Samples != 100 {
+	if before.P50 != q(1500) || before.Samples != 100 {
 		t.Fatalf("full window: %+v", before)
 	}
 	for i := range 9 {
@@ -188,51 +192,70 @@ func TestWindowPublished(t *testing.T) {
 		}
 	}
 	got := w.published() // 10 new samples: due again
-	if got.Lost != 1 || got.Samples != 100 || got.P99 != 2000 {
+	if got.Lost != 1 || got.Samples != 100 || got.P99 != q(2000) {
 		t.Errorf("after 10 new samples: %+v; want the loss and the new p99 2000", got)
 	}
 	w.add(sample{lost: true})
 	w.add(sample{rtt: 9000})
-	if st, pub := w.stats(), w.published(); pub.Lost != 2 || pub.P99 != 2000 || st.P99 != 9000 {
+	if st, pub := w.stats(), w.published(); pub.Lost != 2 || pub.P99 != q(2000) || st.P99 != q(9000) {
 		t.Errorf("2 new samples: published %+v, stats %+v; want the counts current, the published p99 kept, stats current", pub, st)
 	}
 	w.reset()
 	w.add(sample{rtt: 700, host: 3})
-	if got := w.published(); got.Samples != 1 || got.P50 != 700 || got.HostP99 != 3 {
+	if got := w.published(); got.Samples != 1 || got.P50 != q(700) || got.HostP99 != 3 {
 		t.Errorf("after a reset: %+v; want the one new sample", got)
 	}
 }
 
-// TestF16 checks the 16-bit times the windows keep: exact below 2,048 ns,
-// within 1/4,096 above, in order, never the lost mark, and the largest
-// (73 minutes) for anything longer.
-func TestF16(t *testing.T) {
-	for d := time.Duration(0); d < 1<<f16Mant; d++ {
+// TestF12 checks the 12-bit times the windows keep: exact below 128 ns,
+// within 1/256 above, in order, never the lost mark, and the largest
+// (272 s) for anything longer; and that a window keeps a sample's two
+// codes apart (set, rtt, host) at every position.
+func TestF12(t *testing.T) {
+	for d := time.Duration(0); d < 1<<f12Mant; d++ {
 		if got := q(d); got != d {
 			t.Fatalf("q(%d) = %d; want it exact", d, got)
 		}
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	prev, prevCode := time.Duration(0), uint16(0)
-	for d := time.Duration(1 << f16Mant); d < 4000*time.Second; d += time.Duration(1 + r.Int64N(int64(d/500)+1)) {
-		c := toF16(d)
-		if c == lostSlot || c < prevCode {
-			t.Fatalf("toF16(%d) = %#x after toF16(%d) = %#x; want ascending codes, never %#x", d, c, prev, prevCode, lostSlot)
+	for d := time.Duration(1 << f12Mant); d < 300*time.Second; d += time.Duration(1 + r.Int64N(int64(d/500)+1)) {
+		c := toF12(d)
+		if c >= lostCode || c < prevCode {
+			t.Fatalf("toF12(%d) = %#x after toF12(%d) = %#x; want ascending codes below %#x", d, c, prev, prevCode, lostCode)
 		}
-		if diff := (q(d) - d).Abs(); diff*4096 > d {
-			t.Fatalf("q(%d) = %d: off by %d, more than 1/4096", d, q(d), diff)
+		if diff := (q(d) - d).Abs(); diff*256 > d && c != maxCode {
+			t.Fatalf("q(%d) = %d: off by %d, more than 1/256", d, q(d), diff)
 		}
 		prev, prevCode = d, c
 	}
-	if c := toF16(100 * time.Hour); c != lostSlot-1 || fromF16(c) < 73*time.Minute {
-		t.Errorf("toF16(100h) = %#x (%v); want the largest time, %#x", c, fromF16(c), lostSlot-1)
+	if c := toF12(100 * time.Hour); c != maxCode || fromF12(c) < 272*time.Second {
+		t.Errorf("toF12(100h) = %#x (%v); want the largest time, %#x", c, fromF12(c), maxCode)
 	}
 	w := newWindow(3)
 	w.add(sample{rtt: 100 * time.Hour, host: time.Hour})
 	w.add(sample{rtt: -time.Second})
 	w.add(sample{lost: true})
-	if st := w.stats(); st.Lost != 1 || st.Samples != 3 || st.P99 != fromF16(lostSlot-1) || st.P50 != 0 || st.HostP99 != q(time.Hour) {
-		t.Errorf("stats = %+v; want 1 lost of 3, p99 the largest time, p50 0, host p99 1h", st)
+	if st := w.stats(); st.Lost != 1 || st.Samples != 3 || st.P99 != fromF12(maxCode) || st.P50 != 0 || st.HostP99 != fromF12(maxCode) {
+		t.Errorf("stats = %+v; want 1 lost of 3, p99 and host p99 the largest time, p50 0", st)
+	}
+	w = newWindow(7)
+	for i := range 7 {
+		w.set(i, 0x5a5, 0x3c3)
+	}
+	for i := range 7 {
+		for _, c := range [][2]uint16{{0, 0}, {0xfff, 0}, {0, 0xfff}, {0xabc, 0x123}, {0x123, 0xabc}} {
+			w.set(i, c[0], c[1])
+			if w.rtt(i) != c[0] || w.host(i) != c[1] {
+				t.Fatalf("sample %d set to %#x, %#x: reads %#x, %#x", i, c[0], c[1], w.rtt(i), w.host(i))
+			}
+			for j := range 7 {
+				if j != i && (w.rtt(j) != 0x5a5 || w.host(j) != 0x3c3) {
+					t.Fatalf("set of sample %d wrote sample %d: %#x, %#x", i, j, w.rtt(j), w.host(j))
+				}
+			}
+		}
+		w.set(i, 0x5a5, 0x3c3)
 	}
 }
 
