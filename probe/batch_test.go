@@ -40,32 +40,95 @@ func TestBatchBoundedByTransport(t *testing.T) {
 	}
 }
 
-// TestShrinker checks when the inbox gives a buffer up: one of at most
-// shrinkKeep bytes never, a larger one after shrinkAfter takes in a row
-// that held under an eighth of it, and a take that fills it restarts the
-// count.
+// TestShrinker checks how the inbox sizes a buffer: one of at most
+// shrinkKeep bytes is kept whatever it held; a larger one is kept for a
+// whole period of shrinkAfter takes, whatever it held, then sized to twice
+// the most a take held in this period and the one before once that is
+// under a quarter of it; a burst within the two periods keeps it.
 func TestShrinker(t *testing.T) {
+	const size = 152
 	var s shrinker
 	for range 10 * shrinkAfter {
-		if !s.keep(0, shrinkKeep/152, 152) {
-			t.Fatalf("a buffer of %d bytes was given up", shrinkKeep/152*152)
+		if c := s.size(0, shrinkKeep/size, size); c != shrinkKeep/size {
+			t.Fatalf("a buffer of %d bytes was sized to %d entries", shrinkKeep/size*size, c)
 		}
 	}
-	c := 256 // 256 answers of 152 bytes: 38 KiB
-	for i := 1; i < shrinkAfter; i++ {
-		if !s.keep(3, c, 152) {
-			t.Fatalf("given up after %d oversized takes, want %d", i, shrinkAfter)
+
+	// A burst of 256 (38 KiB) at the start, then takes of 3.
+	s = shrinker{}
+	c := 256
+	if got := s.size(c, c, size); got != c {
+		t.Fatalf("the burst's take: sized to %d, want %d", got, c)
+	}
+	for i := 1; i < 2*shrinkAfter-1; i++ {
+		if got := s.size(3, c, size); got != c {
+			t.Fatalf("take %d after the burst (within two periods): sized to %d, want %d kept", i, got, c)
 		}
 	}
-	if !s.keep(c/8, c, 152) {
-		t.Fatal("a take that held an eighth was not kept")
+	if got := s.size(3, c, size); got != 6 {
+		t.Fatalf("after two periods of takes of 3: sized to %d, want 6", got)
 	}
-	for i := 1; i < shrinkAfter; i++ {
-		if !s.keep(3, c, 152) {
-			t.Fatalf("after a full take: given up after %d oversized takes, want %d", i, shrinkAfter)
+	// Takes of 3 in a buffer of 6: kept.
+	for i := range 3 * shrinkAfter {
+		if got := s.size(3, 6, size); got != 6 {
+			t.Fatalf("take %d: a buffer of 6 holding 3 sized to %d", i, got)
 		}
 	}
-	if s.keep(3, c, 152) {
-		t.Errorf("a %d-byte buffer holding 3 entries for %d takes is still kept", c*152, shrinkAfter)
+
+	// A buffer held at a quarter or more is kept.
+	s = shrinker{}
+	for i := range 3 * shrinkAfter {
+		if got := s.size(c/4, c, size); got != c {
+			t.Fatalf("take %d: a buffer of %d holding %d sized to %d", i, c, c/4, got)
+		}
+	}
+
+	// Nothing held for two periods: given up (0).
+	s = shrinker{}
+	for range 2 * shrinkAfter {
+		s.size(0, c, size)
+	}
+	if got := s.size(0, c, size); got != 0 {
+		t.Errorf("a buffer of %d that held nothing for two periods sized to %d, want 0", c, got)
+	}
+}
+
+// TestResize checks that resize empties the buffer it keeps, and makes a
+// new one, of the capacity asked, to shrink.
+func TestResize(t *testing.T) {
+	b := append(make([]*int, 0, 64), new(int), new(int))
+	k := resize(b, 64)
+	if len(k) != 0 || cap(k) != 64 || &k[:1][0] != &b[0] || b[0] != nil || b[1] != nil {
+		t.Errorf("resize to its capacity: len %d cap %d, same array %v, old entries %v %v; want it emptied and cleared", len(k), cap(k), &k[:1][0] == &b[0], b[0], b[1])
+	}
+	if s := resize(b, 8); len(s) != 0 || cap(s) != 8 {
+		t.Errorf("resize to 8: len %d cap %d", len(s), cap(s))
+	}
+	if s := resize(b, 0); s != nil {
+		t.Errorf("resize to 0: %v, want nil", s)
+	}
+}
+
+// TestTrimSpares checks that the spare lists of outstanding queries that
+// a burst left (the first resolves) are sized, two periods of passes
+// later, to what the passes hand out.
+func TestTrimSpares(t *testing.T) {
+	c := newControlEndpoint()
+	for range maxSpareQueries {
+		c.spare = append(c.spare, make([]pendingQuery, 0, 1))
+	}
+	c.handed = maxSpareQueries
+	c.trimSpares()
+	for range 2*shrinkAfter - 2 {
+		c.handed = 2
+		c.trimSpares()
+		if len(c.spare) != maxSpareQueries {
+			t.Fatalf("within two periods of the burst: %d spares, want %d kept", len(c.spare), maxSpareQueries)
+		}
+	}
+	c.handed = 2
+	c.trimSpares()
+	if len(c.spare) != 4 || cap(c.spare) > 2*4+16 {
+		t.Errorf("after two periods of passes handing out 2 lists: %d spares (capacity %d), want 4", len(c.spare), cap(c.spare))
 	}
 }

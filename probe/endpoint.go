@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -36,6 +37,10 @@ type controlEndpoint struct {
 	// spare is the emptied lists of outstanding queries that peers gave
 	// back (spareQueries), for the next peers to ask.
 	spare [][]pendingQuery
+	// handed counts the lists peers took (or made) in this pass, and
+	// spareShrink sizes the spares to those (trimSpares).
+	handed      int
+	spareShrink shrinker
 	// qflows is the buffer of the flows extension of the query being
 	// sent (flowsQueryExt).
 	qflows []byte
@@ -44,12 +49,30 @@ type controlEndpoint struct {
 }
 
 // maxSpareQueries bounds the spare lists of outstanding queries kept
-// (112 bytes each): the clock queries come in bursts (a peer asks every
-// clockEvery from its first resolve, and the first resolves of all peers
-// fell within an interval: at a thousand peers some 250 in a pass of
-// 250 ms, answered in the next), so that many peers hold a list at once
-// anyway; a larger burst (the first resolves) allocates the rest.
+// (112 bytes each, and its header): the first resolves of every peer
+// come in one interval, a burst of lists that are given back a pass
+// later; trimSpares then sizes the spares to what the passes hand out
+// (a few a pass at a thousand peers: spreadRefresh).
 const maxSpareQueries = 256
+
+// spareListBytes is what a spare list of outstanding queries holds: its
+// one entry's size class and its header.
+const spareListBytes = 112 + 24
+
+// trimSpares sizes the spare lists of outstanding queries to the most the
+// passes hand out (shrinker), at the end of each pass.
+func (c *controlEndpoint) trimSpares() {
+	want := c.spareShrink.size(c.handed, len(c.spare), spareListBytes)
+	c.handed = 0
+	if want >= len(c.spare) {
+		return
+	}
+	clear(c.spare[want:])
+	c.spare = c.spare[:want]
+	if cap(c.spare) > 2*want+16 {
+		c.spare = slices.Clip(c.spare)
+	}
+}
 
 func newControlEndpoint() controlEndpoint {
 	return controlEndpoint{nonces: map[uint64]*mpeer{}, serveErr: make(chan ctlErr, 1)}
@@ -269,6 +292,9 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	n := m.control.newNonce()
 	m.sched.batched++
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
+	if p.queried == nil {
+		m.control.handed++
+	}
 	m.control.takeQueries(p)
 	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
 	m.control.nonces[n] = p
@@ -283,6 +309,29 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
 	}
 	p.queried[len(p.queried)-1].t1 = t1
+}
+
+// spreadRefresh sets the path's last query back by a random part of the
+// period it is asked again in (the refresh every resolve interval, or the
+// first path's clock query, clockEvery), at its first answer: its next
+// query then comes at a random point of its first period, and the later
+// ones a period apart from there. The first queries of every peer come
+// within an interval (the peers' first turns), and without this their
+// refreshes came so every minute ever after: a burst of a query to every
+// peer in one interval (at a thousand peers 250 a pass, at ten thousand
+// the whole control socket's buffer), whose answers the manager's inbox
+// and the outstanding queries were sized for, to be kept ever after
+// (issue #29: docs/PROBES.md, "Memory per peer"). Spread, a pass asks
+// some peers/(period/window) of them: 4 at a thousand peers.
+func (m *Manager) spreadRefresh(p *mpeer, pa *path, idx int) {
+	period := m.cfg.Resolve
+	if idx == 0 && p.ver == wire.Version2 {
+		period = m.clockEvery()
+	}
+	if period <= 0 || pa.asked == 0 {
+		return
+	}
+	pa.asked = max(1, pa.asked-rand.Int64N(int64(period)))
 }
 
 // onAnswer takes an answer to one of this node's control queries: it must
@@ -372,6 +421,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	}
 	first := !pa.resolved
 	pa.resolved = true
+	if first {
+		m.spreadRefresh(p, pa, q.idx)
+	}
 	m.announce(p, a.from.Addr())
 	m.checkMismatch(p)
 	if (first || moved) && pa.inflight == 0 && m.sched.batched < m.sched.limit {

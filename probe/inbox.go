@@ -124,44 +124,54 @@ func (in *inbox) keepExt(exts []wire.Ext) []wire.Ext {
 	return in.ansExt[start:len(in.ansExt):len(in.ansExt)]
 }
 
-// A shrinker tells when a buffer that is used again (the inbox's) has
-// been far larger than what it held for long enough to be given up: after
-// a burst (the first resolves of every peer, a stall), a buffer kept at
-// its size would be heap held for nothing. Not at once: the clock queries and
-// the refreshes come in bursts (clockEvery, every 15 s to a minute), and a
-// buffer given up between them would be allocated again, in steps, at
-// every burst.
-type shrinker struct{ idle int }
+// A shrinker sizes a buffer that is used again (the inbox's) to what it
+// holds: after a burst (the first resolves of every peer, a stall, a
+// reload that adds peers), a buffer kept at the burst's size would be heap
+// held for nothing ever after. It keeps the most a take held in the
+// current period of shrinkAfter takes and in the one before (the
+// high-water mark); once a period has passed, a buffer over four times
+// that and over shrinkKeep bytes is given up for one of twice that: one
+// allocation, not a regrowth by doubling at the next take. A burst that
+// comes back within two periods finds its buffer kept.
+type shrinker struct {
+	takes     int
+	hwm, last int  // the most held in this period and in the one before
+	seen      bool // a whole period has passed
+}
 
-// shrinkAfter is how many takes in a row a buffer must be oversized to be
-// given up: a minute or more at four passes a second.
-const shrinkAfter = 256
+// shrinkAfter is the takes of one period: half a minute or more at four
+// passes a second.
+const shrinkAfter = 128
 
 // shrinkKeep is the size up to which a buffer is kept whatever it held.
 const shrinkKeep = 8 << 10
 
-// keep reports whether a buffer of capacity c entries of size bytes that
-// held n is kept.
-func (s *shrinker) keep(n, c, size int) bool {
-	if c*size <= shrinkKeep || 8*n >= c {
-		s.idle = 0
-		return true
+// size returns the capacity to keep a buffer of capacity c entries of
+// size bytes at, after a take that held n: c, or less (0: none).
+func (s *shrinker) size(n, c, size int) int {
+	s.hwm = max(s.hwm, n)
+	if s.takes++; s.takes == shrinkAfter {
+		s.takes, s.last, s.hwm, s.seen = 0, s.hwm, 0, true
 	}
-	s.idle++
-	if s.idle < shrinkAfter {
-		return true
+	most := max(s.hwm, s.last)
+	if !s.seen || c*size <= shrinkKeep || c <= 4*most {
+		return c
 	}
-	s.idle = 0
-	return false
+	return 2 * most
 }
 
-// reuse returns b emptied for use again, or nil when it is not kept.
-func reuse[T any](b []T, keep bool) []T {
-	if !keep {
+// resize returns b emptied for use again, with room for want entries:
+// b itself when that is its capacity, a new buffer of want when less
+// (nil for 0).
+func resize[T any](b []T, want int) []T {
+	if want >= cap(b) {
+		clear(b)
+		return b[:0]
+	}
+	if want == 0 {
 		return nil
 	}
-	clear(b)
-	return b[:0]
+	return make([]T, 0, want)
 }
 
 // wake kicks the manager while a one-shot probe waits.
@@ -202,9 +212,16 @@ func (in *inbox) answersIn() []answer {
 }
 
 func (in *inbox) answersDone(as []answer) {
-	keep := in.ansShrink.keep(len(as), cap(as), int(unsafe.Sizeof(answer{})))
-	in.ansSpare = reuse(as, keep)
-	in.extSpare, in.valSpare = reuse(in.extTaken, keep), reuse(in.valTaken, keep)
+	want := in.ansShrink.size(len(as), cap(as), int(unsafe.Sizeof(answer{})))
+	in.ansSpare = resize(as, want)
+	// The extensions and their values go with the answers: kept while
+	// the answers' buffer is, sized to them when it is given up.
+	if want < cap(as) {
+		in.extSpare = resize(in.extTaken, min(cap(in.extTaken), 2*len(in.extTaken)))
+		in.valSpare = resize(in.valTaken, min(cap(in.valTaken), 2*len(in.valTaken)))
+	} else {
+		in.extSpare, in.valSpare = resize(in.extTaken, cap(in.extTaken)), resize(in.valTaken, cap(in.valTaken))
+	}
 	in.extTaken, in.valTaken = nil, nil
 }
 
@@ -219,7 +236,7 @@ func (in *inbox) repliesIn() []ud.Reply {
 }
 
 func (in *inbox) repliesDone(rs []ud.Reply) {
-	in.repSpare = reuse(rs, in.repShrink.keep(len(rs), cap(rs), int(unsafe.Sizeof(ud.Reply{}))))
+	in.repSpare = resize(rs, in.repShrink.size(len(rs), cap(rs), int(unsafe.Sizeof(ud.Reply{}))))
 }
 
 // takeInbox handles the queued replies, then the control messages.

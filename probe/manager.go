@@ -267,6 +267,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	if m.control.allowStale {
 		m.updateAllow()
 	}
+	m.control.trimSpares()
 	if m.sched.batched >= m.sched.limit && m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) {
 		// More were due within the window than one pass sends: the
 		// next pass follows at once.
