@@ -356,7 +356,7 @@ func TestClockQueryAllocs(t *testing.T) {
 		p := peers[k]
 		i++
 		m.query(p, 0, now)
-		q := p.queried[len(p.queried)-1]
+		q := p.queries()[len(p.queries())-1]
 		n := copy(buf, answers[k])
 		binary.BigEndian.PutUint64(buf[8:], q.nonce)
 		msg, err := wire.DecodeAlias(buf[:n], exts)
@@ -376,8 +376,8 @@ func TestClockQueryAllocs(t *testing.T) {
 		t.Errorf("%v allocations per query and its answer; want 0", got)
 	}
 	for _, p := range peers {
-		if p.clock.n == 0 || len(p.queried) != 0 || !p.paths[0].resolved {
-			t.Fatalf("peer %s: %d clock samples, %d queries outstanding; want the answers taken", p.spec.Name, p.clock.n, len(p.queried))
+		if p.clock.n == 0 || len(p.queries()) != 0 || !p.paths[0].resolved {
+			t.Fatalf("peer %s: %d clock samples, %d queries outstanding; want the answers taken", p.spec.Name, p.clock.n, len(p.queries()))
 		}
 	}
 	if len(m.control.nonces) != 0 {

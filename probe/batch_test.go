@@ -115,7 +115,7 @@ func TestResize(t *testing.T) {
 func TestTrimSpares(t *testing.T) {
 	c := newControlEndpoint()
 	for range maxSpareQueries {
-		c.spare = append(c.spare, make([]pendingQuery, 0, 1))
+		c.spare = append(c.spare, &queryList{q: make([]pendingQuery, 0, 1)})
 	}
 	c.handed = maxSpareQueries
 	c.trimSpares()

@@ -177,7 +177,8 @@ func TestClockAttacks(t *testing.T) {
 	// sent at t1.
 	ask := func(t1 time.Time) uint64 {
 		nonce++
-		p.queried = append(p.queried, pendingQuery{nonce: nonce, query: query{idx: 0, to: to, ver: wire.Version2, sent: t1, t1: t1}})
+		m.control.takeQueries(p)
+		p.queried.q = append(p.queried.q, pendingQuery{nonce: nonce, query: query{idx: 0, to: to, ver: wire.Version2, sent: t1, t1: t1}})
 		m.control.nonces[nonce] = p
 		return nonce
 	}
@@ -243,8 +244,8 @@ func TestClockAttacks(t *testing.T) {
 	}
 	// Each answer consumed its own query, but the one from another port,
 	// which leaves the real answer its chance.
-	if len(p.queried) != 1 || p.queried[0].to != to {
-		t.Errorf("queries outstanding %+v; want the one answered from another port alone", p.queried)
+	if qs := p.queries(); len(qs) != 1 || qs[0].to != to {
+		t.Errorf("queries outstanding %+v; want the one answered from another port alone", p.queries())
 	}
 }
 

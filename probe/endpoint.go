@@ -36,7 +36,7 @@ type controlEndpoint struct {
 	rcvbuf int
 	// spare is the emptied lists of outstanding queries that peers gave
 	// back (spareQueries), for the next peers to ask.
-	spare [][]pendingQuery
+	spare []*queryList
 	// handed counts the lists peers took (or made) in this pass, and
 	// spareShrink sizes the spares to those (trimSpares).
 	handed      int
@@ -228,8 +228,11 @@ func (m *Manager) updateAllow() {
 // malformed), and one that does not answer version 1 may require a key.
 func (m *Manager) missedQueries(p *mpeer, now time.Time) bool {
 	missed := false
+	if p.queried == nil {
+		return false
+	}
 	defer m.control.spareQueries(p)
-	p.queried = slices.DeleteFunc(p.queried, func(q pendingQuery) bool {
+	p.queried.q = slices.DeleteFunc(p.queried.q, func(q pendingQuery) bool {
 		if now.Sub(q.sent) < m.cfg.Timeout {
 			return false
 		}
@@ -265,16 +268,16 @@ func (c *controlEndpoint) newNonce() uint64 {
 
 func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	lp := m.local[i]
-	if len(p.queried) >= maxQueriesPerPeer {
+	if qs := p.queries(); len(qs) >= maxQueriesPerPeer {
 		// Forget the oldest: the set of nonces an answer may carry stays
 		// small, whatever the schedule does.
 		oldest := 0
-		for i, q := range p.queried {
-			if q.sent.Before(p.queried[oldest].sent) {
+		for i, q := range qs {
+			if q.sent.Before(qs[oldest].sent) {
 				oldest = i
 			}
 		}
-		delete(m.control.nonces, p.queried[oldest].nonce)
+		delete(m.control.nonces, qs[oldest].nonce)
 		m.control.removeQuery(p, oldest)
 	}
 	ver := p.qver
@@ -292,11 +295,9 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	n := m.control.newNonce()
 	m.sched.batched++
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
-	if p.queried == nil {
-		m.control.handed++
-	}
 	m.control.takeQueries(p)
-	p.queried = append(p.queried, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
+	l := p.queried
+	l.q = append(l.q, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
 	m.control.nonces[n] = p
 	p.paths[i].asked = monoNs(now)
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
@@ -308,7 +309,7 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	if err != nil {
 		m.log.Debug("control query failed", "peer", p.spec.Name, "err", err)
 	}
-	p.queried[len(p.queried)-1].t1 = t1
+	l.q[len(l.q)-1].t1 = t1
 }
 
 // spreadRefresh sets the path's last query back by a random part of the
@@ -349,10 +350,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		return // not an answer to a query of ours, or already answered
 	}
 	qi := p.findQuery(a.m.Nonce)
-	if qi < 0 || p.queried[qi].to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
+	if qi < 0 || p.queried.q[qi].to != a.from || (m.cfg.Auth.Require && !a.m.Authenticated) {
 		return
 	}
-	q := p.queried[qi]
+	q := p.queried.q[qi]
 	m.control.removeQuery(p, qi)
 	delete(m.control.nonces, a.m.Nonce)
 	p.qMisses = 0

@@ -445,8 +445,8 @@ func (m *Manager) onQuery(a answer, now time.Time) {
 		return
 	}
 	for _, e := range ps {
-		if e.p.inDue && e.p.due.After(now) && e.p.anyPathDown() {
-			e.p.due = now
+		if e.p.inDue && e.p.due > monoNs(now) && e.p.anyPathDown() {
+			e.p.setDue(now)
 			m.sched.due.fix(e.p)
 		}
 	}

@@ -92,7 +92,8 @@ func TestDueHeap(t *testing.T) {
 	peers := make([]*mpeer, 200)
 	in := map[*mpeer]bool{}
 	for i := range peers {
-		peers[i] = &mpeer{due: t0.Add(time.Duration(r.IntN(1000)) * time.Millisecond)}
+		peers[i] = &mpeer{}
+		peers[i].setDue(t0.Add(time.Duration(r.IntN(1000)) * time.Millisecond))
 		h.push(peers[i])
 		in[peers[i]] = true
 	}
@@ -101,7 +102,7 @@ func TestDueHeap(t *testing.T) {
 		switch r.IntN(4) {
 		case 0, 1: // move its turn
 			if in[p] {
-				p.due = t0.Add(time.Duration(r.IntN(5000)) * time.Millisecond)
+				p.setDue(t0.Add(time.Duration(r.IntN(5000)) * time.Millisecond))
 				h.fix(p)
 			}
 		case 2: // remove or add it again
@@ -109,7 +110,7 @@ func TestDueHeap(t *testing.T) {
 				h.remove(p)
 				delete(in, p)
 			} else {
-				p.due = t0.Add(time.Duration(r.IntN(5000)) * time.Millisecond)
+				p.setDue(t0.Add(time.Duration(r.IntN(5000)) * time.Millisecond))
 				h.push(p)
 				in[p] = true
 			}
@@ -125,11 +126,11 @@ func TestDueHeap(t *testing.T) {
 				t.Fatalf("step %d: the top was removed", step)
 			}
 			for q := range in {
-				if q.due.Before(top.due) {
-					t.Fatalf("step %d: top due %v, a peer is due earlier: %v", step, top.due.Sub(t0), q.due.Sub(t0))
+				if q.due < top.due {
+					t.Fatalf("step %d: top due %v, a peer is due earlier: %v", step, top.dueAt().Sub(t0), q.dueAt().Sub(t0))
 				}
 			}
-			top.due = top.due.Add(time.Second)
+			top.setDue(top.dueAt().Add(time.Second))
 			h.fix(top)
 		}
 		if len(h.e) > 2*len(peers)+65 {

@@ -361,14 +361,14 @@ func TestFlowsNoHurryOnOneFlow(t *testing.T) {
 	p := m.peers.inOrder()[0]
 	now := time.Now()
 	// The round times its losses out a second after now.
-	p.due = now.Add(5 * time.Second)
+	p.setDue(now.Add(5 * time.Second))
 	m.sched.due.fix(p)
 	flowsRound(m, []*mpeer{p}, func(_ *mpeer, f uint8) bool { return f == 2 }, now)
-	if d := p.due.Sub(now); d != 5*time.Second {
+	if d := p.dueAt().Sub(now); d != 5*time.Second {
 		t.Errorf("one flow lost: next turn moved to %v, want it kept at 5s", d)
 	}
 	flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
-	if d := p.due.Sub(now); d >= 2*time.Second {
+	if d := p.dueAt().Sub(now); d >= 2*time.Second {
 		t.Errorf("every flow lost: next turn in %v, want within 100ms of the timeouts", d)
 	}
 }

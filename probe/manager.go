@@ -254,9 +254,9 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 	// their probes leave a little early, together, at most m.sched.limit of
 	// them.
 	window := batchWindow(m.cfg.Interval)
-	horizon := now.Add(window + tickSlack)
+	horizon := monoNs(now.Add(window + tickSlack))
 	m.pass.in(phaseVisits)
-	for m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) && m.sched.batched < m.sched.limit {
+	for m.sched.due.len() > 0 && m.sched.due.top().due <= horizon && m.sched.batched < m.sched.limit {
 		p := m.sched.due.top()
 		m.visit(ctx, p, now)
 		m.sched.due.fix(p)
@@ -268,7 +268,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.updateAllow()
 	}
 	m.control.trimSpares()
-	if m.sched.batched >= m.sched.limit && m.sched.due.len() > 0 && !m.sched.due.top().due.After(horizon) {
+	if m.sched.batched >= m.sched.limit && m.sched.due.len() > 0 && m.sched.due.top().due <= horizon {
 		// More were due within the window than one pass sends: the
 		// next pass follows at once.
 		return now

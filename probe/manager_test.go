@@ -529,7 +529,8 @@ func TestTickWakesOnTicks(t *testing.T) {
 	}
 
 	// A turn due 1.5 windows on may go a window early: the next tick.
-	p := &mpeer{spec: Spec{Name: "peer0"}, due: now.Add(w + w/2)}
+	p := &mpeer{spec: Spec{Name: "peer0"}}
+	p.setDue(now.Add(w + w/2))
 	m.sched.due.push(p)
 	next = m.tick(context.Background(), now)
 	onTick("turn", next, now)

@@ -101,7 +101,7 @@ func (m *Manager) startOneshot(ctx context.Context, o *oneshot, now time.Time) {
 	m.oneshots.waiting++
 	m.in.urgent.Store(true)
 	w.waitFrom = m.sched.seq
-	p.due = now
+	p.setDue(now)
 	m.sched.due.fix(p)
 	// Bound the wait: control lookup plus one probe timeout. The timer
 	// names this one-shot, so it ends this wait and no other.

@@ -67,12 +67,14 @@ type mpeer struct {
 	nodeID    uint64
 	nodeIDStr string // nodeID as text, for the state ("" until made)
 	paths     []*path
-	due       time.Time
-	dueVer    uint32 // the version of its entry in the due heap
+	// due is the next turn (monoNs: 8 bytes, not a time.Time's 24;
+	// dueAt, setDue).
+	due    int64
+	dueVer uint32 // the version of its entry in the due heap
 	// pathsGen is the Manager.localGen the paths were last made for.
 	pathsGen uint32
-	queried  []pendingQuery // outstanding queries (at most maxQueriesPerPeer)
-	qMisses  int
+	queried  *queryList // outstanding queries (queries); nil while none
+	qMisses  int32
 	// ver is the wire version the peer last answered in (0: none yet),
 	// qver the one to ask in next; authenticated whether its last answer
 	// carried a valid tag.
@@ -88,7 +90,7 @@ type mpeer struct {
 	pubIdx int32
 	state  string
 	reason string
-	since  time.Time
+	since  int64 // when it entered state (UnixNano, as a path's health)
 	// fp is the fingerprint the peer last sent (nil: unknown).
 	fp   *sharedFP
 	rare *peerRare
@@ -142,10 +144,24 @@ type pendingQuery struct {
 	query
 }
 
+// A queryList is a peer's outstanding control queries (at most
+// maxQueriesPerPeer). A peer holds one only while it waits for answers
+// (spareQueries), through a pointer: 8 bytes in every peer rather than a
+// slice's 24 (docs/PROBES.md, "Memory per peer").
+type queryList struct{ q []pendingQuery }
+
+// queries returns p's outstanding queries.
+func (p *mpeer) queries() []pendingQuery {
+	if p.queried == nil {
+		return nil
+	}
+	return p.queried.q
+}
+
 // findQuery returns the index of p's outstanding query with nonce n, or -1.
 func (p *mpeer) findQuery(n uint64) int {
-	for i := range p.queried {
-		if p.queried[i].nonce == n {
+	for i, q := range p.queries() {
+		if q.nonce == n {
 			return i
 		}
 	}
@@ -164,7 +180,8 @@ func (p *mpeer) anyPathDown() bool {
 
 // removeQuery forgets p's outstanding query i.
 func (c *controlEndpoint) removeQuery(p *mpeer, i int) {
-	p.queried = append(p.queried[:i], p.queried[i+1:]...)
+	l := p.queried
+	l.q = append(l.q[:i], l.q[i+1:]...)
 	c.spareQueries(p)
 }
 
@@ -174,22 +191,29 @@ func (c *controlEndpoint) removeQuery(p *mpeer, i int) {
 // peer would cost more than the rest of its control state), and the next
 // peer to ask takes it (takeQueries) rather than allocating one.
 func (c *controlEndpoint) spareQueries(p *mpeer) {
-	if len(p.queried) > 0 || p.queried == nil {
+	if p.queried == nil || len(p.queried.q) > 0 {
 		return
 	}
 	if len(c.spare) < maxSpareQueries {
-		c.spare = append(c.spare, p.queried[:0])
+		clear(p.queried.q[:cap(p.queried.q)])
+		p.queried.q = p.queried.q[:0]
+		c.spare = append(c.spare, p.queried)
 	}
 	p.queried = nil
 }
 
 // takeQueries gives p a list for its outstanding queries when it has
-// none, a spare one if there is.
+// none: a spare one if there is, else a new one.
 func (c *controlEndpoint) takeQueries(p *mpeer) {
-	if p.queried != nil || len(c.spare) == 0 {
+	if p.queried != nil {
 		return
 	}
+	c.handed++
 	n := len(c.spare) - 1
+	if n < 0 {
+		p.queried = &queryList{}
+		return
+	}
 	p.queried, c.spare[n] = c.spare[n], nil
 	c.spare = c.spare[:n]
 }
@@ -268,14 +292,14 @@ func (t *peerTable) selection(self uint64, cfg *Settings) map[string]Spec {
 }
 
 func (m *Manager) add(sp Spec, now time.Time, oneshot bool) *mpeer {
-	p := &mpeer{spec: sp, state: apitype.PeerUnknown, since: now, oneshot: oneshot, qver: wire.Version}
+	p := &mpeer{spec: sp, state: apitype.PeerUnknown, since: now.UnixNano(), oneshot: oneshot, qver: wire.Version}
 	if ip, err := netip.ParseAddr(sp.Name); err == nil {
 		m.peers.setAddr(p, ip.Unmap())
 	}
 	// Spread the first probes over one interval.
-	p.due = now.Add(time.Duration(rand.Int64N(int64(m.cfg.Interval))))
+	p.setDue(now.Add(time.Duration(rand.Int64N(int64(m.cfg.Interval)))))
 	if oneshot {
-		p.due = now
+		p.setDue(now)
 	}
 	m.peers.insert(p)
 	m.sched.due.push(p)
@@ -323,7 +347,7 @@ func (m *Manager) drop(p *mpeer) {
 	// A one-shot waiting on a peer the selection drops gets what there is
 	// rather than waiting for its deadline.
 	m.answerWaiters(p, nil)
-	for _, q := range p.queried {
+	for _, q := range p.queries() {
 		delete(m.control.nonces, q.nonce)
 	}
 	m.sched.flights.forget(p)
@@ -422,6 +446,14 @@ var monoBase = time.Now()
 // package began, never 0: the per-path times are kept so, in 8 bytes
 // rather than a time.Time's 24, and 0 is "never".
 func monoNs(t time.Time) int64 { return int64(t.Sub(monoBase)) + 1 }
+
+// monoTime is the time of monoNs ns (with a monotonic reading).
+func monoTime(ns int64) time.Time { return monoBase.Add(time.Duration(ns - 1)) }
+
+// dueAt returns p's next turn; setDue sets it.
+func (p *mpeer) dueAt() time.Time { return monoTime(p.due) }
+
+func (p *mpeer) setDue(t time.Time) { p.due = monoNs(t) }
 
 // askedAgo is how long ago the path's peer was last asked for it, the
 // longest duration when it was not.

@@ -386,7 +386,7 @@ func (m *Manager) peerState(p *mpeer) apitype.Peer {
 // must be empty (and not nil) with room for them, and their flows in
 // flows, which has exactly the room for them.
 func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apitype.PeerFlow) apitype.Peer {
-	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: p.since, Paths: paths,
+	sp := apitype.Peer{Name: p.spec.Name, Group: p.spec.Group, State: p.state, Reason: p.reason, Since: time.Unix(0, p.since), Paths: paths,
 		WireVersion: int(p.ver), Authenticated: p.authenticated, FingerprintUnknown: p.fp == nil, Mismatches: p.r().mm}
 	if p.fp != nil {
 		sp.Fingerprint = p.fp.state

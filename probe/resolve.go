@@ -68,7 +68,7 @@ func (m *Manager) onResolved(r resolution) {
 		// per probe interval, for every such peer.
 		w := p.w()
 		w.lookupFails++
-		p.due = now.Add(min(m.cfg.Interval<<min(w.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval)))
+		p.setDue(now.Add(min(m.cfg.Interval<<min(w.lookupFails-1, 16), max(m.cfg.Resolve, m.cfg.Interval))))
 		m.sched.due.fix(p)
 		return
 	}
@@ -77,6 +77,6 @@ func (m *Manager) onResolved(r resolution) {
 		p.rare.lookupFails = 0
 	}
 	m.control.allowStale = true
-	p.due = time.Now()
+	p.setDue(time.Now())
 	m.sched.due.fix(p)
 }

@@ -36,7 +36,7 @@ func TestRise(t *testing.T) {
 	// Its turn is an interval away; the queries of a down path were
 	// just sent (no control endpoint here to send more).
 	now = now.Add(time.Second)
-	p.due = now.Add(m.cfg.Interval)
+	p.setDue(now.Add(m.cfg.Interval))
 	m.sched.due.fix(p)
 	for _, pa := range p.paths {
 		pa.asked = monoNs(now)
@@ -104,7 +104,7 @@ func TestRise(t *testing.T) {
 		m.send(p, pa, now)
 	}
 	m.sched.flush(m.opts.Transport, m.log)
-	p.due = now.Add(m.cfg.Interval)
+	p.setDue(now.Add(m.cfg.Interval))
 	m.sched.due.fix(p)
 	answer(now)
 	m.tick(ctx, now.Add(time.Millisecond))
@@ -113,7 +113,7 @@ func TestRise(t *testing.T) {
 	if p.state != apitype.PeerDown {
 		t.Fatalf("a lost probe after one answer: the peer is %s, want down", p.state)
 	}
-	if d := p.due.Sub(now); d < m.cfg.Interval/2 {
+	if d := p.dueAt().Sub(now); d < m.cfg.Interval/2 {
 		t.Errorf("after a loss the down peer's next turn is %v away, want about an interval", d)
 	}
 }
@@ -151,7 +151,8 @@ func TestNewQPWhileDown(t *testing.T) {
 	to := netip.AddrPortFrom(p.addr, 18516)
 	const nonce = 77
 	m.control.nonces[nonce] = p
-	p.queried = append(p.queried, pendingQuery{nonce: nonce, query: query{idx: 0, to: to, ver: wire.Version2, sent: now}})
+	m.control.takeQueries(p)
+	p.queried.q = append(p.queried.q, pendingQuery{nonce: nonce, query: query{idx: 0, to: to, ver: wire.Version2, sent: now}})
 	seq := m.sched.seq
 	m.onAnswer(answer{from: to, at: now, m: wire.Message{Version: wire.Version2, Type: wire.TypeAnswer, Nonce: nonce, Index: 0, Count: 2,
 		QPN: old.QPN + 0x100, GID: old.GID, QKey: old.QKey}}, now.Add(time.Millisecond))
@@ -190,11 +191,11 @@ func TestQueryFromDownPeer(t *testing.T) {
 
 	// Up: a query leaves its turn where it is.
 	later := now.Add(m.cfg.Interval)
-	p.due = later
+	p.setDue(later)
 	m.sched.due.fix(p)
 	m.onAnswer(query, now)
-	if !p.due.Equal(later) {
-		t.Fatalf("an up peer's query moved its turn from %v to %v", later, p.due)
+	if !p.dueAt().Equal(later) {
+		t.Fatalf("an up peer's query moved its turn from %v to %v", later, p.dueAt())
 	}
 
 	for range 3 {
@@ -205,20 +206,20 @@ func TestQueryFromDownPeer(t *testing.T) {
 		t.Fatalf("after 3 rounds lost no path is down")
 	}
 	later = now.Add(m.cfg.Interval)
-	p.due = later
+	p.setDue(later)
 	m.sched.due.fix(p)
 
 	// A fleet key: an unauthenticated query does not count.
 	m.cfg.Auth.Key = []byte("0123456789abcdef0123456789abcdef")
 	m.onAnswer(query, now)
-	if !p.due.Equal(later) {
-		t.Fatalf("an unauthenticated query with a fleet key moved a down peer's turn to %v", p.due)
+	if !p.dueAt().Equal(later) {
+		t.Fatalf("an unauthenticated query with a fleet key moved a down peer's turn to %v", p.dueAt())
 	}
 	m.cfg.Auth.Key = nil
 
 	m.onAnswer(query, now)
-	if p.due.After(now) {
-		t.Fatalf("a down peer's query left its turn at %v, %v after the query", p.due, p.due.Sub(now))
+	if p.dueAt().After(now) {
+		t.Fatalf("a down peer's query left its turn at %v, %v after the query", p.dueAt(), p.dueAt().Sub(now))
 	}
 	if m.sched.due.top() != p {
 		t.Fatalf("the down peer that queried is not the next turn")

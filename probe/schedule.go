@@ -106,10 +106,10 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 	// the batch window ahead; from now when the turn is late by more than
 	// half an interval (a first turn, a stalled loop).
 	base := p.due
-	if now.Sub(base) > m.cfg.Interval/2 {
-		base = now
+	if t := monoNs(now); t-base > int64(m.cfg.Interval/2) {
+		base = t
 	}
-	p.due = base.Add(jitter(m.cfg.Interval))
+	p.due = base + int64(jitter(m.cfg.Interval))
 	if !p.addr.IsValid() {
 		m.resolve(ctx, p)
 		return
@@ -119,7 +119,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 		return
 	}
 	if m.missedQueries(p, now) {
-		if p.qMisses >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
+		if int(p.qMisses) >= m.cfg.Threshold.DownAfter && !m.anyResolved(p) {
 			m.setPeerStateApart(p, apitype.PeerDown, fmt.Sprintf("its control endpoint %s does not answer; is rdmad running there, and does its [probe] allow or peer list include this node?",
 				netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))), now)
 		}
@@ -214,8 +214,13 @@ func (s *scheduler) nextExpired(now time.Time, timeout time.Duration) (uint64, f
 // ahead, with the batch it shares a pass with), or the oldest probe's
 // timeout, as a time of now's clock (the ticks are of the wall clock).
 func (s *scheduler) wakeBy(now, next time.Time, timeout, early time.Duration) time.Time {
-	if s.due.len() > 0 && s.due.top().due.Add(-early).Before(next) {
-		next = s.due.top().due.Add(-early)
+	if s.due.len() > 0 {
+		// As a time of now's clock: the ticks are of the wall clock,
+		// which a time made from monoNs alone (dueAt) may be off from
+		// by whatever it was stepped or slewed by since the start.
+		if t := now.Add(time.Duration(s.due.top().due-monoNs(now)) - early); t.Before(next) {
+			next = t
+		}
 	}
 	if f := s.flights.front(); f != nil {
 		if t := now.Add(timeout - time.Duration(monoNs(now)-f.sent)); t.Before(next) {
@@ -248,7 +253,7 @@ func (m *Manager) expire(now time.Time) {
 			// every flow's last probe was lost: one dead flow among
 			// answering ones is no outage, and must not make the path
 			// probed ten times a second.
-			if soon := now.Add(min(m.cfg.Interval/10, 100*time.Millisecond)); soon.Before(f.p.due) {
+			if soon := monoNs(now.Add(min(m.cfg.Interval/10, 100*time.Millisecond))); soon < f.p.due {
 				f.p.due = soon
 				m.sched.due.fix(f.p)
 			}
@@ -295,12 +300,11 @@ func jitter(d time.Duration) time.Duration {
 // two.
 type dueHeap struct {
 	e    []dueEntry
-	t0   time.Time
 	live int // peers with a turn; the rest of e is stale
 }
 
 type dueEntry struct {
-	at  int64 // p.due, in nanoseconds since t0
+	at  int64 // p.due
 	p   *mpeer
 	ver uint32 // p.dueVer when pushed
 }
@@ -328,13 +332,6 @@ func (h *dueHeap) top() *mpeer {
 	return h.e[0].p
 }
 
-func (h *dueHeap) key(t time.Time) int64 {
-	if h.t0.IsZero() {
-		h.t0 = t
-	}
-	return int64(t.Sub(h.t0))
-}
-
 // push schedules p at p.due (its entry from before, if any, is stale).
 func (h *dueHeap) push(p *mpeer) {
 	if !p.inDue {
@@ -345,7 +342,7 @@ func (h *dueHeap) push(p *mpeer) {
 	if len(h.e) > 2*h.live+64 {
 		h.compact()
 	}
-	h.e = append(h.e, dueEntry{at: h.key(p.due), p: p, ver: p.dueVer})
+	h.e = append(h.e, dueEntry{at: p.due, p: p, ver: p.dueVer})
 	h.up(len(h.e) - 1)
 }
 
@@ -356,7 +353,7 @@ func (h *dueHeap) push(p *mpeer) {
 func (h *dueHeap) fix(p *mpeer) {
 	if p.inDue && len(h.e) > 0 && h.e[0].p == p && h.e[0].ver == p.dueVer {
 		p.dueVer++
-		h.e[0] = dueEntry{at: h.key(p.due), p: p, ver: p.dueVer}
+		h.e[0] = dueEntry{at: p.due, p: p, ver: p.dueVer}
 		h.down(0)
 		return
 	}

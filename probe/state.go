@@ -64,8 +64,8 @@ func (m *Manager) onReply(r ud.Reply) {
 // an up path is retried soon (expire) to tell noise from an outage. The
 // extra probes are at most up_after - 1 per answer of a down path.
 func (m *Manager) rise(p *mpeer, at time.Time) {
-	if at.Before(p.due) {
-		p.due = at
+	if t := monoNs(at); t < p.due {
+		p.due = t
 		m.sched.due.fix(p)
 	}
 	m.sched.rising = true
@@ -197,7 +197,7 @@ func (m *Manager) setPeerState(p *mpeer, st, reason string, now time.Time) {
 	if peerClass(p.state) != peerClass(st) {
 		m.pub.suspects = true
 	}
-	p.state, p.reason, p.since = st, reason, now
+	p.state, p.reason, p.since = st, reason, now.UnixNano()
 	m.changedPeer(p)
 }
 
