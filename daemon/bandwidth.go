@@ -45,9 +45,9 @@ func newBandwidth(d *Daemon, r *peerRunner) *bandwidthParts {
 		// announced in its answers (r.mgr is set before anything can
 		// ask: before the control endpoint runs and the API finds r).
 		PeerPorts: func(a netip.Addr) []bw.PeerPort {
-			eps := r.mgr.AnnouncedPorts(a)
-			out := make([]bw.PeerPort, 0, len(eps))
-			for _, e := range eps {
+			ports := r.mgr.AnnouncedPorts(a)
+			out := make([]bw.PeerPort, 0, len(ports))
+			for _, e := range ports {
 				out = append(out, bw.PeerPort{GID: e.GID, LID: e.LID})
 			}
 			return out

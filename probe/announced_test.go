@@ -22,9 +22,10 @@ func TestAnnouncedPorts(t *testing.T) {
 	defer b.stop(t)
 	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
 	peer := netip.MustParseAddr("127.0.0.3")
+	lp, _ := b.pr.Ports()
 	got := a.m.AnnouncedPorts(peer)
-	if len(got) != 1 || got[0].QPN == 0 {
-		t.Fatalf("announced ports of b = %+v; want b's one probe port", got)
+	if len(got) != 1 || got[0].GID != lp[0].GID || got[0].LID != lp[0].LID {
+		t.Fatalf("announced ports of b = %+v; want b's one probe port %+v", got, lp[0].Endpoint)
 	}
 	if other := a.m.AnnouncedPorts(netip.MustParseAddr("127.0.0.9")); other != nil {
 		t.Errorf("a stranger's ports = %+v; want none", other)
@@ -40,8 +41,9 @@ func TestAnnouncedPorts(t *testing.T) {
 	conn.WriteToUDPAddrPort(buf, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port)))
 	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	conn.ReadFromUDPAddrPort(make([]byte, wire.MaxSize)) // answered: it was processed
+	time.Sleep(100 * time.Millisecond) // a pass of a's after the query's
 	for _, e := range a.m.AnnouncedPorts(peer) {
-		if e.QPN == 0x7777 || e.LID == 99 {
+		if e.GID == spoof.GID || e.LID == 99 {
 			t.Errorf("a query's port was announced: %+v", e)
 		}
 	}

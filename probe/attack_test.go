@@ -550,6 +550,52 @@ func TestRateLimiterTable(t *testing.T) {
 	}
 }
 
+// TestRateLimiterCompact checks that the table keeps, past
+// rateCompactEvery, only the sources whose buckets are not full again: a
+// thousand sources that each queried once leave the some that queried
+// within the last burst/perSec, and a source that spent its burst keeps
+// what it has left (compacting loses nothing).
+func TestRateLimiterCompact(t *testing.T) {
+	r := newRateLimiter(admitBurst, admitPerSec, maxRateSrcs)
+	t0 := time.Now()
+	r.allow(netip.AddrFrom4([4]byte{10, 1, 0, 0}), t0) // the first compaction: nothing to do
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }
+	// A source that spends its burst just before the compaction.
+	greedy := netip.AddrFrom4([4]byte{10, 2, 0, 0})
+	at := t0.Add(rateCompactEvery - time.Second)
+	for range admitBurst {
+		if !r.allow(greedy, at) {
+			t.Fatal("the greedy source refused within its burst")
+		}
+	}
+	// 1,000 sources querying once, spread over the 10 s before it.
+	for i := range 1000 {
+		r.allow(addr(i), t0.Add(time.Duration(i)*rateCompactEvery/1000))
+	}
+	if len(r.srcs) < 1000 {
+		t.Fatalf("table %d before the compaction; want every source", len(r.srcs))
+	}
+	now := t0.Add(rateCompactEvery)
+	r.allow(addr(0), now) // compacts
+	full := r.fullAfter()
+	// The sources of the last `full` before now, the greedy one, and
+	// addr(0) again.
+	want := int(1000*full/rateCompactEvery) + 2
+	if n := len(r.srcs); n < want-2 || n > want+2 {
+		t.Errorf("table %d after the compaction; want about %d (the buckets not full again)", n, want)
+	}
+	// A second after it spent its burst, it has a second's tokens.
+	allowed := 0
+	for range admitBurst {
+		if r.allow(greedy, now) {
+			allowed++
+		}
+	}
+	if allowed != admitPerSec {
+		t.Errorf("the greedy source was allowed %d after the compaction; want %d (a second's tokens), not a new burst", allowed, admitPerSec)
+	}
+}
+
 // v1Node plays an rdmad that speaks only wire version 1 on addr:port: it
 // drops version 2 as malformed (as such an rdmad does) and answers version
 // 1 with remote's QP, admitting the querier on the fabric.

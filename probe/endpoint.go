@@ -391,7 +391,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// observation of the path, as a lost probe is: down takes
 		// down_after of them in a row, so that no single message can
 		// take a healthy peer down.
-		pa.resolved = false
+		if pa.resolved {
+			pa.resolved = false
+			m.ann.stale = true
+		}
 		m.checkMismatch(p)
 		m.observe(p, pa, sample{lost: true}, now)
 		if pa.h.state == apitype.PeerDown {
@@ -410,6 +413,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		// counted lost now, not at their timeout, where they would
 		// break the run of answers the new QP is about to give
 		// (up_after in a row: the partition drill, docs/TESTING.md).
+		if pa.remote.GID != ep.GID || pa.remote.LID != ep.LID {
+			m.ann.stale = true
+		}
 		pa.remote, pa.gidStr = ep, ""
 		m.changedPeer(p)
 		if pa.resolved && pa.h.state == apitype.PeerDown {
@@ -424,8 +430,8 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	pa.resolved = true
 	if first {
 		m.spreadRefresh(p, pa, q.idx)
+		m.ann.stale = true
 	}
-	m.announce(p, a.from.Addr())
 	m.checkMismatch(p)
 	if (first || moved) && pa.inflight == 0 && m.sched.batched < m.sched.limit {
 		// Within the pass's batch (the transport's slots); past it, the

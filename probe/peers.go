@@ -357,9 +357,7 @@ func (m *Manager) drop(p *mpeer) {
 		p.rare.mmHeld = 0 // out of the held log
 	}
 	m.peers.remove(p)
-	if len(m.peers.at(p.addr)) == 0 {
-		m.ann.set(p.addr, nil)
-	}
+	m.ann.stale = true
 }
 
 func (m *Manager) anyResolved(p *mpeer) bool {
@@ -391,6 +389,7 @@ func (m *Manager) refreshPaths(p *mpeer) {
 		old[pa.local] = pa
 	}
 	p.paths = p.paths[:0]
+	m.ann.stale = true // paths of ports gone take theirs along
 	for _, lp := range m.local {
 		pa := old[lp.Key]
 		if pa == nil {

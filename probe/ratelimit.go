@@ -16,6 +16,11 @@ const (
 	admitPerSec  = 16
 	maxRateSrcs  = 4096            // sources with a bucket of their own
 	rateSweepGap = 1 * time.Second // how often a full table may be swept
+	// rateCompactEvery is how often the table is made again with only
+	// the buckets that are not full (compact).
+	rateCompactEvery = 10 * time.Second
+	// rateCompactMin is the least table that is compacted.
+	rateCompactMin = 64
 )
 
 // A bucket is one source's tokens at the time it was last looked at
@@ -37,9 +42,10 @@ type rateLimiter struct {
 	max           int
 	// srcs is by the address's 16 bytes (an IPv4 address mapped; a zone
 	// is no other source), a bucket by value: no allocation per source.
-	srcs     map[[16]byte]bucket
-	overflow bucket
-	swept    time.Time
+	srcs      map[[16]byte]bucket
+	overflow  bucket
+	swept     time.Time
+	compacted time.Time
 }
 
 func newRateLimiter(burst, perSec float64, max int) *rateLimiter {
@@ -49,6 +55,9 @@ func newRateLimiter(burst, perSec float64, max int) *rateLimiter {
 // allow reports whether src may have one more admission at now, and takes
 // the token if so.
 func (r *rateLimiter) allow(src netip.Addr, now time.Time) bool {
+	if now.Sub(r.compacted) >= rateCompactEvery {
+		r.compact(now)
+	}
 	key := src.As16()
 	b, ok := r.srcs[key]
 	if !ok {
@@ -77,6 +86,40 @@ func (r *rateLimiter) take(b *bucket, now time.Time) bool {
 	return true
 }
 
+// compact makes the table again with only the buckets that would not be
+// full by now: a full bucket is what a new source gets, so dropping it
+// loses nothing, and a table of every peer that ever queried (each asks
+// once a minute or so, and its bucket is full again 4 s later) held a
+// bucket for each, in a map that never shrinks: at a thousand peers
+// 80 bytes a peer, for the some 70 whose buckets are not full (issue #29,
+// docs/PROBES.md "Memory per peer").
+func (r *rateLimiter) compact(now time.Time) {
+	r.compacted = now
+	if len(r.srcs) < rateCompactMin {
+		return
+	}
+	full := r.fullAfter()
+	t := monoNs(now)
+	live := 0
+	for _, b := range r.srcs {
+		if time.Duration(t-b.at) < full {
+			live++
+		}
+	}
+	srcs := make(map[[16]byte]bucket, live)
+	for src, b := range r.srcs {
+		if time.Duration(t-b.at) < full {
+			srcs[src] = b
+		}
+	}
+	r.srcs = srcs
+}
+
+// fullAfter is how long a bucket takes to fill up from empty.
+func (r *rateLimiter) fullAfter() time.Duration {
+	return time.Duration(r.burst / r.perSec * float64(time.Second))
+}
+
 // sweep drops the buckets that would be full by now, at most once per
 // rateSweepGap: a full table under a flood is not swept per packet.
 func (r *rateLimiter) sweep(now time.Time) {
@@ -84,7 +127,7 @@ func (r *rateLimiter) sweep(now time.Time) {
 		return
 	}
 	r.swept = now
-	full := time.Duration(r.burst / r.perSec * float64(time.Second))
+	full := r.fullAfter()
 	for src, b := range r.srcs {
 		if time.Duration(monoNs(now)-b.at) >= full {
 			delete(r.srcs, src)

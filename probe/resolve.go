@@ -72,6 +72,9 @@ func (m *Manager) onResolved(r resolution) {
 		m.sched.due.fix(p)
 		return
 	}
+	if p.addr != r.addr {
+		m.ann.stale = true // its ports go under the new address
+	}
 	m.peers.setAddr(p, r.addr)
 	if p.rare != nil {
 		p.rare.lookupFails = 0
