@@ -41,7 +41,7 @@ func TestAnnouncedPorts(t *testing.T) {
 	conn.WriteToUDPAddrPort(buf, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port)))
 	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	conn.ReadFromUDPAddrPort(make([]byte, wire.MaxSize)) // answered: it was processed
-	time.Sleep(100 * time.Millisecond) // a pass of a's after the query's
+	time.Sleep(100 * time.Millisecond)                   // a pass of a's after the query's
 	for _, e := range a.m.AnnouncedPorts(peer) {
 		if e.GID == spoof.GID || e.LID == 99 {
 			t.Errorf("a query's port was announced: %+v", e)

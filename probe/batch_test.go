@@ -42,9 +42,10 @@ func TestBatchBoundedByTransport(t *testing.T) {
 
 // TestShrinker checks how the inbox sizes a buffer: one of at most
 // shrinkKeep bytes is kept whatever it held; a larger one is kept for a
-// whole period of shrinkAfter takes, whatever it held, then sized to twice
-// the most a take held in this period and the one before once that is
-// under a quarter of it; a burst within the two periods keeps it.
+// whole period of shrinkAfter takes, whatever it held, then sized to a
+// quarter more than the most a take held in this period and the one
+// before once that is under half of it; a burst within the two periods
+// keeps it.
 func TestShrinker(t *testing.T) {
 	const size = 152
 	var s shrinker
@@ -65,21 +66,21 @@ func TestShrinker(t *testing.T) {
 			t.Fatalf("take %d after the burst (within two periods): sized to %d, want %d kept", i, got, c)
 		}
 	}
-	if got := s.size(3, c, size); got != 6 {
-		t.Fatalf("after two periods of takes of 3: sized to %d, want 6", got)
+	if got := s.size(40, c, size); got != 50 {
+		t.Fatalf("after two periods of takes of 3 and one of 40: sized to %d, want 50", got)
 	}
-	// Takes of 3 in a buffer of 6: kept.
+	// Takes of 40 in a buffer of 50: kept.
 	for i := range 3 * shrinkAfter {
-		if got := s.size(3, 6, size); got != 6 {
-			t.Fatalf("take %d: a buffer of 6 holding 3 sized to %d", i, got)
+		if got := s.size(40, 50, size); got != 50 {
+			t.Fatalf("take %d: a buffer of 50 holding 40 sized to %d", i, got)
 		}
 	}
 
-	// A buffer held at a quarter or more is kept.
+	// A buffer held at half or more is kept.
 	s = shrinker{}
 	for i := range 3 * shrinkAfter {
-		if got := s.size(c/4, c, size); got != c {
-			t.Fatalf("take %d: a buffer of %d holding %d sized to %d", i, c, c/4, got)
+		if got := s.size(c/2, c, size); got != c {
+			t.Fatalf("take %d: a buffer of %d holding %d sized to %d", i, c, c/2, got)
 		}
 	}
 
@@ -128,7 +129,7 @@ func TestTrimSpares(t *testing.T) {
 	}
 	c.handed = 2
 	c.trimSpares()
-	if len(c.spare) != 4 || cap(c.spare) > 2*4+16 {
-		t.Errorf("after two periods of passes handing out 2 lists: %d spares (capacity %d), want 4", len(c.spare), cap(c.spare))
+	if len(c.spare) != 2 || cap(c.spare) > 2*2+16 {
+		t.Errorf("after two periods of passes handing out 2 lists: %d spares (capacity %d), want 2", len(c.spare), cap(c.spare))
 	}
 }

@@ -1,5 +1,7 @@
 package probe
 
+import "unsafe"
+
 // A flight is a probe waiting for its answer.
 type flight struct {
 	p    *mpeer // nil: answered, refused or dropped
@@ -21,6 +23,27 @@ type flights struct {
 	head int    // index of the oldest
 	n    int    // entries from head, holes included
 	base uint64 // sequence number at head
+	// sh sizes the ring to the most it spanned lately (trim): a burst
+	// (the first probes of every peer, a stall) grew it for good.
+	sh shrinker
+}
+
+// minRing is the least ring trim leaves.
+const minRing = 64
+
+// trim sizes the ring to the most it spanned over the last periods of
+// passes (shrinker), once a pass: the live entries move to a smaller ring
+// when it is over twice that.
+func (fs *flights) trim() {
+	want := fs.sh.size(fs.n, len(fs.ring), int(unsafe.Sizeof(flight{})))
+	if want >= len(fs.ring) || max(want, minRing) >= len(fs.ring) {
+		return
+	}
+	ring := make([]flight, max(want, fs.n, minRing))
+	for i := range fs.n {
+		ring[i] = fs.ring[(fs.head+i)%len(fs.ring)]
+	}
+	fs.ring, fs.head = ring, 0
 }
 
 // push adds the probe seq, which must follow the last one pushed.

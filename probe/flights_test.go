@@ -76,9 +76,49 @@ func TestFlightsRing(t *testing.T) {
 			}
 		}
 		maxSpan = max(maxSpan, fs.n)
+		if step%50 == 0 {
+			fs.trim() // a pass
+		}
 	}
 	if len(fs.ring) > 2*maxSpan+64 {
 		t.Errorf("ring of %d entries for a span of at most %d", len(fs.ring), maxSpan)
+	}
+}
+
+// TestFlightsTrim checks that a ring a burst grew is sized again to the
+// spans of the passes after it, with every probe in flight kept in place.
+func TestFlightsTrim(t *testing.T) {
+	var fs flights
+	p := &mpeer{}
+	seq := uint64(0)
+	for range 5000 { // the burst
+		seq++
+		fs.push(seq, flight{p: p, pa: &path{}, sent: int64(seq)})
+	}
+	for fs.n > 0 {
+		fs.pop()
+	}
+	grown := len(fs.ring)
+	// Passes as the manager's: the probes of two passes before time out,
+	// 100 are sent, and the ring is trimmed at the pass's end (200 in
+	// flight then, the most).
+	for pass := range 3 * shrinkAfter {
+		for fs.n > 100 {
+			fs.pop()
+		}
+		for range 100 {
+			seq++
+			fs.push(seq, flight{p: p, pa: &path{}, sent: int64(seq)})
+		}
+		fs.trim()
+		for s := fs.frontSeq(); s <= seq; s++ {
+			if f := fs.get(s); f == nil || f.sent != int64(s) {
+				t.Fatalf("pass %d: probe %d lost in the ring: %+v", pass, s, f)
+			}
+		}
+	}
+	if len(fs.ring) >= grown || len(fs.ring) > 2*200 {
+		t.Errorf("a ring of %d entries after a burst and passes of 200 in flight: %d entries; want it sized to the passes", grown, len(fs.ring))
 	}
 }
 

@@ -81,14 +81,17 @@ func (fs *flowSet) loss() winStats {
 	return st
 }
 
-// stats returns the union's counts, loss rate and percentiles.
-func (fs *flowSet) stats() winStats {
+// stats returns the union's counts, loss rate and percentiles, computed
+// in buf (window.stats).
+func (fs *flowSet) stats(buf *[]uint16) winStats {
 	w0 := &fs.flows[0].win
-	return slotStats(fs.loss(), w0.buf, len(fs.flows)*w0.size(), len(fs.flows), func(i int) *window { return &fs.flows[i].win })
+	return slotStats(fs.loss(), buf, len(fs.flows)*w0.size(), len(fs.flows), func(i int) *window { return &fs.flows[i].win })
 }
 
 // published is window.published of the union.
-func (fs *flowSet) published() winStats { return fs.pcts.publish(fs.loss(), fs.stats) }
+func (fs *flowSet) published(buf *[]uint16) winStats {
+	return fs.pcts.publish(fs.loss(), func() winStats { return fs.stats(buf) })
+}
 
 // restart starts every flow afresh after an outage (it was reported as
 // down, not as the flows' loss), with the sample judged in the window of
@@ -162,7 +165,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	if n == 1 {
 		if pa.fl != nil {
 			pa.fl = nil
-			pa.win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
+			pa.win = *newWindow(m.cfg.Window)
 			m.pub.changed = true
 		}
 		return
@@ -170,7 +173,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	if pa.pathFlows() != n {
 		fs := make([]flowState, n)
 		for i := range fs {
-			fs[i].win = *newSharedWindow(m.cfg.Window, &m.peers.scratch)
+			fs[i].win = *newWindow(m.cfg.Window)
 		}
 		pa.fl = &flowSet{flows: fs, pcts: pcts{fresh: math.MaxUint16}}
 		// The path's figures are its flows' (flowSet.loss, stats): it
@@ -186,7 +189,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 // observeFlows takes a sample of flow (-1: of every flow, a failure of the
 // whole path) of a path with several flows and judges the path; see
 // health.judge. It reports whether the path's state changed.
-func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time, tx *texts) bool {
+func (pa *path) observeFlows(flow int, s sample, buf *[]uint16, t Thresholds, now time.Time, tx *texts) bool {
 	for i := range pa.fl.flows {
 		if flow >= 0 && i != flow {
 			continue
@@ -231,7 +234,7 @@ func (pa *path) observeFlows(flow int, s sample, t Thresholds, now time.Time, tx
 	tp.MinLosses *= len(pa.fl.flows)
 	// Back up from down, judge restarts the flows (flowSet.restart).
 	pa.fl.at = int8(flow)
-	return pa.h.judge(s, judged{fs: pa.fl}, tp, now, pa.flowsReason(t, tx), tx)
+	return pa.h.judge(s, judged{fs: pa.fl, buf: buf}, tp, now, pa.flowsReason(t, tx), tx)
 }
 
 // A flowsKey is what a path's flows reason was written for.
@@ -284,7 +287,7 @@ func (pa *path) flowsReason(t Thresholds, tx *texts) string {
 // flowStates appends the path's flows as the state shows them to out: its
 // flows, or for a path on one flow that flow with the path's figures (st)
 // and lp's first flow.
-func (pa *path) flowStates(out []apitype.PeerFlow, st winStats, lp *ud.LocalPort) []apitype.PeerFlow {
+func (pa *path) flowStates(out []apitype.PeerFlow, st winStats, lp *ud.LocalPort, buf *[]uint16) []apitype.PeerFlow {
 	if pa.fl == nil {
 		f := apitype.PeerFlow{Flow: 0, Sent: pa.sent, Lost: pa.lost, LossPct: st.LossPct, RTTP50: st.P50, RTTP99: st.P99}
 		if lp != nil && len(lp.Flows) > 0 {
@@ -294,7 +297,7 @@ func (pa *path) flowStates(out []apitype.PeerFlow, st winStats, lp *ud.LocalPort
 	}
 	for i := range pa.fl.flows {
 		f := &pa.fl.flows[i]
-		ws := f.win.published()
+		ws := f.win.published(buf)
 		out = append(out, apitype.PeerFlow{Flow: i, SourcePort: f.sport, QPN: f.qpn, Sent: f.sent, Lost: f.lost,
 			LossPct: ws.LossPct, RTTP50: ws.P50, RTTP99: ws.P99, Lossy: f.lossy})
 	}

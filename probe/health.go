@@ -78,8 +78,9 @@ func newHealth(now time.Time) health {
 // both rather than an interface, so that windowStats keeps the window's
 // loss inlined on the probe path of a path on one flow.
 type judged struct {
-	w  *window
-	fs *flowSet
+	w   *window
+	fs  *flowSet
+	buf *[]uint16 // the scratch percentiles are computed in (window.stats)
 }
 
 // restart leaves only s, the sample judged: after an outage.
@@ -96,11 +97,11 @@ func (j judged) restart(s sample) {
 func (t Thresholds) windowStats(j judged) winStats {
 	switch {
 	case j.fs != nil && t.RTT > 0:
-		return j.fs.stats()
+		return j.fs.stats(j.buf)
 	case j.fs != nil:
 		return j.fs.loss()
 	case t.RTT > 0:
-		return j.w.stats()
+		return j.w.stats(j.buf)
 	}
 	return j.w.loss()
 }
@@ -125,7 +126,7 @@ func (t Thresholds) clear(ws winStats) bool {
 // changed. w is reset when a path comes back
 // from down: the losses of the outage were reported as down, not as the
 // loss rate of the path that returned.
-func (h *health) observe(s sample, w *window, t Thresholds, now time.Time, tx *texts) bool {
+func (h *health) observe(s sample, w *window, buf *[]uint16, t Thresholds, now time.Time, tx *texts) bool {
 	w.add(s)
 	if ok := !s.lost; ok {
 		h.consecOK++
@@ -134,7 +135,7 @@ func (h *health) observe(s sample, w *window, t Thresholds, now time.Time, tx *t
 		h.consecLost++
 		h.consecOK = 0
 	}
-	return h.judge(s, judged{w: w}, t, now, "", tx)
+	return h.judge(s, judged{w: w, buf: buf}, t, now, "", tx)
 }
 
 // judge moves the state after a sample s was added to w and the runs of

@@ -129,10 +129,10 @@ func (in *inbox) keepExt(exts []wire.Ext) []wire.Ext {
 // reload that adds peers), a buffer kept at the burst's size would be heap
 // held for nothing ever after. It keeps the most a take held in the
 // current period of shrinkAfter takes and in the one before (the
-// high-water mark); once a period has passed, a buffer over four times
-// that and over shrinkKeep bytes is given up for one of twice that: one
-// allocation, not a regrowth by doubling at the next take. A burst that
-// comes back within two periods finds its buffer kept.
+// high-water mark); once a period has passed, a buffer over twice that
+// and over shrinkKeep bytes is given up for one of a quarter more than
+// it: one allocation, not a regrowth by doubling at the next take. A burst
+// that comes back within two periods finds its buffer kept.
 type shrinker struct {
 	takes     int
 	hwm, last int  // the most held in this period and in the one before
@@ -154,10 +154,10 @@ func (s *shrinker) size(n, c, size int) int {
 		s.takes, s.last, s.hwm, s.seen = 0, s.hwm, 0, true
 	}
 	most := max(s.hwm, s.last)
-	if !s.seen || c*size <= shrinkKeep || c <= 4*most {
+	if !s.seen || c*size <= shrinkKeep || c <= 2*most {
 		return c
 	}
-	return 2 * most
+	return most + most/4
 }
 
 // resize returns b emptied for use again, with room for want entries:

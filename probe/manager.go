@@ -268,6 +268,7 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		m.updateAllow()
 	}
 	m.control.trimSpares()
+	m.sched.flights.trim()
 	m.updateAnnounced()
 	if m.sched.batched >= m.sched.limit && m.sched.due.len() > 0 && m.sched.due.top().due <= horizon {
 		// More were due within the window than one pass sends: the

@@ -262,8 +262,8 @@ func TestFlushNotSent(t *testing.T) {
 	if m.sched.notSent != 2 || pa.inflight != 2 || m.sched.flights.live() != 2 {
 		t.Fatalf("after a batch of 4 with 2 refused: notSent %d, in flight %d, flights %d; want 2, 2, 2", m.sched.notSent, pa.inflight, m.sched.flights.live())
 	}
-	if len(m.sched.outbox["rxe0/1"]) != 0 {
-		t.Fatalf("outbox not emptied: %v", m.sched.outbox)
+	if q := m.sched.outbox["rxe0/1"]; q == nil || len(q.ts) != 0 {
+		t.Fatalf("outbox not emptied: %+v", q)
 	}
 	m.expire(now.Add(time.Second))
 	if pa.lost != 2 {

@@ -393,7 +393,7 @@ func (m *Manager) refreshPaths(p *mpeer) {
 	for _, lp := range m.local {
 		pa := old[lp.Key]
 		if pa == nil {
-			pa = &path{local: lp.Key, win: *newSharedWindow(m.cfg.Window, &m.peers.scratch), h: newHealth(time.Now())}
+			pa = &path{local: lp.Key, win: *newWindow(m.cfg.Window), h: newHealth(time.Now())}
 		}
 		p.paths = append(p.paths, pa)
 	}

@@ -409,9 +409,9 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apityp
 	for _, pa := range p.paths {
 		var st winStats
 		if pa.fl != nil {
-			st = pa.fl.published()
-		} else if pa.win.buf != nil {
-			st = pa.win.published()
+			st = pa.fl.published(&m.peers.scratch)
+		} else if pa.win.s != nil {
+			st = pa.win.published(&m.peers.scratch)
 		}
 		pp := apitype.PeerPath{Local: pa.local, State: pa.h.state, Since: time.Unix(0, pa.h.since),
 			RTTP50: st.P50, RTTP99: st.P99, HostDelayP99: st.HostP99, LastRTT: pa.lastRTT,
@@ -421,7 +421,7 @@ func (m *Manager) peerStateIn(p *mpeer, paths []apitype.PeerPath, flows []apityp
 			lp = &m.local[i]
 		}
 		k := pa.pathFlows()
-		pp.Flows = pa.flowStates(flows[:0:k], st, lp)
+		pp.Flows = pa.flowStates(flows[:0:k], st, lp, &m.peers.scratch)
 		flows = flows[k:]
 		if pa.fl != nil {
 			pp.LossyFlows = int(pa.fl.lossy)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/probe/ud"
@@ -21,16 +22,25 @@ type scheduler struct {
 	due     dueHeap
 	flights flights // probes in flight, by sequence number
 	seq     uint64
-	outbox  map[string][]ud.Target // probes of this tick by local port
-	batched int                    // probes and queries of this pass
-	limit   int                    // the most a pass sends (batchLimit)
+	outbox  map[string]*outQueue // probes of this tick by local port
+	batched int                  // probes and queries of this pass
+	limit   int                  // the most a pass sends (batchLimit)
 	notSent uint64
 	// rising says a down path answered in this pass (rise): the next
 	// pass comes at the next tick.
 	rising bool
 }
 
-func newScheduler() scheduler { return scheduler{outbox: map[string][]ud.Target{}} }
+func newScheduler() scheduler { return scheduler{outbox: map[string]*outQueue{}} }
+
+// An outQueue is a local port's probes of this pass, in a buffer sized to
+// what the passes send (shrinker): a pass after a stall or a burst of
+// first probes sends up to maxBatch, and a buffer kept at that (64 KiB)
+// would be held for nothing ever after.
+type outQueue struct {
+	ts []ud.Target
+	sh shrinker
+}
 
 // maxInflightPerPath bounds the probes in flight on one path.
 const maxInflightPerPath = 2
@@ -168,14 +178,20 @@ func (s *scheduler) queue(p *mpeer, pa *path, flow uint8, now time.Time, auth bo
 	s.batched++
 	pa.inflight++
 	s.flights.push(s.seq, flight{p: p, pa: pa, sent: monoNs(now), flow: flow})
-	s.outbox[pa.local] = append(s.outbox[pa.local], ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
+	q := s.outbox[pa.local]
+	if q == nil {
+		q = &outQueue{}
+		s.outbox[pa.local] = q
+	}
+	q.ts = append(q.ts, ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
 }
 
 // flush posts the queued probes through tr, one batch per local port. A
 // probe that did not go is not in flight: it counts as not sent, not as
 // lost.
 func (s *scheduler) flush(tr Transport, log *slog.Logger) {
-	for local, ts := range s.outbox {
+	for local, q := range s.outbox {
+		ts := q.ts
 		if len(ts) == 0 {
 			continue
 		}
@@ -192,8 +208,7 @@ func (s *scheduler) flush(tr Transport, log *slog.Logger) {
 				}
 			}
 		}
-		clear(ts)
-		s.outbox[local] = ts[:0]
+		q.ts = resize(ts, q.sh.size(len(ts), cap(ts), int(unsafe.Sizeof(ud.Target{}))))
 	}
 }
 

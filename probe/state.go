@@ -84,9 +84,9 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 	from, fromReason := pa.h.state, pa.h.reason
 	var changed bool
 	if pa.fl != nil {
-		changed = pa.observeFlows(flow, s, m.cfg.Threshold, now, m.texts)
+		changed = pa.observeFlows(flow, s, &m.peers.scratch, m.cfg.Threshold, now, m.texts)
 	} else {
-		changed = pa.h.observe(s, &pa.win, m.cfg.Threshold, now, m.texts)
+		changed = pa.h.observe(s, &pa.win, &m.peers.scratch, m.cfg.Threshold, now, m.texts)
 	}
 	if changed {
 		// Enabled first: the attributes, boxed into the variadic

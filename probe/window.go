@@ -59,12 +59,13 @@ func fromF12(c uint16) time.Duration {
 // counts its losses as samples come and go, so the state machine, which
 // looks at the loss rate after every probe, needs no pass over it; the
 // percentiles are computed only when asked for, in scratch space that the
-// manager's windows share (they are used by its goroutine only).
+// caller gives (the manager's windows share one: they are used by its
+// goroutine only). n is at most [probe] window's 10,000: next and lost
+// fit 16 bits, and the window's header 40 bytes in its path's 384.
 type window struct {
-	s    []byte    // n samples of slotSize bytes (set, rtt, host)
-	buf  *[]uint16 // scratch of stats
-	next int32
-	lost int32
+	s    []byte // n samples of slotSize bytes (set, rtt, host)
+	next int16
+	lost int16
 	full bool
 	pcts
 }
@@ -93,14 +94,8 @@ func (c *pcts) publish(st winStats, stats func() winStats) winStats {
 	return st
 }
 
-// newWindow returns a window of n samples with scratch space of its own.
-func newWindow(n int) *window { return newSharedWindow(n, new([]uint16)) }
-
-// newSharedWindow returns a window of n samples that computes its
-// statistics in buf, shared with other windows of the same goroutine.
-func newSharedWindow(n int, buf *[]uint16) *window {
-	return &window{s: make([]byte, slotSize*n), buf: buf}
-}
+// newWindow returns a window of n samples (at most math.MaxInt16).
+func newWindow(n int) *window { return &window{s: make([]byte, slotSize*min(n, math.MaxInt16))} }
 
 // size is how many samples the window holds when full.
 func (w *window) size() int { return len(w.s) / slotSize }
@@ -181,18 +176,22 @@ func (w *window) loss() winStats {
 // path, ten thousand at a time): the 99th percentiles from the few largest
 // values, kept in the one pass over the samples, the median by
 // quickselect. They work on the codes, which order as the times do.
-func (w *window) stats() winStats {
-	return slotStats(w.loss(), w.buf, w.size(), 1, func(int) *window { return w })
+// buf is the scratch they are computed in (nil: one of its own, made).
+func (w *window) stats(buf *[]uint16) winStats {
+	return slotStats(w.loss(), buf, w.size(), 1, func(int) *window { return w })
 }
 
 // slotStats completes st (the counts of the samples of parts, which may
 // be the windows of several flows: percentiles of their union) with the
-// percentiles, in buf, grown to room for at least size values. part(i)
-// is the i-th of n parts.
+// percentiles, in buf (nil: a new one), grown to room for at least size
+// values. part(i) is the i-th of n parts.
 func slotStats(st winStats, buf *[]uint16, size, n int, part func(i int) *window) winStats {
 	answered := st.Samples - st.Lost
 	if answered == 0 {
 		return st
+	}
+	if buf == nil {
+		buf = new([]uint16)
 	}
 	if cap(*buf) < answered {
 		*buf = make([]uint16, 0, max(size, answered))
@@ -272,7 +271,10 @@ func (t *topK) kth() uint16 { return t.v[t.k-1] }
 // 1 Hz and a window of 100 they are at most 10 s old, over 100 s of
 // samples, and a publish of ten thousand paths computes a tenth of them.
 // The state machine judges with stats, always current.
-func (w *window) published() winStats { return w.pcts.publish(w.loss(), w.stats) }
+// buf is stats'.
+func (w *window) published(buf *[]uint16) winStats {
+	return w.pcts.publish(w.loss(), func() winStats { return w.stats(buf) })
+}
 
 // rank returns the index, in sorted order, of the nearest-rank p-th
 // percentile of n values.

@@ -41,7 +41,7 @@ func TestWindowStats(t *testing.T) {
 			for _, s := range tt.samples {
 				w.add(s)
 			}
-			if diff := cmp.Diff(tt.want, w.stats()); diff != "" {
+			if diff := cmp.Diff(tt.want, w.stats(nil)); diff != "" {
 				t.Errorf("stats (-want +got):\n%s", diff)
 			}
 		})
@@ -84,7 +84,7 @@ func TestHealth(t *testing.T) {
 				case 's':
 					s = sample{rtt: 50 * time.Millisecond}
 				}
-				h.observe(s, w, th, time.Unix(int64(i), 0), nil)
+				h.observe(s, w, nil, th, time.Unix(int64(i), 0), nil)
 				got = append(got, codes[h.state])
 			}
 			if diff := cmp.Diff(tt.want, string(got)); diff != "" {
@@ -158,7 +158,7 @@ func TestWindowPercentiles(t *testing.T) {
 					rtts, hosts = append(rtts, q(s.rtt)), append(hosts, q(s.host))
 				}
 			}
-			got := w.stats()
+			got := w.stats(nil)
 			if got.P50 != sorted(rtts, 50) || got.P99 != sorted(rtts, 99) || got.HostP99 != sorted(hosts, 99) {
 				t.Fatalf("size %d, %d samples (trial %d): p50 %v p99 %v host p99 %v; sorting gives %v %v %v",
 					size, n, trial, got.P50, got.P99, got.HostP99, sorted(rtts, 50), sorted(rtts, 99), sorted(hosts, 99))
@@ -174,14 +174,14 @@ func TestWindowPublished(t *testing.T) {
 	w := newWindow(100)
 	for i := range 15 {
 		w.add(sample{rtt: time.Duration(1000 + i)})
-		if got := w.published(); got.P99 != q(time.Duration(1000+i)) || got.Samples != i+1 {
+		if got := w.published(nil); got.P99 != q(time.Duration(1000+i)) || got.Samples != i+1 {
 			t.Fatalf("after %d samples: %+v; want every sample to count while there are few", i+1, got)
 		}
 	}
 	for range 85 {
 		w.add(sample{rtt: 1500})
 	}
-	before := w.published() // a full window: computed now
+	before := w.published(nil) // a full window: computed now
 	if before.P50 != q(1500) || before.Samples != 100 {
 		t.Fatalf("full window: %+v", before)
 	}
@@ -191,18 +191,18 @@ func TestWindowPublished(t *testing.T) {
 			w.add(sample{lost: true})
 		}
 	}
-	got := w.published() // 10 new samples: due again
+	got := w.published(nil) // 10 new samples: due again
 	if got.Lost != 1 || got.Samples != 100 || got.P99 != q(2000) {
 		t.Errorf("after 10 new samples: %+v; want the loss and the new p99 2000", got)
 	}
 	w.add(sample{lost: true})
 	w.add(sample{rtt: 9000})
-	if st, pub := w.stats(), w.published(); pub.Lost != 2 || pub.P99 != q(2000) || st.P99 != q(9000) {
+	if st, pub := w.stats(nil), w.published(nil); pub.Lost != 2 || pub.P99 != q(2000) || st.P99 != q(9000) {
 		t.Errorf("2 new samples: published %+v, stats %+v; want the counts current, the published p99 kept, stats current", pub, st)
 	}
 	w.reset()
 	w.add(sample{rtt: 700, host: 3})
-	if got := w.published(); got.Samples != 1 || got.P50 != q(700) || got.HostP99 != 3 {
+	if got := w.published(nil); got.Samples != 1 || got.P50 != q(700) || got.HostP99 != 3 {
 		t.Errorf("after a reset: %+v; want the one new sample", got)
 	}
 }
@@ -236,7 +236,7 @@ func TestF12(t *testing.T) {
 	w.add(sample{rtt: 100 * time.Hour, host: time.Hour})
 	w.add(sample{rtt: -time.Second})
 	w.add(sample{lost: true})
-	if st := w.stats(); st.Lost != 1 || st.Samples != 3 || st.P99 != fromF12(maxCode) || st.P50 != 0 || st.HostP99 != fromF12(maxCode) {
+	if st := w.stats(nil); st.Lost != 1 || st.Samples != 3 || st.P99 != fromF12(maxCode) || st.P50 != 0 || st.HostP99 != fromF12(maxCode) {
 		t.Errorf("stats = %+v; want 1 lost of 3, p99 and host p99 the largest time, p50 0", st)
 	}
 	w = newWindow(7)
@@ -267,8 +267,9 @@ func BenchmarkWindowStats(b *testing.B) {
 	for i := range 100 {
 		w.add(sample{lost: i%17 == 0, rtt: time.Duration((i * 7919) % 1000), host: time.Duration(i)})
 	}
+	var buf []uint16
 	b.ReportAllocs()
 	for b.Loop() {
-		w.stats()
+		w.stats(&buf)
 	}
 }
