@@ -1,8 +1,11 @@
 package probe
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/probe/wire"
 )
 
 // TestBatchBoundedByTransport: a transport that bounds its batches
@@ -131,5 +134,44 @@ func TestTrimSpares(t *testing.T) {
 	c.trimSpares()
 	if len(c.spare) != 2 || cap(c.spare) > 2*2+16 {
 		t.Errorf("after two periods of passes handing out 2 lists: %d spares (capacity %d), want 2", len(c.spare), cap(c.spare))
+	}
+}
+
+// TestSpreadRefresh checks that the paths' first answers, all within a
+// moment, set their next refreshes apart over the whole period (the
+// resolve interval; the first path of a version-2 peer, the clock's):
+// without it they come together every period ever after. A clamp at the
+// process's start (monoNs counted from it) left them together: the test
+// runs within seconds of it.
+func TestSpreadRefresh(t *testing.T) {
+	m := resolvedManager(t, 400)
+	m.cfg.Resolve = time.Minute
+	now := time.Now()
+	for _, resolve := range []bool{true, false} { // other paths; a version-2 peer's first path
+		var first, last time.Duration = math.MaxInt64, 0
+		buckets := make([]int, 10)
+		period := m.cfg.Resolve
+		for _, p := range m.peers.byName {
+			idx := 1
+			p.ver = wire.Version1
+			if !resolve {
+				idx, p.ver = 0, wire.Version2
+				period = m.clockEvery()
+			}
+			pa := p.paths[idx]
+			pa.asked = monoNs(now)
+			m.spreadRefresh(p, pa, idx)
+			next := period - pa.askedAgo(now) // when it is asked again, from now
+			if next <= 0 || next > period {
+				t.Fatalf("path %d of %s: next query in %v; want within the period %v", idx, p.spec.Name, next, period)
+			}
+			first, last = min(first, next), max(last, next)
+			buckets[int(next*10/(period+1))]++
+		}
+		for i, n := range buckets {
+			if n < 400/10/3 {
+				t.Errorf("period %v: %d of 400 refreshes in its tenth %d (%v first, %v last); want them spread: %v", period, n, i, first, last, buckets)
+			}
+		}
 	}
 }

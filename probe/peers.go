@@ -438,11 +438,17 @@ func localAddrs() map[netip.Addr]bool {
 	return out
 }
 
-// monoBase is the origin of monoNs.
-var monoBase = time.Now()
+// monoBase is the origin of monoNs: monoSlack before the package began,
+// so that a time set back from a time of now (spreadRefresh sets a
+// path's last query back by up to a resolve interval) is still a
+// positive number, not clamped to the process's start.
+var monoBase = time.Now().Add(-monoSlack)
 
-// monoNs returns t (with its monotonic reading) as nanoseconds since the
-// package began, never 0: the per-path times are kept so, in 8 bytes
+// monoSlack is how far before the package's start monoNs counts from.
+const monoSlack = 1000 * time.Hour
+
+// monoNs returns t (with its monotonic reading) as nanoseconds since
+// monoBase, never 0: the per-path times are kept so, in 8 bytes
 // rather than a time.Time's 24, and 0 is "never".
 func monoNs(t time.Time) int64 { return int64(t.Sub(monoBase)) + 1 }
 
