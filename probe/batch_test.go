@@ -2,9 +2,11 @@ package probe
 
 import (
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/probe/wire"
 )
 
@@ -172,6 +174,64 @@ func TestSpreadRefresh(t *testing.T) {
 			if n < 400/10/3 {
 				t.Errorf("period %v: %d of 400 refreshes in its tenth %d (%v first, %v last); want them spread: %v", period, n, i, first, last, buckets)
 			}
+		}
+	}
+}
+
+// TestUnplannedQueriesSpread checks which answers spread their path's
+// next refresh: those to a query out of the path's schedule (asked again
+// at once after this node's fingerprint changed, as refreshFingerprint
+// does for every path; a down path's) do, and so a fingerprint change,
+// which asks every peer within an interval, leaves the refreshes apart;
+// a refresh on schedule does not, and keeps its period.
+func TestUnplannedQueriesSpread(t *testing.T) {
+	m := controlManager(t, 200)
+	m.cfg.Resolve = time.Minute
+	peers := m.peers.inOrder()
+	for k, p := range peers {
+		p.addr = netip.AddrFrom4([4]byte{127, 0, byte(k >> 8), byte(k + 1)})
+	}
+	now := time.Now()
+	ask := func(p *mpeer, idx int) {
+		m.query(p, idx, now)
+		q := p.queries()[len(p.queries())-1]
+		b := answerMessage(t, m, p, q.nonce, idx, now)
+		msg, err := wire.Decode(b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.in.addAnswer(answer{from: q.to, m: msg, at: now})
+		m.takeInbox(now)
+	}
+	for _, c := range []struct {
+		name   string
+		set    func(pa *path)
+		spread bool
+	}{
+		{"on schedule", func(pa *path) { pa.asked = monoNs(now.Add(-m.cfg.Resolve)) }, false},
+		{"after a fingerprint change", func(pa *path) { pa.asked = 0 }, true},
+		{"a down path", func(pa *path) { pa.asked, pa.h.state = monoNs(now.Add(-time.Second)), apitype.PeerDown }, true},
+	} {
+		buckets := make([]int, 10)
+		for _, p := range peers {
+			pa := p.paths[1] // not the clock's: its period is the resolve interval
+			c.set(pa)
+			ask(p, 1)
+			pa.h.state = apitype.PeerUp
+			next := m.cfg.Resolve - pa.askedAgo(now)
+			if next <= 0 || next > m.cfg.Resolve {
+				t.Fatalf("%s: %s's next refresh in %v; want within %v", c.name, p.spec.Name, next, m.cfg.Resolve)
+			}
+			buckets[int(next*10/(m.cfg.Resolve+1))]++
+		}
+		if c.spread {
+			for i, n := range buckets {
+				if n < 200/10/3 {
+					t.Errorf("%s: %d of 200 refreshes in the period's tenth %d; want them spread: %v", c.name, n, i, buckets)
+				}
+			}
+		} else if buckets[9] != 200 {
+			t.Errorf("%s: the next refreshes %v (tenths of the period); want every one a period on", c.name, buckets)
 		}
 	}
 }

@@ -158,10 +158,15 @@ type ctlErr struct {
 // for, where it went (the answer must come from there) and in which wire
 // version.
 type query struct {
-	idx  int
-	to   netip.AddrPort
-	ver  uint8
-	sent time.Time
+	idx int
+	to  netip.AddrPort
+	ver uint8
+	// unplanned: the path was asked out of its schedule (its first query,
+	// one again after a miss or after this node's fingerprint changed,
+	// one of an unresolved or down path): its answer spreads the next
+	// refresh (spreadRefresh).
+	unplanned bool
+	sent      time.Time
 	// t1 is the realtime clock the query carried (wire.ExtClock, with
 	// its monotonic reading); zero for a version-1 query.
 	t1 time.Time
@@ -297,7 +302,9 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 	to := netip.AddrPortFrom(p.addr, uint16(m.cfg.Port))
 	m.control.takeQueries(p)
 	l := p.queried
-	l.q = append(l.q, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, sent: now}})
+	pa := p.paths[i]
+	unplanned := pa.asked == 0 || !pa.resolved || pa.h.state == apitype.PeerDown
+	l.q = append(l.q, pendingQuery{nonce: n, query: query{idx: i, to: to, ver: ver, unplanned: unplanned, sent: now}})
 	m.control.nonces[n] = p
 	p.paths[i].asked = monoNs(now)
 	msg := wire.Message{Version: ver, Nonce: n, Index: uint8(i), Count: uint8(min(len(m.local), 255)),
@@ -314,16 +321,19 @@ func (m *Manager) query(p *mpeer, i int, now time.Time) {
 
 // spreadRefresh sets the path's last query back by a random part of the
 // period it is asked again in (the refresh every resolve interval, or the
-// first path's clock query, clockEvery), at its first answer: its next
-// query then comes at a random point of its first period, and the later
-// ones a period apart from there. The first queries of every peer come
-// within an interval (the peers' first turns), and without this their
-// refreshes came so every minute ever after: a burst of a query to every
-// peer in one interval (at a thousand peers 250 a pass, at ten thousand
-// the whole control socket's buffer), whose answers the manager's inbox
-// and the outstanding queries were sized for, to be kept ever after
-// (issue #29: docs/PROBES.md, "Memory per peer"). Spread, a pass asks
-// some peers/(period/window) of them: 4 at a thousand peers.
+// first path's clock query, clockEvery), at the answer to a query out of
+// its schedule (its first, every path's after this node's fingerprint
+// changed, a down path's): its next query then comes at a random point of
+// its first period, and the later ones a period apart from there. Such
+// queries go to many peers within an interval (the peers' first turns,
+// the turns after a fingerprint change, a rack's peers back at once), and
+// without this the refreshes came so every
+// minute ever after: a burst of a query to every peer in one interval (at
+// a thousand peers 250 a pass, at ten thousand the whole control socket's
+// buffer), whose answers the manager's inbox and the outstanding queries
+// were sized for, to be kept ever after (issue #29: docs/PROBES.md,
+// "Memory per peer"). Spread, a pass asks some peers/(period/window) of
+// them: 4 at a thousand peers.
 func (m *Manager) spreadRefresh(p *mpeer, pa *path, idx int) {
 	period := m.cfg.Resolve
 	if idx == 0 && p.ver == wire.Version2 {
@@ -428,8 +438,10 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	}
 	first := !pa.resolved
 	pa.resolved = true
-	if first {
+	if first || q.unplanned {
 		m.spreadRefresh(p, pa, q.idx)
+	}
+	if first {
 		m.ann.stale = true
 	}
 	m.checkMismatch(p)
