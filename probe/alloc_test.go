@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,8 +303,12 @@ func testStateFlipAllocs(t *testing.T, m *Manager) {
 // answerMessage returns the encoded answer of p's peer to its query q
 // (nonce n): its path's endpoint, the fleet's fingerprint and a clock.
 func answerMessage(t testing.TB, m *Manager, p *mpeer, n uint64, idx int, at time.Time) []byte {
+	return answerWith(t, m, p, n, idx, at, scaleFingerprint(m.local))
+}
+
+// answerWith is answerMessage with the fingerprint fp.
+func answerWith(t testing.TB, m *Manager, p *mpeer, n uint64, idx int, at time.Time, fp wire.Fingerprint) []byte {
 	pa := p.paths[idx]
-	fp := scaleFingerprint(m.local)
 	ans := wire.Message{Version: wire.Version2, Type: wire.TypeAnswer, Nonce: n, NodeID: p.nodeID, Index: uint8(idx), Count: uint8(len(p.paths)),
 		QPN: pa.remote.QPN, QKey: pa.remote.QKey, LID: pa.remote.LID, GID: pa.remote.GID,
 		Ext: []wire.Ext{{Type: wire.ExtFingerprint, Value: fp.Marshal()}, wire.ClockAnswerExt(at, at.Add(time.Microsecond))}}
@@ -382,6 +387,76 @@ func TestClockQueryAllocs(t *testing.T) {
 	}
 	if len(m.control.nonces) != 0 {
 		t.Errorf("%d nonces outstanding after every answer came", len(m.control.nonces))
+	}
+}
+
+// TestMismatchedAnswerAllocs checks that the answers of peers whose
+// settings differ from this node's (a kernel, rdmad's version and a port's
+// MTU, as in a rolling upgrade) allocate nothing once their mismatches are
+// known: the mismatches are checked again only when the answer changes what
+// they depend on (it rebuilt and compared the text at every answer, some
+// 15 allocations each).
+func TestMismatchedAnswerAllocs(t *testing.T) {
+	m := controlManager(t, 10)
+	peers := m.peers.inOrder()
+	other := scaleFingerprint(m.local)
+	other.Kernel, other.Version = "6.12.9-other", "9.9.9"
+	other.Ports[0].NetdevMTU = 9000
+	answers := make([][]byte, len(peers))
+	for k, p := range peers {
+		p.addr = netip.AddrFrom4([4]byte{127, 0, 0, byte(k + 1)})
+		answers[k] = answerWith(t, m, p, 0, 0, time.Now(), other)
+	}
+	now := time.Now()
+	exts := make([]wire.Ext, 0, 8)
+	buf := make([]byte, wire.MaxSize+1)
+	i := 0
+	run := func() {
+		now = now.Add(time.Second)
+		k := i % len(peers)
+		p := peers[k]
+		i++
+		m.query(p, 0, now)
+		q := p.queries()[len(p.queries())-1]
+		n := copy(buf, answers[k])
+		binary.BigEndian.PutUint64(buf[8:], q.nonce)
+		msg, err := wire.DecodeAlias(buf[:n], exts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
+		m.takeInbox(now)
+	}
+	for range 50 {
+		run()
+	}
+	for _, p := range peers {
+		if p.rare == nil || !strings.Contains(p.rare.mismatch, "kernel 6.1.0-bench-amd64 here") || !strings.Contains(p.rare.mismatch, "vs 9000 on the peer") {
+			var got string
+			if p.rare != nil {
+				got = p.rare.mismatch
+			}
+			t.Fatalf("peer %s: mismatches %q; want the kernel's and the MTU's", p.spec.Name, got)
+		}
+	}
+	if got := testing.AllocsPerRun(100, run); got != 0 {
+		t.Errorf("%v allocations per answer of a mismatched peer; want 0", got)
+	}
+	// A change the answer brings is still seen: its fingerprint.
+	p := peers[0]
+	before := p.rare.mismatch
+	other.Ports[0].NetdevMTU = 1500
+	m.query(p, 0, now)
+	q := p.queries()[len(p.queries())-1]
+	b := answerWith(t, m, p, q.nonce, 0, now, other)
+	msg, err := wire.Decode(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
+	m.takeInbox(now.Add(time.Second))
+	if p.rare.mismatch == before || !strings.Contains(p.rare.mismatch, "vs 1500 on the peer") {
+		t.Errorf("after the peer's fingerprint changed: mismatches %q; want its new MTU", p.rare.mismatch)
 	}
 }
 

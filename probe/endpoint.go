@@ -404,8 +404,8 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		if pa.resolved {
 			pa.resolved = false
 			m.ann.stale = true
+			m.checkMismatch(p)
 		}
-		m.checkMismatch(p)
 		m.observe(p, pa, sample{lost: true}, now)
 		if pa.h.state == apitype.PeerDown {
 			pa.h.reason = "it has no active RDMA port to answer probes on"
@@ -414,6 +414,12 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 		return
 	}
 	ep := ud.Endpoint{GID: a.m.GID, QPN: a.m.QPN, QKey: a.m.QKey, LID: a.m.LID}
+	// What the mismatches depend on and an answer can change: the
+	// peer's port behind the path and whether the path is resolved (the
+	// fingerprint's own change checks them in setPeerFingerprint). An
+	// answer that changes neither leaves them as they are: a mismatched
+	// peer's text is not made again at every answer.
+	recheck := pa.remoteIdx != a.m.Index
 	pa.remoteIdx = a.m.Index
 	moved := false
 	if pa.remote != ep {
@@ -444,7 +450,9 @@ func (m *Manager) onAnswer(a answer, now time.Time) {
 	if first {
 		m.ann.stale = true
 	}
-	m.checkMismatch(p)
+	if first || recheck {
+		m.checkMismatch(p)
+	}
 	if (first || moved) && pa.inflight == 0 && m.sched.batched < m.sched.limit {
 		// Within the pass's batch (the transport's slots); past it, the
 		// path's first probe waits for the peer's turn.
