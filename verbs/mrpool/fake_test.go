@@ -213,3 +213,49 @@ func TestFakePoolRun(t *testing.T) {
 		t.Error("Run registered no canary")
 	}
 }
+
+// TestFakePoolRunWaitsForDeviceEvents: while the only wanted device has
+// no verbs, Run does not retry it every canary interval (only a device
+// event, on which the daemon calls Tick, can bring it); once the event's
+// Tick registers it, the canary runs every interval again.
+func TestFakePoolRunWaitsForDeviceEvents(t *testing.T) {
+	t.Cleanup(verbs.FakeReset)
+	p, err := New(Config{Classes: []Class{{Size: 4096, Count: 4}}, memlock: unlimited, CanaryInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.AddDevice("fake1"); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrUnavailable) {
+		t.Fatalf("AddDevice of a device the fake NIC lacks = %v; want no device", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // Run's first round
+	// The device comes, but nobody says so: a round every 10 ms would
+	// register it at once.
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake1"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if p.Device("fake1") != nil {
+		t.Fatal("Run retried a device without verbs at the canary's interval; want it to wait for a device event")
+	}
+	p.Tick() // the daemon's answer to the device's uevent
+	if p.Device("fake1") == nil {
+		t.Fatal("Tick did not register the device that came")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats()[0].Canary.Registrations < 5 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := p.Stats()[0].Canary.Registrations; n < 5 {
+		t.Errorf("%d canary registrations since the device came; want one every 10 ms again", n)
+	}
+}

@@ -83,6 +83,12 @@ type Pool struct {
 	canary    map[string]*canaryStats // guarded by mu
 
 	watchers sync.WaitGroup // the async event readers of open devices
+
+	// noVerbs is Tick's finding that nothing is registered and every
+	// wanted device failed for want of verbs (Run's rounds wait
+	// eventRetry then); added tells Run that AddDevice registered one.
+	noVerbs atomic.Bool
+	added   chan struct{}
 }
 
 // New returns an empty pool; add devices with AddDevice.
@@ -108,7 +114,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.memcg == nil {
 		cfg.memcg = cgroupmem.Own
 	}
-	p := &Pool{cfg: cfg, wanted: map[string]bool{}, canary: map[string]*canaryStats{}}
+	p := &Pool{cfg: cfg, wanted: map[string]bool{}, canary: map[string]*canaryStats{}, added: make(chan struct{}, 1)}
 	empty := map[string]*DevicePool{}
 	p.devs.Store(&empty)
 	return p, nil
@@ -141,6 +147,11 @@ func (p *Pool) AddDevice(name string) error {
 	p.publish(name, d)
 	p.watch(d)
 	p.cfg.Logger.Info("mrpool: registered buffers", "device", name, "bytes", d.registered)
+	p.noVerbs.Store(false)
+	select {
+	case p.added <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

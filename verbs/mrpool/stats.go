@@ -100,18 +100,40 @@ func (p *Pool) canaryFor(name string) *canaryStats {
 // can finish), re-adds wanted devices that returned, and registers and
 // deregisters a canary buffer on each device to time registration and to
 // catch memlock or permission trouble before a user of the pool does.
+//
+// While nothing is registered and every wanted device failed for want of
+// verbs (a kernel without RDMA userspace support, a device without its
+// uverbs node), a round would only make the same failed calls again: only
+// a device event can change that, and the daemon calls Tick on each. Run
+// waits eventRetry then, which catches an event that was missed, and the
+// canary's interval again from the first device registered.
 func (p *Pool) Run(ctx context.Context) error {
-	t := time.NewTicker(p.cfg.CanaryInterval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		p.Tick()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		for wait := true; wait; {
+			iv := p.cfg.CanaryInterval
+			if p.noVerbs.Load() && len(*p.devs.Load()) == 0 {
+				iv = max(iv, eventRetry)
+			}
+			t.Reset(iv)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				wait = false
+			case <-p.added:
+				// Registered (and its canary taken) by AddDevice:
+				// the canary's interval from now.
+			}
 		}
 	}
 }
+
+// eventRetry is how often Run retries devices when only a device event
+// can bring them (see Run).
+const eventRetry = 5 * time.Minute
 
 // Tick runs one round of Run's checks now; the daemon calls it after a
 // device event instead of waiting for the next interval.
@@ -126,11 +148,15 @@ func (p *Pool) Tick() {
 	if closed {
 		return
 	}
+	// noVerbs: nothing registered, and nothing but a device event can
+	// change that (see Run).
+	noVerbs := true
 	for _, n := range names {
 		d := p.Device(n)
 		switch {
 		case d != nil && !d.vctx.Alive():
 			p.gone(d, "its uverbs node is gone")
+			noVerbs = false
 		case d == nil:
 			if err := p.AddDevice(n); err != nil {
 				p.mu.Lock()
@@ -138,6 +164,7 @@ func (p *Pool) Tick() {
 				p.mu.Unlock()
 				if !errors.Is(err, verbs.ErrUnavailable) && !errors.Is(err, verbs.ErrNoDevice) {
 					p.cfg.Logger.Warn("mrpool: cannot register buffers", "device", n, "err", err)
+					noVerbs = false
 				}
 				continue
 			}
@@ -145,10 +172,13 @@ func (p *Pool) Tick() {
 			p.canaryFor(n).addErr = ""
 			p.mu.Unlock()
 			p.canaryOnce(n)
+			noVerbs = false
 		default:
 			p.canaryOnce(n)
+			noVerbs = false
 		}
 	}
+	p.noVerbs.Store(noVerbs)
 }
 
 // canaryOnce registers and deregisters the canary buffer on name, holding
