@@ -335,6 +335,33 @@ func controlManager(t *testing.T, n int) *Manager {
 	return m
 }
 
+// queryAndAnswer returns a function that queries the next of peers in
+// turn, a second later each time, and takes the peer's answer (answers,
+// with the query's nonce) as the control endpoint hands it over: decoded
+// with wire.DecodeAlias in reused buffers, queued in the inbox.
+func queryAndAnswer(t *testing.T, m *Manager, peers []*mpeer, answers [][]byte) func() {
+	now := time.Now()
+	exts := make([]wire.Ext, 0, 8)
+	buf := make([]byte, wire.MaxSize+1)
+	i := 0
+	return func() {
+		now = now.Add(time.Second)
+		k := i % len(peers)
+		p := peers[k]
+		i++
+		m.query(p, 0, now)
+		q := p.queries()[len(p.queries())-1]
+		n := copy(buf, answers[k])
+		binary.BigEndian.PutUint64(buf[8:], q.nonce)
+		msg, err := wire.DecodeAlias(buf[:n], exts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
+		m.takeInbox(now)
+	}
+}
+
 // TestClockQueryAllocs checks that a control query (the one every peer's
 // first path sends every 15 s for the clock) and its answer, decoded as
 // the control endpoint does (wire.DecodeAlias, in its reused buffers),
@@ -351,26 +378,7 @@ func TestClockQueryAllocs(t *testing.T) {
 	for k, p := range peers {
 		answers[k] = answerMessage(t, m, p, 0, 0, time.Now())
 	}
-	now := time.Now()
-	exts := make([]wire.Ext, 0, 8)
-	buf := make([]byte, wire.MaxSize+1)
-	i := 0
-	run := func() {
-		now = now.Add(time.Second)
-		k := i % len(peers)
-		p := peers[k]
-		i++
-		m.query(p, 0, now)
-		q := p.queries()[len(p.queries())-1]
-		n := copy(buf, answers[k])
-		binary.BigEndian.PutUint64(buf[8:], q.nonce)
-		msg, err := wire.DecodeAlias(buf[:n], exts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
-		m.takeInbox(now)
-	}
+	run := queryAndAnswer(t, m, peers, answers)
 	for range 50 {
 		run()
 	}
@@ -407,26 +415,7 @@ func TestMismatchedAnswerAllocs(t *testing.T) {
 		p.addr = netip.AddrFrom4([4]byte{127, 0, 0, byte(k + 1)})
 		answers[k] = answerWith(t, m, p, 0, 0, time.Now(), other)
 	}
-	now := time.Now()
-	exts := make([]wire.Ext, 0, 8)
-	buf := make([]byte, wire.MaxSize+1)
-	i := 0
-	run := func() {
-		now = now.Add(time.Second)
-		k := i % len(peers)
-		p := peers[k]
-		i++
-		m.query(p, 0, now)
-		q := p.queries()[len(p.queries())-1]
-		n := copy(buf, answers[k])
-		binary.BigEndian.PutUint64(buf[8:], q.nonce)
-		msg, err := wire.DecodeAlias(buf[:n], exts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.in.addAnswer(answer{from: q.to, m: msg, at: q.t1.Add(50 * time.Microsecond)})
-		m.takeInbox(now)
-	}
+	run := queryAndAnswer(t, m, peers, answers)
 	for range 50 {
 		run()
 	}
@@ -446,6 +435,7 @@ func TestMismatchedAnswerAllocs(t *testing.T) {
 	p := peers[0]
 	before := p.rare.mismatch
 	other.Ports[0].NetdevMTU = 1500
+	now := time.Now().Add(time.Hour) // after every query run made
 	m.query(p, 0, now)
 	q := p.queries()[len(p.queries())-1]
 	b := answerWith(t, m, p, q.nonce, 0, now, other)

@@ -114,26 +114,8 @@ type testBus struct {
 	done chan struct{}
 }
 
-// defaultPolicy is the default context of /usr/share/dbus-1/system.conf
-// (Debian bookworm): anyone may connect, nobody may own names or send
-// method calls unless a service's policy file punches a hole.
-const defaultPolicy = `
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-    <deny send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus" send_member="UpdateActivationEnvironment"/>
-  </policy>`
+// defaultPolicy is the default context of the system bus's configuration.
+const defaultPolicy = testenv.SystemBusPolicy
 
 // startBus starts a dbus-daemon whose configuration is the system bus's
 // default policy, the project's policy file, then extra, and points
@@ -154,20 +136,9 @@ func startBus(t *testing.T, extra string) *testBus {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(dir, "bus.conf")
-	doc := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=` + filepath.Join(dir, "bus") + `</listen>
-  <auth>EXTERNAL</auth>` + defaultPolicy + `
-  <include>` + policy + `</include>
-` + extra + `
-</busconfig>
-`
-	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	conf := testenv.WriteBusConfig(t, dir, defaultPolicy+`
+  <include>`+policy+`</include>
+`+extra)
 	b := &testBus{t: t, dir: dir, conf: conf}
 	b.start()
 	t.Cleanup(b.stop)

@@ -1,12 +1,9 @@
 package unitjob
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,64 +20,8 @@ import (
 // DBUS_SYSTEM_BUS_ADDRESS at it.
 func startBus(t *testing.T) {
 	t.Helper()
-	testenv.Tool(t, "dbus-daemon", "apt-get install dbus-daemon: the tests run a private bus")
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "bus.conf")
-	doc := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=` + filepath.Join(dir, "bus") + `</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-  </policy>
-</busconfig>
-`
-	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("dbus-daemon", "--config-file="+conf, "--print-address", "--nofork")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start dbus-daemon: %v", err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	r := bufio.NewReader(stdout)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		close(done)
-		t.Fatalf("dbus-daemon printed no address: %v", err)
-	}
-	go func() {
-		_, _ = r.WriteTo(discard{})
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", strings.Split(strings.TrimSpace(line), ",")[0])
+	testenv.SystemBus(t, testenv.OpenBusPolicy)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // fakeManager is org.freedesktop.systemd1.Manager as far as Start uses it.
 // result is the JobRemoved result it reports for a unit ("" sends no

@@ -17,15 +17,12 @@
 package daemonbench
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -309,52 +306,9 @@ func BenchmarkDaemonIdle(b *testing.B) {
 // policy and the project's policy file, as a node's, and points
 // DBUS_SYSTEM_BUS_ADDRESS at it.
 func startIdleBus(b *testing.B) {
-	testenv.Tool(b, "dbus-daemon", "apt-get install dbus-daemon, or run with -daemon.nobus")
 	policy, err := filepath.Abs("../../etc/dbus-1/system.d/org.rdmad.Agent1.conf")
 	if err != nil {
 		b.Fatal(err)
 	}
-	dir := b.TempDir()
-	conf := filepath.Join(dir, "bus.conf")
-	doc := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=` + filepath.Join(dir, "bus") + `</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-  </policy>
-  <include>` + policy + `</include>
-</busconfig>
-`
-	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command("dbus-daemon", "--config-file="+conf, "--print-address", "--nofork")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start dbus-daemon: %v", err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.Fatalf("dbus-daemon --config-file=%s printed no address: %v", conf, err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	b.Setenv("DBUS_SYSTEM_BUS_ADDRESS", strings.Split(strings.TrimSpace(line), ",")[0])
+	testenv.SystemBus(b, testenv.SystemBusPolicy+"\n  <include>"+policy+"</include>")
 }
