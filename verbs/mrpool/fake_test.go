@@ -259,3 +259,51 @@ func TestFakePoolRunWaitsForDeviceEvents(t *testing.T) {
 		t.Errorf("%d canary registrations since the device came; want one every 10 ms again", n)
 	}
 }
+
+// TestFakePoolRunRetriesAReturningDevice: a device that was registered
+// and went away is tried again every canary interval, without a device
+// event, and registered when it returns (the VM suite's
+// TestProbeDeviceRemoval does so with rxe).
+func TestFakePoolRunRetriesAReturningDevice(t *testing.T) {
+	t.Cleanup(verbs.FakeReset)
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake2"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Classes: []Class{{Size: 4096, Count: 4}}, memlock: unlimited, CanaryInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.AddDevice("fake2"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	if err := verbs.FakeRemoveDevice("fake2"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Device("fake2") != nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p.Device("fake2") != nil {
+		t.Fatal("the removed device is still registered")
+	}
+	time.Sleep(50 * time.Millisecond) // rounds that find it gone
+	if err := verbs.FakeAddDevice(verbs.FakeDevice{Name: "fake2"}); err != nil {
+		t.Fatal(err)
+	}
+	for p.Device("fake2") == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p.Device("fake2") == nil {
+		t.Error("Run did not register the device when it returned")
+	}
+}

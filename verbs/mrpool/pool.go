@@ -85,10 +85,13 @@ type Pool struct {
 	watchers sync.WaitGroup // the async event readers of open devices
 
 	// noVerbs is Tick's finding that nothing is registered and every
-	// wanted device failed for want of verbs (Run's rounds wait
-	// eventRetry then); added tells Run that AddDevice registered one.
-	noVerbs atomic.Bool
-	added   chan struct{}
+	// wanted device failed for want of verbs; while nothing has ever
+	// been registered too, Run's rounds wait eventRetry. registered is
+	// whether AddDevice ever registered a device; added tells Run it
+	// did.
+	noVerbs    atomic.Bool
+	registered atomic.Bool
+	added      chan struct{}
 }
 
 // New returns an empty pool; add devices with AddDevice.
@@ -148,6 +151,7 @@ func (p *Pool) AddDevice(name string) error {
 	p.watch(d)
 	p.cfg.Logger.Info("mrpool: registered buffers", "device", name, "bytes", d.registered)
 	p.noVerbs.Store(false)
+	p.registered.Store(true)
 	select {
 	case p.added <- struct{}{}:
 	default:

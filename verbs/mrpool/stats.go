@@ -101,12 +101,14 @@ func (p *Pool) canaryFor(name string) *canaryStats {
 // deregisters a canary buffer on each device to time registration and to
 // catch memlock or permission trouble before a user of the pool does.
 //
-// While nothing is registered and every wanted device failed for want of
-// verbs (a kernel without RDMA userspace support, a device without its
-// uverbs node), a round would only make the same failed calls again: only
+// While no device was ever registered and every wanted one failed for want
+// of verbs (a kernel without RDMA userspace support, devices without their
+// uverbs nodes), a round would only make the same failed calls again: only
 // a device event can change that, and the daemon calls Tick on each. Run
 // waits eventRetry then, which catches an event that was missed, and the
-// canary's interval again from the first device registered.
+// canary's interval from the first device registered. A device that was
+// registered and went away is tried every interval until it returns, as
+// before: that is a fault, and its return is awaited.
 func (p *Pool) Run(ctx context.Context) error {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -114,7 +116,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.Tick()
 		for wait := true; wait; {
 			iv := p.cfg.CanaryInterval
-			if p.noVerbs.Load() && len(*p.devs.Load()) == 0 {
+			if p.noVerbs.Load() && !p.registered.Load() {
 				iv = max(iv, eventRetry)
 			}
 			t.Reset(iv)
