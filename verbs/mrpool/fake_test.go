@@ -228,15 +228,7 @@ func TestFakePoolRunWaitsForDeviceEvents(t *testing.T) {
 	if err := p.AddDevice("fake1"); !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrUnavailable) {
 		t.Fatalf("AddDevice of a device the fake NIC lacks = %v; want no device", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	defer runPool(t, p)()
 	time.Sleep(50 * time.Millisecond) // Run's first round
 	// The device comes, but nobody says so: a round every 10 ms would
 	// register it at once.
@@ -277,15 +269,7 @@ func TestFakePoolRunRetriesAReturningDevice(t *testing.T) {
 	if err := p.AddDevice("fake2"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	defer runPool(t, p)()
 	if err := verbs.FakeRemoveDevice("fake2"); err != nil {
 		t.Fatal(err)
 	}
@@ -305,5 +289,19 @@ func TestFakePoolRunRetriesAReturningDevice(t *testing.T) {
 	}
 	if p.Device("fake2") == nil {
 		t.Error("Run did not register the device when it returned")
+	}
+}
+
+// runPool runs p.Run until the function it returns is called, which
+// checks that Run ended for that.
+func runPool(t *testing.T, p *Pool) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v", err)
+		}
 	}
 }
