@@ -84,11 +84,10 @@ type Pool struct {
 
 	watchers sync.WaitGroup // the async event readers of open devices
 
-	// noVerbs is Tick's finding that nothing is registered and every
-	// wanted device failed for want of verbs; while nothing has ever
-	// been registered too, Run's rounds wait eventRetry. registered is
-	// whether AddDevice ever registered a device; added tells Run it
-	// did.
+	// noVerbs is Tick's finding that every wanted device failed for
+	// want of verbs; while nothing was ever registered (registered)
+	// too, Run's rounds wait eventRetry. added tells Run that AddDevice
+	// registered a device.
 	noVerbs    atomic.Bool
 	registered atomic.Bool
 	added      chan struct{}
@@ -150,7 +149,6 @@ func (p *Pool) AddDevice(name string) error {
 	p.publish(name, d)
 	p.watch(d)
 	p.cfg.Logger.Info("mrpool: registered buffers", "device", name, "bytes", d.registered)
-	p.noVerbs.Store(false)
 	p.registered.Store(true)
 	select {
 	case p.added <- struct{}{}:
