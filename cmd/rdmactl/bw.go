@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -118,7 +119,15 @@ func cmdBW(ctx context.Context, g *globals, c *client.Client, x call) int {
 		stop()
 	}
 	if err != nil {
-		return fail(g, err)
+		code := fail(g, err)
+		// An rdmad that runs no bandwidth tests (501) answered: the test
+		// did not run, which is 3 as the help says, not 1 (rdmad could
+		// not be asked).
+		var ae *client.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusNotImplemented {
+			code = exitDegraded
+		}
+		return code
 	}
 	if g.json {
 		printJSON(g.stdout, res)

@@ -111,6 +111,28 @@ func TestBWLoopback(t *testing.T) {
 	}
 }
 
+// TestBWNotRun: an rdmad that runs no bandwidth tests answers 501; the
+// test did not run, which is exit 3 as rdmactl bw's help says (1 is for an
+// rdmad that could not be asked), and rdmad's reason is printed.
+func TestBWNotRun(t *testing.T) {
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{
+		"POST /v1/bw": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotImplemented)
+			json.NewEncoder(w).Encode(apitype.ErrorBody{Error: "this rdmad runs no bandwidth tests"})
+		},
+	})
+	for _, args := range [][]string{{"bw", "--loopback"}, {"bw", "node2"}} {
+		code, _, errs := rdmactl(t, append([]string{"--socket", sock}, args...)...)
+		if code != exitDegraded || !strings.Contains(errs, "runs no bandwidth tests") {
+			t.Errorf("%v: exit %d, stderr %q; want 3 with rdmad's reason", args, code, errs)
+		}
+	}
+	if code, _, _ := rdmactl(t, "--socket", t.TempDir()+"/none.sock", "bw", "--loopback"); code != exitError {
+		t.Errorf("bw against no rdmad: exit %d, want 1 (rdmad could not be asked)", code)
+	}
+}
+
 // TestBWProgress: on a terminal rdmactl bw writes a progress line in place
 // while the test runs and erases it before the result; with --json, or
 // not on a terminal (TestBW, TestBWLoopback), it writes none.
