@@ -59,7 +59,13 @@ func resourcesFrom(ctx context.Context, g *globals, c *client.Client) (apitype.R
 	case errors.As(err, &api) && api.Status != http.StatusNotFound && api.Status != http.StatusNotImplemented:
 		return apitype.Resources{}, err
 	}
-	fmt.Fprintf(g.stderr, "rdmactl: rdmad did not answer (%v); reading the kernel's RDMA resources directly\n", err)
+	if errors.As(err, &api) && api.Status == http.StatusNotImplemented {
+		// rdmad answered that it does not read them (a fixture tree): say
+		// so, not that it did not answer.
+		fmt.Fprintf(g.stderr, "rdmactl: %s; reading the kernel's RDMA resources directly\n", api.Message)
+	} else {
+		fmt.Fprintf(g.stderr, "rdmactl: rdmad did not answer (%v); reading the kernel's RDMA resources directly\n", err)
+	}
 	res, rerr := rdmares.Read(ctx, rdmares.Options{})
 	if rerr != nil {
 		return apitype.Resources{ReadAt: time.Now(), Error: rerr.Error()}, nil

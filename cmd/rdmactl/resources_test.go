@@ -80,3 +80,24 @@ func TestResourcesWithoutDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestResourcesNotRead: an rdmad on a fixture tree answers 501 (it does not
+// read this host's kernel). rdmactl says what rdmad said, not that rdmad
+// did not answer, and never tells a caller to run it as root: it reads the
+// kernel itself whoever runs it.
+func TestResourcesNotRead(t *testing.T) {
+	sock := fakeRdmad(t, map[string]http.HandlerFunc{"GET /v1/resources": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotImplemented)
+		json.NewEncoder(w).Encode(apitype.ErrorBody{Error: "this rdmad does not read the kernel's RDMA resources (it runs on a fixture sysfs tree, not this host's); rdmactl resources reads them from the kernel itself"})
+	}})
+	_, _, errs := rdmactl(t, "--socket", sock, "resources")
+	if !strings.Contains(errs, "rdmactl: this rdmad does not read the kernel's RDMA resources") || !strings.Contains(errs, "reading the kernel's RDMA resources directly") {
+		t.Errorf("stderr %q; want rdmad's reason, then the direct read", errs)
+	}
+	for _, bad := range []string{"did not answer", "as root", "501"} {
+		if strings.Contains(errs, bad) {
+			t.Errorf("stderr says %q:\n%s", bad, errs)
+		}
+	}
+}

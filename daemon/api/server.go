@@ -304,7 +304,7 @@ func (s *Server) serveDoctor(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveResources(w http.ResponseWriter, r *http.Request) {
 	res, err := service.ReadResources(r.Context(), s.backend)
 	if errors.Is(err, errors.ErrUnsupported) {
-		writeError(w, http.StatusNotImplemented, "this rdmad cannot read the RDMA resources; run rdmactl resources as root on the node")
+		writeError(w, http.StatusNotImplemented, "this rdmad does not read the kernel's RDMA resources (it runs on a fixture sysfs tree, not this host's); rdmactl resources reads them from the kernel itself")
 		return
 	}
 	if err != nil {

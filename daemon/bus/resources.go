@@ -32,7 +32,7 @@ type deviceRow struct {
 func (h *handler) resources(ctx context.Context, _ call) ([]any, error) {
 	res, err := service.ReadResources(ctx, h.backend)
 	if errors.Is(err, errors.ErrUnsupported) {
-		return nil, dbusError(ErrNotSupported, "Resources: this rdmad cannot read the RDMA resources; run rdmactl resources as root on the node")
+		return nil, dbusError(ErrNotSupported, "Resources: this rdmad does not read the kernel's RDMA resources (it runs on a fixture sysfs tree, not this host's); rdmactl resources reads them from the kernel itself")
 	}
 	if err != nil {
 		return nil, dbusError(ErrFailed, "Resources: %v", err)
