@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,10 +38,18 @@ func run(args []string) error {
 		fmt.Fprintf(fs.Output(), "Usage: rdmad [flags]\n       rdmad --check-config [FILE]\n       rdmad --write-ecn NETDEV\n\nrdmad keeps a node's RDMA settings as declared, proves its ports work, and reports it.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	// The flag package writes both the help and its errors to one
+	// output. The help asked for is the answer and goes to stdout (rdmad
+	// --help | less); a mistake goes to stderr with a pointer to the help,
+	// not the whole table.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
 			return nil
 		}
+		fmt.Fprintf(os.Stderr, "rdmad: %v (see rdmad --help)\n", err)
 		os.Exit(2)
 	}
 	if *checkConfig {
