@@ -257,6 +257,32 @@ mode = "v3"
 			},
 		},
 		{
+			// A value error is reported beside the unknown keys, not
+			// only once they are fixed.
+			name:  "unknown keys and a bad value together",
+			files: map[string]string{"rdmad.toml": "[probe]\nflows = 99\nbogus = 1\n"},
+			want: []string{
+				"D/rdmad.toml:3: probe.bogus: unknown key; see rdmad.toml(5) for the keys rdmad knows",
+				"D/rdmad.toml:2: probe.flows: 99 is out of range; use 1 to 16 probe flows (UDP source ports) per path; default 4, 1 probes one ECMP path",
+			},
+		},
+		{
+			name:  "a key set twice",
+			files: map[string]string{"rdmad.toml": "[probe]\npeer_interval = \"1s\"\nflows = 4\nflows = 2\n"},
+			want:  []string{"D/rdmad.toml:4: probe.flows: set twice in this file: first at line 3; keep one of the two"},
+		},
+		{
+			name:  "a table declared twice",
+			files: map[string]string{"rdmad.toml": "[probe]\nflows = 2\n[probe]\nwindow = 3\n"},
+			want:  []string{"D/rdmad.toml:3: probe: set twice in this file: first at line 1; keep one of the two"},
+		},
+		{
+			// In the second block, not the first: the block is named.
+			name:  "a key set twice in a policy block",
+			files: map[string]string{"rdmad.toml": "[[policy]]\nname = \"a\"\nmtu = 4096\n[[policy]]\nname = \"b\"\nmtu = 4096\nmtu = 1024\n"},
+			want:  []string{`D/rdmad.toml:7: policy "b".mtu: set twice in this file: first at line 6; keep one of the two`},
+		},
+		{
 			name:  "mrpool and probe values",
 			files: map[string]string{"rdmad.toml": "[mrpool]\nclasses = [{size = \"4KiB\", count = 0}, {size = \"2GiB\", count = 1}]\ncanary_interval = \"1ms\"\n[probe]\nloopback_interval = \"1ms\"\n"},
 			want: []string{

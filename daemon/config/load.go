@@ -104,6 +104,10 @@ func load(files []string, read func(string) ([]byte, error)) (*Config, error) {
 	cfg := Default()
 	locs := map[string]*locator{}
 	var errs Errors
+	// decoded: every file parsed and its values fit their types, so the
+	// values can be validated; unknown keys alone do not stop that (an
+	// operator fixing a typo must not learn of a bad value only after).
+	decoded := true
 	for i, f := range files {
 		if len(errs) >= maxErrors {
 			// The load has failed already; reading on would only cost.
@@ -121,19 +125,23 @@ func load(files []string, read func(string) ([]byte, error)) (*Config, error) {
 				continue
 			}
 			errs = append(errs, readError(f, err))
+			decoded = false
 			continue
 		}
 		if line, key, msg := checkNesting(data); msg != "" {
 			errs = append(errs, &Error{File: f, Line: line, Key: key, Msg: msg})
+			decoded = false
 			continue
 		}
 		cfg.Files = append(cfg.Files, f)
 		cfg.raw = append(cfg.raw, data)
 		locs[f] = newLocator(data)
-		errs = append(errs, decodeFile(cfg, f, data, locs[f])...)
+		ferrs, ok := decodeFile(cfg, f, data, locs[f])
+		errs = append(errs, ferrs...)
+		decoded = decoded && ok
 	}
-	if len(errs) == 0 {
-		errs = append(errs, cfg.validate(locs)...)
+	if decoded && len(errs) < maxErrors {
+		errs = append(errs, besideUnknown(errs, cfg.validate(locs))...)
 	}
 	if len(errs) > 0 {
 		nameBlocks(errs, locs, cfg)
@@ -341,8 +349,11 @@ func keyOn(data []byte, line int) string {
 	return key
 }
 
-// decodeFile merges one file into cfg.
-func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
+// decodeFile merges one file into cfg. ok is false when the file could not
+// be decoded (a syntax error, a value of the wrong type): its values are
+// not in cfg, and validating them would report what is not there. Unknown
+// keys leave ok true.
+func decodeFile(cfg *Config, file string, data []byte, loc *locator) (errs Errors, ok bool) {
 	prev := cfg.Policies
 	cfg.Policies = nil
 	prevPeers := cfg.Peers
@@ -372,9 +383,9 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 		e.Key = loc.at(e.Key, e.Line)
 		wrongTypeBlock(e, data, loc)
 		e.Msg = plainType(e.Msg, e.Key, lineText(data, e.Line))
-		return Errors{e}
+		duplicateKey(e, loc)
+		return Errors{e}, false
 	}
-	var errs Errors
 	undecoded := md.Undecoded()
 	if len(undecoded) > maxErrors {
 		// Each lookup scans the file's keys: list the first ones only.
@@ -441,7 +452,7 @@ func decodeFile(cfg *Config, file string, data []byte, loc *locator) Errors {
 	if dups > maxErrors {
 		errs = append(errs, &Error{File: file, Msg: fmt.Sprintf("and %d more policies declared twice", dups-maxErrors)})
 	}
-	return errs
+	return errs, true
 }
 
 // under reports whether one of k's parents is in tables.

@@ -155,3 +155,55 @@ func (l *locator) at(key string, line int) string {
 	}
 	return key
 }
+
+// duplicateKey rewrites the decoder's "Key 'a.b' has already been defined"
+// (a key or a table set twice in one file) to name the key and where it was
+// first set, which the decoder does not tell: the operator keeps one of the
+// two. The first setting is the last line before this one that sets the
+// same key (in [[arrays]], the same block's: an earlier block's setting
+// comes before the block's own).
+func duplicateKey(e *Error, loc *locator) {
+	m := alreadyDefinedRE.FindStringSubmatch(e.Msg)
+	if m == nil || loc == nil {
+		return
+	}
+	key := m[1]
+	first, indexed := 0, key
+	for k, line := range loc.lines {
+		if line < e.Line && line > first && indexRE.ReplaceAllString(k, "") == key {
+			first, indexed = line, k
+		}
+	}
+	// The indexed key (policy[1].mtu) lets the block be named by its
+	// name, as every other error names it.
+	if e.Key == "" || !strings.Contains(e.Key, "[") {
+		e.Key = indexed
+	}
+	if first == 0 {
+		e.Msg = "set twice in this file; keep one of the two"
+		return
+	}
+	e.Msg = fmt.Sprintf("set twice in this file: first at line %d; keep one of the two", first)
+}
+
+var alreadyDefinedRE = regexp.MustCompile(`^Key '([^']*)' has already been defined`)
+
+// besideUnknown returns the validation errors verrs that say something the
+// unknown keys in uerrs do not: a table whose only key is misspelt "sets
+// nothing", which the unknown key's own error already explains.
+func besideUnknown(uerrs, verrs Errors) Errors {
+	var out Errors
+	for _, v := range verrs {
+		covered := false
+		for _, u := range uerrs {
+			if v.Key != "" && u.File == v.File && strings.HasPrefix(u.Key, v.Key+".") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, v)
+		}
+	}
+	return out
+}
