@@ -876,27 +876,3 @@ func stateDir(dir string) string {
 	}
 	return ""
 }
-
-// CheckConfig loads the configuration at path and its drop-ins as a start
-// would, without starting anything (rdmad --check-config), and writes each
-// problem to w as file:line: key: message. It returns the exit status: 0
-// when the configuration is valid, 1 when it is not (a missing main file
-// included: a check is of a file).
-func CheckConfig(path string, w io.Writer) int {
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
-	}
-	_, err := config.Load(path)
-	if err == nil {
-		return 0
-	}
-	var es config.Errors
-	if errors.As(err, &es) {
-		for _, e := range es {
-			fmt.Fprintln(w, e.Error())
-		}
-	} else {
-		fmt.Fprintln(w, "rdmad:", err)
-	}
-	return 1
-}

@@ -30,6 +30,12 @@ type Error struct {
 	Line int    // 0 when unknown
 	Key  string // dotted key, with [i] for the i-th [[block]] of the file
 	Msg  string
+	// Host: the problem is of the host the files were checked on (a group
+	// that does not exist here), not of the files. rdmad refuses to start
+	// on such a host all the same; rdmad --check-config reports it as a
+	// warning, since a file checked in CI or a pre-commit hook is for
+	// other hosts.
+	Host bool
 }
 
 func (e *Error) Error() string {
@@ -86,6 +92,10 @@ const (
 // safefile: a FIFO, a device or a file over MaxFileSize is an error naming
 // it, never a hang.
 func Load(path string) (*Config, error) {
+	return loadPath(path, true)
+}
+
+func loadPath(path string, hostChecks bool) (*Config, error) {
 	files, err := filepath.Glob(DropIns(path))
 	if err != nil {
 		return nil, fmt.Errorf("config: list drop-ins of %s: %w", path, err)
@@ -96,11 +106,38 @@ func Load(path string) (*Config, error) {
 	}
 	sort.Strings(files)
 	files = append([]string{path}, files...)
-	return load(files, func(f string) ([]byte, error) { return safefile.ReadRegular(f, MaxFileSize) })
+	return loadWith(files, func(f string) ([]byte, error) { return safefile.ReadRegular(f, MaxFileSize) }, hostChecks)
+}
+
+// Check loads as Load does, for rdmad --check-config: when every problem
+// is of the host rather than of the files (Error.Host), it returns the
+// configuration too, with those problems as warnings, so that the caller
+// can check what the configuration names (its key and peers files) as a
+// start would.
+func Check(path string) (cfg *Config, warnings Errors, err error) {
+	cfg, err = Load(path)
+	var es Errors
+	if err == nil || !errors.As(err, &es) {
+		return cfg, nil, err
+	}
+	for _, e := range es {
+		if !e.Host {
+			return nil, nil, err
+		}
+	}
+	// Every problem is the host's: load again without the host's checks.
+	cfg, err = loadPath(path, false)
+	return cfg, es, err
 }
 
 // load merges and validates files, main file first, each read with read.
 func load(files []string, read func(string) ([]byte, error)) (*Config, error) {
+	return loadWith(files, read, true)
+}
+
+// loadWith is load; hostChecks false leaves out the checks of the host
+// (Error.Host), for Check.
+func loadWith(files []string, read func(string) ([]byte, error), hostChecks bool) (*Config, error) {
 	cfg := Default()
 	locs := map[string]*locator{}
 	var errs Errors
@@ -141,7 +178,7 @@ func load(files []string, read func(string) ([]byte, error)) (*Config, error) {
 		decoded = decoded && ok
 	}
 	if decoded && len(errs) < maxErrors {
-		errs = append(errs, besideUnknown(errs, cfg.validate(locs))...)
+		errs = append(errs, besideUnknown(errs, cfg.validate(locs, hostChecks))...)
 	}
 	if len(errs) > 0 {
 		nameBlocks(errs, locs, cfg)
@@ -557,8 +594,8 @@ func decodeError(file string, err error) *Error {
 
 // validate checks values and fills in defaults that depend on other keys,
 // one table at a time.
-func (c *Config) validate(locs map[string]*locator) Errors {
-	k := &checker{c: c, locs: locs}
+func (c *Config) validate(locs map[string]*locator, hostChecks bool) Errors {
+	k := &checker{c: c, locs: locs, hostChecks: hostChecks}
 	c.validateDaemon(k)
 	c.validateMemlock(k)
 	c.validateMRPool(k)
@@ -578,6 +615,9 @@ type checker struct {
 	locs    map[string]*locator
 	errs    Errors
 	dropped int
+	// hostChecks: check what depends on this host (groups), as a start
+	// does; Check leaves them out once it has reported them as warnings.
+	hostChecks bool
 }
 
 // bad records an error for key in file.
@@ -616,9 +656,15 @@ func (c *Config) validateDaemon(k *checker) {
 		if g.val == "" {
 			continue
 		}
+		if !k.hostChecks {
+			continue
+		}
 		if _, err := user.LookupGroup(g.val); err != nil {
 			k.bad(k.setter("daemon."+g.key), "daemon."+g.key,
 				"group %q does not exist; create it (groupadd --system %s) or remove the key", g.val, g.val)
+			if len(k.errs) > 0 && k.errs[len(k.errs)-1].Key == "daemon."+g.key {
+				k.errs[len(k.errs)-1].Host = true
+			}
 		}
 	}
 	switch d.LogLevel {

@@ -80,6 +80,69 @@ func TestCheckConfig(t *testing.T) {
 	}
 }
 
+// TestCheckConfigHost is issue #40 item 4: --check-config says what depends
+// on the host it runs on, as a warning, and checks what a start checks. The
+// shipped configuration (its groups need not exist in CI or a pre-commit
+// hook) passes with a warning naming the group; a key file others can read
+// and a peers file others can write, which a start refuses, fail the check
+// naming the file and the fix; a key or peers file that is not on this host
+// is a warning.
+func TestCheckConfigHost(t *testing.T) {
+	dir := t.TempDir()
+	main := filepath.Join(dir, "rdmad.toml")
+	key, peers := filepath.Join(dir, "key"), filepath.Join(dir, "peers")
+	os.WriteFile(main, []byte("[daemon]\nadmin_group = \"rdmad-no-such-group\"\n[probe]\npeers = true\nkey_file = \""+key+"\"\npeers_file = \""+peers+"\"\n"), 0o644)
+	errOut, code := checkConfig(t, main)
+	for _, want := range []string{
+		"warning: " + main + `:2: daemon.admin_group: group "rdmad-no-such-group" does not exist`,
+		"of this host, not of the files",
+		"warning: [probe] key_file " + key + ": does not exist",
+		"warning: read [probe] peers_file: " + peers + ": does not exist",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("files absent here: stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code != 0 {
+		t.Errorf("files absent here: exit %d, want 0 (warnings only):\n%s", code, errOut)
+	}
+
+	os.WriteFile(key, []byte("c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA==\n"), 0o644)
+	os.Chmod(key, 0o644)
+	os.WriteFile(peers, []byte("10.0.0.1 tor-a\n"), 0o666)
+	os.Chmod(peers, 0o666)
+	errOut, code = checkConfig(t, main)
+	for _, want := range []string{
+		"[probe] key_file " + key + ": is owned by uid",
+		"chmod 600 " + key,
+		"[probe] peers_file: " + peers + ": is owned by uid",
+		"chmod go-w " + peers,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("files refused: stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("files a start refuses: exit %d, want 1:\n%s", code, errOut)
+	}
+	if os.Geteuid() == 0 {
+		os.Chmod(key, 0o600)
+		os.Chmod(peers, 0o644)
+		if errOut, code := checkConfig(t, main); code != 0 || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("files fixed: exit %d, stderr:\n%s\nwant 0 and the group's warning alone", code, errOut)
+		}
+	}
+
+	// The shipped configuration, where its groups may not exist.
+	shipped, err := filepath.Abs("../../etc/rdmad.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errOut, code := checkConfig(t, shipped); code != 0 {
+		t.Errorf("the shipped configuration: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
 // TestStartOnSavedCopy is issue #27 item 1: rdmad keeps a copy of each
 // configuration it accepts in its state directory (0600); a start whose
 // files have errors runs on that copy, reports the errors as a reload does
