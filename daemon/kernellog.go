@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -50,18 +52,61 @@ func (k *kernelLog) apply(cfg *config.Config) {
 	k.window = w
 	k.devices = ""
 	d := k.d
-	f := kmsg.New(kmsg.Options{Window: w, OnChange: func(faults []apitype.KernelFault) {
+	opts, note := kmsgOptions(w, os.Getenv)
+	opts.OnChange = func(faults []apitype.KernelFault) {
 		d.mail.post("kernel-faults", func(s *apitype.Snapshot) { s.KernelFaults = faults })
-	}})
+	}
+	f := kmsg.New(opts)
 	k.f = f
-	d.setComponent(apitype.ComponentKernelLog, apitype.OK, nil)
+	if note != nil {
+		d.log.Warn("kernel log: lines written to /dev/kmsg from userspace count as the kernel's", "why", note)
+	}
+	// The note stays in the component's error while the follower runs,
+	// so that rdmactl status and GET /v1/health show it.
+	d.setComponent(apitype.ComponentKernelLog, apitype.OK, note)
 	k.stop = d.parts.Start(func(ctx context.Context) {
 		if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			d.log.Warn("kernel log not followed: kernel faults of RDMA devices go unseen", "err", err)
 			d.report(apitype.ComponentKernelLog, apitype.Error, err)
 		}
 	})
-	k.setDevices(d.store.Load().Devices)
+	// The follower reads the kernel's buffer at once and matches its
+	// records of the window against the first devices it is told: at
+	// start those of the first inventory read (refresh), not the empty
+	// list before it, which would attribute no fault logged before the
+	// restart (docs/HEALTH.md, "The window, restarts and recreated
+	// devices"). At a restart of the follower ([health] changed) the
+	// inventory was read.
+	if s := d.store.Load(); inventoryRead(s) {
+		k.setDevices(s.Devices)
+	}
+}
+
+// envKmsgUserspace names the test switch that makes lines written to
+// /dev/kmsg from userspace count as the kernel's (kmsg.Options.
+// TrustUserspace): the VM suite injects faults that way. rdmad.service
+// never sets it.
+const envKmsgUserspace = "RDMAD_TEST_KMSG_USERSPACE"
+
+// kmsgOptions returns the follower's options for window and the
+// environment getenv reads, and a note for the kernel-log component when
+// envKmsgUserspace weakens what counts (nil when it does not).
+func kmsgOptions(window time.Duration, getenv func(string) string) (kmsg.Options, error) {
+	opts := kmsg.Options{Window: window}
+	if getenv(envKmsgUserspace) != "1" {
+		return opts, nil
+	}
+	opts.TrustUserspace = true
+	return opts, fmt.Errorf("%s=1: lines written to /dev/kmsg from userspace count as the kernel's, so any root process can raise a KernelFault (a test switch: remove it from rdmad's environment)", envKmsgUserspace)
+}
+
+// inventoryRead reports whether the daemon has read its device inventory
+// (refresh records each read as a component, in error when it failed), so
+// that s.Devices is what the node has rather than the empty list before
+// the first read.
+func inventoryRead(s *apitype.Snapshot) bool {
+	c, ok := s.Components[apitype.ComponentInventory]
+	return ok && c.State != apitype.Error
 }
 
 // setDevices tells the follower the devices of an inventory read.

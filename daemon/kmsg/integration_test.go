@@ -14,10 +14,12 @@ import (
 )
 
 // TestIntegrationKmsg follows the real /dev/kmsg: a line written to it
-// naming a device raises a fault on that device within 2 s, lines naming
-// other devices do not, a Follower started afterwards replays it from the
-// kernel's buffer (the start-up window), and one whose window is shorter
-// than the line's age does not. Writing to /dev/kmsg needs root (the test
+// in a driver's form raises a fault on that device within 2 s when the
+// Follower trusts userspace's lines (RDMAD_TEST_KMSG_USERSPACE=1), and
+// none on one that does not (the kernel gives the line facility user);
+// lines naming other devices raise none; a Follower started afterwards
+// replays it from the kernel's buffer (the start-up window), and one
+// whose window is shorter than the line's age does not. Writing to /dev/kmsg needs root (the test
 // skips without it; as root, under make test, a missing /dev/kmsg fails
 // it); it writes three lines with a unique token ("rdmadtest"), well
 // under the kernel's rate limit for writers (10 per 5 s).
@@ -91,7 +93,8 @@ func TestIntegrationKmsg(t *testing.T) {
 		}
 	}
 
-	f, ch, stop := run(Options{})
+	f, ch, stop := run(Options{TrustUserspace: true})
+	strict, _, stopStrict := run(Options{})
 	// Let Run reach the end of the buffer, so the lines are read live.
 	time.Sleep(200 * time.Millisecond)
 	written := time.Now()
@@ -113,9 +116,13 @@ func TestIntegrationKmsg(t *testing.T) {
 		t.Errorf("lines naming other devices became faults: %+v", others)
 	}
 	stop()
+	if mine, others := ours(strict.Faults()); len(mine)+len(others) > 0 || strict.Stats().Records == 0 {
+		t.Errorf("a Follower that does not trust userspace raised %+v from lines root wrote (stats %+v)", append(mine, others...), strict.Stats())
+	}
+	stopStrict()
 
 	// A restart within the window replays the fault from the buffer.
-	f, ch, stop = run(Options{})
+	f, ch, stop = run(Options{TrustUserspace: true})
 	if await(ch, 2*time.Second) == nil {
 		t.Errorf("a new Follower did not replay the fault from the kernel's buffer; faults %+v", f.Faults())
 	}
@@ -123,7 +130,7 @@ func TestIntegrationKmsg(t *testing.T) {
 
 	// One whose window the line is older than does not.
 	time.Sleep(50 * time.Millisecond)
-	f, _, stop = run(Options{Window: 20 * time.Millisecond})
+	f, _, stop = run(Options{Window: 20 * time.Millisecond, TrustUserspace: true})
 	time.Sleep(300 * time.Millisecond)
 	if mine, _ := ours(f.Faults()); len(mine) > 0 {
 		t.Errorf("a line older than the window was replayed: %+v", mine)

@@ -1,21 +1,28 @@
-// Package kmsg follows the kernel log (/dev/kmsg) and turns the messages
-// about RDMA devices into faults: any message of severity err or worse
-// that names a device (its name, its PCI function, one of its netdevs, or
-// the DEVICE field dev_printk adds), and the known NIC fault messages of
-// Catalog, some of which come at warning or info. A Follower keeps one
+// Package kmsg follows the kernel log (/dev/kmsg) and turns the kernel's
+// messages about RDMA devices into faults: any message of severity err or
+// worse about a device, and the known NIC fault messages of Catalog, some
+// of which come at warning or info. A message is about a device only by
+// what the kernel attaches or formats (the DEVICE property dev_printk
+// adds, a driver's own prefix, the address in an AER report), never by a
+// name elsewhere in its text, which a user may have chosen (a process
+// name, a mount option), and only when the kernel wrote it (facility
+// kern: lines written to /dev/kmsg are user). A Follower keeps one
 // apitype.KernelFault per device and pattern, bounded in number, and drops
 // each a window after its last message or when the device is recreated
 // (docs/HEALTH.md, "Kernel faults").
 //
-// Start-up: a Follower reads the kernel's whole buffer once and keeps the
-// records of the last window, by their kernel timestamps, so a restart of
-// rdmad neither loses a fresh fault nor raises an old one again; a fault
-// expires at the same time whether rdmad restarted or not. Records older
-// than the window (from boot, or from before the last restart) are
-// skipped.
+// Start-up: a Follower reads the kernel's whole buffer at once and keeps
+// the records of the last window, by their kernel timestamps, until it
+// knows the devices (the first SetDevices: rdmad's first inventory read),
+// then matches them; so a restart of rdmad neither loses a fresh fault nor
+// raises an old one again, and a fault expires at the same time whether
+// rdmad restarted or not. Records older than the window (from boot, or
+// from before the last restart) are skipped; the ones kept meanwhile are
+// bounded (maxPending, maxPendingBytes), the oldest dropped first.
 //
-// Costs: every record is one read(2) and a parse without allocation; only
-// records that name a device are matched against the catalog (each
+// Costs: every record is one read(2) and a parse without allocation (a
+// record kept until the first SetDevices is copied once); only records
+// about a device are matched against the catalog (each
 // pattern's regular expression only behind a substring prefilter), and a
 // repeated line is not escaped again (BenchmarkFlood); the faults
 // are at most Options.MaxFaults, each with a line of at most MaxLine
@@ -27,6 +34,7 @@
 package kmsg
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +61,12 @@ const (
 	// urgentInterval paces the publication of new and dropped faults,
 	// which otherwise go out at once.
 	urgentInterval = 100 * time.Millisecond
+	// maxPending and maxPendingBytes bound the records a Follower keeps
+	// until the first SetDevices: a 10-minute window of err lines and of
+	// drivers' lines with a DEVICE property fits on a node whose NICs are
+	// not flooding the log; of a flood, the newest are kept.
+	maxPending      = 2048
+	maxPendingBytes = 1 << 20
 )
 
 // recordBuffer holds one record: the kernel formats at most 8 KiB
@@ -81,6 +95,11 @@ type Options struct {
 	// (a new slice, ordered by device and pattern) whenever they
 	// changed. It should return quickly: the kernel does not wait.
 	OnChange func([]apitype.KernelFault)
+	// TrustUserspace makes lines written to /dev/kmsg from userspace
+	// (facility user) count as the kernel's: for tests that inject
+	// faults that way, never in production, where any root process
+	// could then raise a fault on any device.
+	TrustUserspace bool
 }
 
 // Stats count what a Follower read, for metrics.
@@ -93,6 +112,9 @@ type Stats struct {
 	// Matched counts the records that became (or added to) a fault;
 	// Evicted the faults dropped to make room for a new one.
 	Matched, Evicted uint64
+	// Dropped counts the records of the window read before the first
+	// SetDevices that the bound on them dropped, the oldest first.
+	Dropped uint64
 }
 
 // A source is what Run reads records from: /dev/kmsg as an *os.File (in
@@ -117,7 +139,14 @@ type Follower struct {
 	ready     chan struct{} // closed by the first SetDevices
 	readyOnce sync.Once
 
-	records, malformed, lost, matched, evicted atomic.Uint64
+	records, malformed, lost, matched, evicted, dropped atomic.Uint64
+
+	// pending are the records Run read before the first SetDevices that
+	// may be faults, copies of at most maxPendingBytes in all; known
+	// says that Run matched them. Run's goroutine only.
+	pending      [][]byte
+	pendingBytes int
+	known        bool
 
 	mu      sync.Mutex
 	tab     *table
@@ -150,15 +179,22 @@ func New(opts Options) *Follower {
 }
 
 // SetDevices replaces the RDMA devices that records are matched against;
-// the daemon calls it whenever its inventory changes. Faults of devices
-// that left the set stay until their window ends (a device that a fatal
-// error removed is the one to report). Run reads no record before the
-// first call (make it with an empty inventory too), so the records of the
-// window before it are matched against the first inventory, not against
-// none.
+// the daemon calls it whenever its inventory changes, first once it read
+// the inventory (with no device, too). Faults of devices that left the set
+// stay until their window ends (a device that a fatal error removed is the
+// one to report). The records Run read before the first call (the
+// kernel's buffer at start) are matched against that first inventory,
+// each dated by its own timestamp, not against none; a device that
+// appears later is a new instance, whose predecessor's faults do not
+// carry over (Forget).
 func (f *Follower) SetDevices(devs []Device) {
 	f.ix.Store(newIndex(devs))
-	f.readyOnce.Do(func() { close(f.ready) })
+	f.readyOnce.Do(func() {
+		close(f.ready)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.wakeLocked()
+	})
 }
 
 // Forget drops the faults of device: the daemon calls it when the device
@@ -187,7 +223,7 @@ func (f *Follower) Faults() []apitype.KernelFault {
 // Stats returns the counters.
 func (f *Follower) Stats() Stats {
 	return Stats{Records: f.records.Load(), Malformed: f.malformed.Load(), Lost: f.lost.Load(),
-		Matched: f.matched.Load(), Evicted: f.evicted.Load()}
+		Matched: f.matched.Load(), Evicted: f.evicted.Load(), Dropped: f.dropped.Load()}
 }
 
 // wakeLocked makes a blocked Read of Run return, so that it publishes.
@@ -199,10 +235,11 @@ func (f *Follower) wakeLocked() {
 
 // Run follows the kernel log until ctx is done, then returns ctx.Err().
 // It opens Options.Path first (an error says why it cannot: missing,
-// permission), waits for the first SetDevices, reads the buffer's records
-// of the last window and then every new one. Lost records (EPIPE) are
-// counted, malformed ones skipped and counted; another read error ends
-// Run with that error. Run starts no goroutine that outlives it.
+// permission), reads the buffer's records of the last window and then
+// every new one; those it reads before the first SetDevices wait for it.
+// Lost records (EPIPE) are counted, malformed ones skipped and counted;
+// another read error ends Run with that error. Run starts no goroutine
+// that outlives it.
 func (f *Follower) Run(ctx context.Context) error {
 	src, err := f.open(f.opts.Path)
 	if errors.Is(err, os.ErrPermission) {
@@ -212,11 +249,6 @@ func (f *Follower) Run(ctx context.Context) error {
 		return fmt.Errorf("kmsg: open %s: %w", f.opts.Path, err)
 	}
 	defer src.Close()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-f.ready:
-	}
 
 	f.mu.Lock()
 	f.src = src
@@ -243,6 +275,7 @@ func (f *Follower) Run(ctx context.Context) error {
 
 	buf := make([]byte, recordBuffer)
 	for {
+		f.matchPending()
 		pub := f.tick()
 		if pub != nil && f.opts.OnChange != nil {
 			f.opts.OnChange(pub)
@@ -313,7 +346,8 @@ func (f *Follower) tick() []apitype.KernelFault {
 	return pub
 }
 
-// handle turns one record into a fault if it is one.
+// handle turns one record into a fault if it is one, or keeps it for
+// the first SetDevices.
 func (f *Follower) handle(b []byte) {
 	r, err := ParseRecord(b)
 	if err != nil {
@@ -321,18 +355,85 @@ func (f *Follower) handle(b []byte) {
 		return
 	}
 	f.records.Add(1)
+	if !f.known {
+		f.matchPending()
+	}
+	if !f.known {
+		if f.maybeFault(&r) {
+			f.keep(b)
+		}
+		return
+	}
+	f.matchRecord(&r)
+}
+
+// maybeFault reports whether r can be a fault of some device, by what
+// does not depend on the devices: the kernel's (or, with TrustUserspace,
+// userspace's), of severity info or worse, of the last window, and with a
+// DEVICE property or at err or worse (a record without one counts only
+// then). It is what a record needs to be kept until the first
+// SetDevices.
+func (f *Follower) maybeFault(r *Record) bool {
+	if r.Facility != facilityKern && (r.Facility != facilityUser || !f.opts.TrustUserspace) {
+		return false
+	}
+	if r.Priority > maxPriority || len(r.Device) == 0 && r.Priority > errPriority {
+		return false
+	}
+	return f.age(r) < f.opts.Window
+}
+
+// age is how long ago r was logged by the kernel's clock.
+func (f *Follower) age(r *Record) time.Duration {
+	return max(f.mono()-time.Duration(r.TS)*time.Microsecond, 0)
+}
+
+// keep copies b into the records that wait for the first SetDevices,
+// dropping the oldest beyond the bounds.
+func (f *Follower) keep(b []byte) {
+	for len(f.pending) > 0 && (len(f.pending) >= maxPending || f.pendingBytes+len(b) > maxPendingBytes) {
+		f.pendingBytes -= len(f.pending[0])
+		f.pending[0] = nil
+		f.pending = f.pending[1:]
+		f.dropped.Add(1)
+	}
+	f.pending = append(f.pending, bytes.Clone(b))
+	f.pendingBytes += len(b)
+}
+
+// matchPending matches the records kept until the first SetDevices once
+// it came, in the order they were logged, each dated by its own
+// timestamp (one that left the window meanwhile is none), and releases
+// them.
+func (f *Follower) matchPending() {
+	if f.known {
+		return
+	}
+	select {
+	case <-f.ready:
+	default:
+		return
+	}
+	f.known = true
+	for _, b := range f.pending {
+		if r, err := ParseRecord(b); err == nil {
+			f.matchRecord(&r)
+		}
+	}
+	f.pending, f.pendingBytes = nil, 0
+}
+
+// matchRecord turns one parsed record into a fault if it is one.
+func (f *Follower) matchRecord(r *Record) {
 	if r.Priority > maxPriority {
 		return
 	}
 	// The record's age by the kernel's clock dates it on the wall clock.
-	age := f.mono() - time.Duration(r.TS)*time.Microsecond
-	if age < 0 {
-		age = 0
-	}
+	age := f.age(r)
 	if age >= f.opts.Window {
 		return // before the window: from boot or before a restart
 	}
-	device, pattern, ok := f.ix.Load().match(&r)
+	device, pattern, ok := f.ix.Load().match(r, f.opts.TrustUserspace)
 	if !ok {
 		return
 	}

@@ -140,18 +140,90 @@ func TestRunRaisesFaultOnlyForTheNamedDevice(t *testing.T) {
 	}
 }
 
-// TestRunWaitsForDevices: records before the first SetDevices are matched
-// against it, not dropped.
+// TestRunWaitsForDevices: records read before the first SetDevices are
+// kept and matched against it, not dropped, and raise nothing before it.
 func TestRunWaitsForDevices(t *testing.T) {
 	h := newHarness(t, Options{}, nil)
 	h.start()
 	h.write(3, time.Second, "rxe0: early\n")
-	time.Sleep(50 * time.Millisecond)
-	if s := h.f.Stats(); s.Records != 0 {
-		t.Fatalf("Run read %d records before SetDevices", s.Records)
+	waitRecords(t, h, 1)
+	if l := h.f.Faults(); len(l) != 0 {
+		t.Fatalf("faults %+v before any device is known", l)
 	}
 	h.f.SetDevices(testDevices)
 	h.await(2*time.Second, "rxe0 err", has("rxe0", "err"))
+}
+
+// waitRecords waits until Run has read n records.
+func waitRecords(t *testing.T, h *harness, n uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); h.f.Stats().Records < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Run read %d records in 5s, want %d", h.f.Stats().Records, n)
+		}
+	}
+}
+
+// TestRunKeepsTheBufferUntilDevicesAreKnown: after a restart Run reads
+// the kernel's buffer before rdmad knows its devices (the first
+// SetDevices follows its first inventory read, here two minutes later).
+// The window's records wait and are matched then, each dated by its own
+// timestamp: one still in the window is a fault from its own time, which
+// expires a window after it as it would have without the restart; one
+// that left the window while it waited is none, as is one from before
+// the window.
+func TestRunKeepsTheBufferUntilDevicesAreKnown(t *testing.T) {
+	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var elapsed atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+	h := newHarness(t, Options{Now: now, Window: 10 * time.Minute}, nil)
+	h.write(3, 12*time.Minute, "rxe0: before the window\n")
+	h.write(3, 9*time.Minute, "mlx5_core 0000:03:00.1: leaves the window before the devices are known\n DEVICE=+pci:0000:03:00.1\n")
+	h.write(3, 3*time.Minute, "mlx5_core 0000:03:00.0: before the restart\n DEVICE=+pci:0000:03:00.0\n")
+	h.start()
+	waitRecords(t, h, 3)
+	if l := h.f.Faults(); len(l) != 0 {
+		t.Fatalf("faults %+v before any device is known", l)
+	}
+	elapsed.Add(int64(2 * time.Minute))
+	h.mono.Add(int64(2 * time.Minute))
+	h.f.SetDevices(testDevices)
+	l := h.await(2*time.Second, "mlx5_0 err", has("mlx5_0", "err"))
+	if want := base.Add(-3 * time.Minute); len(l) != 1 || !l[0].First.Equal(want) || l[0].Line != "mlx5_core 0000:03:00.0: before the restart" {
+		t.Fatalf("published %+v, want only mlx5_0's fault, first at %v", l, want)
+	}
+	elapsed.Store(int64(7*time.Minute - time.Second))
+	if l := h.f.Faults(); len(l) != 1 {
+		t.Errorf("faults %+v a second before the window ends, want mlx5_0's", l)
+	}
+	elapsed.Store(int64(7 * time.Minute))
+	if l := h.f.Faults(); len(l) != 0 {
+		t.Errorf("faults %+v a window after the record, want none", l)
+	}
+}
+
+// TestRunBoundsTheRecordsBeforeDevices: of a flood before the first
+// SetDevices, the newest maxPending records are kept, the others counted
+// as dropped.
+func TestRunBoundsTheRecordsBeforeDevices(t *testing.T) {
+	h := newHarness(t, Options{}, nil)
+	h.start()
+	const extra = 10
+	n := maxPending + extra
+	for i := range n {
+		h.write(3, 0, fmt.Sprintf("infiniband rxe0: fault %d\n", i))
+	}
+	// Neither kept nor dropped: info without a DEVICE property.
+	h.write(6, 0, "rxe0: info\n")
+	waitRecords(t, h, uint64(n+1))
+	if s := h.f.Stats(); s.Dropped != extra {
+		t.Errorf("stats %+v, want %d dropped", s, extra)
+	}
+	h.f.SetDevices(testDevices)
+	l := h.await(2*time.Second, "rxe0 err", has("rxe0", "err"))
+	if want := fmt.Sprintf("infiniband rxe0: fault %d", n-1); len(l) != 1 || l[0].Count != maxPending || l[0].Line != want {
+		t.Errorf("published %+v, want rxe0's fault counted %d times, line %q", l, maxPending, want)
+	}
 }
 
 // TestRunReplaysOnlyTheWindow: at start the buffer's records of the last

@@ -2,6 +2,8 @@ package kmsg
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -51,8 +53,8 @@ func (p *Pattern) prefilter(msg []byte) bool {
 // Catalog is the shipped table of known fault messages, tried in order
 // (the first that matches names the fault; a record that matches none is a
 // fault only at err or worse, as PatternErr). Every entry is matched only
-// against records that name an RDMA device, its PCI function or its
-// netdev. The texts are the drivers' own, as of Linux 6.x; the comments
+// against records that are about an RDMA device, its PCI function or its
+// netdev (index.identify). The texts are the drivers' own, as of Linux 6.x; the comments
 // say where each comes from. docs/HEALTH.md, "Kernel faults" lists them for
 // operators.
 var Catalog = []Pattern{
@@ -112,8 +114,8 @@ var Catalog = []Pattern{
 		`\b([Ff]atal|FATAL|[Cc]atastrophic|CATASTROPHIC)\b`)},
 }
 
-// A Device is an RDMA device as the matcher knows it: what a kernel
-// message may name it by.
+// A Device is an RDMA device as the matcher knows it: what the kernel
+// names it by in the records it writes about it.
 type Device struct {
 	// Name is the RDMA device ("mlx5_0", "rxe0").
 	Name string
@@ -122,23 +124,31 @@ type Device struct {
 	// Netdevs are its ports' netdevs ("ens1f0np0", "ib0").
 	Netdevs []string
 	// Ifindexes are the netdevs' interface indexes, for records whose
-	// DEVICE is "n<ifindex>"; optional (0 or missing: matched by name
-	// only).
+	// DEVICE is "n<ifindex>"; optional (0 or missing: not matched by
+	// index).
 	Ifindexes []int
+	// Virtual[i] reports whether Netdevs[i] has no parent device (a
+	// veth, a bond, a bridge): netdev_printk writes the messages of such
+	// a netdev as "<name>: ..." without a DEVICE property. Optional
+	// (missing: false).
+	Virtual []bool
 }
 
 // DevicesOf returns what the matcher needs of the inventory's devices:
 // each one's name, its PCI function (Parent; "" for software devices),
-// its ports' netdevs and their interface indexes from sysfs (0 where
-// there is none: a netdev that went away).
+// its ports' netdevs with their interface indexes from sysfs (0 where
+// there is none: a netdev that went away) and whether each has a parent
+// device.
 func DevicesOf(devs []apitype.Device) []Device {
 	out := make([]Device, 0, len(devs))
 	for _, d := range devs {
 		nd := Device{Name: d.Name, PCI: d.Parent}
 		for _, p := range d.Ports {
 			if p.Netdev != "" && !slices.Contains(nd.Netdevs, p.Netdev) {
+				i := ifindex(p.Netdev)
 				nd.Netdevs = append(nd.Netdevs, p.Netdev)
-				nd.Ifindexes = append(nd.Ifindexes, ifindex(p.Netdev))
+				nd.Ifindexes = append(nd.Ifindexes, i)
+				nd.Virtual = append(nd.Virtual, i > 0 && !hasParent(p.Netdev))
 			}
 		}
 		out = append(out, nd)
@@ -149,10 +159,15 @@ func DevicesOf(devs []apitype.Device) []Device {
 // sysClassNet is where ifindex reads interface indexes.
 const sysClassNet = "/sys/class/net"
 
+// safeNetdev reports whether netdev can be a path element of sysClassNet.
+func safeNetdev(netdev string) bool {
+	return !strings.ContainsRune(netdev, '/') && netdev != "." && netdev != ".." && netdev != ""
+}
+
 // ifindex returns the interface index of netdev, 0 when sysfs does not
 // say.
 func ifindex(netdev string) int {
-	if strings.ContainsRune(netdev, '/') || netdev == "." || netdev == ".." {
+	if !safeNetdev(netdev) {
 		return 0
 	}
 	b, err := os.ReadFile(sysClassNet + "/" + netdev + "/ifindex")
@@ -166,92 +181,112 @@ func ifindex(netdev string) int {
 	return i
 }
 
-// A hit says which device a name belongs to.
-type hit struct {
-	device string
-	netdev bool
+// hasParent reports whether netdev has a parent device in sysfs (its
+// "device" link: a PCI function, a virtio device), which netdev_printk
+// names in a DEVICE property. It says true when sysfs cannot tell, so
+// that a bare "<netdev>: " prefix is not trusted on a guess.
+func hasParent(netdev string) bool {
+	if !safeNetdev(netdev) {
+		return true
+	}
+	_, err := os.Lstat(sysClassNet + "/" + netdev + "/device")
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
-// An index finds the device a record names.
+// An index finds the device a record is about.
 type index struct {
-	words   map[string]hit // device names, PCI addresses, netdevs
-	names   map[string]string
-	pci     map[string]string
-	netdevs map[string]string
+	names   map[string]string // RDMA device names
+	pci     map[string]string // PCI functions
+	netdevs map[string]string // every netdev of a device
 	ifindex map[int]string
+	// soft are the names of software devices (no PCI function: rxe),
+	// whose ibdev_printk messages are "<name>: ..." without a DEVICE
+	// property, and bare the netdevs that have no parent device
+	// (Device.Virtual). softWords adds the software devices' netdevs, for
+	// the text of rdma_rxe's own messages.
+	soft, bare, softWords map[string]string
 }
 
 func newIndex(devs []Device) *index {
-	ix := &index{words: map[string]hit{}, names: map[string]string{}, pci: map[string]string{},
-		netdevs: map[string]string{}, ifindex: map[int]string{}}
+	ix := &index{names: map[string]string{}, pci: map[string]string{}, netdevs: map[string]string{},
+		ifindex: map[int]string{}, soft: map[string]string{}, bare: map[string]string{}, softWords: map[string]string{}}
 	for _, d := range devs {
 		if d.Name == "" {
 			continue
 		}
 		ix.names[d.Name] = d.Name
-		ix.words[d.Name] = hit{device: d.Name}
 		if d.PCI != "" {
 			ix.pci[d.PCI] = d.Name
-			ix.words[d.PCI] = hit{device: d.Name}
+		} else {
+			ix.soft[d.Name] = d.Name
+			ix.softWords[d.Name] = d.Name
 		}
 		for i, n := range d.Netdevs {
 			if n == "" {
 				continue
 			}
 			ix.netdevs[n] = d.Name
-			ix.words[n] = hit{device: d.Name, netdev: true}
 			if i < len(d.Ifindexes) && d.Ifindexes[i] > 0 {
 				ix.ifindex[d.Ifindexes[i]] = d.Name
+			}
+			if i < len(d.Virtual) && d.Virtual[i] {
+				ix.bare[n] = d.Name
+			}
+			if d.PCI == "" {
+				ix.softWords[n] = d.Name
 			}
 		}
 	}
 	return ix
 }
 
-// identify returns the device r is about and whether it names one of
-// that device's netdevs: first by the DEVICE field dev_printk adds (the
-// kernel's own reference), then by the first name in the text. The text
-// is split into words of letters, digits, '_', '-', '.' and ':' with
-// leading and trailing punctuation trimmed, so "eth1" is not found in
-// "eth10" or "eth1.100" but is in "eth1:" and "(eth1)"; a word with ':'
-// that is not a name itself ("mlx5_0:1") is tried part by part.
-func (ix *index) identify(r *Record) (device string, netdev bool) {
+// identify returns the device r is about, whether r is about one of that
+// device's netdevs, and whether only the start of the message says so
+// (bare: r has no DEVICE property). It goes by what the kernel itself
+// attaches or formats, never by a name anywhere in the text: a process
+// name, a path or a mount option that a user chose can be anywhere in a
+// kernel message ("rxe0[1234]: segfault at 0 ...", "tmpfs: Unknown
+// parameter 'mlx5_0'"), and would otherwise make a fault of the user's
+// text (docs/HEALTH.md, "Kernel faults").
+//
+// With a DEVICE property (dev_printk and its wrappers attach it; no writer
+// of /dev/kmsg can) the record is about that device when it is one of
+// ours: the RDMA device (+infiniband:), its PCI function (+pci:) or a
+// netdev (n<ifindex>). The message then starts as the kernel formats it
+// for that device: "<driver> <name>: " (dev_printk), "<driver> <name>
+// <netdev>: " (netdev_printk of a netdev with a parent) or "<driver>
+// <name> <ibdev>: " (ibdev_printk of a device with a parent), so the
+// third word names the netdev or RDMA device even when the parent (an
+// Intel NIC under rxe) is not an RDMA device's. A PCIe port's AER report
+// names the NIC in its fixed text (aerSource).
+//
+// Without one, only the prefixes that the kernel writes without it count
+// (bareDevice).
+func (ix *index) identify(r *Record) (device string, netdev, bare bool) {
+	if len(r.Device) == 0 {
+		device, netdev = ix.bareDevice(r.Message)
+		return device, netdev, device != ""
+	}
 	device, netdev = ix.byField(r.Device)
 	if netdev {
-		return device, netdev
+		return device, true, false
 	}
-	msg := r.Message
-	for i := 0; i < len(msg); {
-		if !wordByte(msg[i]) {
-			i++
-			continue
+	sub, name, _ := bytes.Cut(r.Device[min(1, len(r.Device)):], []byte{':'})
+	if r.Device[0] != '+' {
+		sub, name = nil, nil
+	}
+	if w := thirdWord(r.Message, name); w != nil {
+		if d, ok := ix.netdevs[string(w)]; ok && (device == "" || device == d) {
+			return d, true, false
 		}
-		j := i
-		for j < len(msg) && wordByte(msg[j]) {
-			j++
-		}
-		w := trimPunct(msg[i:j])
-		i = j
-		h, ok := ix.words[string(w)]
-		for rest := w; !ok && bytes.IndexByte(rest, ':') >= 0; {
-			var part []byte
-			part, rest, _ = bytes.Cut(rest, []byte{':'})
-			if h, ok = ix.words[string(trimPunct(part))]; !ok && bytes.IndexByte(rest, ':') < 0 {
-				h, ok = ix.words[string(trimPunct(rest))]
-			}
-		}
-		if !ok {
-			continue
-		}
-		if device == "" {
-			device = h.device
-		}
-		if h.device == device && h.netdev {
-			netdev = true
-			break // nothing more to learn
+		if d, ok := ix.names[string(w)]; ok && device == "" {
+			return d, false, false
 		}
 	}
-	return device, netdev
+	if device == "" && string(sub) == "pci" {
+		device = ix.aerSource(r.Message, name)
+	}
+	return device, false, false
 }
 
 // byField resolves a DEVICE value: "+infiniband:<dev>", "+pci:<addr>",
@@ -287,31 +322,212 @@ func (ix *index) byField(v []byte) (string, bool) {
 	return "", false
 }
 
-func wordByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '_' || c == '-' || c == '.' || c == ':'
+// thirdWord returns w of a message that starts "<driver> <name> <w>: " or
+// "<driver> <name> <w> (<state>): " (netdev_printk adds the state of a
+// netdev that is not registered: "(unregistering)"), nil when it does
+// not: the form netdev_printk and ibdev_printk give the messages of a
+// netdev or an RDMA device whose parent is the device <name>.
+func thirdWord(msg, name []byte) []byte {
+	sp := bytes.IndexByte(msg, ' ')
+	if sp <= 0 || len(name) == 0 {
+		return nil
+	}
+	rest, ok := bytes.CutPrefix(msg[sp+1:], name)
+	if !ok {
+		return nil
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte{' '}); !ok {
+		return nil
+	}
+	return wordBeforeColon(rest, true)
 }
 
-func trimPunct(w []byte) []byte {
-	for len(w) > 0 && (w[0] == '-' || w[0] == '.' || w[0] == ':') {
-		w = w[1:]
+// wordBeforeColon returns w of a text that starts "<w>: " (or is "<w>:"),
+// or, with state, "<w> (<state>): "; nil otherwise. Netdev names have no
+// space, ':' or '/' (dev_valid_name), nor have RDMA device names.
+func wordBeforeColon(b []byte, state bool) []byte {
+	end := bytes.IndexAny(b, " :")
+	if end <= 0 {
+		return nil
 	}
-	for len(w) > 0 && (w[len(w)-1] == '-' || w[len(w)-1] == '.' || w[len(w)-1] == ':') {
-		w = w[:len(w)-1]
+	w, tail := b[:end], b[end:]
+	if bytes.HasPrefix(tail, []byte(": ")) || len(tail) == 1 {
+		return w
 	}
-	return w
+	if state && bytes.HasPrefix(tail, []byte(" (")) {
+		if c := bytes.IndexByte(tail, ')'); c > 0 && bytes.HasPrefix(tail[c+1:], []byte(": ")) &&
+			bytes.IndexAny(tail[2:c], " :") < 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// bareDevice returns the device a record without a DEVICE property is
+// about by the prefixes drivers write without one:
+//
+//   - "<ibdev>: " of a software RDMA device (ibdev_printk of a device
+//     without a parent: rxe's rxe_err_dev), and "<netdev>: " of a netdev
+//     without a parent (netdev_printk: a veth, a bond under rxe);
+//   - "infiniband <ibdev>: ", "<driver> <pci>: " and "<driver> <pci>
+//     <netdev>: ", dev_printk's and netdev_printk's own forms, which the
+//     kernel writes with a DEVICE property (a record that lost it, or a
+//     test's line);
+//   - "rdma_rxe: " (rxe's pr_fmt), whose text names the software device
+//     or its netdev ("rdma_rxe: already configured on eth0").
+//
+// The caller counts such a record only at err or worse: a user can put
+// text at the start of an info or warning line ("<comm>[<pid>]: segfault
+// at ..." with a process named "eth1: Link down"), and so could make a
+// bare prefix of any of these.
+func (ix *index) bareDevice(msg []byte) (device string, netdev bool) {
+	if rest, ok := bytes.CutPrefix(msg, []byte("infiniband ")); ok {
+		if w := wordBeforeColon(rest, false); w != nil {
+			return ix.names[string(w)], false
+		}
+		return "", false
+	}
+	if rest, ok := bytes.CutPrefix(msg, []byte("rdma_rxe: ")); ok {
+		return ix.rxeText(rest), false
+	}
+	if w := wordBeforeColon(msg, true); w != nil {
+		if d, ok := ix.soft[string(w)]; ok {
+			return d, false
+		}
+		if d, ok := ix.bare[string(w)]; ok {
+			return d, true
+		}
+		return "", false
+	}
+	// "<driver> <pci>: " or "<driver> <pci> <netdev>: " (a PCI address
+	// has colons of its own).
+	sp := bytes.IndexByte(msg, ' ')
+	if sp <= 0 {
+		return "", false
+	}
+	tok := msg[sp+1:]
+	if end := bytes.IndexByte(tok, ' '); end >= 0 {
+		tok = tok[:end]
+	}
+	if addr, ok := bytes.CutSuffix(tok, []byte{':'}); ok {
+		return ix.pci[string(addr)], false // "<driver> <pci>: "
+	}
+	d, ok := ix.pci[string(tok)]
+	if !ok {
+		return "", false
+	}
+	if w := thirdWord(msg, tok); w != nil {
+		if ix.netdevs[string(w)] == d {
+			return d, true
+		}
+		if ix.names[string(w)] == d {
+			return d, false
+		}
+	}
+	return "", false
+}
+
+// rxeText returns the software device that the text of an rdma_rxe
+// message names by its name or one of its netdevs, as a whole word (of
+// letters, digits, '_', '-' and '.', trimmed of a final '.' or '-'), so
+// that "eth1" is not found in "eth10" or "eth1.100".
+func (ix *index) rxeText(msg []byte) string {
+	for i := 0; i < len(msg); {
+		if !wordByte(msg[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(msg) && wordByte(msg[j]) {
+			j++
+		}
+		w := bytes.TrimRight(msg[i:j], ".-")
+		i = j
+		if d, ok := ix.softWords[string(w)]; ok {
+			return d
+		}
+	}
+	return ""
+}
+
+func wordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '_' || c == '-' || c == '.'
+}
+
+// AER's fixed texts before the address of the function that reported an
+// error (drivers/pci/pcie/aer.c, aer_print_source/aer_print_port_info):
+// "AER: [Multiple ]<severity> error message received from <domain:bus:
+// dev.fn>" since 6.10, "... error received: <domain:bus:dev.fn>" from 4.19
+// and "... error received: id=<bus<<8|devfn, hex>" before.
+var (
+	aerPrefix   = []byte(": AER: ")
+	aerFrom     = []byte(" error message received from ")
+	aerReceived = []byte(" error received: ")
+	aerIDPrefix = []byte("id=")
+	hexDigits   = "0123456789abcdef"
+)
+
+// aerSource returns the device whose PCI function a PCIe port's AER
+// report names: the record's DEVICE is the port (port), and its message
+// is "<driver> <port>: AER: ... received ... <address>" in the kernel's
+// fixed format. The address is the one the port's error source register
+// held, which no user chooses.
+func (ix *index) aerSource(msg, port []byte) string {
+	sp := bytes.IndexByte(msg, ' ')
+	if sp <= 0 || len(port) == 0 {
+		return ""
+	}
+	rest, ok := bytes.CutPrefix(msg[sp+1:], port)
+	if !ok {
+		return ""
+	}
+	if rest, ok = bytes.CutPrefix(rest, aerPrefix); !ok {
+		return ""
+	}
+	var addr []byte
+	if i := bytes.Index(rest, aerFrom); i >= 0 {
+		addr = rest[i+len(aerFrom):]
+	} else if i := bytes.Index(rest, aerReceived); i >= 0 {
+		addr = rest[i+len(aerReceived):]
+	} else {
+		return ""
+	}
+	if end := bytes.IndexByte(addr, ' '); end >= 0 {
+		addr = addr[:end]
+	}
+	id, ok := bytes.CutPrefix(addr, aerIDPrefix)
+	if !ok {
+		return ix.pci[string(addr)]
+	}
+	// id=0300 is bus 03, device 00, function 0 in the port's domain.
+	dom, _, ok := bytes.Cut(port, []byte{':'})
+	if !ok || len(id) != 4 || len(dom) > 8 {
+		return ""
+	}
+	v, err := strconv.ParseUint(string(id), 16, 16)
+	if err != nil {
+		return ""
+	}
+	var buf [24]byte
+	b := append(buf[:0], dom...)
+	b = append(b, ':', hexDigits[v>>12&0xf], hexDigits[v>>8&0xf], ':',
+		hexDigits[v>>7&1], hexDigits[v>>3&0xf], '.', hexDigits[v&7])
+	return ix.pci[string(b)]
 }
 
 // match returns the device and pattern r is a fault of; ok is false when
-// it is none: a record of another facility than kern and user, of
-// severity debug, that names no device, or that matches no pattern at its
-// severity.
-func (ix *index) match(r *Record) (device, pattern string, ok bool) {
-	if r.Facility != facilityKern && r.Facility != facilityUser || r.Priority > maxPriority {
+// it is none: a record that is not the kernel's (a line written to
+// /dev/kmsg from userspace has a facility other than kern; userspace says
+// whether those count, for tests), of severity debug, that is about no
+// device, about one only by its prefix and less severe than err, or that
+// matches no pattern at its severity.
+func (ix *index) match(r *Record, userspace bool) (device, pattern string, ok bool) {
+	if r.Facility != facilityKern && (r.Facility != facilityUser || !userspace) || r.Priority > maxPriority {
 		return "", "", false
 	}
-	device, netdev := ix.identify(r)
-	if device == "" {
+	device, netdev, bare := ix.identify(r)
+	if device == "" || bare && r.Priority > errPriority {
 		return "", "", false
 	}
 	pattern, ok = classify(r, netdev)

@@ -7,12 +7,13 @@ import (
 	"strconv"
 )
 
-// Syslog facilities of the records Follow considers (syslog(2)): the
-// kernel's own messages, and lines that root wrote to /dev/kmsg without a
-// facility (the kernel gives them LOG_USER, as `echo '<3>...' >
-// /dev/kmsg` does). Others (systemd's early boot messages, LOG_DAEMON) are
-// services' messages that reached the kernel log before journald ran; they
-// are in the journal and are not the kernel's word about a device.
+// Syslog facilities (syslog(2)). The kernel's own messages are kern (0);
+// a line written to /dev/kmsg gets user (1) unless it names another
+// facility, and never kern (devkmsg_write keeps user for a facility of
+// 0), so the facility tells the kernel's word from a writer's. Only kern
+// counts, and user with Options.TrustUserspace (tests); others (systemd's
+// early boot messages, LOG_DAEMON) are services' lines that reached the
+// kernel log before journald ran.
 const (
 	facilityKern = 0
 	facilityUser = 1
