@@ -25,8 +25,15 @@ var Checks = []Check{
 	{"health", "the health verdict schedulers read has no problem", checkHealth},
 	{"devices", "RDMA devices exist", checkDevices},
 	{"uverbs", "verbs character devices exist", checkUverbs},
+	{"umad", "InfiniBand ports have their umad and issm devices", checkUmad},
+	{"rdma-cm", "the RDMA-CM character device exists", checkRDMACM},
 	{"ports", "ports are ACTIVE with the link up", checkPorts},
+	{"sm", "InfiniBand ports see a subnet manager", checkSM},
 	{"pcie", "PCIe links trained at the speed and width their slots allow", checkPCIe},
+	{"pcie-mrr", "RDMA NICs read from host memory in 4096-byte requests (MaxReadReq)", checkMaxReadReq},
+	{"pcie-acs", "no ACS redirect between an RDMA NIC and a GPU below the same PCIe switch", checkACS},
+	{"numa", "the NUMA node of each RDMA NIC is known", checkNUMA},
+	{"gpudirect", "GPUDirect RDMA (nvidia_peermem) is loaded where GPUs and RDMA NICs meet", checkGPUDirect},
 	{"firmware", "RDMA devices run the firmware their policy expects", checkFirmware},
 	{"gid", "RoCE v2 GIDs cover the netdev's addresses", checkGIDs},
 	{"mtu", "netdev MTU, RDMA MTU and policy agree", checkMTU},
@@ -62,7 +69,9 @@ type collector struct {
 }
 
 func (c *collector) add(verdict, msg, fix string) {
-	if Rank(verdict) > Rank(c.verdict) {
+	// A skip is kept too (a check that could not run says why), and any
+	// other verdict outranks it.
+	if c.verdict == "" || Rank(verdict) > Rank(c.verdict) {
 		c.verdict = verdict
 	}
 	c.msgs = append(c.msgs, msg)

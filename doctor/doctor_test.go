@@ -527,6 +527,34 @@ func TestChecks(t *testing.T) {
 		{"firmware older than the policy's", "firmware", func(t *testing.T) *Env {
 			return &Env{Snapshot: snapWith(apitype.Target{Kind: "firmware", Object: "mlx5_0", Desired: ">=22.39.1002", Actual: "22.38.1900", State: apitype.Drifted})}
 		}, Warn, `mlx5_0: firmware 22.38.1900, policy "fabric" expects >=22.39.1002`, "vendor's tool"},
+
+		// The checks of issue #39 by their IDs; pcietune_test.go and
+		// devnodes_test.go have the rest of their cases.
+		{"umad node missing", "umad", func(t *testing.T) *Env {
+			return &Env{SysRoot: tree(t, madFiles), DevRoot: devRoot(t, "issm1")}
+		}, Fail, "mlx4_0/1: /dev/infiniband/umad1 is missing", "udevadm trigger"},
+		{"rdma_ucm not loaded", "rdma-cm", func(t *testing.T) *Env {
+			return &Env{SysRoot: fixture, DevRoot: devRoot(t)}
+		}, Fail, "no rdma_cm device", "modprobe rdma_ucm"},
+		{"InfiniBand port without a subnet manager", "sm", func(t *testing.T) *Env { return &Env{SysRoot: tree(t, noSM)} },
+			Fail, "mlx4_0/1 (ib0): no subnet manager", "opensm"},
+		{"MaxReadReq 512", "pcie-mrr", func(t *testing.T) *Env {
+			return &Env{SysRoot: gpuNode(t, map[string][]byte{"0000:04:00.0": connectX(0x2930)})}
+		}, Fail, "MaxReadReq 512 bytes", "CAP_EXP+8.w=5000:7000"},
+		{"ACS on between NIC and GPU", "pcie-acs", func(t *testing.T) *Env {
+			return &Env{SysRoot: gpuNode(t, map[string][]byte{"0000:02:01.0": switchPort(0x1d)})}
+		}, Fail, "ACS redirects peer-to-peer traffic", "ECAP_ACS+6.w=0000"},
+		{"NUMA node unknown", "numa", func(t *testing.T) *Env {
+			root := gpuNode(t, nil)
+			write(t, root, map[string]string{"sys/devices/system/node/node1/cpulist": "32-63",
+				"sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/numa_node": "-1"})
+			return &Env{SysRoot: root}
+		}, Warn, "NUMA node unknown", "numactl"},
+		{"GPUs without nvidia_peermem", "gpudirect", func(t *testing.T) *Env {
+			root := gpuNode(t, nil)
+			write(t, root, map[string]string{"sys/module/nvidia/version": "550.54.15"})
+			return &Env{SysRoot: root}
+		}, Warn, "neither nvidia_peermem nor nv_peer_mem is loaded", "modprobe nvidia_peermem"},
 	}
 	byID := map[string]Check{}
 	all := append(append([]Check(nil), Checks...), CallerChecks...)
@@ -607,7 +635,7 @@ func TestRunOnFixture(t *testing.T) {
 	for _, r := range rs {
 		ids = append(ids, r.ID)
 	}
-	want := []string{"daemon", "health", "devices", "uverbs", "ports", "pcie", "firmware", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "clock-offset", "memlock-user", "clock"}
+	want := []string{"daemon", "health", "devices", "uverbs", "umad", "rdma-cm", "ports", "sm", "pcie", "pcie-mrr", "pcie-acs", "numa", "gpudirect", "firmware", "gid", "mtu", "pfc", "dscp-trust", "ecn", "memlock", "qp-errors", "link-errors", "packet-loss", "peers", "fleet", "clock-offset", "memlock-user", "clock"}
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("report order (-want +got):\n%s", diff)
 	}
