@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -63,6 +64,14 @@ type peerRunner struct {
 	fileStat string // size and mtime of [probe] peers_file at its last read
 	fileErr  error  // of the last read of peers_file
 	keyErr   error  // of the last read of [probe] key_file
+	// goodPath and goodPeers are the peers file last read whole and its
+	// peers: a file refused later (others may write it, it turned into a
+	// FIFO) leaves them in force, as a rejected configuration leaves the
+	// last good one. fileKept says what a refused read left in force, for
+	// the status (refused.go). All three owned by the main loop.
+	goodPath  string
+	goodPeers []probe.Spec
+	fileKept  string
 	// auth is the fleet key and mode in force: the last good read of
 	// key_file. Owned by the main loop.
 	auth probe.Auth
@@ -106,7 +115,9 @@ func readProbeKey(path string) ([][]byte, error) {
 		return nil, fmt.Errorf("[probe] key_file %w", err)
 	}
 	short := func(where string, n int) error {
-		return fmt.Errorf("[probe] key_file %s%s: the key has %d bytes, at least %d are needed; write a new one: `head -c 32 /dev/urandom | base64 > %s`", path, where, n, minKeyLen, path)
+		return &inputError{prefix: "[probe] key_file " + path + where,
+			why: fmt.Sprintf("the key has %d bytes, at least %d are needed", n, minKeyLen),
+			fix: fmt.Sprintf("write a new one: `head -c 32 /dev/urandom | base64 > %s`", path)}
 	}
 	whole := bytes.TrimSpace(b)
 	if !bytes.ContainsAny(whole, "\r\n") || !isText(whole) {
@@ -125,7 +136,9 @@ func readProbeKey(path string) ([][]byte, error) {
 			return nil, short(fmt.Sprintf(":%d", i+1), len(line))
 		}
 		if len(keys) == maxKeys {
-			return nil, fmt.Errorf("[probe] key_file %s:%d: more than %d keys; a rotation needs two (the key to tag with first, then the one to accept as well)", path, i+1, maxKeys)
+			return nil, &inputError{prefix: fmt.Sprintf("[probe] key_file %s:%d", path, i+1),
+				why: fmt.Sprintf("more than %d keys", maxKeys),
+				fix: "keep two lines, as a rotation needs: the key to tag with first, then the one to accept as well"}
 		}
 		keys = append(keys, line)
 	}
@@ -204,10 +217,12 @@ var errPeersOff = errors.New("[probe] peers = false: peer probes are switched of
 // Runs on the main goroutine.
 func (d *Daemon) startPeers() {
 	if !d.cfg.Probe.Peers {
+		d.clearInputs()
 		d.setComponent(apitype.ComponentPeers, apitype.Disabled, errPeersOff)
 		return
 	}
 	if !wantPeers(d.cfg) {
+		d.clearInputs()
 		d.setComponent(apitype.ComponentPeers, apitype.Disabled, errors.New("no [[peer]], [probe] peers_file or [probe] allow configured: nobody to probe or answer"))
 		return
 	}
@@ -215,6 +230,7 @@ func (d *Daemon) startPeers() {
 	// Without its key a node that must authenticate would answer and
 	// believe anybody: it does not start until the key can be read.
 	auth, err := r.loadAuth(d.cfg)
+	d.noteInput(inputKeyFile, d.cfg.Probe.KeyFile, err, true, "the peer probes are not started until the key can be read")
 	if err != nil {
 		d.setComponent(apitype.ComponentPeers, apitype.Error, fmt.Errorf("%w; peer probes are not started until the key can be read", err))
 		return
@@ -245,6 +261,7 @@ func (d *Daemon) startPeers() {
 	r.bw = newBandwidth(d, r)
 	r.bw.set(d.cfg, auth)
 	settings, fileErr := r.settings(d.cfg)
+	d.noteInput(inputPeersFile, d.cfg.Probe.PeersFile, fileErr, false, r.fileKept)
 	r.mgr, err = probe.New(probe.Options{
 		Transport:      r.eng,
 		NodeID:         nodeID(),
@@ -315,7 +332,10 @@ func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 	case len(ports) == 0 && perr != nil:
 		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, perr, now)
 	case r.keyError() != nil:
-		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, r.keyError(), now)
+		// The probes run on with the key in force: the refused key file
+		// is the verdict's InputRefused (refused.go), not a part of rdmad
+		// in error (DaemonDegraded); the detail says it here too.
+		state.SetComponent(s, apitype.ComponentPeers, apitype.OK, r.keyError(), now)
 	default:
 		state.SetComponent(s, apitype.ComponentPeers, apitype.OK, r.fileError(), now)
 	}
@@ -409,12 +429,16 @@ func (d *Daemon) reloadPeers() {
 	if r == nil {
 		if wantPeers(d.cfg) && !d.parts.Stopping() {
 			d.startPeers()
-		} else if !d.cfg.Probe.Peers {
+			return
+		}
+		d.clearInputs()
+		if !d.cfg.Probe.Peers {
 			d.setComponent(apitype.ComponentPeers, apitype.Disabled, errPeersOff)
 		}
 		return
 	}
 	auth, kerr := r.loadAuth(d.cfg)
+	d.noteInput(inputKeyFile, d.cfg.Probe.KeyFile, kerr, true, "the peer probes go on with the key and settings in force")
 	if kerr != nil {
 		// The settings in force stay, with the key in force: a reload
 		// must not turn authentication off, nor stop the probes.
@@ -432,6 +456,7 @@ func (d *Daemon) reloadPeers() {
 	r.class.set(d.cfg)
 	r.eng.Rescan()
 	s, err := r.settings(d.cfg)
+	d.noteInput(inputPeersFile, d.cfg.Probe.PeersFile, err, false, r.fileKept)
 	if err != nil {
 		d.log.Warn("peers file", "err", err)
 	}
@@ -462,12 +487,20 @@ func (r *peerRunner) fileError() error {
 	return r.fileErr
 }
 
+// fileStat is what fileChanged compares: the size, mtime, mode and owner
+// of path. The mode and owner count because a chmod or chown changes what
+// rdmad takes (a peers file refused as others' to write is taken once
+// root owns it alone) without touching the mtime.
 func fileStat(path string) string {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+	uid := -1
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		uid = int(st.Uid)
+	}
+	return fmt.Sprintf("%d %d %v %d", fi.Size(), fi.ModTime().UnixNano(), fi.Mode(), uid)
 }
 
 func (r *peerRunner) fileChanged(path string) bool {
@@ -481,7 +514,9 @@ func (r *peerRunner) fileChanged(path string) bool {
 
 // settings turns the configuration into the manager's settings, reading
 // peers_file. A bad line of the file is skipped and reported; the rest
-// stays in force.
+// stays in force. A file that cannot be read or is refused as a whole
+// leaves the peers of its last whole read in force (r.goodPeers), and
+// r.fileKept says so.
 func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 	pr := cfg.Probe
 	r.interval = pr.PeerInterval.Duration
@@ -502,6 +537,7 @@ func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 		r.mu.Unlock()
 		var fromFile []probe.Spec
 		fromFile, err = readPeersFile(pr.PeersFile)
+		fromFile = r.keepGoodPeers(pr.PeersFile, fromFile, err)
 		for _, p := range fromFile {
 			if !seen[p.Name] {
 				s.Peers = append(s.Peers, p)
@@ -513,6 +549,29 @@ func (r *peerRunner) settings(cfg *config.Config) (probe.Settings, error) {
 	r.fileErr = err
 	r.mu.Unlock()
 	return s, err
+}
+
+// keepGoodPeers returns the peers of path to put in force after a read
+// that returned peers and err: on a read of the whole file (err nil, or
+// bad lines only) those, remembered as the last good ones; on a file
+// refused or unreadable as a whole (a *safefile.Error) the last good ones
+// of the same path. It sets r.fileKept to what stays in force.
+func (r *peerRunner) keepGoodPeers(path string, peers []probe.Spec, err error) []probe.Spec {
+	r.fileKept = ""
+	var se *safefile.Error
+	if err == nil || !errors.As(err, &se) {
+		r.goodPath, r.goodPeers = path, peers
+		if err != nil {
+			r.fileKept = fmt.Sprintf("the %d peers of its good lines are in force", len(peers))
+		}
+		return peers
+	}
+	if r.goodPath != path || len(r.goodPeers) == 0 {
+		r.fileKept = "none of its peers is probed"
+		return nil
+	}
+	r.fileKept = fmt.Sprintf("the %d peers read from it before stay in force", len(r.goodPeers))
+	return r.goodPeers
 }
 
 // maxPeersFileLines bounds what a peers file can make rdmad hold.
@@ -569,7 +628,8 @@ func readPeersFile(path string) ([]probe.Spec, error) {
 		bad = append(bad, err.Error())
 	}
 	if len(bad) > 0 {
-		return out, fmt.Errorf("[probe] peers_file %s: %s; fix the lines (the others are in force)", path, strings.Join(bad, "; "))
+		return out, &inputError{prefix: "[probe] peers_file " + path, why: strings.Join(bad, "; "),
+			fix: "correct the lines named (the other lines are in force)"}
 	}
 	return out, nil
 }

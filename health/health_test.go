@@ -314,3 +314,17 @@ func TestEvaluateLoopbackBandwidth(t *testing.T) {
 		t.Errorf("local verdict %+v; want unknown DaemonNotAnswering", local)
 	}
 }
+
+// TestEvaluateKernelLogNote: a note of the kernel log's follower (the
+// test switch RDMAD_TEST_KMSG_USERSPACE=1) shows in the KernelFault
+// condition, which stays ok.
+func TestEvaluateKernelLogNote(t *testing.T) {
+	s := node()
+	s.Components[apitype.ComponentKernelLog] = apitype.Component{State: apitype.OK,
+		Error: "RDMAD_TEST_KMSG_USERSPACE=1: lines written to /dev/kmsg from userspace count as the kernel's"}
+	h := Evaluate(Input{Snap: s, Now: t0})
+	c := cond(t, h, apitype.CondKernelFault)
+	if !h.Healthy || c.Status != apitype.ConditionOK || !strings.Contains(c.Message, "RDMAD_TEST_KMSG_USERSPACE=1") {
+		t.Errorf("KernelFault %+v (healthy %v), want ok naming the switch", c, h.Healthy)
+	}
+}

@@ -48,7 +48,7 @@ func (m *Memo) sameInputs(in Input, flaps *Flaps) bool {
 		(flaps == nil) == (m.flaps == nil) && (flaps == nil || flaps.same(m.flaps, in.Now)) &&
 		sameMap(a.Components, b.Components) && a.Config.Error == b.Config.Error && a.Config.Generation == b.Config.Generation &&
 		sameSlice(a.Devices, b.Devices) && sameSlice(a.KernelFaults, b.KernelFaults) && sameSlice(a.Loopback, b.Loopback) &&
-		sameSlice(a.MRPool, b.MRPool) && sameSlice(a.Policy.Policies, b.Policy.Policies) &&
+		sameSlice(a.MRPool, b.MRPool) && sameSlice(a.Policy.Policies, b.Policy.Policies) && sameSlice(a.RefusedFiles, b.RefusedFiles) &&
 		(len(a.Peers.Peers) == 0) == (len(b.Peers.Peers) == 0) && samePeerPorts(a.Peers.Ports, b.Peers.Ports)
 }
 

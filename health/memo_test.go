@@ -58,6 +58,11 @@ func TestMemo(t *testing.T) {
 			s.Bandwidth = &apitype.BandwidthStatus{Loopback: []apitype.BandwidthResult{{Loopback: true, Local: "rxe0/1", Gbps: 10, Op: "write", QPs: 1}}}
 		}, false},
 		{"the same results", func(*apitype.Snapshot) {}, true},
+		// InputRefused reads the refused input files.
+		{"a refused peers file", func(s *apitype.Snapshot) {
+			s.RefusedFiles = []apitype.RefusedFile{{Key: "probe.peers_file", Path: "/etc/rdmad/peers", Why: "writable by group or others (mode 0666)"}}
+		}, false},
+		{"the refusal taken back", func(s *apitype.Snapshot) { s.RefusedFiles = []apitype.RefusedFile{} }, false},
 		{"a lower threshold", func(*apitype.Snapshot) { expect.MinLoopbackShare = 0.5 }, false},
 		{"flapping", func(*apitype.Snapshot) {
 			for i := range 4 {

@@ -24,6 +24,10 @@ const (
 	// CondConfig: the configuration in force did not load (the last good
 	// one runs).
 	CondConfig = "ConfigInvalid"
+	// CondInputRefused: a file the configuration names ([probe]
+	// peers_file, [probe] key_file) was refused or could not be read, so
+	// what it declares is not (or no longer fully) in force.
+	CondInputRefused = "InputRefused"
 	// CondNoDevice: the node has no RDMA device.
 	CondNoDevice = "NoDevice"
 	// CondVerbs: devices are there, but verbs cannot work on them (no
@@ -33,6 +37,10 @@ const (
 	CondPortDown = "PortDown"
 	// CondPortFlapping: a port went down too often within the flap window.
 	CondPortFlapping = "PortFlapping"
+	// CondSubnetManager: an InfiniBand port has its link up but no
+	// subnet manager (INIT, or LID 0 and SM LID 0), so it cannot carry
+	// traffic.
+	CondSubnetManager = "SubnetManagerMissing"
 	// CondLinkDegraded: a port runs below the rate declared for it
 	// ([[policy]] min_rate).
 	CondLinkDegraded = "LinkDegraded"
@@ -64,8 +72,8 @@ const (
 
 // ConditionTypes lists every condition type in the order GET /v1/health
 // reports them: the node's first, then the devices', then the fabric's.
-var ConditionTypes = []string{CondConfig, CondNoDevice, CondVerbs, CondPortDown, CondPortFlapping,
-	CondLinkDegraded, CondPCIeDegraded, CondLoopback, CondLoopbackBandwidth, CondMRPool, CondMemlock, CondPeers,
+var ConditionTypes = []string{CondConfig, CondInputRefused, CondNoDevice, CondVerbs, CondPortDown, CondPortFlapping,
+	CondSubnetManager, CondLinkDegraded, CondPCIeDegraded, CondLoopback, CondLoopbackBandwidth, CondMRPool, CondMemlock, CondPeers,
 	CondKernelFault, CondPolicy, CondDaemon}
 
 // Health is the verdict: one condition per type, always all of them.
@@ -176,7 +184,7 @@ func (h Health) ForDevice(dev string) Health {
 // itself) concern every device.
 func deviceScoped(t string) bool {
 	switch t {
-	case CondVerbs, CondPortDown, CondPortFlapping, CondLinkDegraded, CondPCIeDegraded,
+	case CondVerbs, CondPortDown, CondPortFlapping, CondSubnetManager, CondLinkDegraded, CondPCIeDegraded,
 		CondLoopback, CondMRPool, CondPeers, CondKernelFault:
 		return true
 	}

@@ -73,6 +73,33 @@ type Snapshot struct {
 	// KernelFaults are the kernel log's faults of RDMA devices still
 	// within their window (docs/HEALTH.md), oldest first; [] when none.
 	KernelFaults []KernelFault `json:"kernel_faults"`
+	// RefusedFiles are the files the configuration names (the peers
+	// file, the fleet key) that rdmad refused or could not read at their
+	// last read, in the order of RefusedFile.Key; [] when none.
+	RefusedFiles []RefusedFile `json:"refused_files"`
+}
+
+// A RefusedFile is an input file rdmad did not take as it is: why, what to
+// do, and what stays in force instead (docs/HEALTH.md, InputRefused).
+type RefusedFile struct {
+	// Key is the configuration key that names the file ("probe.peers_file",
+	// "probe.key_file").
+	Key  string `json:"key"`
+	Path string `json:"path"`
+	// Why is what is wrong, in a few words: "writable by group or others
+	// (mode 0666)", "owned by uid 1000, not root", "not a regular file",
+	// "line 3: ...".
+	Why string `json:"why"`
+	// Fix is what to do: "chown root: /etc/rdmad/peers && chmod go-w
+	// /etc/rdmad/peers, then rdmactl reload".
+	Fix string `json:"fix"`
+	// Kept says what rdmad runs on instead ("the 12 peers read from it
+	// before", "no key: the peer probes are not started").
+	Kept string `json:"kept"`
+	// Error is the whole error, as the journal has it.
+	Error string `json:"error"`
+	// Since is when the file was first refused for this reason.
+	Since time.Time `json:"since"`
 }
 
 // NetdevECN is what DCQCN has enabled on one netdev: the priorities (0-7,

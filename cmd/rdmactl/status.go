@@ -62,6 +62,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 		fmt.Fprintln(w, indent(s.Config.Error))
 	}
 	printRestartNeeded(w, s.Config.PendingRestart, "  ")
+	printRefused(w, s.RefusedFiles)
 	printHealth(w, s.Health, sh)
 	fmt.Fprintln(w)
 
@@ -161,6 +162,24 @@ func printHealth(w io.Writer, h apitype.Health, sh *shortener) {
 			if c.Status == st {
 				fmt.Fprintf(w, "  %s %s (%s): %s\n", c.Type, c.Status, c.Reason, sh.cell(c.Message))
 			}
+		}
+	}
+}
+
+// printRefused prints, under the config line, each input file the
+// configuration names that rdmad refused (the peers file, the fleet key):
+// the file, why, what runs instead, and on a line of its own the fix. Like
+// the configuration's error it is never shortened: the fix is what the
+// reader came for.
+func printRefused(w io.Writer, files []apitype.RefusedFile) {
+	for _, f := range files {
+		fmt.Fprintf(w, "  refused %s %s: %s", f.Key, f.Path, f.Why)
+		if f.Kept != "" {
+			fmt.Fprintf(w, "; %s", f.Kept)
+		}
+		fmt.Fprintln(w)
+		if f.Fix != "" {
+			fmt.Fprintf(w, "    fix: %s\n", f.Fix)
 		}
 	}
 }

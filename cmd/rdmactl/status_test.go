@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/health"
 )
 
 // TestPrintStatusNoDevice: without an RDMA device the status says that
@@ -118,5 +119,33 @@ func TestPeersComponentReason(t *testing.T) {
 	_, out, _ := rdmactl(t, "--socket", sock, "peers")
 	if want := "Peer probes: disabled: " + why + "\n"; !strings.HasPrefix(out, want) {
 		t.Errorf("peers does not say why the probes are off; want %q first:\n%s", want, out)
+	}
+}
+
+// TestPrintStatusRefusedFile is issue #41 item 8 in rdmactl status: a
+// refused input file is a line under the config line naming the file,
+// why and what runs instead, with the fix on its own line, whole even on
+// a narrow terminal; and the verdict's InputRefused condition.
+func TestPrintStatusRefusedFile(t *testing.T) {
+	s := &apitype.Snapshot{Version: "t", State: apitype.Degraded, Config: apitype.Config{Path: "/etc/rdmad/rdmad.toml", Generation: 2},
+		RefusedFiles: []apitype.RefusedFile{{Key: "probe.peers_file", Path: "/etc/rdmad/peers",
+			Why:  "writable by group or others (mode 0666): it decides whom rdmad trusts",
+			Kept: "the 12 peers read from it before stay in force", Fix: "chmod go-w /etc/rdmad/peers, then rdmactl reload"}}}
+	s.Health = health.Evaluate(health.Input{Snap: s, Now: time.Now()})
+	var b bytes.Buffer
+	sh := &shortener{width: 60}
+	printStatus(&b, s, sh)
+	out := b.String()
+	for _, want := range []string{
+		"config: /etc/rdmad/rdmad.toml, generation 2, loaded never: ok\n" +
+			"  refused probe.peers_file /etc/rdmad/peers: writable by group or others (mode 0666): it decides whom rdmad trusts; the 12 peers read from it before stay in force\n" +
+			"    fix: chmod go-w /etc/rdmad/peers, then rdmactl reload\n",
+		// The condition's line is cut to the terminal: the lines above
+		// are what carries the fix there.
+		"health: PROBLEM\n  InputRefused problem (FileRefused): probe.peers_file",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
 	}
 }
