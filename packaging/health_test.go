@@ -17,9 +17,10 @@ import (
 
 // The scheduler files rdmad ships (packaging/npd, packaging/nhc), run the
 // way their consumers run them: the exact command line of the
-// node-problem-detector rule, and the NHC check function sourced by bash
-// with NHC's die and log, each against an rdmad-like socket that answers
-// a healthy, a problem and an unknown verdict, and against no rdmad.
+// node-problem-detector rule here and node-problem-detector's own plugin
+// monitor in npd_real_test.go, and LBNL NHC's own driver in
+// nhc_real_test.go, each against an rdmad-like socket that answers a
+// healthy, a problem and an unknown verdict, and against no rdmad.
 
 // buildRdmactl builds rdmactl as the package does (no cgo).
 func buildRdmactl(t *testing.T) string {
@@ -140,42 +141,5 @@ func TestNPDPlugin(t *testing.T) {
 	// its inventory read is a problem, never an ok.
 	if code, out := run(filepath.Join(t.TempDir(), "gone.sock")); code == 0 || len(strings.TrimSpace(out)) > 80 {
 		t.Errorf("without rdmad: exit %d, %q", code, out)
-	}
-}
-
-func TestNHCCheck(t *testing.T) {
-	rdmactl := buildRdmactl(t)
-	check, err := filepath.Abs("nhc/rdmad.nhc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// NHC's own die records the failure and prints it; log writes to its
-	// log. These stand-ins print what they were given, as NHC would record.
-	script := `die() { echo "DIE $1: $2"; return "$1"; }
-log() { echo "LOG $*"; }
-. "$CHECK"
-check_rdmad "$@"
-echo "RC $?"`
-	for _, tc := range []struct {
-		verdict string
-		args    []string
-		want    string
-	}{
-		{"ok", nil, "RC 0\n"},
-		{"problem", nil, "DIE 1: check_rdmad: rdmad: PortDown problem: rxe0/1 (eth0) is DOWN/Disabled"},
-		{"problem", []string{"-u"}, "DIE 1: check_rdmad: rdmad: PortDown problem"},
-		{"unknown", nil, "DIE 1: check_rdmad: health unknown: rdmad: NoDevice unknown: the RDMA inventory has not been read yet\nRC 1"},
-		{"unknown", []string{"-u"}, "LOG check_rdmad: health unknown, passing (-u): rdmad: NoDevice unknown"},
-		{"ok", []string{"-x"}, "DIE 1: check_rdmad: unknown option -x"},
-	} {
-		cmd := exec.Command("bash", append([]string{"-c", script, "nhc"}, tc.args...)...)
-		cmd.Env = append(os.Environ(), "CHECK="+check, "RDMACTL="+rdmactl, "RDMAD_SOCKET="+verdictSocket(t, verdicts[tc.verdict]))
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), tc.want) {
-			t.Errorf("%s %v: %v\n%s\nwant %q", tc.verdict, tc.args, err, out, tc.want)
-		}
-		if tc.verdict == "unknown" && len(tc.args) > 0 && !strings.Contains(string(out), "RC 0") {
-			t.Errorf("unknown with -u must pass: %s", out)
-		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
@@ -135,13 +136,35 @@ func oneLineErr(err error) string {
 }
 
 // npdLine is the one line node-problem-detector shows as the condition's
-// message: the worst condition's type and message, at most 80 bytes.
+// message: the worst condition's type and message, at most 80 bytes (NPD
+// cuts the rest), a longer one cut after a whole word with "...".
 func npdLine(h apitype.Health) string {
 	w := h.Worst()
 	if w == nil {
-		return clip("ok: every RDMA health check passes", npdMaxOutput)
+		return clipWords("ok: every RDMA health check passes", npdMaxOutput)
 	}
-	return clip(w.Type+": "+w.Message, npdMaxOutput)
+	return clipWords(w.Type+": "+oneLine(w.Message), npdMaxOutput)
+}
+
+// clipWords returns s if it has at most n bytes, else its words that fit
+// in n bytes with "..." (without the punctuation that ended the last
+// one: "the cable, the switch port..."); a first word longer than that
+// is cut at a character.
+func clipWords(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("...")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	cut := s[:i]
+	if s[i] != ' ' {
+		if sp := strings.LastIndexByte(cut, ' '); sp > 0 {
+			cut = cut[:sp]
+		}
+	}
+	return strings.TrimRight(cut, " ,;:.") + "..."
 }
 
 // printNHC prints for Slurm NHC's check (packaging/nhc/rdmad.nhc) one line

@@ -35,7 +35,7 @@ func TestCheck(t *testing.T) {
 		maxBytes int
 	}{
 		{"ok npd", verdict("ACTIVE"), nil, 0, "ok: every RDMA health check passes\n", 81},
-		{"problem npd", verdict("DOWN"), nil, 1, "PortDown: rxe0/1 (eth0) is DOWN/Disabled: check the cable, the switch port an...\n", 81},
+		{"problem npd", verdict("DOWN"), nil, 1, "PortDown: rxe0/1 (eth0) is DOWN/Disabled: check the cable, the switch port...\n", 81},
 		{"problem nhc", verdict("DOWN"), []string{"--format", "nhc"}, 1, "rdmad: PortDown problem: rxe0/1 (eth0) is DOWN/Disabled", 0},
 		{"ok nhc", verdict("ACTIVE"), []string{"--format", "nhc"}, 0, "rdmad: healthy\n", 0},
 		{"unknown", apitype.Health{Status: apitype.ConditionUnknown, Conditions: []apitype.Condition{
