@@ -213,7 +213,7 @@ var fzMethods = [][2]string{
 	{IntrospectableInterface, "Introspect"}, {ObjectManagerInterface, "GetManagedObjects"},
 	{Interface, "Reload"}, {Interface, "Apply"}, {Interface, "Probe"},
 	{"", "Probe"}, {"", "Reload"}, {"", "Get"}, {DeviceInterface, "Get"},
-	{Interface, "Doctor"}, {Interface, "Resources"}, {Interface, "Bandwidth"},
+	{Interface, "Doctor"}, {Interface, "Resources"}, {Interface, "Bandwidth"}, {Interface, "BandwidthTest"},
 }
 
 // fzSignatures and fzOut are the in and out signatures of the methods,
@@ -225,6 +225,9 @@ var fzSignatures, fzOut = func() (in, out map[string]string) {
 	for _, o := range servicetest.Operations {
 		if o.DBus != "" {
 			in[o.DBus], out[o.DBus] = o.DBusIn, o.DBusOut
+		}
+		for _, m := range o.DBusMore {
+			in[m.Name], out[m.Name] = m.In, m.Out
 		}
 	}
 	return in, out
@@ -410,6 +413,10 @@ func fzDispatch(t *testing.T, fail, reject bool, msg *dbus.Message) fzOutcome {
 			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
 				t.Fatalf("%s: Bandwidth with arguments out of bounds answered %+v, want InvalidArgs and no test", desc, out)
 			}
+		case level >= need && member == "BandwidthTest" && !validBandwidthTestArgs(msg.Body):
+			if out.errName != ErrInvalidArgs || len(out.calls) != 0 {
+				t.Fatalf("%s: BandwidthTest with a bad target or options answered %+v, want InvalidArgs and no test", desc, out)
+			}
 		case level >= need && len(out.calls) != 1:
 			t.Fatalf("%s: an admin's call did not reach the backend: %+v", desc, out)
 		}
@@ -577,6 +584,7 @@ func FuzzDBusCall(f *testing.F) {
 	f.Add(uint8(9), uint8(3), uint8(3), "", "", "", []byte{}, "", "")
 	f.Add(uint8(0), uint8(0), uint8(0), "/org/rdmad/Agent1", "org.rdmad.Agent1", "Probe", []byte{6}, "192.0.2.17", "")
 	f.Add(uint8(5), uint8(0), uint8(8), "", "", "", []byte{0}, " ", "")
+	f.Add(uint8(1), uint8(0), uint8(15), "", "", "", []byte{0, 10}, "rxe0", "qps")
 	f.Fuzz(func(t *testing.T, who, pathSel, methodSel uint8, path, iface, member string, spec []byte, s1, s2 string) {
 		sender := fzSenders[int(who)%len(fzSenders)].name
 		p := dbus.ObjectPath(path)
@@ -621,6 +629,11 @@ func FuzzDBusMessage(f *testing.F) {
 	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.1", "192.0.2.17", "write", uint32(65536), uint32(3000)))
 	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.0", "192.0.2.17", "fill", uint32(2<<20), uint32(3600000)))
 	f.Add(false, seed(Path, Interface, "Bandwidth", ":1.0", "-x", "", uint32(0), uint32(0)))
+	f.Add(false, seed(Path, Interface, "BandwidthTest", ":1.1", "rxe0:1", map[string]dbus.Variant{
+		"loopback": dbus.MakeVariant(true), "qps": dbus.MakeVariant(uint32(4)), "duration_ms": dbus.MakeVariant(uint32(2000))}))
+	f.Add(false, seed(Path, Interface, "BandwidthTest", ":1.2", "192.0.2.17", map[string]dbus.Variant{}))
+	f.Add(false, seed(Path, Interface, "BandwidthTest", ":1.0", "192.0.2.17", map[string]dbus.Variant{"qsp": dbus.MakeVariant(uint32(4))}))
+	f.Add(false, seed(Path, Interface, "BandwidthTest", ":1.0", "", map[string]dbus.Variant{"loopback": dbus.MakeVariant("yes")}))
 	f.Add(false, seed(Path, PropertiesInterface, "Set", ":1.0", Interface, "State", dbus.MakeVariant("stopped")))
 	f.Add(false, seed(DevicePath("mlx5_0"), PropertiesInterface, "GetAll", ":1.2", DeviceInterface))
 	f.Add(false, seed("/", IntrospectableInterface, "Introspect", ":1.9"))

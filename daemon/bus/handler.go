@@ -19,7 +19,7 @@ import (
 )
 
 // MaxCalls bounds the guarded method calls (Reload, Apply, Probe, Doctor,
-// Resources, Bandwidth) in progress at once; godbus runs every call in its
+// Resources, Bandwidth, BandwidthTest) in progress at once; godbus runs every call in its
 // own goroutine, so this is what keeps a flood of calls from piling up
 // behind the daemon's main loop.
 const MaxCalls = 4
@@ -150,6 +150,9 @@ func (o serverObject) interfaces() map[string]iface {
 				fn: o.h.guarded("Resources", access.Resources, o.h.resources)},
 			"Bandwidth": {in: []any{"", "", uint32(0), uint32(0)}, out: []any{float64(0), float64(0), uint64(0), uint64(0), uint64(0), ""},
 				fn: o.h.guarded("Bandwidth", access.Bandwidth, o.h.bandwidth)},
+			// The same operation as Bandwidth, so the same access level.
+			"BandwidthTest": {in: []any{"", map[string]dbus.Variant{}}, out: []any{map[string]dbus.Variant{}},
+				fn: o.h.guarded("BandwidthTest", access.Bandwidth, o.h.bandwidthTest)},
 		}
 	}
 	return t

@@ -128,6 +128,10 @@ var agentIntrospection = introspect.Interface{
 		{Name: "Resources", Args: []introspect.Arg{out("processes", "a(usbuuuut)"), out("devices", "a(suuuut)"), out("error", "s")}},
 		{Name: "Bandwidth", Args: []introspect.Arg{in("peer", "s"), in("op", "s"), in("size", "u"), in("duration_ms", "u"),
 			out("gbps", "d"), out("msg_rate", "d"), out("bytes", "t"), out("messages", "t"), out("elapsed_ns", "t"), out("local", "s")}},
+		// Bandwidth's signature is frozen as the tuples are; BandwidthTest
+		// takes its parameters as options and answers a record, so that
+		// both can grow (loopback and qps came after Bandwidth).
+		{Name: "BandwidthTest", Args: []introspect.Arg{in("target", "s"), in("options", "a{sv}"), out("result", "a{sv}")}},
 	},
 	Signals: []introspect.Signal{
 		{Name: "LinkChanged", Args: []introspect.Arg{arg("device", "o"), arg("name", "s"), arg("port", "u"),
@@ -170,6 +174,10 @@ var agentIntrospection = introspect.Interface{
 		invalidates(ro("PeerRecords", "aa{sv}")),
 		quiet(ro("PeerFigures", "aa{sv}")),
 		ro("QoSRecords", "aa{sv}"),
+		// The a{sv} forms of FleetMismatches and PeerGroupFaults, signalled
+		// with their values as the tuples are.
+		ro("FleetMismatchRecords", "aa{sv}"),
+		ro("PeerGroupFaultRecords", "aa{sv}"),
 	},
 }
 

@@ -11,10 +11,11 @@ import (
 )
 
 // The records that can grow (docs/DBUS.md, "Records"): PeerRecords,
-// PeerFigures, PolicyTargetRecords and QoSRecords are the a{sv}-keyed forms
-// of the tuples Peers, PolicyTargets and QoS, whose signatures are frozen
-// (a new field in a struct would be a new type, breaking every client that
-// reads it). A record gains a key without breaking anyone, as in
+// PeerFigures, PolicyTargetRecords, QoSRecords, FleetMismatchRecords and
+// PeerGroupFaultRecords are the a{sv}-keyed forms of the tuples Peers,
+// PolicyTargets, QoS, FleetMismatches and PeerGroupFaults, whose
+// signatures are frozen (a new field in a struct would be a new type,
+// breaking every client that reads it). A record gains a key without breaking anyone, as in
 // NetworkManager's and systemd's dictionaries, and healthDict's.
 
 // A record is one a{sv} entry of a records property.
@@ -39,6 +40,13 @@ type lazyProp struct {
 var lazyAgentProps = map[string]lazyProp{
 	"PeerRecords": {build: peerRecords, same: samePeerRecords},
 	"PeerFigures": {build: peerFigureRecords},
+	// The fleet's records are signalled with their values, as their
+	// tuples are: they change only when a fingerprint or a group's
+	// verdict does, and are small then. Lazy all the same, so that a view
+	// (up to ten a second) neither builds their maps of variants nor
+	// compares them with reflection; same compares the snapshot's fields.
+	"FleetMismatchRecords":  {build: fleetMismatchRecords, same: sameFleetMismatches},
+	"PeerGroupFaultRecords": {build: groupFaultRecords, same: sameGroupFaults},
 }
 
 // lazyProps returns the lazy properties of s's agent object, each built
@@ -64,6 +72,73 @@ func samePeerRecords(old, cur *apitype.Snapshot) bool {
 					x.State == y.State && unixMicro(x.Since) == unixMicro(y.Since) && x.Authenticated == y.Authenticated
 			})
 	})
+}
+
+// sameFleetMismatches reports whether FleetMismatchRecords (and
+// FleetMismatches) is the same in old and cur: the mismatches in order,
+// each with its peer's name. Peers without mismatches add nothing to the
+// property, so a peer without any that joins or leaves the selection is
+// no change. It allocates nothing: at 1,000 peers it runs at every view.
+func sameFleetMismatches(old, cur *apitype.Snapshot) bool {
+	op, cp := old.Peers.Peers, cur.Peers.Peers
+	i, j := 0, 0
+	for {
+		for i < len(op) && len(op[i].Mismatches) == 0 {
+			i++
+		}
+		for j < len(cp) && len(cp[j].Mismatches) == 0 {
+			j++
+		}
+		if i == len(op) || j == len(cp) {
+			return i == len(op) && j == len(cp)
+		}
+		// Mismatch is a struct of strings, so == compares every field
+		// the record shows.
+		if op[i].Name != cp[j].Name || !slices.Equal(op[i].Mismatches, cp[j].Mismatches) {
+			return false
+		}
+		i, j = i+1, j+1
+	}
+}
+
+// sameGroupFaults reports whether PeerGroupFaultRecords (and
+// PeerGroupFaults) is the same in old and cur.
+func sameGroupFaults(old, cur *apitype.Snapshot) bool {
+	return slices.Equal(old.Peers.GroupFaults, cur.Peers.GroupFaults)
+}
+
+// fleetMismatchRecords returns the FleetMismatchRecords property of s,
+// FleetMismatches as records. The keys are the JSON names of
+// apitype.Mismatch, except that the peer's value is peer_value: peer is
+// the peer's name, as in the tuple (in the JSON the mismatch sits inside
+// its peer). The values come from the peers' fingerprints, text another
+// node sent, hence validText.
+func fleetMismatchRecords(s *apitype.Snapshot) []record {
+	out := []record{}
+	for _, p := range s.Peers.Peers {
+		for _, m := range p.Mismatches {
+			out = append(out, record{
+				"peer":       dbus.MakeVariant(validText(p.Name)),
+				"field":      dbus.MakeVariant(validText(m.Field)),
+				"local":      dbus.MakeVariant(validText(m.Local)),
+				"peer_value": dbus.MakeVariant(validText(m.Peer)),
+				"severity":   dbus.MakeVariant(validText(m.Severity)),
+				"local_port": dbus.MakeVariant(validText(m.LocalPort)),
+				"peer_port":  dbus.MakeVariant(validText(m.PeerPort)),
+			})
+		}
+	}
+	return out
+}
+
+// groupFaultRecords returns the PeerGroupFaultRecords property of s,
+// PeerGroupFaults as records with apitype.GroupFault's JSON names.
+func groupFaultRecords(s *apitype.Snapshot) []record {
+	out := make([]record, 0, len(s.Peers.GroupFaults))
+	for _, g := range s.Peers.GroupFaults {
+		out = append(out, record{"group": dbus.MakeVariant(validText(g.Group)), "reason": dbus.MakeVariant(validText(g.Reason))})
+	}
+	return out
 }
 
 func durationNs(d time.Duration) uint64 { return uint64(max(d, 0)) }

@@ -81,6 +81,11 @@ func dbusHelper(op, arg string) int {
 			c := obj.Call(Interface+".Probe", 0, arg)
 			res.Value = fmt.Sprint(c.Body)
 			return c.Err
+		case "bandwidthtest":
+			// A loopback test of the port arg, with valid options.
+			c := obj.Call(Interface+".BandwidthTest", 0, arg, map[string]dbus.Variant{"loopback": dbus.MakeVariant(true)})
+			res.Value = fmt.Sprint(c.Body)
+			return c.Err
 		case "set":
 			return obj.SetProperty(Interface+"."+arg, dbus.MakeVariant("x"))
 		case "flood":
@@ -419,12 +424,14 @@ func TestIntegrationOwnsNameAndServesState(t *testing.T) {
 		"FleetMismatches": [][]any{},
 		"PeerGroupFaults": [][]any{},
 		"QoS":             [][]any{},
-		// The records, the lazy ones (PeerRecords, PeerFigures)
-		// built for GetAll.
-		"PolicyTargetRecords": []map[string]dbus.Variant{},
-		"PeerRecords":         []map[string]dbus.Variant{},
-		"PeerFigures":         []map[string]dbus.Variant{},
-		"QoSRecords":          []map[string]dbus.Variant{},
+		// The records, the lazy ones (PeerRecords, PeerFigures and the
+		// fleet's) built for GetAll.
+		"PolicyTargetRecords":   []map[string]dbus.Variant{},
+		"PeerRecords":           []map[string]dbus.Variant{},
+		"PeerFigures":           []map[string]dbus.Variant{},
+		"QoSRecords":            []map[string]dbus.Variant{},
+		"FleetMismatchRecords":  []map[string]dbus.Variant{},
+		"PeerGroupFaultRecords": []map[string]dbus.Variant{},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("GetAll %s: -want +got\n%s", Interface, diff)

@@ -21,6 +21,16 @@ type Operation struct {
 	// DBus is the method of org.rdmad.Agent1, with its in and out
 	// signatures; "" for an operation D-Bus serves as properties.
 	DBus, DBusIn, DBusOut string
+	// DBusMore are further methods of org.rdmad.Agent1 that serve the
+	// operation, at its level and with its calls: a newer form whose
+	// arguments can grow (BandwidthTest, Bandwidth with options).
+	DBusMore []DBusMethod
+}
+
+// A DBusMethod is a method of org.rdmad.Agent1 with its in and out
+// signatures.
+type DBusMethod struct {
+	Name, In, Out string
 }
 
 // Operations are the operations of the service contract, each served by
@@ -36,18 +46,25 @@ var Operations = []Operation{
 	{Op: access.Probe, Level: access.Admin, Calls: []string{"Probe"}, Method: http.MethodPost, Path: "/v1/probe",
 		DBus: "Probe", DBusIn: "s", DBusOut: "stds"},
 	{Op: access.Bandwidth, Level: access.Admin, Calls: []string{"Bandwidth"}, Method: http.MethodPost, Path: "/v1/bw",
-		DBus: "Bandwidth", DBusIn: "ssuu", DBusOut: "ddttts"},
+		DBus: "Bandwidth", DBusIn: "ssuu", DBusOut: "ddttts",
+		DBusMore: []DBusMethod{{Name: "BandwidthTest", In: "sa{sv}", Out: "a{sv}"}}},
 	{Op: access.Doctor, Level: access.Read, Calls: []string{"Doctor"}, Method: http.MethodGet, Path: "/v1/doctor",
 		DBus: "Doctor", DBusIn: "u", DBusOut: "sa(sssss)"},
 	{Op: access.Resources, Level: access.Read, Calls: []string{"Resources"}, Method: http.MethodGet, Path: "/v1/resources",
 		DBus: "Resources", DBusIn: "", DBusOut: "a(usbuuuut)a(suuuut)s"},
 }
 
-// ByDBus returns the operation D-Bus serves as the method name.
+// ByDBus returns the operation D-Bus serves as the method name (its DBus
+// or one of its DBusMore).
 func ByDBus(name string) (Operation, bool) {
 	for _, o := range Operations {
 		if o.DBus != "" && o.DBus == name {
 			return o, true
+		}
+		for _, m := range o.DBusMore {
+			if m.Name == name {
+				return o, true
+			}
 		}
 	}
 	return Operation{}, false
