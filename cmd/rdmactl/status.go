@@ -67,7 +67,13 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(sh.fit(w), 0, 0, 2, ' ', 0)
-	if s.NoDevices() {
+	// The no-device text says what to do in two sentences; said once by
+	// the health block, the device table and the inventory's row point at
+	// it instead of repeating it.
+	noDevShown := noDeviceShown(s.Health)
+	if s.NoDevices() && noDevShown {
+		fmt.Fprintln(w, "DEGRADED: no RDMA device (NoDevice above says what to do).")
+	} else if s.NoDevices() {
 		fmt.Fprintln(w, "DEGRADED: "+apitype.NoDevice+".")
 	} else if len(s.Devices) == 0 {
 		fmt.Fprintln(w, "No RDMA devices.")
@@ -140,13 +146,31 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	fmt.Fprintln(tw, "COMPONENT\tSTATE\tSINCE\tDETAIL")
 	for _, n := range names {
 		c := s.Components[n]
-		row(tw, n, c.State, ago(c.Since), sh.cell(c.Detail()))
+		detail := c.Detail()
+		if noDevShown && detail == apitype.NoDevice {
+			detail = "no RDMA device (see NoDevice above)"
+		}
+		row(tw, n, c.State, ago(c.Since), sh.cell(detail))
 	}
 	tw.Flush()
 }
 
 // printHealth prints the verdict's line and each condition that is not ok
 // (rdmactl check and GET /v1/health have all of them).
+// noDeviceShown reports whether printHealth prints the NoDevice problem,
+// whose message is the no-device text.
+func noDeviceShown(h apitype.Health) bool {
+	if h.Status == "" || h.Healthy {
+		return false
+	}
+	for _, c := range h.Conditions {
+		if c.Type == apitype.CondNoDevice && c.Status == apitype.ConditionProblem {
+			return true
+		}
+	}
+	return false
+}
+
 func printHealth(w io.Writer, h apitype.Health, sh *shortener) {
 	if h.Status == "" {
 		return // an rdmad that predates the verdict
@@ -364,10 +388,38 @@ func (sh *shortener) fit(w io.Writer) io.Writer {
 
 // hint tells the reader of a terminal that texts were shortened and how to
 // see them whole, with the command in use.
+// The note is wrapped at the terminal's width, as the lines it is about
+// were cut to it.
 func (sh *shortener) hint(w io.Writer) {
 	if sh.cut {
-		fmt.Fprintf(w, "\nSome texts are shortened to fit the terminal (...): rdmactl %s --full (-l) prints them whole.\n", sh.cmd)
+		fmt.Fprintf(w, "\n%s\n", wrapWords(fmt.Sprintf("Lines ending in ... are cut to fit the terminal: rdmactl %s --full (-l) prints them whole.", sh.cmd), sh.width))
 	}
+}
+
+// wrapWords breaks s into lines of at most width columns at its spaces (a
+// word longer than width stands on a line of its own); width <= 0 leaves s
+// whole.
+func wrapWords(s string, width int) string {
+	if width <= 0 {
+		return s
+	}
+	var b strings.Builder
+	col := 0
+	for _, word := range strings.Fields(s) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case col == 0:
+		case col+1+n > width:
+			b.WriteByte('\n')
+			col = 0
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(word)
+		col += n
+	}
+	return b.String()
 }
 
 // A lineFitter cuts each line written through it to sh.width columns,

@@ -28,6 +28,33 @@ func TestPrintStatusNoDevice(t *testing.T) {
 	}
 }
 
+// TestPrintStatusNoDeviceOnce: with the verdict's NoDevice problem shown,
+// the no-device text (two sentences of what to do) is printed once, by the
+// health block; the DEGRADED line and the inventory's row point at it.
+func TestPrintStatusNoDeviceOnce(t *testing.T) {
+	s := &apitype.Snapshot{Version: "t", State: apitype.Degraded, Devices: []apitype.Device{},
+		Components: map[string]apitype.Component{"inventory": {State: apitype.Unavailable, Error: apitype.NoDevice, Since: time.Now()}},
+		Health: apitype.Health{Status: apitype.ConditionProblem, Conditions: []apitype.Condition{
+			{Type: apitype.CondNoDevice, Status: apitype.ConditionProblem, Reason: "NoRDMADevice", Message: apitype.NoDevice}}}}
+	var b bytes.Buffer
+	printStatus(&b, s, &shortener{full: true})
+	out := b.String()
+	if n := strings.Count(out, "rdma link add rxe0"); n != 1 {
+		t.Errorf("the no-device advice is printed %d times, want once:\n%s", n, out)
+	}
+	for _, want := range []string{"NoDevice problem (NoRDMADevice): no RDMA device: rdmad can prove nothing",
+		"DEGRADED: no RDMA device (NoDevice above says what to do).", "no RDMA device (see NoDevice above)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 120 && !strings.Contains(l, "NoDevice problem") {
+			t.Errorf("a line of %d columns:\n%s", len(l), l)
+		}
+	}
+}
+
 // cellUnder returns the cell under header's column name in line, both rows of
 // one table.
 func cellUnder(t *testing.T, header, line, name string) string {
