@@ -231,7 +231,7 @@ func (s *server) session(ctx context.Context) (owned bool, err error) {
 			if !ok {
 				return true, errBusLost
 			}
-			if sig.Name == "org.freedesktop.DBus.NameLost" && len(sig.Body) > 0 && sig.Body[0] == Name {
+			if nameLost(sig) {
 				return true, fmt.Errorf("dbus: lost the name %s", Name)
 			}
 		case <-changed:
@@ -246,6 +246,20 @@ func (s *server) session(ctx context.Context) (owned bool, err error) {
 			}
 		}
 	}
+}
+
+// busName is the sender the bus daemon stamps on its own messages. No
+// client can send as it: the bus sets every message's sender to the
+// sending connection's unique name (":1.42").
+const busName = "org.freedesktop.DBus"
+
+// nameLost reports whether sig is the bus daemon's NameLost for rdmad's
+// name. Any client may send rdmad a unicast signal of the same path,
+// member and body (issue #41: a loop of them made rdmad give up its name
+// and report itself degraded); only the sender tells the bus's own apart.
+func nameLost(sig *dbus.Signal) bool {
+	return sig.Sender == busName && sig.Path == "/org/freedesktop/DBus" &&
+		sig.Name == "org.freedesktop.DBus.NameLost" && len(sig.Body) == 1 && sig.Body[0] == Name
 }
 
 var errBusLost = errors.New("dbus: connection to the system bus lost; is dbus.service running?")

@@ -21,6 +21,10 @@ const (
 	path      = dbus.ObjectPath("/org/freedesktop/systemd1")
 	manager   = "org.freedesktop.systemd1.Manager"
 	busSocket = "/run/dbus/system_bus_socket"
+	// busName and busPath are the bus daemon's own: the sender it stamps
+	// on its messages, which no client can send as.
+	busName = "org.freedesktop.DBus"
+	busPath = dbus.ObjectPath("/org/freedesktop/DBus")
 )
 
 // ErrNoBus is wrapped by Start's error when the system bus could not be
@@ -55,9 +59,24 @@ func Start(ctx context.Context, unit string) error {
 	if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchObjectPath(path), dbus.WithMatchInterface(manager), dbus.WithMatchMember("JobRemoved")); err != nil {
 		return fmt.Errorf("start %s: add match for JobRemoved: %w", unit, err)
 	}
+	// Only systemd's JobRemoved says how the job ended: any client of the
+	// bus may send a signal of the same path, member and body, to every
+	// subscriber or to this connection alone (issue #41: a forged "done"
+	// or "failed" for an apply that did not happen). The bus stamps each
+	// message with its sender's unique name, so a job result counts only
+	// from the unique name that owns org.freedesktop.systemd1, followed
+	// through NameOwnerChanged, which counts only from the bus itself.
+	if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchSender(busName), dbus.WithMatchObjectPath(busPath),
+		dbus.WithMatchInterface(busName), dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, dest)); err != nil {
+		return fmt.Errorf("start %s: add match for NameOwnerChanged: %w", unit, err)
+	}
 	sigs := make(chan *dbus.Signal, 64)
 	conn.Signal(sigs)
 	defer conn.RemoveSignal(sigs)
+	var owner string
+	if err := conn.BusObject().CallWithContext(ctx, busName+".GetNameOwner", 0, dest).Store(&owner); err != nil {
+		return fmt.Errorf("start %s: find the owner of %s (is systemd PID 1?): %w", unit, dest, err)
+	}
 	obj := conn.Object(dest, path)
 	if err := obj.CallWithContext(ctx, manager+".Subscribe", 0).Err; err != nil {
 		return fmt.Errorf("start %s: %s.Subscribe: %w", unit, manager, err)
@@ -74,7 +93,13 @@ func Start(ctx context.Context, unit string) error {
 			if !ok {
 				return fmt.Errorf("start %s: the bus connection closed while job %s ran", unit, job)
 			}
-			if s.Name != manager+".JobRemoved" || s.Path != path || len(s.Body) != 4 {
+			if s.Sender == busName && s.Path == busPath && s.Name == busName+".NameOwnerChanged" && len(s.Body) == 3 {
+				if name, _ := s.Body[0].(string); name == dest {
+					owner, _ = s.Body[2].(string)
+				}
+				continue
+			}
+			if s.Sender != owner || owner == "" || s.Name != manager+".JobRemoved" || s.Path != path || len(s.Body) != 4 {
 				continue
 			}
 			if p, _ := s.Body[1].(dbus.ObjectPath); p != job {

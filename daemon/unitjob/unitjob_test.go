@@ -160,3 +160,124 @@ func TestStartNoBus(t *testing.T) {
 		t.Errorf("Start without a bus = %v", err)
 	}
 }
+
+// forgingManager answers StartUnit as systemd does, and before its own
+// JobRemoved lets another client of the bus send forged ones for the same
+// job: broadcast, and unicast to the caller.
+type forgingManager struct {
+	conn, forger *dbus.Conn
+	result       string
+	wg           sync.WaitGroup
+}
+
+func (m *forgingManager) Subscribe() *dbus.Error { return nil }
+
+func (m *forgingManager) StartUnit(sender dbus.Sender, name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	job := dbus.ObjectPath("/org/freedesktop/systemd1/job/7")
+	caller := string(sender)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, forged := range []string{"done", "failed"} {
+			_ = m.forger.Emit(path, manager+".JobRemoved", uint32(7), job, name, forged)
+			unicast := &dbus.Message{Type: dbus.TypeSignal, Flags: dbus.FlagNoReplyExpected, Headers: map[dbus.HeaderField]dbus.Variant{
+				dbus.FieldPath:        dbus.MakeVariant(path),
+				dbus.FieldInterface:   dbus.MakeVariant(manager),
+				dbus.FieldMember:      dbus.MakeVariant("JobRemoved"),
+				dbus.FieldDestination: dbus.MakeVariant(caller),
+				dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(uint32(0), dbus.ObjectPath(""), "", "")),
+			}, Body: []any{uint32(7), job, name, forged}}
+			if caller == "" || m.forger.Send(unicast, nil).Err != nil {
+				panic("the forged unicast JobRemoved was not sent")
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		_ = m.conn.Emit(path, manager+".JobRemoved", uint32(7), job, name, m.result)
+	}()
+	return job, nil
+}
+
+func connect2(t *testing.T) *dbus.Conn {
+	t.Helper()
+	c, err := dbus.ConnectSystemBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestStartForgedJobRemoved is issue #41 item 4: another client of the bus
+// sends JobRemoved for rdmad's job with the result it likes, before
+// systemd's own; Start takes systemd's alone, whichever way the forger
+// sends (before the fix, the first forged signal decided the apply).
+func TestStartForgedJobRemoved(t *testing.T) {
+	startBus(t)
+	for _, real := range []string{"failed", "done"} {
+		t.Run(real, func(t *testing.T) {
+			m := &forgingManager{conn: connect2(t), forger: connect2(t), result: real}
+			t.Cleanup(m.wg.Wait)
+			if err := m.conn.Export(m, path, manager); err != nil {
+				t.Fatal(err)
+			}
+			if reply, err := m.conn.RequestName(dest, dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+				t.Fatalf("own %s: %v, %v", dest, reply, err)
+			}
+			defer m.conn.ReleaseName(dest)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := Start(ctx, "rdmad-ecn@eth0.service")
+			var f *Failed
+			switch {
+			case real == "done" && err != nil:
+				t.Errorf("systemd said done after forged results: Start = %v", err)
+			case real == "failed" && (!errors.As(err, &f) || f.Result != "failed"):
+				t.Errorf("systemd said failed after a forged done: Start = %v", err)
+			}
+		})
+	}
+}
+
+// handoverManager is systemd re-executing while the job runs: the first
+// connection owns org.freedesktop.systemd1 at StartUnit, then gives it to a
+// second, which sends the job's result. Start follows the owner.
+type handoverManager struct {
+	first, second *dbus.Conn
+	wg            sync.WaitGroup
+}
+
+func (m *handoverManager) Subscribe() *dbus.Error { return nil }
+
+func (m *handoverManager) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	job := dbus.ObjectPath("/org/freedesktop/systemd1/job/9")
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		time.Sleep(20 * time.Millisecond)
+		m.first.ReleaseName(dest)
+		if reply, err := m.second.RequestName(dest, dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		_ = m.second.Emit(path, manager+".JobRemoved", uint32(9), job, name, "dependency")
+	}()
+	return job, nil
+}
+
+func TestStartFollowsTheOwner(t *testing.T) {
+	startBus(t)
+	m := &handoverManager{first: connect2(t), second: connect2(t)}
+	t.Cleanup(m.wg.Wait)
+	if err := m.first.Export(m, path, manager); err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := m.first.RequestName(dest, dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("own %s: %v, %v", dest, reply, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var f *Failed
+	if err := Start(ctx, "a.service"); !errors.As(err, &f) || f.Result != "dependency" {
+		t.Errorf("Start = %v, want the new owner's result dependency", err)
+	}
+}
