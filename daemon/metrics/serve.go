@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,10 +16,6 @@ import (
 // socket and the TCP listener each have their own (Handlers), so that
 // scrapers on the network never starve the socket's.
 const MaxScrapes = 4
-
-// MaxTCPConns bounds the TCP listener's open connections; a connection
-// beyond it is closed at once.
-const MaxTCPConns = 64
 
 // Handlers returns the GET /metrics handlers of the socket and of the TCP
 // listener for reg, each with its own bound of MaxScrapes: four scrapers
@@ -59,13 +54,20 @@ func Listen(addr string) (net.Listener, error) {
 }
 
 // Serve serves h as GET /metrics (and nothing else) on ln until ctx is
-// cancelled, at most MaxTCPConns connections at once. It closes ln.
+// cancelled, at most MaxTCPConns connections at once and MaxTCPConnsPerAddr
+// of one client address, a new connection closing the oldest one that is
+// not in a scrape (listener.go). It closes ln.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	ln = &connLimit{Listener: ln, slots: make(chan struct{}, MaxTCPConns)}
+	ln = newConnTracker(ln, MaxTCPConns, MaxTCPConnsPerAddr)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:     markBusy(mux),
+		ConnContext: connContext,
+		ConnState:   connState,
+		// A connection that sends nothing, or half a header, is closed
+		// after ReadHeaderTimeout, and sooner when a new connection
+		// needs its place.
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -88,40 +90,4 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return fmt.Errorf("metrics: serve on %s: %w", ln.Addr(), err)
 	}
 	return nil
-}
-
-// A connLimit closes a connection beyond its slots at once rather than
-// letting it wait: whoever reaches the port cannot hold rdmad's
-// descriptors, and a scraper that got closed retries at its next interval.
-type connLimit struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func (l *connLimit) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.slots <- struct{}{}:
-			return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
-		default:
-			c.Close()
-		}
-	}
-}
-
-// A slotConn gives its slot back when closed (once).
-type slotConn struct {
-	net.Conn
-	once sync.Once
-	free func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.free)
-	return err
 }

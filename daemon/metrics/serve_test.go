@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -105,52 +106,118 @@ func TestTCPScrapersDoNotStarveSocket(t *testing.T) {
 	}
 }
 
-// TestTCPConnLimit: past MaxTCPConns open connections, a new one is closed
-// at once (it cannot hold a descriptor), and scrapes work again once the
-// holders leave.
-func TestTCPConnLimit(t *testing.T) {
-	addr := serveTCP(t, Handler(prometheus.NewRegistry()))
+// dialFrom opens a TCP connection to addr from the loopback address src
+// (any of 127.0.0.0/8), so that a test can be several clients.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByServer reports whether the server closed c within wait (a read
+// returns EOF or a reset) rather than leaving it open.
+func closedByServer(c net.Conn, wait time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(wait))
+	_, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+// scrapeFrom is one GET /metrics on a new connection from src.
+func scrapeFrom(src, url string) int {
+	tr := &http.Transport{
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).DialContext,
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	return scrapeStatus(&http.Client{Transport: tr, Timeout: 5 * time.Second}, url)
+}
+
+// TestTCPHalfOpenConnsDoNotBlockScrapes is #41 item 6: MaxTCPConns
+// connections that send nothing, from eight client addresses (the bound
+// per address), used to make every later scrape fail until
+// ReadHeaderTimeout closed them. Now a new connection closes the oldest one
+// that is not in a scrape: 20 scrapes from another address all answer, the
+// holder closed is the oldest, and a scrape in progress when the holders
+// arrive is never the one closed.
+func TestTCPHalfOpenConnsDoNotBlockScrapes(t *testing.T) {
+	release := make(chan struct{})
+	reg := Handler(prometheus.NewRegistry())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			<-release
+		}
+		reg.ServeHTTP(w, r)
+	})
+	addr := serveTCP(t, h)
+	url := "http://" + addr + "/metrics"
+
+	// A scrape in progress: its handler waits until every holder is in.
+	slowDone := make(chan int, 1)
+	go func() { slowDone <- scrapeFrom("127.0.0.20", url+"?slow=1") }()
+	// Wait until the slow scrape's request is in its handler, so that it
+	// is busy before the holders arrive (it then counts among the 64).
+	time.Sleep(200 * time.Millisecond)
+
 	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for range MaxTCPConns {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
+	for i := range MaxTCPConns {
+		src := fmt.Sprintf("127.0.0.%d", 2+i/MaxTCPConnsPerAddr)
+		held = append(held, dialFrom(t, src, addr))
 	}
-	// The server accepts asynchronously: the next connection is the one
-	// over the bound once all the others hold a slot.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetReadDeadline(time.Now().Add(time.Second))
-		_, err = c.Read(make([]byte, 1))
-		c.Close()
-		if err == io.EOF {
-			break // closed by the server at once
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection %d was not closed by the server: %v", MaxTCPConns+1, err)
+	close(release)
+	if got := <-slowDone; got != http.StatusOK {
+		t.Fatalf("the scrape in progress when the holders arrived: status %d, want 200", got)
+	}
+	ok := 0
+	for range 20 {
+		if scrapeFrom("127.0.0.30", url) == http.StatusOK {
+			ok++
 		}
 	}
-	for _, c := range held {
-		c.Close()
+	if ok != 20 {
+		t.Errorf("%d of 20 scrapes answered with %d connections holding without a request, want 20", ok, MaxTCPConns)
 	}
-	held = nil
-	c := &http.Client{Timeout: 5 * time.Second}
-	for time.Now().Before(deadline) {
-		if scrapeStatus(c, "http://"+addr+"/metrics") == http.StatusOK {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The first scrape made room by closing the oldest holder (the slow
+	// scrape's connection was busy, then closed by its client).
+	if !closedByServer(held[0], 2*time.Second) {
+		t.Error("the oldest holding connection is still open; the new connections should have closed it")
 	}
-	t.Error("no scrape answered after the holders closed their connections")
+	if closedByServer(held[len(held)-1], 200*time.Millisecond) {
+		t.Error("the newest holding connection was closed; only the oldest should make room")
+	}
+}
+
+// TestTCPConnsPerAddr: one client address holds at most MaxTCPConnsPerAddr
+// connections; its next connection closes its own oldest, not another
+// address's.
+func TestTCPConnsPerAddr(t *testing.T) {
+	addr := serveTCP(t, Handler(prometheus.NewRegistry()))
+	other := dialFrom(t, "127.0.0.3", addr)
+	var mine []net.Conn
+	for range MaxTCPConnsPerAddr {
+		mine = append(mine, dialFrom(t, "127.0.0.2", addr))
+	}
+	// Let the server accept them in order before the one over the bound.
+	time.Sleep(200 * time.Millisecond)
+	last := dialFrom(t, "127.0.0.2", addr)
+	if !closedByServer(mine[0], 2*time.Second) {
+		t.Errorf("connection %d of one address did not close that address's oldest", MaxTCPConnsPerAddr+1)
+	}
+	if closedByServer(other, 200*time.Millisecond) {
+		t.Error("another address's connection was closed to make room for this address")
+	}
+	if closedByServer(last, 200*time.Millisecond) {
+		t.Error("the new connection was closed instead of the oldest")
+	}
+	// A scrape from that address still answers.
+	if got := scrapeFrom("127.0.0.2", "http://"+addr+"/metrics"); got != http.StatusOK {
+		t.Errorf("scrape from an address at its bound: status %d, want 200", got)
+	}
 }
