@@ -66,7 +66,7 @@ func bwControl(t *testing.T, auth probe.Auth, enabled bool) (*probe.Control, *bw
 	calls := new(atomic.Int64)
 	c, err := probe.ListenControl("127.0.0.2:0", probe.ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
 		Ports: func() []ud.LocalPort { return nil },
-		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil },
+		Admit: func(string, ud.Endpoint, netip.Addr, bool, time.Time) error { return nil },
 		Bandwidth: func(from netip.AddrPort, m wire.Message) (wire.Message, bool) {
 			calls.Add(1)
 			return node.Handle(from, m)

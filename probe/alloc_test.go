@@ -27,7 +27,7 @@ func (s *sinkTransport) ProbeBatch(local string, ts []ud.Target) int {
 	}
 	return len(ts)
 }
-func (s *sinkTransport) Admit(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }
+func (s *sinkTransport) Admit(string, ud.Endpoint, netip.Addr, bool, time.Time) error { return nil }
 
 // resolvedManager returns a manager with n selected peers whose every path
 // is resolved and up, as after discovery, and each peer holding the same
@@ -459,7 +459,7 @@ func TestControlAnswerAllocs(t *testing.T) {
 	ports[0].Flows = []ud.Flow{{QPN: 7}, {QPN: 0x21}, {QPN: 0x22}}
 	ctl, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 1, AdmitFor: time.Minute,
 		Ports: func() []ud.LocalPort { return ports },
-		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }})
+		Admit: func(string, ud.Endpoint, netip.Addr, bool, time.Time) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,7 +299,7 @@ func controlFor(t *testing.T, addr string, auth Auth) (*Control, func() map[neti
 	local := ud.LocalPort{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
 	c, err := ListenControl(addr, ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: auth,
 		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
-		Admit: func(_ string, _ ud.Endpoint, from netip.Addr, _ time.Time) error {
+		Admit: func(_ string, _ ud.Endpoint, from netip.Addr, _ bool, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			admitted[from]++
@@ -770,4 +770,57 @@ func TestMixedFleet(t *testing.T) {
 			t.Error("a node that requires a key sent a version-1 query")
 		}
 	})
+}
+
+// TestControlAdmitAuthenticated: the engine learns whether a query carried
+// a valid tag, which is what lets only a member change a live admission's
+// qkey (#41 item 3, verbs/peer's admit.go): with a key that is not
+// required, an untagged query admits as unauthenticated, a tagged one as
+// authenticated, each of its flows as the header's.
+func TestControlAdmitAuthenticated(t *testing.T) {
+	var mu sync.Mutex
+	var got []bool
+	local := ud.LocalPort{Key: "rxe0/1", Endpoint: ud.Endpoint{QPN: 0x11, QKey: 0x1234, GID: [16]byte{15: 1}}}
+	c, err := ListenControl("127.0.0.2:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute, Auth: Auth{Key: fleetKey},
+		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
+		Admit: func(_ string, _ ud.Endpoint, _ netip.Addr, authenticated bool, _ time.Time) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, authenticated)
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetAllow(nil, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+		c.Close()
+	}()
+	cl := udpFrom(t, "127.0.0.4", 0)
+	q := wire.Message{Version: 2, Type: wire.TypeQuery, Nonce: 5, Count: 1, QPN: 0x22, QKey: 0x55, GID: [16]byte{15: 2}}
+	for _, tt := range []struct {
+		key  []byte
+		want bool
+	}{{nil, false}, {wire.ControlKey(fleetKey), true}} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		b, err := q.Append(nil, tt.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := exchange(t, cl, c.Addr(), b); a == nil {
+			t.Fatalf("tagged %v: no answer", tt.key != nil)
+		}
+		mu.Lock()
+		if len(got) != 1 || got[0] != tt.want {
+			t.Errorf("tagged %v: Admit saw authenticated %v, want [%v]", tt.key != nil, got, tt.want)
+		}
+		mu.Unlock()
+	}
 }

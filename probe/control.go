@@ -93,7 +93,8 @@ type ControlOptions struct {
 	Ports func() []ud.LocalPort
 	// Admit lets a querier's port be answered by local port key.
 	// from is the query's source address.
-	Admit func(local string, src ud.Endpoint, from netip.Addr, until time.Time) error
+	// authenticated says the query carried a valid tag.
+	Admit func(local string, src ud.Endpoint, from netip.Addr, authenticated bool, until time.Time) error
 	// AdmitFor is how long an admission lasts; queriers refresh it.
 	AdmitFor time.Duration
 	// OnAnswer receives answers to this node's queries; it must not block.
@@ -453,7 +454,7 @@ func (c *Control) answer(out []byte, from netip.AddrPort, q wire.Message, a *Aut
 		p := ports[int(q.Index)%len(ports)]
 		src := ud.Endpoint{GID: q.GID, QPN: q.QPN, QKey: q.QKey, LID: q.LID}
 		until := time.Now().Add(c.opts.AdmitFor)
-		if err := c.opts.Admit(p.Key, src, from.Addr(), until); err != nil {
+		if err := c.opts.Admit(p.Key, src, from.Addr(), q.Authenticated, until); err != nil {
 			c.n.refused.Add(1)
 			return out, false
 		}
@@ -510,7 +511,7 @@ type answerExts struct {
 // those flows only: a flow the responder does not answer would look lossy.
 // Every admission counts against the querier's address in the engine's
 // bounded table, as the header's does; none of them sends anything.
-func admitFlows(admit func(string, ud.Endpoint, netip.Addr, time.Time) error, local string, src ud.Endpoint, from netip.Addr, until time.Time, q wire.Message) int {
+func admitFlows(admit func(string, ud.Endpoint, netip.Addr, bool, time.Time) error, local string, src ud.Endpoint, from netip.Addr, until time.Time, q wire.Message) int {
 	var room [wire.MaxFlowQPNs]uint32
 	qpns, ok := wire.AppendQueryFlows(room[:0], q)
 	if q.Version != wire.Version2 || !ok {
@@ -520,7 +521,7 @@ func admitFlows(admit func(string, ud.Endpoint, netip.Addr, time.Time) error, lo
 	for _, qpn := range qpns {
 		s := src
 		s.QPN = qpn
-		if admit(local, s, from, until) != nil {
+		if admit(local, s, from, q.Authenticated, until) != nil {
 			break
 		}
 		n++

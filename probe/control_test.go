@@ -25,7 +25,7 @@ func TestControlLoopback(t *testing.T) {
 	var admitted []ud.Endpoint
 	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute,
 		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
-		Admit: func(key string, src ud.Endpoint, _ netip.Addr, _ time.Time) error {
+		Admit: func(key string, src ud.Endpoint, _ netip.Addr, _ bool, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			admitted = append(admitted, src)

@@ -193,7 +193,7 @@ func TestControlFingerprintSize(t *testing.T) {
 		Ports: func() []ud.LocalPort {
 			return []ud.LocalPort{{Key: "fake0/1", Endpoint: ud.Endpoint{QPN: 0x21, QKey: 5}}}
 		},
-		Admit: func(string, ud.Endpoint, netip.Addr, time.Time) error { return nil },
+		Admit: func(string, ud.Endpoint, netip.Addr, bool, time.Time) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)

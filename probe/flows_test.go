@@ -228,7 +228,7 @@ func TestFlowsAdmission(t *testing.T) {
 	refuseAfter := 100
 	c, err := ListenControl("127.0.0.1:0", ControlOptions{NodeID: 7, AdmitFor: time.Minute,
 		Ports: func() []ud.LocalPort { return []ud.LocalPort{local} },
-		Admit: func(_ string, src ud.Endpoint, _ netip.Addr, _ time.Time) error {
+		Admit: func(_ string, src ud.Endpoint, _ netip.Addr, _ bool, _ time.Time) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(admitted) >= refuseAfter {

@@ -31,8 +31,8 @@ type Transport interface {
 	ProbeBatch(local string, ts []ud.Target) int
 	// Admit lets src probe the local port until the time until; from is
 	// the address its control query came from (admissions are bounded
-	// per address).
-	Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error
+	// per address), authenticated whether the query carried a valid tag.
+	Admit(local string, src ud.Endpoint, from netip.Addr, authenticated bool, until time.Time) error
 }
 
 // A Spec is one configured peer.

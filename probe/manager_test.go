@@ -76,7 +76,7 @@ func (p *fakeTransport) Ports() ([]ud.LocalPort, error) {
 	return []ud.LocalPort{{Key: "fake0/1", Endpoint: ud.Endpoint{QPN: p.qpn, QKey: 5, GID: p.gid}}}, nil
 }
 
-func (p *fakeTransport) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
+func (p *fakeTransport) Admit(local string, src ud.Endpoint, from netip.Addr, authenticated bool, until time.Time) error {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
 	p.admitted[src.QPN] = true

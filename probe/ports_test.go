@@ -30,7 +30,7 @@ func (p *portsTransport) set(ports []ud.LocalPort) {
 
 func (*portsTransport) ProbeBatch(string, []ud.Target) int { return 0 }
 
-func (*portsTransport) Admit(string, ud.Endpoint, netip.Addr, time.Time) error { return nil }
+func (*portsTransport) Admit(string, ud.Endpoint, netip.Addr, bool, time.Time) error { return nil }
 
 // TestPortsChanged: the transport's ports change (a probe port reopened
 // with a new QP when its link came back) and it says so: the next pass

@@ -91,7 +91,7 @@ func (t *MemTransport) Ports() ([]ud.LocalPort, error) { return t.ports, nil }
 
 // Admit counts the admission; the memory transport answers nobody else's
 // probes.
-func (t *MemTransport) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
+func (t *MemTransport) Admit(local string, src ud.Endpoint, from netip.Addr, authenticated bool, until time.Time) error {
 	t.admits.Add(1)
 	return nil
 }

@@ -33,7 +33,7 @@ func TestAdmitFloodOneSource(t *testing.T) {
 	flooder, other, late := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.3")
 	admit := func(gid verbs.GID, qpn uint32, from netip.Addr) {
 		t.Helper()
-		if err := e.Admit("b/1", ud.Endpoint{GID: gid, QPN: qpn, QKey: 1}, from, until); err != nil {
+		if err := e.Admit("b/1", ud.Endpoint{GID: gid, QPN: qpn, QKey: 1}, from, false, until); err != nil {
 			t.Fatalf("Admit(%v, %#x, from %v): %v", gid, qpn, from, err)
 		}
 	}
@@ -88,21 +88,21 @@ func TestAdmitFloodManySources(t *testing.T) {
 	max := 4 * 64
 	until := time.Now().Add(time.Hour)
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
-	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA}, netip.MustParseAddr("192.0.2.1"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA}, netip.MustParseAddr("192.0.2.1"), false, until); err != nil {
 		t.Fatal(err)
 	}
 	if !probeFrom(p, gidA, qpnA) {
 		t.Fatal("admitted prober not answered")
 	}
 	for i := range 16384 {
-		if err := e.Admit("b/1", ud.Endpoint{GID: v4GID(10, 2, byte(i>>8), byte(i)), QPN: uint32(i)}, addr(i/admitPerSource), until); err != nil {
+		if err := e.Admit("b/1", ud.Endpoint{GID: v4GID(10, 2, byte(i>>8), byte(i)), QPN: uint32(i)}, addr(i/admitPerSource), false, until); err != nil {
 			t.Fatalf("admission %d: %v", i, err)
 		}
 	}
 	if n := p.admitted.len(); n != max {
 		t.Errorf("%d admissions, want the bound %d", n, max)
 	}
-	if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnM}, netip.MustParseAddr("192.0.2.66"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnM}, netip.MustParseAddr("192.0.2.66"), false, until); err != nil {
 		t.Fatalf("a new address's admission into a table full of unconfirmed ones: %v", err)
 	}
 	if !probeFrom(p, gidA, qpnA) || !probeFrom(p, gidM, qpnM) {
@@ -114,14 +114,14 @@ func TestAdmitFloodManySources(t *testing.T) {
 	for tb.unconf.head != nil {
 		tb.confirm(tb.unconf.head)
 	}
-	err = e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until)
+	err = e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), false, until)
 	if err == nil {
 		t.Fatal("admission into a table full of live confirmed admissions succeeded")
 	}
 	// One of them expires: room again, and the expired one is the one that goes.
 	old := tb.conf.tail
 	old.until = time.Now().Add(-time.Second)
-	if err := e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gid6, QPN: 1}, netip.MustParseAddr("192.0.2.99"), false, until); err != nil {
 		t.Fatalf("admission with an expired one in the table: %v", err)
 	}
 	if tb.byKey[old.key] != nil || tb.len() != max {
@@ -138,13 +138,13 @@ func TestAdmitRestartedPeer(t *testing.T) {
 	from := netip.MustParseAddr("192.0.2.1")
 	now := time.Now()
 	for i := range 4 {
-		if err := tb.admit(srcKey{gid: gidA, qpn: uint32(i)}, from, 1, 0, now.Add(time.Duration(i+1)*time.Minute), now); err != nil {
+		if err := tb.admit(srcKey{gid: gidA, qpn: uint32(i)}, from, 1, 0, false, now.Add(time.Duration(i+1)*time.Minute), now); err != nil {
 			t.Fatal(err)
 		}
 		a, _ := tb.lookup(srcKey{gid: gidA, qpn: uint32(i)}, now)
 		tb.confirm(a)
 	}
-	if err := tb.admit(srcKey{gid: gidA, qpn: 99}, from, 1, 0, now.Add(time.Hour), now); err != nil {
+	if err := tb.admit(srcKey{gid: gidA, qpn: 99}, from, 1, 0, false, now.Add(time.Hour), now); err != nil {
 		t.Fatalf("restarted peer refused: %v", err)
 	}
 	if _, ok := tb.lookup(srcKey{gid: gidA, qpn: 0}, now); ok {
@@ -157,25 +157,26 @@ func TestAdmitRestartedPeer(t *testing.T) {
 }
 
 // TestAdmitRefresh: a refresh keeps a confirmation unless the qkey or LID
-// changed (answers would go elsewhere: a claim again); a refresh from
-// another address moves the admission to that address's quota; v4-mapped
+// changed by an authenticated query (answers would go elsewhere: a claim
+// again), which from another address moves the admission to that
+// address's quota; v4-mapped
 // and plain IPv4 addresses are one source; expiry is honoured.
 func TestAdmitRefresh(t *testing.T) {
 	tb := newAdmTable(1000, 4)
 	now := time.Now()
 	k := srcKey{gid: gidA, qpn: 1}
 	v4, mapped := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.1")
-	tb.admit(k, v4, 7, 0, now.Add(time.Minute), now)
+	tb.admit(k, v4, 7, 0, false, now.Add(time.Minute), now)
 	a, _ := tb.lookup(k, now)
 	tb.confirm(a)
-	tb.admit(k, mapped, 7, 0, now.Add(2*time.Minute), now)
+	tb.admit(k, mapped, 7, 0, false, now.Add(2*time.Minute), now)
 	if !a.confirmed || len(tb.bySrc) != 1 || a.until != now.Add(2*time.Minute) {
 		t.Errorf("refresh from the v4-mapped address: confirmed %v, %d sources, until %v", a.confirmed, len(tb.bySrc), a.until)
 	}
 	other := netip.MustParseAddr("192.0.2.7")
-	tb.admit(k, other, 8, 0, now.Add(2*time.Minute), now)
+	tb.admit(k, other, 8, 0, true, now.Add(2*time.Minute), now)
 	if a.confirmed || a.qkey != 8 || len(tb.bySrc[other]) != 1 || len(tb.bySrc[v4]) != 0 {
-		t.Errorf("refresh with another qkey from another address: %+v, sources %v", a, tb.bySrc)
+		t.Errorf("authenticated refresh with another qkey from another address: %+v, sources %v", a, tb.bySrc)
 	}
 	if _, ok := tb.lookup(k, now.Add(3*time.Minute)); ok || tb.len() != 0 {
 		t.Error("expired admission found")
@@ -186,7 +187,7 @@ func TestAdmitRefresh(t *testing.T) {
 // TestEngineAdmitNoPort: Admit for a port that is not probing.
 func TestEngineAdmitNoPort(t *testing.T) {
 	e := testEngine(t)
-	if err := e.Admit("rxe9/1", ud.Endpoint{}, netip.MustParseAddr("192.0.2.1"), time.Now()); !errors.Is(err, ErrNoPort) {
+	if err := e.Admit("rxe9/1", ud.Endpoint{}, netip.MustParseAddr("192.0.2.1"), false, time.Now()); !errors.Is(err, ErrNoPort) {
 		t.Errorf("Admit = %v, want ErrNoPort", err)
 	}
 }
@@ -241,11 +242,11 @@ func TestAdmitFlowsBound(t *testing.T) {
 	e.ports["b/1"] = p
 	until := time.Now().Add(time.Hour)
 	flooder, other := netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("192.0.2.1")
-	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 1}, other, until); err != nil {
+	if err := e.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 1}, other, false, until); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: uint32(0x1000 + i), QKey: 1}, flooder, until); err != nil {
+		if err := e.Admit("b/1", ud.Endpoint{GID: gidM, QPN: uint32(0x1000 + i), QKey: 1}, flooder, false, until); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,5 +258,130 @@ func TestAdmitFlowsBound(t *testing.T) {
 	}
 	if _, err := New(Config{Flows: 17}); err == nil {
 		t.Error("an engine of 17 flows was made")
+	}
+}
+
+// TestAdmitPoisoning is #41 item 3 on the table: a third host's query naming
+// a live admission's GID and QPN with another qkey, from its own address or
+// spoofing the peer's, never replaces what the peer's own queries set. It
+// becomes at most the candidate (answered beside the incumbent), which takes
+// over only when the incumbent is not refreshed for a lifetime; a second
+// poisoner cannot take a live candidate from its address; an unauthenticated
+// query changes nothing an authenticated one set.
+func TestAdmitPoisoning(t *testing.T) {
+	const life = time.Minute
+	peer, poisoner, second := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.66"), netip.MustParseAddr("192.0.2.67")
+	k := srcKey{gid: gidA, qpn: qpnA}
+	now := time.Now()
+	tb := newAdmTable(1000, 4)
+	tb.admit(k, peer, 7, 0, false, now.Add(life), now)
+	a, _ := tb.lookup(k, now)
+	tb.confirm(a)
+	reply := func(at time.Time) (uint32, []uint32) {
+		t.Helper()
+		a, ok := tb.lookup(k, at)
+		if !ok {
+			t.Fatalf("admission gone at +%v", at.Sub(now))
+		}
+		var cand []uint32
+		if q, _, ok := a.candidate(at); ok && q != a.qkey {
+			cand = append(cand, q)
+		}
+		return a.qkey, cand
+	}
+
+	// The poisoner, from its own address, then spoofing the peer's.
+	tb.admit(k, poisoner, 99, 0, false, now.Add(life), now)
+	if q, c := reply(now); q != 7 || len(c) != 1 || c[0] != 99 {
+		t.Errorf("after a query from another address: incumbent qkey %d, candidates %v; want 7 and [99]", q, c)
+	}
+	tb.admit(k, second, 98, 0, false, now.Add(life), now)
+	if q, c := reply(now); q != 7 || len(c) != 1 || c[0] != 99 {
+		t.Errorf("a second address took the live candidate: incumbent %d, candidates %v", q, c)
+	}
+	tb.admit(k, peer, 66, 0, false, now.Add(life), now) // spoofed from the peer's address
+	if q, _ := reply(now); q != 7 || !a.confirmed {
+		t.Errorf("a spoofed query from the peer's address replaced the incumbent: qkey %d, confirmed %v", q, a.confirmed)
+	}
+	checkAdmTable(t, &tb)
+
+	// The peer keeps refreshing; the poisoner keeps asking: for ten
+	// lifetimes the incumbent stays.
+	for i := 1; i <= 20; i++ {
+		at := now.Add(time.Duration(i) * life / 2)
+		tb.admit(k, poisoner, 99, 0, false, at.Add(life), at)
+		tb.admit(k, peer, 7, 0, false, at.Add(life), at)
+		if q, _ := reply(at); q != 7 {
+			t.Fatalf("at +%v the incumbent qkey is %d, want 7", at.Sub(now), q)
+		}
+	}
+
+	// A peer that really changed its qkey: nobody refreshes 7 any more, so
+	// the candidate it refreshes takes over within a lifetime.
+	tb2 := newAdmTable(1000, 4)
+	tb2.admit(k, peer, 7, 0, false, now.Add(life), now)
+	mid := now.Add(life / 2)
+	tb2.admit(k, peer, 8, 0, false, mid.Add(life), mid)
+	if a, _ := tb2.lookup(k, mid); a.qkey != 7 {
+		t.Errorf("the new qkey replaced the live one at once: %d", a.qkey)
+	}
+	later := now.Add(life + time.Second)
+	if a, ok := tb2.lookup(k, later); !ok || a.qkey != 8 || a.from != peer {
+		t.Errorf("after the old qkey ran out: %+v, %v; want qkey 8 from the peer", a, ok)
+	}
+	checkAdmTable(t, &tb2)
+
+	// A candidate from another address moves the admission to that
+	// address's quota when it takes over.
+	tb3 := newAdmTable(1000, 4)
+	tb3.admit(k, peer, 7, 0, false, now.Add(life), now)
+	tb3.admit(k, poisoner, 7, 0, false, mid.Add(life), mid)
+	if a, ok := tb3.lookup(k, later); !ok || a.from != poisoner || len(tb3.bySrc[peer]) != 0 {
+		t.Errorf("promoted candidate: %+v, sources %v", a, tb3.bySrc)
+	}
+	checkAdmTable(t, &tb3)
+
+	// Authenticated: a member's query sets the qkey; no query without the
+	// key changes or refreshes it.
+	tb4 := newAdmTable(1000, 4)
+	tb4.admit(k, peer, 7, 0, true, now.Add(life), now)
+	tb4.admit(k, peer, 99, 0, false, now.Add(life), now)
+	tb4.admit(k, poisoner, 99, 0, false, now.Add(2*life), now)
+	a4, _ := tb4.lookup(k, now)
+	if _, _, ok := a4.candidate(now); ok || a4.qkey != 7 || a4.until != now.Add(life) {
+		t.Errorf("unauthenticated queries changed an authenticated admission: %+v", a4)
+	}
+	tb4.admit(k, peer, 8, 0, true, now.Add(life), now)
+	if a4.qkey != 8 {
+		t.Errorf("an authenticated query did not set the qkey: %d", a4.qkey)
+	}
+	checkAdmTable(t, &tb4)
+}
+
+// TestPoisonedAdmissionStillAnswered: with a poisoner's candidate the
+// peer's probe is answered at the peer's own qkey, and once more at the
+// candidate's (which the peer's adapter drops): nothing is taken away.
+func TestPoisonedAdmissionStillAnswered(t *testing.T) {
+	_, a, eb, b := pair(t, nil, false) // B admitted A with qkey 7 from 192.0.2.1
+	pl, err := probe(a, ud.Target{Dst: toB, Seq: 1}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(b, gidA, qpnA, pl, 10)
+	if err := eb.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 99}, netip.MustParseAddr("192.0.2.66"), false, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.out = b.out[:0]
+	b.mu.Unlock()
+	deliver(b, gidA, qpnA, pl, 20)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var qkeys []uint32
+	for _, o := range b.out {
+		qkeys = append(qkeys, o.dst.QKey)
+	}
+	if len(qkeys) != 2 || qkeys[0] != 7 || qkeys[1] != 99 {
+		t.Errorf("answers went to qkeys %v, want [7 99] (the peer's first)", qkeys)
 	}
 }

@@ -339,14 +339,20 @@ func (p *udPort) probeOutgoing(t *ud.Target, auth *authConf) (outgoing, bool) {
 // many queries it sends (or spoofs), cannot crowd out another address's
 // admission nor a confirmed one; Admit fails only when the table is full
 // of live confirmed admissions.
-func (e *Engine) Admit(local string, src ud.Endpoint, from netip.Addr, until time.Time) error {
+//
+// authenticated says the query carried a valid fleet-key tag. Only such a
+// query changes the qkey or LID of a live admission at once; without one,
+// other parameters, or another address's, are a candidate that is answered
+// beside the admitted ones (admit.go), and nothing changes an admission a
+// tagged query made.
+func (e *Engine) Admit(local string, src ud.Endpoint, from netip.Addr, authenticated bool, until time.Time) error {
 	p, err := e.port(local)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.admitted.admit(srcKey{gid: src.GID, qpn: src.QPN}, from, src.QKey, src.LID, until, time.Now()); err != nil {
+	if err := p.admitted.admit(srcKey{gid: src.GID, qpn: src.QPN}, from, src.QKey, src.LID, authenticated, until, time.Now()); err != nil {
 		return fmt.Errorf("peer probe: %s: %w", local, err)
 	}
 	return nil

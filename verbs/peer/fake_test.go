@@ -125,7 +125,7 @@ func TestFakeProbeAndAnswer(t *testing.T) {
 
 	// Admitted: answered, and the reply matches the probe, with the GID
 	// of the GRH region the fake wrote and the QPN the adapter reports.
-	if err := b.e.Admit(pb.Key, pa.Endpoint, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+	if err := b.e.Admit(pb.Key, pa.Endpoint, ctlAddr, false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	for seq := uint64(2); seq < 12; seq++ {
@@ -179,7 +179,7 @@ func TestFakeRebuild(t *testing.T) {
 		}
 		return ps[0], true
 	})
-	if err := b.e.Admit(pb.Key, np.Endpoint, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+	if err := b.e.Admit(pb.Key, np.Endpoint, ctlAddr, false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	a.e.ProbeBatch(np.Key, []ud.Target{{Dst: pb.Endpoint, Seq: 50}})
@@ -244,7 +244,7 @@ func TestFakeFlows(t *testing.T) {
 	for _, f := range pa.Flows[:3] {
 		src := pa.Endpoint
 		src.QPN = f.QPN
-		if err := b.e.Admit(pb.Key, src, ctlAddr, time.Now().Add(time.Minute)); err != nil {
+		if err := b.e.Admit(pb.Key, src, ctlAddr, false, time.Now().Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -396,4 +396,43 @@ func TestFakeGIDChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports(1, "after the GIDs came back")
+}
+
+// TestFakeAdmissionPoisoning is #41 item 3 through the fake adapter (which
+// drops a send whose qkey is not the destination QP's): B admitted A from
+// A's control address; a third host keeps naming A's GID and QPN with
+// other qkeys, from its own address and spoofing A's. Every one of A's
+// probes is still answered, and the answers B sends at the poisoner's
+// qkeys are the only ones lost. Before the fix one such query made every
+// later answer to A go to the wrong qkey.
+func TestFakeAdmissionPoisoning(t *testing.T) {
+	a, b := fakeNodes(t)
+	pa, pb := a.port(t), b.port(t)
+	if err := b.e.Admit(pb.Key, pa.Endpoint, ctlAddr, false, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	poisoners := []netip.Addr{netip.MustParseAddr("192.0.2.66"), ctlAddr, netip.MustParseAddr("192.0.2.67")}
+	const rounds = 50
+	for seq := uint64(1); seq <= rounds; seq++ {
+		bad := pa.Endpoint
+		bad.QKey = pa.QKey ^ uint32(seq)
+		for _, from := range poisoners {
+			if err := b.e.Admit(pb.Key, bad, from, false, time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A's own refresh, as its control queries do.
+		if seq%10 == 0 {
+			if err := b.e.Admit(pb.Key, pa.Endpoint, ctlAddr, false, time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := a.e.ProbeBatch(pa.Key, []ud.Target{{Dst: pb.Endpoint, Seq: seq}}); n != 1 {
+			t.Fatal("probe not sent")
+		}
+		waitFor(t, fmt.Sprintf("reply to probe %d", seq), func() (int, bool) { n := a.nReplies(); return n, n == int(seq) })
+	}
+	if s := a.e.Stats(); s.Sent != rounds || s.Replies != rounds {
+		t.Errorf("prober stats %+v; want every probe answered", s)
+	}
 }

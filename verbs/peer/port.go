@@ -709,6 +709,12 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 		// It leaves from the QP the probe came to: the prober takes a
 		// reply only from the QPN it probed.
 		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r, flow: flow})
+		if qkey, lid, ok := adm.candidate(now); ok && (qkey != adm.qkey || lid != adm.lid) {
+			// Somebody asked for other parameters and nobody has proved
+			// which are the peer's (admit.go): the reply goes to both;
+			// the peer's adapter drops the one with a wrong qkey.
+			p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: qkey, LID: lid}, pl: r, flow: flow})
+		}
 	case KindReply:
 		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, flow, t)
 		if !ok {

@@ -32,7 +32,7 @@ func TestKeyRotation(t *testing.T) {
 	drain(b)
 	// Step 2 on B: tags new, takes new and old. A (step 1) takes new.
 	eb.SetAuthKeys([][]byte{newKey, oldKey}, true)
-	if err := ea.Admit("a/1", ud.Endpoint{GID: gidB, QPN: qpnB, QKey: 9}, netip.MustParseAddr("192.0.2.2"), time.Now().Add(time.Minute)); err != nil {
+	if err := ea.Admit("a/1", ud.Endpoint{GID: gidB, QPN: qpnB, QKey: 9}, netip.MustParseAddr("192.0.2.2"), false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if !round("B (new, old) to A (old, new)", b, a, gidB, gidA, qpnB, qpnA, 2) {

@@ -137,7 +137,7 @@ func pair(t *testing.T, authKey []byte, require bool) (ea *Engine, a *udPort, eb
 	ea.SetAuth(authKey, require)
 	eb.SetAuth(authKey, require)
 	a, b = testPort(t, ea, "a/1", gidA), testPort(t, eb, "b/1", gidB)
-	if err := eb.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 7}, netip.MustParseAddr("192.0.2.1"), time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit("b/1", ud.Endpoint{GID: gidA, QPN: qpnA, QKey: 7}, netip.MustParseAddr("192.0.2.1"), false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	return ea, a, eb, b
@@ -372,7 +372,7 @@ func TestTags(t *testing.T) {
 		)
 		for _, c := range cases {
 			_, _, eb, b := pair(t, key, false)
-			eb.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnA}, netip.MustParseAddr("192.0.2.66"), time.Now().Add(time.Minute))
+			eb.Admit("b/1", ud.Endpoint{GID: gidM, QPN: qpnA}, netip.MustParseAddr("192.0.2.66"), false, time.Now().Add(time.Minute))
 			deliver(b, c.src, qpnA, c.b, 10)
 			st := eb.Stats()
 			if queued(b) != 0 || st.BadTag+st.Malformed != 1 {
