@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/inventory"
 )
@@ -64,6 +66,9 @@ type bugReport struct {
 	// each external tool.
 	doctorInterval string
 	toolTimeout    time.Duration
+	// afterMkdir, when set, runs between writeDir's mkdir and its writes:
+	// where a test swaps the directory as an attacker would.
+	afterMkdir func(path string)
 }
 
 // newBugReport returns the collector of this host (tests replace it).
@@ -341,29 +346,80 @@ func (b *bugReport) writeArchive(path, top string) error {
 }
 
 // writeDir writes the items as files under a new directory at path (mode
-// 0700; it must not exist).
+// 0700; it must not exist). Everything after the mkdir goes through a
+// descriptor of that directory, opened without following a link and
+// checked to be a directory of this user that nobody else may enter: a
+// user who may write the parent (root's report in a user's home) and swaps
+// the new directory for a symlink or a directory of their own between the
+// mkdir and the writes gets nothing written anywhere (#41 item 5). Inside,
+// each subdirectory and file is made relative to its parent's descriptor,
+// again without following links.
 func (b *bugReport) writeDir(path string) error {
 	if err := os.Mkdir(path, 0o700); err != nil {
 		return err
 	}
+	if b.afterMkdir != nil {
+		b.afterMkdir(path)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// ELOOP: a symlink; ENOTDIR: something else. Not ErrExist's
+		// message: rdmactl made the directory, somebody replaced it.
+		return fmt.Errorf("%s was replaced after rdmactl created it (%v): nothing written; write the report into a directory that only you can write", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s was replaced after rdmactl created it (owner uid %d, mode %#o; rdmactl made it uid %d, 0700): nothing written; write the report into a directory that only you can write", path, st.Uid, st.Mode&0o7777, os.Geteuid())
+	}
 	for _, it := range b.items {
-		p := filepath.Join(path, it.name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		f, err := createExclusive(p)
-		if err != nil {
-			return err
-		}
-		_, err = f.Write(it.data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
+		if err := writeAt(fd, it.name, it.data); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(path, it.name), err)
 		}
 	}
 	return nil
+}
+
+// writeAt creates the file name (slash-separated, relative) under the
+// directory dir, making its parent directories (mode 0700), all through
+// descriptors and without following a link.
+func writeAt(dir int, name string, data []byte) error {
+	parts := strings.Split(name, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return fmt.Errorf("item name %q is not a clean relative path", name)
+		}
+	}
+	cur := dir
+	for _, p := range parts[:len(parts)-1] {
+		if err := unix.Mkdirat(cur, p, 0o700); err != nil && err != unix.EEXIST {
+			return err
+		}
+		fd, err := unix.Openat(cur, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if cur != dir {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return err
+		}
+		cur = fd
+	}
+	fd, err := unix.Openat(cur, parts[len(parts)-1], unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if cur != dir {
+		unix.Close(cur)
+	}
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // safeHost is the host name as it may appear in a file name.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,5 +301,72 @@ func TestRedactTOML(t *testing.T) {
 	want := "[probe]\nkey_file = \"/etc/rdmad/fleet.key\"\nkey = \"(redacted by rdmactl bugreport)\"\npsk_key= \"(redacted by rdmactl bugreport)\"\n\"Secret\" = \"(redacted by rdmactl bugreport)\"\n# password = kept in a comment\nname = \"token-free\"\nsession_password = \"(redacted by rdmactl bugreport)\""
 	if got := string(redactTOML([]byte(in))); got != want {
 		t.Errorf("redactTOML:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestBugreportDirSwapped is #41 item 5: between bugreport --dir's mkdir
+// and its writes, a user who may write the parent directory (root writing
+// the report into that user's home) replaces the new directory with a
+// symlink to a directory of theirs, or with a directory of their own.
+// Before, root then wrote the report through the symlink (3 of 3 tries in
+// the review). Now nothing is written anywhere and the error says the
+// directory was replaced. As root the swap is made by uid 65534, the
+// attacker of the review; otherwise by this user.
+func TestBugreportDirSwapped(t *testing.T) {
+	items := []bugItem{{name: "MANIFEST", data: []byte("m\n")}, {name: "cmd/ibv_devinfo.txt", data: []byte("x\n")}}
+	for _, how := range []string{"symlink", "own directory"} {
+		t.Run(how, func(t *testing.T) {
+			parent := t.TempDir()
+			target := t.TempDir() // where the attacker wants root's files
+			attacker := os.Geteuid() != 0
+			if !attacker {
+				// The parent is the attacker's: they may rename in it
+				// (and reach it: t.TempDir's own parent is 0700).
+				for _, d := range []string{filepath.Dir(parent), filepath.Dir(target)} {
+					if err := os.Chmod(d, 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, d := range []string{parent, target} {
+					if err := os.Chown(d, 65534, 65534); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			out := filepath.Join(parent, "report")
+			script := `mv "$1" "$1.moved" && ln -s "$2" "$1"`
+			if how == "own directory" {
+				script = `mv "$1" "$1.moved" && mkdir -m 0755 "$1"`
+			}
+			b := &bugReport{items: items, afterMkdir: func(path string) {
+				cmd := exec.Command("sh", "-c", script, "sh", path, target)
+				if !attacker {
+					cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+				}
+				if b, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("the swap: %v: %s", err, b)
+				}
+			}}
+			err := b.writeDir(out)
+			if err == nil || !strings.Contains(err.Error(), "was replaced after rdmactl created it") {
+				t.Errorf("writeDir after the swap: %v; want an error saying the directory was replaced", err)
+			}
+			for _, d := range []string{target, out, out + ".moved"} {
+				if es, _ := os.ReadDir(d); len(es) != 0 {
+					t.Errorf("%s holds %d entries after the swap, want none: the report went there", d, len(es))
+				}
+			}
+		})
+	}
+	// Without a swap the report is written, subdirectories included.
+	out := filepath.Join(t.TempDir(), "report")
+	if err := (&bugReport{items: items}).writeDir(out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "cmd", "ibv_devinfo.txt")); err != nil || string(b) != "x\n" {
+		t.Errorf("cmd/ibv_devinfo.txt: %q, %v", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(out, "cmd")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("cmd/: %v, %v; want mode 0700", st, err)
 	}
 }
