@@ -302,3 +302,72 @@ func TestUsersDomainInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestUntrustedConfigFiles is #41's review of the files rdmad reads as
+// root: the configuration decides the policy rdmad applies, who is an
+// admin ([daemon] admin_group) and whom the control endpoint answers, so a
+// drop-in that another user may write (or owns), or a configuration
+// directory another user may write (and so empty or rename), is refused
+// with the file, its owner and mode and the fix; before, such a file was
+// read like root's. As root the untrusted owner is uid 65534, as another
+// user only the modes are tried.
+func TestUntrustedConfigFiles(t *testing.T) {
+	const grab = "[daemon]\nadmin_group = \"users\"\n"
+	for _, tt := range []struct {
+		name  string
+		mode  os.FileMode
+		owner int // -1: this user
+		want  string
+	}{
+		{"world-writable drop-in", 0o666, -1, " mode 0666; it decides what rdmad does as root"},
+		{"group-writable drop-in", 0o664, -1, "with mode 0664"},
+		{"another user's drop-in", 0o644, 65534, "is owned by uid 65534 with mode 0644"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.owner >= 0 && os.Geteuid() != 0 {
+				t.Skip("needs root to give the file to another user")
+			}
+			p := write(t, map[string]string{"rdmad.toml": "", "rdmad.d/50-grab.toml": grab})
+			drop := filepath.Join(filepath.Dir(p), "rdmad.d", "50-grab.toml")
+			if err := os.Chmod(drop, tt.mode); err != nil {
+				t.Fatal(err)
+			}
+			if tt.owner >= 0 {
+				if err := os.Chown(drop, tt.owner, tt.owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, err := Load(p)
+			if err == nil {
+				t.Fatalf("loaded, admin_group %q; want the drop-in refused", cfg.Daemon.AdminGroup)
+			}
+			wantLoadError(t, err, "50-grab.toml: ", tt.want, "chown root: "+drop+" && chmod go-w "+drop)
+		})
+	}
+	t.Run("world-writable drop-in directory", func(t *testing.T) {
+		p := write(t, map[string]string{"rdmad.toml": "", "rdmad.d/20-ok.toml": "[daemon]\nlog_level = \"warn\"\n"})
+		dir := filepath.Join(filepath.Dir(p), "rdmad.d")
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(p)
+		wantLoadError(t, err, dir+": is owned by uid", "mode 0777", "chmod go-w "+dir)
+		// Sticky, as /tmp: others cannot rename or remove this user's
+		// files there, and a file of theirs is refused by the file check.
+		if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := Load(p); err != nil || cfg.Daemon.LogLevel != "warn" {
+			t.Errorf("sticky drop-in directory: %v", err)
+		}
+	})
+	t.Run("root's 0644 and 0600", func(t *testing.T) {
+		p := write(t, map[string]string{"rdmad.toml": "", "rdmad.d/50-grab.toml": grab})
+		for _, m := range []os.FileMode{0o644, 0o600, 0o444} {
+			os.Chmod(filepath.Join(filepath.Dir(p), "rdmad.d", "50-grab.toml"), m)
+			if cfg, err := Load(p); err != nil || cfg.Daemon.AdminGroup != "users" {
+				t.Errorf("mode %04o: %v", m, err)
+			}
+		}
+	})
+}

@@ -97,8 +97,23 @@ func loadPath(path string, hostChecks bool) (*Config, error) {
 			Msg: fmt.Sprintf("holds %d drop-ins (*.toml); rdmad reads at most %d: merge them into fewer files", len(files), MaxDropIns)}}
 	}
 	sort.Strings(files)
+	// Whoever may write the directories may rename or remove the files
+	// (a drop-in gone is a policy changed): they must be as trusted as
+	// the files (#41 item 8).
+	for _, dir := range []string{filepath.Dir(path), filepath.Dir(DropIns(path))} {
+		if err := safefile.CheckTrustedDir(dir); err != nil {
+			var se *safefile.Error
+			if errors.As(err, &se) {
+				return nil, Errors{{File: dir, Msg: se.Msg}}
+			}
+			return nil, err
+		}
+	}
 	files = append([]string{path}, files...)
-	return loadWith(files, func(f string) ([]byte, error) { return safefile.ReadRegular(f, MaxFileSize) }, hostChecks)
+	return loadWith(files, func(f string) ([]byte, error) {
+		b, _, err := safefile.Read(f, safefile.Options{Max: MaxFileSize, Trusted: true})
+		return b, err
+	}, hostChecks)
 }
 
 // Check loads as Load does, for rdmad --check-config: when every problem

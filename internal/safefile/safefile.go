@@ -58,6 +58,12 @@ type Options struct {
 	// file that decides whom rdmad trusts (the peers file sets the allow
 	// list), which others may read but only root may change.
 	RootWritable bool
+	// Trusted requires the opened file to be owned by root or by this
+	// process's user and to have no write permission for group or others
+	// (ErrInsecure): for the configuration, which decides what rdmad does
+	// as root (policy, the admin group, allow lists) and so must be no
+	// one else's to change.
+	Trusted bool
 }
 
 // ReadRegular reads the regular file at path (following symlinks), at most
@@ -139,6 +145,11 @@ func Read(path string, o Options) ([]byte, fs.FileInfo, error) {
 				st.Uid, st.Mode&0o7777, path, path),
 			Err: ErrInsecure}
 	}
+	if o.Trusted {
+		if err := trustedMode(path, st.Uid, st.Mode); err != nil {
+			return nil, nil, err
+		}
+	}
 	if st.Size > o.Max {
 		return nil, nil, tooLarge(path, o.Max)
 	}
@@ -160,6 +171,38 @@ func Read(path string, o Options) ([]byte, fs.FileInfo, error) {
 		return nil, nil, &Error{Path: path, Msg: "fstat: " + err.Error(), Err: err}
 	}
 	return b, fi, nil
+}
+
+// trustedMode is Options.Trusted's check of a file or directory: owned by
+// root or this process's user, writable by nobody else.
+func trustedMode(path string, uid, mode uint32) error {
+	if (uid == 0 || int(uid) == os.Geteuid()) && mode&0o022 == 0 {
+		return nil
+	}
+	return &Error{Path: path,
+		Msg: fmt.Sprintf("is owned by uid %d with mode %04o; it decides what rdmad does as root, so only root may write it: chown root: %s && chmod go-w %s",
+			uid, mode&0o7777, path, path),
+		Err: ErrInsecure}
+}
+
+// CheckTrustedDir reports an error unless the directory at path (followed
+// if a symlink) is owned by root or this process's user and writable by
+// nobody else, or sticky (as /tmp: others may add files there, which the
+// file check refuses, but not rename or remove this user's): whoever may
+// write a configuration directory may remove or rename the files in it. A
+// missing directory is no error.
+func CheckTrustedDir(path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if err == unix.ENOENT {
+			return nil
+		}
+		return &Error{Path: path, Msg: openHint(err), Err: err}
+	}
+	if st.Mode&unix.S_ISVTX != 0 && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
+		return nil
+	}
+	return trustedMode(path, st.Uid, st.Mode)
 }
 
 func notRegular(path string, mode uint32) error {

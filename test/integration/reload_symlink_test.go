@@ -169,7 +169,19 @@ func TestReloadRefusesWritableSocketDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to give the socket directory to another group (CI runs as root)")
 	}
-	n := start(t, "")
+	// The configuration lives in a directory of its own: one that others
+	// may write is refused as a whole (#41), and this test is about the
+	// socket's directory.
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	n := newNode(t, dir)
+	if err := os.Mkdir(filepath.Join(dir, "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.config = filepath.Join(dir, "conf", "rdmad.toml")
+	n.write("")
+	n.start(nil)
 	sock := func() (mode, gid uint32) {
 		t.Helper()
 		var st unix.Stat_t
