@@ -208,7 +208,7 @@ func TestPeerTrustEngines(t *testing.T) {
 	if eb.Stats().Unadmitted == 0 {
 		t.Errorf("B did not count the unadmitted probe: %+v", eb.Stats())
 	}
-	if err := eb.Admit(pb.Key, pa.Endpoint, netip.MustParseAddr("127.0.0.1"), time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit(pb.Key, pa.Endpoint, netip.MustParseAddr("127.0.0.1"), false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	ts = []ud.Target{{Dst: pb.Endpoint, Seq: 2}, {Dst: pb.Endpoint, Seq: 3, Auth: true}}
@@ -326,7 +326,7 @@ func TestPeerTrustResponder(t *testing.T) {
 		t.Fatal("unadmitted probe answered")
 	}
 	flooder := netip.MustParseAddr("10.9.9.9")
-	if err := eb.Admit(pb.Key, f.ep(), flooder, time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit(pb.Key, f.ep(), flooder, false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -339,14 +339,14 @@ func TestPeerTrustResponder(t *testing.T) {
 	}
 	for i := range 16384 {
 		g := verbs.GID{10: 0xff, 11: 0xff, 12: 10, 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
-		if err := eb.Admit(pb.Key, ud.Endpoint{GID: g, QPN: uint32(0x10000 + i), QKey: 1}, flooder, time.Now().Add(time.Minute)); err != nil {
+		if err := eb.Admit(pb.Key, ud.Endpoint{GID: g, QPN: uint32(0x10000 + i), QKey: 1}, flooder, false, time.Now().Add(time.Minute)); err != nil {
 			t.Fatalf("flood admission %d: %v", i, err)
 		}
 	}
 	if _, ok := answered(v1); !ok {
 		t.Fatalf("confirmed prober not answered after the flood: %+v", eb.Stats())
 	}
-	if err := eb.Admit(pb.Key, ud.Endpoint{GID: f.gid, QPN: 0xabcd, QKey: 1}, netip.MustParseAddr("10.9.9.10"), time.Now().Add(time.Minute)); err != nil {
+	if err := eb.Admit(pb.Key, ud.Endpoint{GID: f.gid, QPN: 0xabcd, QKey: 1}, netip.MustParseAddr("10.9.9.10"), false, time.Now().Add(time.Minute)); err != nil {
 		t.Fatalf("a new address after the flood: %v", err)
 	}
 	eb.SetAuth(peerTrustKey, true)
