@@ -182,9 +182,20 @@ func (e evaluator) verbs() apitype.Condition {
 	if len(e.s.Devices) == 0 {
 		return ok(t, "NoDevice", "no RDMA device (see NoDevice)")
 	}
+	// A device in [health] ignore is left out as its ports are: an
+	// ignored mlx4_0 without a provider must not fail the node (#40 item 5).
+	var judged []string
+	for _, d := range e.s.Devices {
+		if !slices.Contains(e.in.Expect.Ignore, d.Name) {
+			judged = append(judged, d.Name)
+		}
+	}
+	if len(judged) == 0 {
+		return ok(t, "AllIgnored", "every RDMA device is in [health] ignore")
+	}
 	var objs, msgs []string
 	for _, d := range e.s.Devices {
-		if d.Uverbs == "" {
+		if d.Uverbs == "" && slices.Contains(judged, d.Name) {
 			objs = append(objs, d.Name)
 			msgs = append(msgs, d.Name+" has no verbs node (/dev/infiniband/uverbsN)")
 		}
@@ -200,11 +211,7 @@ func (e evaluator) verbs() apitype.Condition {
 	case !found:
 		return unknown(t, "NotCheckedYet", "rdmad has not opened verbs yet")
 	case c.State == apitype.Error || c.State == apitype.Unavailable:
-		all := make([]string, 0, len(e.s.Devices))
-		for _, d := range e.s.Devices {
-			all = append(all, d.Name)
-		}
-		return problem(t, "VerbsUnavailable", all, "devices are present but verbs cannot be used: "+c.Detail())
+		return problem(t, "VerbsUnavailable", judged, "devices are present but verbs cannot be used: "+c.Detail())
 	}
 	return ok(t, "VerbsAvailable", "verbs open on every RDMA device")
 }

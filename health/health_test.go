@@ -328,3 +328,37 @@ func TestEvaluateKernelLogNote(t *testing.T) {
 		t.Errorf("KernelFault %+v (healthy %v), want ok naming the switch", c, h.Healthy)
 	}
 }
+
+// TestEvaluateIgnoredDeviceVerbs is #40 item 5: a device in [health]
+// ignore is left out of VerbsUnavailable and NoUverbsNode as its ports are
+// left out of the port conditions; before, an ignored mlx4_0 kept the
+// node's verbs condition a problem.
+func TestEvaluateIgnoredDeviceVerbs(t *testing.T) {
+	mlx4 := apitype.Device{Name: "mlx4_0", Ports: []apitype.Port{{Port: 1, State: "DOWN", PhysState: "Disabled"}}}
+	ignore := Expect{Ignore: []string{"mlx4_0"}}
+
+	s := node()
+	s.Devices = append(s.Devices, mlx4) // no verbs node
+	if c := cond(t, Evaluate(Input{Snap: s, Now: t0, Expect: ignore}), apitype.CondVerbs); c.Status != apitype.ConditionOK {
+		t.Errorf("an ignored device without a verbs node: %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	if c := cond(t, Evaluate(Input{Snap: s, Now: t0}), apitype.CondVerbs); c.Status != apitype.ConditionProblem || c.Reason != "NoUverbsNode" {
+		t.Errorf("the same device not ignored: %s %s; want a NoUverbsNode problem", c.Status, c.Reason)
+	}
+
+	s = node()
+	s.Devices = append(s.Devices, mlx4)
+	s.Devices[1].Uverbs = "/dev/infiniband/uverbs1"
+	s.Components[apitype.ComponentVerbs] = apitype.Component{State: apitype.Unavailable, Error: "libibverbs: no provider"}
+	c := cond(t, Evaluate(Input{Snap: s, Now: t0, Expect: ignore}), apitype.CondVerbs)
+	if c.Status != apitype.ConditionProblem || c.Reason != "VerbsUnavailable" || len(c.Objects) != 1 || c.Objects[0] != "rxe0" {
+		t.Errorf("verbs unavailable beside an ignored device: %s %s %v; want a problem naming rxe0 alone", c.Status, c.Reason, c.Objects)
+	}
+
+	s = node()
+	s.Devices = []apitype.Device{mlx4}
+	s.Components[apitype.ComponentVerbs] = apitype.Component{State: apitype.Unavailable, Error: "libibverbs: no provider"}
+	if c := cond(t, Evaluate(Input{Snap: s, Now: t0, Expect: ignore}), apitype.CondVerbs); c.Status != apitype.ConditionOK || c.Reason != "AllIgnored" {
+		t.Errorf("verbs unavailable with only an ignored device: %s %s: %s; want ok, AllIgnored", c.Status, c.Reason, c.Message)
+	}
+}
