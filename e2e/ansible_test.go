@@ -680,3 +680,84 @@ func TestAnsibleRollout(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsibleFirstRollout is #40 item 3: operators run
+// `ansible-playbook --check --diff` first, and on a node without rdmad it
+// failed (check mode copies no package, so the install could not open it;
+// nor is there a unit to start or reload). Node 2 is made fresh (rdmad
+// purged), the check run must pass and change nothing on it, and the real
+// run after it installs, configures and starts rdmad. Node 2's /etc/rdmad
+// is restored afterwards.
+func TestAnsibleFirstRollout(t *testing.T) {
+	pkgRequire(t)
+	other := peersOther(t)
+	nd := ansNode{n: 2, name: "node2", addr: other}
+	debs, _ := filepath.Glob("/mnt/vm/project/deb/rdmad_*.deb")
+	if len(debs) != 1 {
+		t.Fatalf("want the bed's .deb in /mnt/vm/project/deb, found %v", debs)
+	}
+	peersWait(t, 1, other, "up", 90*time.Second)
+	b := ansSetup(t, []ansNode{nd})
+	t.Cleanup(func() { peersWait(t, 1, other, "up", 90*time.Second) })
+
+	const saved = "/root/rdmad-e2e-etc.tar"
+	nd.mustRun(t, "tar", "-C", "/etc", "-cf", saved, "rdmad")
+	t.Cleanup(func() {
+		// Whatever the test left: rdmad installed, its /etc as it was.
+		if _, err := nd.run("dpkg", "-s", "rdmad"); err != nil {
+			if out, err := nd.run("dpkg", "-i", debs[0]); err != nil {
+				t.Errorf("node 2: reinstall rdmad: %v: %s", err, out)
+			}
+		}
+		for _, c := range [][]string{{"rm", "-rf", "/etc/rdmad", ansPkgDir, ansRemoteTmp}, {"tar", "-C", "/etc", "-xpf", saved}, {"rm", "-f", saved}, {"systemctl", "restart", "rdmad"}} {
+			if out, err := nd.run(c[0], c[1:]...); err != nil {
+				t.Errorf("node 2: restore (%s): %v: %s", strings.Join(c, " "), err, out)
+			}
+		}
+	})
+	nd.mustRun(t, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "-q", "rdmad")
+	if _, err := nd.run("dpkg", "-s", "rdmad"); err == nil {
+		t.Fatal("node 2: rdmad still installed after the purge")
+	}
+
+	vars := filepath.Join(b.dir, "first.json")
+	ansWritePlaybookVars(t, vars, map[string]any{"rdmad_package_file": debs[0], "rdmad_config": map[string]any{"daemon": map[string]any{"socket_group": "rdmad", "log_level": "info"}}})
+
+	out, rc := b.playbook(t, "check mode on a fresh node", vars, "--check", "--diff")
+	recap, _ := ansParseRecap(out)
+	if rc != 0 {
+		t.Fatalf("ansible-playbook --check --diff on a node without rdmad: exit %d; failed tasks:\n%s", rc, ansFatals(out))
+	}
+	if r, ok := recap[nd.name]; !ok || r.failed != 0 || r.changed == 0 {
+		t.Errorf("check mode: node 2's recap %+v (listed %v); want changes reported, no failure", r, ok)
+	}
+	if !strings.Contains(out, "Report the install that check mode cannot try") || !strings.Contains(out, "+socket_group = \"rdmad\"") {
+		t.Errorf("check mode: want the install reported and the configuration's diff shown; output tail:\n%s", ansTail(out, 3000))
+	}
+	if _, err := nd.run("dpkg", "-s", "rdmad"); err == nil {
+		t.Error("check mode installed rdmad")
+	}
+	for _, p := range []string{ansConfig, ansPkgDir} {
+		if nd.exists(t, p) {
+			t.Errorf("check mode made %s on node 2", p)
+		}
+	}
+
+	out, rc = b.playbook(t, "the real run after it", vars)
+	recap, _ = ansParseRecap(out)
+	if rc != 0 {
+		t.Fatalf("the real first rollout: exit %d; failed tasks:\n%s", rc, ansFatals(out))
+	}
+	if r, ok := recap[nd.name]; !ok || r.failed != 0 || r.changed == 0 {
+		t.Errorf("real run: node 2's recap %+v (listed %v); want changes, no failure", r, ok)
+	}
+	if st, err := nd.run("systemctl", "is-active", "rdmad"); err != nil || strings.TrimSpace(st) != "active" {
+		t.Errorf("node 2: rdmad %q after the first rollout (%v); want active", st, err)
+	}
+	if cfg, _ := nd.readFile(t, ansConfig); !bytes.Contains(cfg, []byte(`log_level = "info"`)) {
+		t.Errorf("node 2: %s after the rollout:\n%s", ansConfig, cfg)
+	}
+	if s := nd.status(t); s.Config.Error != "" || len(s.Config.Files) == 0 || s.Config.Files[0] != ansConfig {
+		t.Errorf("node 2: status after the first rollout: error %q, files %v", s.Config.Error, s.Config.Files)
+	}
+}
