@@ -101,6 +101,25 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 	}
 }
 
+// observeKernel counts the link downs of the kernel log's faults, as the
+// follower publishes them, toward the flap rule of the ports of devs.
+// Main loop.
+func (h *healthPart) observeKernel(devs []apitype.Device, faults []apitype.KernelFault, now time.Time) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, key := range h.flaps.ObserveKernelFaults(devs, faults, now) {
+		st := h.flaps.Port(key, now)
+		h.log.Warn("RDMA port flapping", apitype.MessageIDKey, apitype.MsgPortFlapping,
+			"port", key, "kernel_link_downs", st.KernelDowns, "window", st.Window.String())
+	}
+	if next := h.flaps.NextChange(); !next.IsZero() {
+		h.timer.Reset(max(time.Until(next), 0) + 10*time.Millisecond)
+	}
+}
+
 // finish is the store's finish hook: it decides next's verdict, keeps the
 // daemon's state (running or degraded) and summary in line with it, and
 // logs each condition that changed.

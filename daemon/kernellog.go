@@ -53,9 +53,7 @@ func (k *kernelLog) apply(cfg *config.Config) {
 	k.devices = ""
 	d := k.d
 	opts, note := kmsgOptions(w, os.Getenv)
-	opts.OnChange = func(faults []apitype.KernelFault) {
-		d.mail.post("kernel-faults", func(s *apitype.Snapshot) { s.KernelFaults = faults })
-	}
+	opts.OnChange = d.postKernelFaults
 	f := kmsg.New(opts)
 	k.f = f
 	if note != nil {
@@ -80,6 +78,17 @@ func (k *kernelLog) apply(cfg *config.Config) {
 	if s := d.store.Load(); inventoryRead(s) {
 		k.setDevices(s.Devices)
 	}
+}
+
+// postKernelFaults leaves the follower's faults for the main loop, which
+// puts them in the snapshot and counts their link downs toward the flap
+// rule (non-fatal: no problem alone; docs/HEALTH.md, "Kernel faults").
+// Any goroutine (the follower's).
+func (d *Daemon) postKernelFaults(faults []apitype.KernelFault) {
+	d.mail.post("kernel-faults", func(s *apitype.Snapshot) {
+		s.KernelFaults = faults
+		d.health.observeKernel(s.Devices, faults, time.Now())
+	})
 }
 
 // envKmsgUserspace names the test switch that makes lines written to

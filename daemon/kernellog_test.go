@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
+	"github.com/rdmad/rdmad/daemon/kmsg"
+	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/syncbuf"
 )
 
 // TestKmsgOptions: lines written to /dev/kmsg from userspace count only
@@ -53,5 +58,75 @@ func TestInventoryRead(t *testing.T) {
 		if !inventoryRead(s) {
 			t.Errorf("inventory %s: not reported read", st)
 		}
+	}
+}
+
+// TestKernelLinkDownsFlap is #39 item 3 at the daemon: the follower's
+// faults, posted as it publishes them, reach the snapshot, and their link
+// downs the flap rule of the port whose netdev they name. One driver-format
+// "Link down" is no problem (KernelFault ok, non-fatal, shown); three
+// within [health] flap_window make PortFlapping a problem of that port and
+// log "RDMA port flapping"; a fatal fault of the same device still is a
+// KernelFault problem.
+func TestKernelLinkDownsFlap(t *testing.T) {
+	var logs syncbuf.Buffer
+	d := &Daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), mail: newMailbox(),
+		store: state.NewStore(apitype.Snapshot{State: apitype.Running})}
+	d.health = newHealthPart(d.log)
+	d.health.configure(config.Default()) // flap_downs 3 in flap_window 10m
+	d.store.SetFinish(func(prev, next *apitype.Snapshot) { d.health.finish(d, prev, next) })
+	now := time.Now()
+	devs := []apitype.Device{{Name: "mlx5_0", Parent: "0000:03:00.0", Ports: []apitype.Port{
+		{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Netdev: "ens1f0np0"}}}}
+	d.health.observe(devs, now)
+	d.store.Update(func(s *apitype.Snapshot) {
+		s.Devices = devs
+		state.SetComponent(s, apitype.ComponentInventory, apitype.OK, nil, now)
+	})
+
+	// As kmsg publishes the driver's "mlx5_core 0000:03:00.0 ens1f0np0:
+	// Link down" (daemon/kmsg TestFollowerLinkDownRecent).
+	linkDown := func(times ...time.Time) apitype.KernelFault {
+		return apitype.KernelFault{Device: "mlx5_0", Pattern: "link-down", Class: kmsg.ClassOf("link-down"), Netdev: "ens1f0np0",
+			Line: "mlx5_core 0000:03:00.0 ens1f0np0: Link down", Priority: 6, First: times[0], Last: times[len(times)-1],
+			Count: uint64(len(times)), Recent: times}
+	}
+	conds := func() (flap, kernel apitype.Condition) {
+		t.Helper()
+		d.applyMail()
+		s := d.store.Load()
+		flap, _ = s.Health.Condition(apitype.CondPortFlapping)
+		kernel, _ = s.Health.Condition(apitype.CondKernelFault)
+		return flap, kernel
+	}
+	d1, d2, d3 := now.Add(-3*time.Minute), now.Add(-2*time.Minute), now.Add(-time.Minute)
+	d.postKernelFaults([]apitype.KernelFault{linkDown(d1)})
+	flap, kernel := conds()
+	if flap.Status != apitype.ConditionOK || kernel.Status != apitype.ConditionOK || kernel.Reason != "NonFatalOnly" ||
+		!strings.Contains(kernel.Message, "mlx5_0 ens1f0np0 (link-down, 1×)") {
+		t.Fatalf("one link down: PortFlapping %+v, KernelFault %+v; want both ok, the link down shown", flap, kernel)
+	}
+	if l := d.store.Load().KernelFaults; len(l) != 1 || l[0].Netdev != "ens1f0np0" {
+		t.Errorf("snapshot's kernel faults %+v, want the link down", l)
+	}
+	d.postKernelFaults([]apitype.KernelFault{linkDown(d1, d2)})
+	if flap, _ := conds(); flap.Status != apitype.ConditionOK {
+		t.Fatalf("two link downs: PortFlapping %+v, want ok", flap)
+	}
+	d.postKernelFaults([]apitype.KernelFault{linkDown(d1, d2, d3)})
+	flap, kernel = conds()
+	if flap.Status != apitype.ConditionProblem || len(flap.Objects) != 1 || flap.Objects[0] != "mlx5_0/1" ||
+		!strings.Contains(flap.Message, "the kernel logged 3 link downs of ens1f0np0") || kernel.Status != apitype.ConditionOK {
+		t.Fatalf("three link downs in 2 minutes: PortFlapping %+v, KernelFault %+v; want PortFlapping a problem of mlx5_0/1, KernelFault ok", flap, kernel)
+	}
+	if !strings.Contains(logs.String(), `msg="RDMA port flapping"`) || !strings.Contains(logs.String(), "kernel_link_downs=3") {
+		t.Errorf("log %q lacks the flapping warning", logs.String())
+	}
+
+	// A fatal fault of the device is a KernelFault problem as before.
+	d.postKernelFaults([]apitype.KernelFault{linkDown(d1, d2, d3), {Device: "mlx5_0", Pattern: "mlx5-cmd-timeout",
+		Class: kmsg.ClassOf("mlx5-cmd-timeout"), Line: "wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource", Count: 1}})
+	if _, kernel := conds(); kernel.Status != apitype.ConditionProblem || len(kernel.Objects) != 1 || kernel.Objects[0] != "mlx5_0" {
+		t.Errorf("a command timeout: KernelFault %+v, want a problem of mlx5_0", kernel)
 	}
 }

@@ -1,7 +1,10 @@
 package health
 
 import (
+	"strconv"
 	"time"
+
+	"github.com/rdmad/rdmad/client/apitype"
 )
 
 // Flap defaults ([health] flap_downs, flap_window, flap_quiet; docs/HEALTH.md).
@@ -40,6 +43,12 @@ type FlapState struct {
 	// Downs counts the downs within the window; Window is its length.
 	Downs  int
 	Window time.Duration
+	// KernelDowns counts the kernel log's link downs of the port's netdev
+	// within the window (ObserveKernel): a second witness, which sees a
+	// down and up between two inventory reads. Either count reaching the
+	// threshold makes the port flapping; they are not added (most downs
+	// are seen by both).
+	KernelDowns int
 	// Flapping is set once Downs reached the threshold and stays until
 	// the port was quiet for the quiet window.
 	Flapping bool
@@ -63,7 +72,18 @@ type flapPort struct {
 	downs       []time.Time
 	transitions uint64
 	last        time.Time
+	// kdowns are the times of the last cfg.Downs link downs the kernel
+	// logged (ObserveKernel), oldest first; klast is the latest one seen,
+	// kept across SetConfig, so that the same messages are not counted
+	// again.
+	kdowns []time.Time
+	klast  time.Time
 }
+
+// kernelSlack is how much later than the last kernel link down counted a
+// time must be to count as another: a kernel log follower that restarts
+// dates the same messages anew, a few microseconds off.
+const kernelSlack = 10 * time.Millisecond
 
 // NewFlaps returns a tracker with cfg (zero fields take the defaults).
 func NewFlaps(cfg FlapConfig) *Flaps {
@@ -81,7 +101,7 @@ func (f *Flaps) SetConfig(cfg FlapConfig) {
 	}
 	f.cfg = cfg
 	for _, p := range f.ports {
-		p.downs, p.flapping = nil, false
+		p.downs, p.kdowns, p.flapping = nil, nil, false
 	}
 }
 
@@ -112,6 +132,73 @@ func (f *Flaps) Observe(key string, up bool, now time.Time) bool {
 	return true
 }
 
+// ObserveKernel records the times (oldest first) of the kernel log's link
+// downs of port key's netdev: the last ones of a kmsg link-down fault
+// (apitype.KernelFault.Recent), given again with every publication of the
+// faults. Times later than the last one counted are new downs; cfg.Downs
+// of them within the window make the port flapping, as transitions do.
+// A port not tracked (never observed) is left alone. It reports whether
+// it counted a new down.
+func (f *Flaps) ObserveKernel(key string, times []time.Time) bool {
+	p, ok := f.ports[key]
+	if !ok {
+		return false
+	}
+	counted := false
+	for _, t := range times {
+		if !p.klast.IsZero() && !t.After(p.klast.Add(kernelSlack)) {
+			continue
+		}
+		p.klast, counted = t, true
+		if len(p.kdowns) >= f.cfg.Downs {
+			copy(p.kdowns, p.kdowns[1:])
+			p.kdowns = p.kdowns[:f.cfg.Downs-1]
+		}
+		p.kdowns = append(p.kdowns, t)
+		if len(p.kdowns) >= f.cfg.Downs && t.Sub(p.kdowns[0]) <= f.cfg.Window {
+			p.flapping = true
+		}
+	}
+	return counted
+}
+
+// ObserveKernelFaults feeds ObserveKernel the link downs of faults (the
+// kernel log's faults as the daemon publishes them): each fault with
+// Recent times and a Netdev counts for the port of devs whose netdev it
+// is. It returns the keys of the ports that turned flapping.
+func (f *Flaps) ObserveKernelFaults(devs []apitype.Device, faults []apitype.KernelFault, now time.Time) []string {
+	var turned []string
+	for _, kf := range faults {
+		if len(kf.Recent) == 0 || kf.Netdev == "" {
+			continue
+		}
+		for _, d := range devs {
+			if d.Name != kf.Device {
+				continue
+			}
+			for _, p := range d.Ports {
+				if p.Netdev != kf.Netdev {
+					continue
+				}
+				key := d.Name + "/" + strconv.Itoa(p.Port)
+				was := f.Port(key, now).Flapping
+				if f.ObserveKernel(key, kf.Recent) && !was && f.Port(key, now).Flapping {
+					turned = append(turned, key)
+				}
+			}
+		}
+	}
+	return turned
+}
+
+// quietSince is when the port last changed by either witness.
+func (p *flapPort) quietSince() time.Time {
+	if p.klast.After(p.last) {
+		return p.klast
+	}
+	return p.last
+}
+
 // Forget drops the ports for which keep is false (devices gone).
 func (f *Flaps) Forget(keep func(key string) bool) {
 	for k := range f.ports {
@@ -140,16 +227,20 @@ func (f *Flaps) Port(key string, now time.Time) FlapState {
 }
 
 func (f *Flaps) state(p *flapPort, now time.Time) FlapState {
-	if p.flapping && now.Sub(p.last) >= f.cfg.Quiet {
+	if p.flapping && now.Sub(p.quietSince()) >= f.cfg.Quiet {
 		p.flapping = false
 	}
-	n := 0
-	for _, t := range p.downs {
-		if now.Sub(t) <= f.cfg.Window {
-			n++
+	within := func(ts []time.Time) int {
+		n := 0
+		for _, t := range ts {
+			if now.Sub(t) <= f.cfg.Window {
+				n++
+			}
 		}
+		return n
 	}
-	return FlapState{Downs: n, Window: f.cfg.Window, Flapping: p.flapping, Transitions: p.transitions, LastChange: p.last}
+	return FlapState{Downs: within(p.downs), KernelDowns: within(p.kdowns), Window: f.cfg.Window, Flapping: p.flapping,
+		Transitions: p.transitions, LastChange: p.last}
 }
 
 // NextChange is when a flapping port's quiet window ends, the next moment
@@ -160,7 +251,7 @@ func (f *Flaps) NextChange() time.Time {
 		if !p.flapping {
 			continue
 		}
-		if t := p.last.Add(f.cfg.Quiet); next.IsZero() || t.Before(next) {
+		if t := p.quietSince().Add(f.cfg.Quiet); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}

@@ -268,7 +268,12 @@ func (e evaluator) flapping() apitype.Condition {
 		k := portKey(d.Name, p.Port)
 		if f, found := e.in.Flaps[k]; found && f.Flapping {
 			objs = append(objs, k)
-			msgs = append(msgs, fmt.Sprintf("%s went down %d times in %s", k, f.Downs, f.Window))
+			m := fmt.Sprintf("%s went down %d times in %s", k, f.Downs, f.Window)
+			if f.KernelDowns > f.Downs {
+				m = fmt.Sprintf("%s went down %d times in %s (the kernel logged %d link downs of %s)", k, f.KernelDowns, f.Window,
+					f.KernelDowns, orUnknown(p.Netdev))
+			}
+			msgs = append(msgs, m)
 		}
 	})
 	if len(objs) > 0 {
@@ -553,32 +558,49 @@ func (e evaluator) kernel() apitype.Condition {
 	if e.in.Local {
 		return unknown(t, "DaemonNotAnswering", "rdmad does not answer: it follows the kernel log")
 	}
-	var objs, msgs []string
+	var objs, msgs, notes []string
 	c, followed := e.s.Components[apitype.ComponentKernelLog]
 	for _, f := range e.s.KernelFaults {
 		if e.in.Expect.ignored(f.Device, -1) {
 			continue
 		}
+		who := f.Device
+		if f.Netdev != "" {
+			who += " " + f.Netdev
+		}
+		if !f.Fatal() {
+			// Non-fatal: shown, no problem alone (link downs count
+			// toward PortFlapping instead).
+			notes = append(notes, fmt.Sprintf("%s (%s, %d×)", who, f.Pattern, f.Count))
+			continue
+		}
 		if !slices.Contains(objs, f.Device) {
 			objs = append(objs, f.Device)
 		}
-		m := fmt.Sprintf("%s (%s, %d×): %s", f.Device, f.Pattern, f.Count, f.Line)
-		msgs = append(msgs, m)
+		msgs = append(msgs, fmt.Sprintf("%s (%s, %d×): %s", who, f.Pattern, f.Count, f.Line))
+	}
+	note := ""
+	if len(notes) > 0 {
+		note = "; non-fatal: " + list(notes)
 	}
 	if len(objs) > 0 {
-		return problem(t, "KernelReported", objs, list(msgs)+"; `journalctl -k` has the context")
+		return problem(t, "KernelReported", objs, list(msgs)+"; `journalctl -k` has the context"+note)
+	}
+	reason, none := "NoFaults", "the kernel log reported no fault of an RDMA device"
+	if len(notes) > 0 {
+		reason, none = "NonFatalOnly", "the kernel log reported no fatal fault of an RDMA device"+note
 	}
 	switch {
 	case followed && c.State == apitype.Error:
-		return unknown(t, "KernelLogUnreadable", "the kernel log cannot be followed: "+c.Detail())
+		return unknown(t, "KernelLogUnreadable", "the kernel log cannot be followed: "+c.Detail()+note)
 	case followed && c.State == apitype.Disabled:
 		return ok(t, "NotMonitored", "the kernel log is not followed: "+c.Detail())
 	case followed && c.Detail() != "":
 		// A note of a follower that runs: a test switch that weakens
 		// what counts (RDMAD_TEST_KMSG_USERSPACE) shows in the verdict.
-		return ok(t, "NoFaults", "the kernel log reported no fault of an RDMA device; "+c.Detail())
+		return ok(t, reason, none+"; "+c.Detail())
 	}
-	return ok(t, "NoFaults", "the kernel log reported no fault of an RDMA device")
+	return ok(t, reason, none)
 }
 
 func (e evaluator) policy() apitype.Condition {

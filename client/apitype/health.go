@@ -231,6 +231,15 @@ func PCIeGen(gts float64) int {
 	return 0
 }
 
+// Kernel-fault classes (KernelFault.Class; docs/HEALTH.md, "Kernel
+// faults"): a fatal fault is a KernelFault problem; a non-fatal one is
+// counted and shown, and its link downs feed the flap rule, but it is no
+// problem alone. Messages of the third class, noise, are no fault at all.
+const (
+	KernelFatal    = "fatal"
+	KernelNonFatal = "nonfatal"
+)
+
 // A KernelFault is a kernel log message of severity err or worse about an
 // RDMA device (naming it, its PCI function or its netdev) or matching a
 // known NIC fault pattern (docs/HEALTH.md, "Kernel faults").
@@ -240,6 +249,15 @@ type KernelFault struct {
 	// "pcie-aer", ...) or "err" for any message of severity err or worse
 	// that names the device.
 	Pattern string `json:"pattern"`
+	// Class is the pattern's class: KernelFatal or KernelNonFatal ("" from
+	// an rdmad before classes: fatal).
+	Class string `json:"class,omitempty"`
+	// Netdev is the port's netdev a per-port pattern's messages named
+	// ("link-down"); "" for the others, which are one fault per device.
+	Netdev string `json:"netdev,omitempty"`
+	// Recent are the times of the last messages (at most 16, oldest
+	// first) of a link-down pattern: what the flap rule counts.
+	Recent []time.Time `json:"recent,omitempty"`
 	// Line is the message as the kernel logged it, printable characters
 	// only and bounded.
 	Line     string    `json:"line"`
@@ -250,3 +268,6 @@ type KernelFault struct {
 	// since First.
 	Count uint64 `json:"count"`
 }
+
+// Fatal reports whether f is of the fatal class (a KernelFault problem).
+func (f KernelFault) Fatal() bool { return f.Class != KernelNonFatal }

@@ -64,6 +64,7 @@ func printStatus(w io.Writer, s *apitype.Snapshot, sh *shortener) {
 	printRestartNeeded(w, s.Config.PendingRestart, "  ")
 	printRefused(w, s.RefusedFiles)
 	printHealth(w, s.Health, sh)
+	printKernelNonFatal(w, s.KernelFaults, sh)
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(sh.fit(w), 0, 0, 2, ' ', 0)
@@ -187,6 +188,23 @@ func printHealth(w io.Writer, h apitype.Health, sh *shortener) {
 				fmt.Fprintf(w, "  %s %s (%s): %s\n", c.Type, c.Status, c.Reason, sh.cell(c.Message))
 			}
 		}
+	}
+}
+
+// printKernelNonFatal prints, under the health block, the kernel log's
+// non-fatal faults (docs/HEALTH.md, "Kernel faults"): counted, no problem
+// alone, so the verdict's lines do not show them.
+func printKernelNonFatal(w io.Writer, faults []apitype.KernelFault, sh *shortener) {
+	w = sh.fit(w)
+	for _, f := range faults {
+		if f.Fatal() {
+			continue
+		}
+		who := f.Device
+		if f.Netdev != "" {
+			who += " " + f.Netdev
+		}
+		fmt.Fprintf(w, "  kernel log, non-fatal: %s %s, %d× (last %s)\n", who, f.Pattern, f.Count, ago(f.Last))
 	}
 }
 

@@ -176,3 +176,23 @@ func TestPrintStatusRefusedFile(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintStatusKernelNonFatal: the kernel log's non-fatal faults (a
+// link down), which are no problem of the verdict, show under the health
+// line; fatal ones show as the KernelFault problem, not there.
+func TestPrintStatusKernelNonFatal(t *testing.T) {
+	s := &apitype.Snapshot{Version: "t", State: apitype.Running, Devices: []apitype.Device{},
+		Health: apitype.Health{Status: apitype.ConditionOK, Healthy: true},
+		KernelFaults: []apitype.KernelFault{
+			{Device: "mlx5_0", Pattern: "link-down", Class: apitype.KernelNonFatal, Netdev: "ens1f0np0", Count: 2, Last: time.Now()},
+			{Device: "mlx5_1", Pattern: "mlx5-health", Class: apitype.KernelFatal, Count: 1, Last: time.Now()},
+		}}
+	var b bytes.Buffer
+	printStatus(&b, s, &shortener{full: true})
+	if !strings.Contains(b.String(), "  kernel log, non-fatal: mlx5_0 ens1f0np0 link-down, 2× (last just now)\n") {
+		t.Errorf("status lacks the non-fatal link down:\n%s", b.String())
+	}
+	if strings.Contains(b.String(), "mlx5-health") {
+		t.Errorf("status lists a fatal fault as non-fatal:\n%s", b.String())
+	}
+}

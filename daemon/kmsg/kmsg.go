@@ -6,10 +6,13 @@
 // adds, a driver's own prefix, the address in an AER report), never by a
 // name elsewhere in its text, which a user may have chosen (a process
 // name, a mount option), and only when the kernel wrote it (facility
-// kern: lines written to /dev/kmsg are user). A Follower keeps one
-// apitype.KernelFault per device and pattern, bounded in number, and drops
-// each a window after its last message or when the device is recreated
-// (docs/HEALTH.md, "Kernel faults").
+// kern: lines written to /dev/kmsg are user). Each catalogued pattern has
+// a class: fatal (a KernelFault problem), non-fatal (shown, no problem
+// alone; a link down's times feed the flap rule) or noise (no fault,
+// counted in Stats.Noise). A Follower keeps one apitype.KernelFault per
+// device and pattern (and netdev, for a link down), bounded in number,
+// and drops each a window after its last message or when the device is
+// recreated (docs/HEALTH.md, "Kernel faults").
 //
 // Start-up: a Follower reads the kernel's whole buffer at once and keeps
 // the records of the last window, by their kernel timestamps, until it
@@ -115,6 +118,9 @@ type Stats struct {
 	// Dropped counts the records of the window read before the first
 	// SetDevices that the bound on them dropped, the oldest first.
 	Dropped uint64
+	// Noise counts the records of a device that a noise pattern of the
+	// catalog (ClassNoise: mlx5's failed ACCESS_REG) made no fault.
+	Noise uint64
 }
 
 // A source is what Run reads records from: /dev/kmsg as an *os.File (in
@@ -139,7 +145,17 @@ type Follower struct {
 	ready     chan struct{} // closed by the first SetDevices
 	readyOnce sync.Once
 
-	records, malformed, lost, matched, evicted, dropped atomic.Uint64
+	records, malformed, lost, matched, evicted, dropped, noise atomic.Uint64
+
+	// lockup follows a soft lockup report (softLockup): the records left
+	// to search for mlx5e's poll frame (0: none open), the header's line,
+	// priority and time. Run's goroutine only.
+	lockup struct {
+		left     int
+		line     []byte
+		priority int
+		at       time.Time
+	}
 
 	// pending are the records Run read before the first SetDevices that
 	// may be faults, copies of at most maxPendingBytes in all; known
@@ -223,7 +239,7 @@ func (f *Follower) Faults() []apitype.KernelFault {
 // Stats returns the counters.
 func (f *Follower) Stats() Stats {
 	return Stats{Records: f.records.Load(), Malformed: f.malformed.Load(), Lost: f.lost.Load(),
-		Matched: f.matched.Load(), Evicted: f.evicted.Load(), Dropped: f.dropped.Load()}
+		Matched: f.matched.Load(), Evicted: f.evicted.Load(), Dropped: f.dropped.Load(), Noise: f.noise.Load()}
 }
 
 // wakeLocked makes a blocked Read of Run return, so that it publishes.
@@ -370,14 +386,14 @@ func (f *Follower) handle(b []byte) {
 // maybeFault reports whether r can be a fault of some device, by what
 // does not depend on the devices: the kernel's (or, with TrustUserspace,
 // userspace's), of severity info or worse, of the last window, and with a
-// DEVICE property or at err or worse (a record without one counts only
-// then). It is what a record needs to be kept until the first
-// SetDevices.
+// DEVICE property, at err or worse (a record without one counts only
+// then) or a frame of a soft lockup report (isLockupFrame). It is what a
+// record needs to be kept until the first SetDevices.
 func (f *Follower) maybeFault(r *Record) bool {
-	if r.Facility != facilityKern && (r.Facility != facilityUser || !f.opts.TrustUserspace) {
+	if !trusted(r, f.opts.TrustUserspace) {
 		return false
 	}
-	if r.Priority > maxPriority || len(r.Device) == 0 && r.Priority > errPriority {
+	if r.Priority > maxPriority || len(r.Device) == 0 && r.Priority > errPriority && !isLockupFrame(r) {
 		return false
 	}
 	return f.age(r) < f.opts.Window
@@ -433,14 +449,28 @@ func (f *Follower) matchRecord(r *Record) {
 	if age >= f.opts.Window {
 		return // before the window: from boot or before a restart
 	}
-	device, pattern, ok := f.ix.Load().match(r, f.opts.TrustUserspace)
+	ix := f.ix.Load()
+	at := f.opts.Now().Add(-age)
+	if f.softLockup(ix, r, at) {
+		return
+	}
+	h, ok := ix.match(r, f.opts.TrustUserspace)
 	if !ok {
 		return
 	}
+	if h.class == ClassNoise {
+		f.noise.Add(1)
+		return
+	}
+	f.add(h, r.Priority, r.Message, at)
+}
+
+// add counts one record of fault h.
+func (f *Follower) add(h hit, priority int, line []byte, at time.Time) {
 	f.matched.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	isNew, evicted := f.tab.add(device, pattern, r.Priority, r.Message, f.opts.Now().Add(-age))
+	isNew, evicted := f.tab.add(h, priority, line, at)
 	if evicted {
 		f.evicted.Add(1)
 	}
@@ -449,6 +479,36 @@ func (f *Follower) matchRecord(r *Record) {
 	} else {
 		f.dirty = true
 	}
+}
+
+// softLockup follows soft lockup reports, which name no device: a header
+// (isLockupHeader) opens one, and a frame of mlx5e's NAPI poll
+// (isLockupFrame) among the next lockupLookahead records makes a
+// PatternSoftLockup fault of every device of mlx5_core, with the header's
+// line, priority and time. It reports whether r was part of a report (and
+// so needs no other match); it allocates only for the first header.
+func (f *Follower) softLockup(ix *index, r *Record, at time.Time) bool {
+	if !trusted(r, f.opts.TrustUserspace) {
+		return false
+	}
+	l := &f.lockup
+	if isLockupHeader(r) {
+		l.left, l.priority, l.at = lockupLookahead, r.Priority, at
+		l.line = append(l.line[:0], r.Message[:min(len(r.Message), MaxLine+1)]...)
+		return true
+	}
+	if l.left == 0 {
+		return false
+	}
+	l.left--
+	if !isLockupFrame(r) {
+		return false
+	}
+	l.left = 0
+	for _, dev := range ix.drivers[lockupDriver] {
+		f.add(hit{device: dev, pattern: PatternSoftLockup, class: ClassFatal}, l.priority, l.line, l.at)
+	}
+	return true
 }
 
 // openKmsg opens the kernel log for reading, non-blocking so that the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,17 +22,33 @@ const PatternErr = "err"
 // whatever they say.
 const errPriority = 3
 
+// Classes of a Pattern (docs/HEALTH.md, "Kernel faults"): a fatal fault is
+// a KernelFault problem; a non-fatal one is counted and shown but no
+// problem alone (its link downs feed the flap rule, Pattern.Down); a
+// noise message is no fault at all, only counted (Stats.Noise).
+const (
+	ClassFatal    = apitype.KernelFatal
+	ClassNonFatal = apitype.KernelNonFatal
+	ClassNoise    = "noise"
+)
+
 // A Pattern is one known kind of NIC fault message.
 type Pattern struct {
 	// Name is the KernelFault.Pattern it yields: stable, lower case.
 	Name string
+	// Class is ClassFatal, ClassNonFatal or ClassNoise.
+	Class string
 	// MaxPriority is the least severe priority it applies at: some
 	// drivers log real faults at warning (4) or info (6).
 	MaxPriority int
 	// Netdev: the record must name one of the device's netdevs (a link
 	// message about another netdev of the same PCI function, such as a
-	// switchdev representor, is not the RDMA port's).
+	// switchdev representor, is not the RDMA port's), and the fault is
+	// kept per netdev (KernelFault.Netdev).
 	Netdev bool
+	// Down: each message is a link down of the netdev, whose times the
+	// fault keeps (KernelFault.Recent) for the flap rule.
+	Down bool
 	// Any are literals one of which every match of Re contains: the
 	// regular expression runs only on a message that has one (a flood of
 	// messages costs a few substring searches each, not a backtracking
@@ -51,12 +68,15 @@ func (p *Pattern) prefilter(msg []byte) bool {
 }
 
 // Catalog is the shipped table of known fault messages, tried in order
-// (the first that matches names the fault; a record that matches none is a
-// fault only at err or worse, as PatternErr). Every entry is matched only
-// against records that are about an RDMA device, its PCI function or its
-// netdev (index.identify). The texts are the drivers' own, as of Linux 6.x; the comments
-// say where each comes from. docs/HEALTH.md, "Kernel faults" lists them for
-// operators.
+// (the first that matches names the fault, or makes a noise message no
+// fault; a record that matches none is a fault only at err or worse, as
+// PatternErr, fatal). Every entry is matched only against records that
+// are about an RDMA device, its PCI function or its netdev
+// (index.identify). The texts are the drivers' own, as of Linux 6.x; the
+// comments say where each comes from and why it has its class.
+// docs/HEALTH.md, "Kernel faults" lists them for operators. The soft
+// lockup in mlx5's NAPI poll (PatternSoftLockup) spans several records and
+// has a detector of its own (Follower.softLockup).
 var Catalog = []Pattern{
 	// mlx5 health poller and its health buffer dump
 	// (drivers/net/ethernet/mellanox/mlx5/core/health.c): poll_health's
@@ -66,28 +86,99 @@ var Catalog = []Pattern{
 	// logged at the severity the firmware declares (warning for a high
 	// temperature), and "PCI slot is unavailable";
 	// mlx5_health_try_recover's "health recovery flow aborted" and
-	// "health recovery failed" (err).
-	{Name: "mlx5-health", MaxPriority: 4, Any: []string{"ealth ", "PCI slot", "synd 0x"}, Re: regexp.MustCompile(
+	// "health recovery failed" (err). Fatal: the firmware itself says
+	// the device is unhealthy.
+	{Name: "mlx5-health", Class: ClassFatal, MaxPriority: 4, Any: []string{"ealth ", "PCI slot", "synd 0x"}, Re: regexp.MustCompile(
 		`health compromised|Health issue observed|PCI slot is unavailable|health recovery (flow aborted|failed)|\bsynd 0x[0-9a-f]+: `)},
 	// mlx5 fatal errors (health.c): poll_health's "Fatal error %u
 	// detected" (a fatal sensor: PCI or firmware) and the fw_fatal
-	// reporter's "Driver is in error state. Unloading" (err).
-	{Name: "mlx5-fw-fatal", MaxPriority: 4, Any: []string{"Fatal error ", "Driver is in error state"}, Re: regexp.MustCompile(
+	// reporter's "Driver is in error state. Unloading" (err). Fatal.
+	{Name: "mlx5-fw-fatal", Class: ClassFatal, MaxPriority: 4, Any: []string{"Fatal error ", "Driver is in error state"}, Re: regexp.MustCompile(
 		`Fatal error [0-9]+ detected|Driver is in error state`)},
 	// mlx5 firmware command timeouts (drivers/net/ethernet/mellanox/
 	// mlx5/core/cmd.c): wait_func's and cb_timeout_handler's "<CMD>(0x..)
 	// timeout. Will cause a leak of a command resource",
 	// wait_func_handle_exec_timeout's "No done completion" and
 	// mlx5_cmd_comp_handler's "Command completion arrived after timeout",
-	// all mlx5_core_warn (warning).
-	{Name: "mlx5-cmd-timeout", MaxPriority: 4, Any: []string{"Will cause a leak", "No done completion", "arrived after timeout"}, Re: regexp.MustCompile(
+	// all mlx5_core_warn (warning). Fatal: the firmware does not answer
+	// its command interface (NVSentinel's cmd_exec_timeout, fatal too).
+	{Name: "mlx5-cmd-timeout", Class: ClassFatal, MaxPriority: 4, Any: []string{"Will cause a leak", "No done completion", "arrived after timeout"}, Re: regexp.MustCompile(
 		`timeout\. Will cause a leak of a command resource|No done completion|Command completion arrived after timeout`)},
+	// A failed ACCESS_REG (opcode 0x805) command (cmd.c,
+	// mlx5_cmd_out_err: "ACCESS_REG(0x805) op_mod(0x..) failed, status
+	// <s>(0x..), syndrome (0x..), err(-N)", err): the firmware refuses a
+	// register read, typically of the counters that a monitoring tool
+	// reads on a physical function the firmware restricts (DGX and other
+	// converged systems). Noise: NVSentinel's access_reg_failed and
+	// gpud's class it non-fatal noise; it comes in floods and says
+	// nothing about the link. Before mlx5-cmd-failed, which it would
+	// otherwise be.
+	{Name: "mlx5-access-reg", Class: ClassNoise, MaxPriority: errPriority, Any: []string{"ACCESS_REG(0x805) op_mod("}, Re: regexp.MustCompile(
+		`ACCESS_REG\(0x805\) op_mod\(0x[0-9a-f]+\) failed, status `)},
 	// mlx5 failed firmware commands (cmd.c, mlx5_cmd_out_err /
 	// mlx5_cmd_check): "<CMD>(0x..) op_mod(0x..) failed, status <s>(0x..),
 	// syndrome (0x..)" (err, rate limited; commands of user contexts only
-	// at debug).
-	{Name: "mlx5-cmd-failed", MaxPriority: errPriority, Any: []string{"), syndrome (0x"}, Re: regexp.MustCompile(
+	// at debug). Fatal, as any err line about the device is.
+	{Name: "mlx5-cmd-failed", Class: ClassFatal, MaxPriority: errPriority, Any: []string{"), syndrome (0x"}, Re: regexp.MustCompile(
 		`failed, status [^,]*\(0x[0-9a-f]+\), syndrome \(0x[0-9a-f]+\)`)},
+	// Transmit and receive queue timeouts of an mlx5e netdev: the stack's
+	// watchdog calls mlx5e_tx_timeout, which logs "TX timeout detected"
+	// (en_main.c), and the tx and rx reporters' "TX timeout on queue: N,
+	// SQ: 0x.., CQ: 0x.., ..." and "RX timeout on channel: N, ..."
+	// (en/reporter_tx.c, en/reporter_rx.c, through mlx5e_health_report's
+	// netdev_err). Fatal: a queue stalled for the watchdog's timeout
+	// (NVSentinel's mlx5_tx/rx_timeout_detected are non-fatal, as the
+	// driver tries to recover; rdmad keeps them fatal, as every err line
+	// about the device is: a stalled queue is what an interrupt or
+	// firmware fault looks like, and the fault ends with its window).
+	{Name: "mlx5-queue-timeout", Class: ClassFatal, MaxPriority: errPriority, Any: []string{"TX timeout ", "RX timeout on channel: "}, Re: regexp.MustCompile(
+		`\bTX timeout detected|\bTX timeout on queue: [0-9]+, SQ: |\bRX timeout on channel: [0-9]+, `)},
+	// The stack's transmit watchdog (net/sched/sch_generic.c,
+	// dev_watchdog): since 6.8 (and 6.6.47, 6.1.107) netdev_crit's
+	// "NETDEV WATCHDOG: CPU: N: transmit queue N timed out N ms", with
+	// the netdev's DEVICE, for any driver. Fatal (NVSentinel's
+	// netdev_watchdog is non-fatal; see mlx5-queue-timeout). The older
+	// form, a WARN_ONCE "NETDEV WATCHDOG: <netdev> (<driver>): ..." at
+	// info without DEVICE, names the netdev only in its text and is not
+	// matched (the trust rules above); mlx5e's own lines above come with
+	// it.
+	{Name: "netdev-watchdog", Class: ClassFatal, MaxPriority: errPriority, Any: []string{"NETDEV WATCHDOG: "}, Re: regexp.MustCompile(
+		`NETDEV WATCHDOG: CPU: [0-9]+: transmit queue [0-9]+ timed out`)},
+	// Insufficient PCIe slot power (drivers/net/ethernet/mellanox/mlx5/
+	// core/events.c, mlx5_pcie_event): "Detected insufficient power on
+	// the PCIe slot (NW)." (mlx5_core_warn_rl, warning): the firmware
+	// reports that the slot cannot power the adapter, which then may
+	// throttle or power ports down. Fatal, unlike NVSentinel's and gpud's
+	// pci_power_insufficient (non-fatal: often logged during the BIOS's
+	// power negotiation at boot): a node whose NIC runs short of power
+	// should not take RDMA jobs; a node that logs it at every boot is
+	// kept out for kernel_fault_window after the boot.
+	{Name: "mlx5-slot-power", Class: ClassFatal, MaxPriority: 4, Any: []string{"insufficient power on the PCIe slot"}, Re: regexp.MustCompile(
+		`Detected insufficient power on the PCIe slot`)},
+	// A transceiver module in error (events.c, port_module): "Port module
+	// event[error]: module N, Cable error, <error>" with <error> "High
+	// Temperature", "Power budget exceeded", "Bad or shorted
+	// cable/module", "One or more network ports have been powered down
+	// due to insufficient/unadvertised power on the PCIe slot", ... (info
+	// until 6.x, err since). Fatal, the module temperature included
+	// (NVSentinel's port_module_high_temp is non-fatal): the firmware
+	// puts a module in error state only when it stops driving it, and a
+	// module that overheated once does so again.
+	{Name: "mlx5-module-error", Class: ClassFatal, MaxPriority: 6, Any: []string{"Port module event[error]: "}, Re: regexp.MustCompile(
+		`Port module event\[error\]: module [0-9]+, `)},
+	// The ASIC's temperature warning (events.c, temp_warn): "High
+	// temperature on sensors with bit set 0x.. 0x.." (warning), the
+	// warning threshold; at the critical one the firmware's health
+	// buffer reports it (mlx5-health). Non-fatal: shown, no problem.
+	{Name: "mlx5-temp-warn", Class: ClassNonFatal, MaxPriority: 4, Any: []string{"High temperature on sensors"}, Re: regexp.MustCompile(
+		`High temperature on sensors with bit set`)},
+	// A transceiver module unplugged (events.c, port_module): "Port
+	// module event: module N, Cable unplugged" (info). Non-fatal, as
+	// NVSentinel's module_unplugged: a cable pulled, on purpose or not;
+	// it comes with the netdev's "Link down", which alone feeds the flap
+	// rule (an unplug is one down, not two).
+	{Name: "mlx5-module-unplugged", Class: ClassNonFatal, MaxPriority: 6, Any: []string{"Cable unplugged"}, Re: regexp.MustCompile(
+		`Port module event: module [0-9]+, Cable unplugged`)},
 	// PCIe AER uncorrectable errors (drivers/pci/pcie/aer.c):
 	// aer_print_error's "PCIe Bus Error: severity=Uncorrected
 	// (Non-Fatal)|Uncorrectable (Fatal), ..." on the NIC's own function
@@ -96,22 +187,40 @@ var Catalog = []Pattern{
 	// ("... error message received from" since 6.10) at info, which
 	// names the NIC only in its text. Corrected errors are left out:
 	// the link corrected them, and they come at warning or info in
-	// bursts.
-	{Name: "pcie-aer", MaxPriority: 6, Any: []string{"Bus Error: severity=Uncorrect", "AER: "}, Re: regexp.MustCompile(
+	// bursts. Fatal: an uncorrectable error lost a transaction.
+	{Name: "pcie-aer", Class: ClassFatal, MaxPriority: 6, Any: []string{"Bus Error: severity=Uncorrect", "AER: "}, Re: regexp.MustCompile(
 		`(PCIe|CXL) Bus Error: severity=Uncorrect|AER: (Multiple )?Uncorrect(ed|able) \((Non-)?Fatal\) error`)},
 	// Link down of an RDMA netdev, at info: mlx5e_update_carrier's "Link
 	// down" (drivers/net/ethernet/mellanox/mlx5/core/en_main.c) and the
 	// "NIC Link is Down" of Intel's (e1000e, ixgbe, i40e, ice) and
 	// Broadcom's (bnxt_en) drivers; "Link is Down" covers the drivers
-	// that log it without "NIC".
-	{Name: "link-down", MaxPriority: 6, Netdev: true, Any: []string{"Link is ", "Link down"}, Re: regexp.MustCompile(
+	// that log it without "NIC". Non-fatal: one down is a cable pulled on
+	// purpose; the flap rule ([health] flap_downs within flap_window,
+	// PortFlapping) counts them per port.
+	{Name: "link-down", Class: ClassNonFatal, MaxPriority: 6, Netdev: true, Down: true, Any: []string{"Link is ", "Link down"}, Re: regexp.MustCompile(
 		`\b(NIC )?Link is [Dd]own\b|\bLink down\b`)},
 	// Any other fatal or catastrophic report about an RDMA device
 	// ("infiniband mlx5_0: ... fatal", an IB_EVENT_DEVICE_FATAL, mlx4's
 	// "catastrophic error"; as a word, in lower, capitalised or upper
-	// case), at warning or worse.
-	{Name: "rdma-fatal", MaxPriority: 4, Any: []string{"atal", "ATAL", "atastrophic", "ATASTROPHIC"}, Re: regexp.MustCompile(
+	// case), at warning or worse. Fatal.
+	{Name: "rdma-fatal", Class: ClassFatal, MaxPriority: 4, Any: []string{"atal", "ATAL", "atastrophic", "ATASTROPHIC"}, Re: regexp.MustCompile(
 		`\b([Ff]atal|FATAL|[Cc]atastrophic|CATASTROPHIC)\b`)},
+}
+
+// PatternSoftLockup is the fault of a soft lockup whose report shows a
+// CPU stuck in mlx5e's NAPI poll (Follower.softLockup): fatal, on every
+// device of mlx5_core (NVSentinel's mlx5_napi_soft_lockup).
+const PatternSoftLockup = "mlx5-soft-lockup"
+
+// ClassOf returns the class of the fault pattern name: ClassFatal for
+// PatternErr, PatternSoftLockup and names the catalog does not know.
+func ClassOf(name string) string {
+	for i := range Catalog {
+		if Catalog[i].Name == name {
+			return Catalog[i].Class
+		}
+	}
+	return ClassFatal
 }
 
 // A Device is an RDMA device as the matcher knows it: what the kernel
@@ -132,17 +241,21 @@ type Device struct {
 	// a netdev as "<name>: ..." without a DEVICE property. Optional
 	// (missing: false).
 	Virtual []bool
+	// Driver is the PCI function's driver ("mlx5_core"), "" when unknown
+	// or for software devices: a soft lockup in a driver's code names
+	// the driver, not a device (PatternSoftLockup).
+	Driver string
 }
 
 // DevicesOf returns what the matcher needs of the inventory's devices:
-// each one's name, its PCI function (Parent; "" for software devices),
-// its ports' netdevs with their interface indexes from sysfs (0 where
-// there is none: a netdev that went away) and whether each has a parent
-// device.
+// each one's name, its PCI function (Parent; "" for software devices) and
+// its driver from sysfs, its ports' netdevs with their interface indexes
+// from sysfs (0 where there is none: a netdev that went away) and whether
+// each has a parent device.
 func DevicesOf(devs []apitype.Device) []Device {
 	out := make([]Device, 0, len(devs))
 	for _, d := range devs {
-		nd := Device{Name: d.Name, PCI: d.Parent}
+		nd := Device{Name: d.Name, PCI: d.Parent, Driver: pciDriver(d.Parent)}
 		for _, p := range d.Ports {
 			if p.Netdev != "" && !slices.Contains(nd.Netdevs, p.Netdev) {
 				i := ifindex(p.Netdev)
@@ -156,8 +269,25 @@ func DevicesOf(devs []apitype.Device) []Device {
 	return out
 }
 
-// sysClassNet is where ifindex reads interface indexes.
-const sysClassNet = "/sys/class/net"
+// sysClassNet is where ifindex reads interface indexes, sysBusPCI where
+// pciDriver reads drivers.
+const (
+	sysClassNet = "/sys/class/net"
+	sysBusPCI   = "/sys/bus/pci/devices"
+)
+
+// pciDriver returns the driver bound to the PCI function addr ("" when
+// none, or when sysfs does not say).
+func pciDriver(addr string) string {
+	if !safeNetdev(addr) {
+		return ""
+	}
+	l, err := os.Readlink(sysBusPCI + "/" + addr + "/driver")
+	if err != nil {
+		return ""
+	}
+	return path.Base(l)
+}
 
 // safeNetdev reports whether netdev can be a path element of sysClassNet.
 func safeNetdev(netdev string) bool {
@@ -199,6 +329,12 @@ type index struct {
 	pci     map[string]string // PCI functions
 	netdevs map[string]string // every netdev of a device
 	ifindex map[int]string
+	// netName and ifName give a netdev's name, as a string of the index
+	// (a record's bytes are no string to keep), by name and by index.
+	netName map[string]string
+	ifName  map[int]string
+	// drivers are the devices of each PCI driver (Device.Driver).
+	drivers map[string][]string
 	// soft are the names of software devices (no PCI function: rxe),
 	// whose ibdev_printk messages are "<name>: ..." without a DEVICE
 	// property, and bare the netdevs that have no parent device
@@ -209,12 +345,16 @@ type index struct {
 
 func newIndex(devs []Device) *index {
 	ix := &index{names: map[string]string{}, pci: map[string]string{}, netdevs: map[string]string{},
-		ifindex: map[int]string{}, soft: map[string]string{}, bare: map[string]string{}, softWords: map[string]string{}}
+		ifindex: map[int]string{}, soft: map[string]string{}, bare: map[string]string{}, softWords: map[string]string{},
+		netName: map[string]string{}, ifName: map[int]string{}, drivers: map[string][]string{}}
 	for _, d := range devs {
 		if d.Name == "" {
 			continue
 		}
 		ix.names[d.Name] = d.Name
+		if d.Driver != "" && d.PCI != "" {
+			ix.drivers[d.Driver] = append(ix.drivers[d.Driver], d.Name)
+		}
 		if d.PCI != "" {
 			ix.pci[d.PCI] = d.Name
 		} else {
@@ -226,8 +366,10 @@ func newIndex(devs []Device) *index {
 				continue
 			}
 			ix.netdevs[n] = d.Name
+			ix.netName[n] = n
 			if i < len(d.Ifindexes) && d.Ifindexes[i] > 0 {
 				ix.ifindex[d.Ifindexes[i]] = d.Name
+				ix.ifName[d.Ifindexes[i]] = n
 			}
 			if i < len(d.Virtual) && d.Virtual[i] {
 				ix.bare[n] = d.Name
@@ -240,8 +382,8 @@ func newIndex(devs []Device) *index {
 	return ix
 }
 
-// identify returns the device r is about, whether r is about one of that
-// device's netdevs, and whether only the start of the message says so
+// identify returns the device r is about, the netdev of that device it is
+// about ("" when none), and whether only the start of the message says so
 // (bare: r has no DEVICE property). It goes by what the kernel itself
 // attaches or formats, never by a name anywhere in the text: a process
 // name, a path or a mount option that a user chose can be anywhere in a
@@ -262,14 +404,14 @@ func newIndex(devs []Device) *index {
 //
 // Without one, only the prefixes that the kernel writes without it count
 // (bareDevice).
-func (ix *index) identify(r *Record) (device string, netdev, bare bool) {
+func (ix *index) identify(r *Record) (device, netdev string, bare bool) {
 	if len(r.Device) == 0 {
 		device, netdev = ix.bareDevice(r.Message)
 		return device, netdev, device != ""
 	}
 	device, netdev = ix.byField(r.Device)
-	if netdev {
-		return device, true, false
+	if netdev != "" {
+		return device, netdev, false
 	}
 	sub, name, _ := bytes.Cut(r.Device[min(1, len(r.Device)):], []byte{':'})
 	if r.Device[0] != '+' {
@@ -277,49 +419,47 @@ func (ix *index) identify(r *Record) (device string, netdev, bare bool) {
 	}
 	if w := thirdWord(r.Message, name); w != nil {
 		if d, ok := ix.netdevs[string(w)]; ok && (device == "" || device == d) {
-			return d, true, false
+			return d, ix.netName[string(w)], false
 		}
 		if d, ok := ix.names[string(w)]; ok && device == "" {
-			return d, false, false
+			return d, "", false
 		}
 	}
 	if device == "" && string(sub) == "pci" {
 		device = ix.aerSource(r.Message, name)
 	}
-	return device, false, false
+	return device, "", false
 }
 
 // byField resolves a DEVICE value: "+infiniband:<dev>", "+pci:<addr>",
-// "+net:<name>" or "n<ifindex>".
-func (ix *index) byField(v []byte) (string, bool) {
+// "+net:<name>" or "n<ifindex>", to a device and, for a netdev, its name.
+func (ix *index) byField(v []byte) (device, netdev string) {
 	if len(v) == 0 {
-		return "", false
+		return "", ""
 	}
 	if v[0] == 'n' {
 		i, err := strconv.Atoi(string(v[1:]))
 		if err != nil {
-			return "", false
+			return "", ""
 		}
-		d := ix.ifindex[i]
-		return d, d != ""
+		return ix.ifindex[i], ix.ifName[i]
 	}
 	if v[0] != '+' {
-		return "", false
+		return "", ""
 	}
 	sub, name, ok := bytes.Cut(v[1:], []byte{':'})
 	if !ok {
-		return "", false
+		return "", ""
 	}
 	switch string(sub) {
 	case "infiniband":
-		return ix.names[string(name)], false
+		return ix.names[string(name)], ""
 	case "pci":
-		return ix.pci[string(name)], false
+		return ix.pci[string(name)], ""
 	case "net":
-		d := ix.netdevs[string(name)]
-		return d, d != ""
+		return ix.netdevs[string(name)], ix.netName[string(name)]
 	}
-	return "", false
+	return "", ""
 }
 
 // thirdWord returns w of a message that starts "<driver> <name> <w>: " or
@@ -380,51 +520,51 @@ func wordBeforeColon(b []byte, state bool) []byte {
 // text at the start of an info or warning line ("<comm>[<pid>]: segfault
 // at ..." with a process named "eth1: Link down"), and so could make a
 // bare prefix of any of these.
-func (ix *index) bareDevice(msg []byte) (device string, netdev bool) {
+func (ix *index) bareDevice(msg []byte) (device, netdev string) {
 	if rest, ok := bytes.CutPrefix(msg, []byte("infiniband ")); ok {
 		if w := wordBeforeColon(rest, false); w != nil {
-			return ix.names[string(w)], false
+			return ix.names[string(w)], ""
 		}
-		return "", false
+		return "", ""
 	}
 	if rest, ok := bytes.CutPrefix(msg, []byte("rdma_rxe: ")); ok {
-		return ix.rxeText(rest), false
+		return ix.rxeText(rest), ""
 	}
 	if w := wordBeforeColon(msg, true); w != nil {
 		if d, ok := ix.soft[string(w)]; ok {
-			return d, false
+			return d, ""
 		}
 		if d, ok := ix.bare[string(w)]; ok {
-			return d, true
+			return d, ix.netName[string(w)]
 		}
-		return "", false
+		return "", ""
 	}
 	// "<driver> <pci>: " or "<driver> <pci> <netdev>: " (a PCI address
 	// has colons of its own).
 	sp := bytes.IndexByte(msg, ' ')
 	if sp <= 0 {
-		return "", false
+		return "", ""
 	}
 	tok := msg[sp+1:]
 	if end := bytes.IndexByte(tok, ' '); end >= 0 {
 		tok = tok[:end]
 	}
 	if addr, ok := bytes.CutSuffix(tok, []byte{':'}); ok {
-		return ix.pci[string(addr)], false // "<driver> <pci>: "
+		return ix.pci[string(addr)], "" // "<driver> <pci>: "
 	}
 	d, ok := ix.pci[string(tok)]
 	if !ok {
-		return "", false
+		return "", ""
 	}
 	if w := thirdWord(msg, tok); w != nil {
 		if ix.netdevs[string(w)] == d {
-			return d, true
+			return d, ix.netName[string(w)]
 		}
 		if ix.names[string(w)] == d {
-			return d, false
+			return d, ""
 		}
 	}
-	return "", false
+	return "", ""
 }
 
 // rxeText returns the software device that the text of an rdma_rxe
@@ -516,42 +656,104 @@ func (ix *index) aerSource(msg, port []byte) string {
 	return ix.pci[string(b)]
 }
 
-// match returns the device and pattern r is a fault of; ok is false when
-// it is none: a record that is not the kernel's (a line written to
+// A hit is what a record is, once matched: the device and, for a
+// per-netdev pattern, the netdev it is about, and the pattern with its
+// class and whether it is a link down.
+type hit struct {
+	device, netdev string
+	pattern, class string
+	down           bool
+}
+
+// trusted reports whether r is the kernel's own record (a line written to
 // /dev/kmsg from userspace has a facility other than kern; userspace says
-// whether those count, for tests), of severity debug, that is about no
-// device, about one only by its prefix and less severe than err, or that
-// matches no pattern at its severity.
-func (ix *index) match(r *Record, userspace bool) (device, pattern string, ok bool) {
-	if r.Facility != facilityKern && (r.Facility != facilityUser || !userspace) || r.Priority > maxPriority {
-		return "", "", false
+// whether those count, for tests).
+func trusted(r *Record, userspace bool) bool {
+	return r.Facility == facilityKern || r.Facility == facilityUser && userspace
+}
+
+// match returns what r is, a fault or noise (h.class ClassNoise: no
+// fault); ok is false when it is none: a record that is not the kernel's
+// (trusted), of severity debug, that is about no device, about one only
+// by its prefix and less severe than err, or that matches no pattern at
+// its severity.
+func (ix *index) match(r *Record, userspace bool) (h hit, ok bool) {
+	if !trusted(r, userspace) || r.Priority > maxPriority {
+		return hit{}, false
 	}
 	device, netdev, bare := ix.identify(r)
 	if device == "" || bare && r.Priority > errPriority {
-		return "", "", false
+		return hit{}, false
 	}
-	pattern, ok = classify(r, netdev)
-	return device, pattern, ok
+	p, ok := classify(r, netdev != "")
+	if !ok {
+		return hit{}, false
+	}
+	h = hit{device: device, pattern: PatternErr, class: ClassFatal}
+	if p != nil {
+		h.pattern, h.class, h.down = p.Name, p.Class, p.Down
+		if p.Netdev {
+			h.netdev = netdev
+		}
+	}
+	return h, true
 }
 
 // maxPriority is the least severe priority any pattern applies at (info).
 const maxPriority = 6
 
-// classify returns the pattern r is a fault of once it names a device, or
-// "" when it is none: the first catalogued pattern that applies at r's
-// priority and matches, else PatternErr at err or worse.
-func classify(r *Record, netdev bool) (string, bool) {
+// classify returns the pattern r is once it names a device (nil and true:
+// PatternErr), or false when it is none: the first catalogued pattern
+// that applies at r's priority and matches, else PatternErr at err or
+// worse.
+func classify(r *Record, netdev bool) (*Pattern, bool) {
 	for i := range Catalog {
 		p := &Catalog[i]
 		if r.Priority > p.MaxPriority || p.Netdev && !netdev {
 			continue
 		}
 		if p.prefilter(r.Message) && p.Re.Match(r.Message) {
-			return p.Name, true
+			return p, true
 		}
 	}
-	if r.Priority <= errPriority {
-		return PatternErr, true
-	}
-	return "", false
+	return nil, r.Priority <= errPriority
+}
+
+// The soft lockup report (kernel/watchdog.c, watchdog_timer_fn): pr_emerg's
+// "watchdog: BUG: soft lockup - CPU#N stuck for Ns! [<comm>:<pid>]" ("NMI
+// watchdog: " before 4.13), then the stuck CPU's registers and stack, a
+// record a line at the default level, without DEVICE: x86's "RIP:
+// 0010:<symbol>+0x../0x.. [<module>]" and " <symbol>+0x../0x..
+// [<module>]" for a reliable frame (" ? <symbol>" for a guess, which does
+// not count), arm64's "pc : <symbol>...". A frame of mlx5e's NAPI poll
+// ("mlx5e_napi_poll", "mlx5e_poll_rx_cq", ...) in the records after the
+// header (lockupLookahead) makes the fault. Both are anchored at the start
+// of the message, where a user's text (a process name, at most 15 bytes,
+// followed by "[<pid>]") cannot make them.
+var (
+	lockupHeader = regexp.MustCompile(`^(NMI )?watchdog: BUG: soft lockup - CPU#[0-9]+ stuck for [0-9]+s! \[`)
+	lockupFrame  = regexp.MustCompile(`^( |RIP: [0-9a-f]{4}:|pc : )mlx5e_(napi_poll|poll_[a-z_]+)\+0x[0-9a-f]+/0x[0-9a-f]+ \[mlx5_core[\] ]`)
+)
+
+// lockupDriver is the driver whose devices a soft lockup in its poll
+// loop is a fault of, and lockupModule the literal every frame of it has.
+const (
+	lockupDriver = "mlx5_core"
+	lockupModule = "[mlx5_core"
+)
+
+// lockupLookahead bounds the records after a soft lockup header that are
+// searched for the poll frame: the report's registers, modules and stack
+// are some 30 to 80 records.
+const lockupLookahead = 160
+
+// isLockupHeader and isLockupFrame report whether r, a record of the
+// kernel's, starts a soft lockup report or is a frame of mlx5e's poll.
+func isLockupHeader(r *Record) bool {
+	return r.Priority <= errPriority && len(r.Device) == 0 && bytes.Contains(r.Message, []byte("soft lockup - CPU#")) &&
+		lockupHeader.Match(r.Message)
+}
+
+func isLockupFrame(r *Record) bool {
+	return len(r.Device) == 0 && bytes.Contains(r.Message, []byte(lockupModule)) && lockupFrame.Match(r.Message)
 }

@@ -103,6 +103,9 @@ func FuzzParseRecord(f *testing.F) {
 	f.Add([]byte("6,1,1,-;pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: id=4100\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:01.0\n"))
 	f.Add([]byte("6,1,1,-;virtio_net virtio0 eth0 (unregistering): Link is Down\n DEVICE=+virtio:virtio0\n"))
 	f.Add([]byte("3,1,1,-;eth0: Link down[25167]: segfault at 0 ip 000055890efe5171\n"))
+	f.Add([]byte("3,1,1,-;mlx5_core 0000:41:00.0: mlx5_cmd_out_err:838:(pid 1): ACCESS_REG(0x805) op_mod(0x1) failed, status bad resource(0x5), syndrome (0x305684), err(-22)\n DEVICE=+pci:0000:41:00.0\n"))
+	f.Add([]byte("6,1,1,-;mlx5_core 0000:41:00.0: Port module event[error]: module 0, Cable error, High Temperature\n DEVICE=+pci:0000:41:00.0\n"))
+	f.Add([]byte("4,1,1,-; mlx5e_napi_poll+0x5f/0x700 [mlx5_core]\n"))
 	ix := newIndex([]Device{{Name: "rxe0", PCI: "0000:41:00.0", Netdevs: []string{"eth0"}, Ifindexes: []int{2}}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The literals of each pattern are in every message it matches.
@@ -133,8 +136,8 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("parts longer than the input")
 		}
 		// Matching never panics on what parses.
-		if d, p, ok := ix.match(&r, true); ok && (d == "" || p == "") {
-			t.Fatalf("match ok with device %q pattern %q", d, p)
+		if h, ok := ix.match(&r, true); ok && (h.device == "" || h.pattern == "" || h.class == "") {
+			t.Fatalf("match ok with %+v", h)
 		}
 	})
 }

@@ -13,11 +13,16 @@ import (
 // MaxLine bounds KernelFault.Line in bytes, after escaping.
 const MaxLine = 256
 
-// A key is one fault: a device and a pattern.
-type key struct{ device, pattern string }
+// MaxRecent bounds KernelFault.Recent: the times a link-down fault keeps
+// for the flap rule.
+const MaxRecent = 16
 
-// A table holds one KernelFault per (device, pattern), at most max of
-// them: a new one evicts the one seen least recently.
+// A key is one fault: a device, a pattern and, for a per-netdev pattern,
+// the netdev.
+type key struct{ device, pattern, netdev string }
+
+// A table holds one KernelFault per (device, pattern, netdev), at most max
+// of them: a new one evicts the one seen least recently.
 type table struct {
 	max     int
 	entries map[key]*entry
@@ -30,25 +35,41 @@ type table struct {
 type entry struct {
 	apitype.KernelFault
 	raw uint64
+	// recent are the times of the last nrecent records of a link-down
+	// pattern (hit.down), oldest first: KernelFault.Recent when listed.
+	recent  [MaxRecent]time.Time
+	nrecent int
+	down    bool
 }
 
 func newTable(max int) *table {
 	return &table{max: max, entries: make(map[key]*entry, max), scratch: make([]byte, 0, MaxLine)}
 }
 
-// add counts one matching record seen at at and reports whether it made a
-// new entry (so the set of faults changed, not only a count). Adding to an
-// existing entry does not allocate unless the line differs from the last.
-func (t *table) add(device, pattern string, priority int, line []byte, at time.Time) (isNew, evicted bool) {
-	e, ok := t.entries[key{device, pattern}]
+// add counts one record of fault h seen at at and reports whether it made
+// a new entry (so the set of faults changed, not only a count). Adding to
+// an existing entry does not allocate unless the line differs from the
+// last.
+func (t *table) add(h hit, priority int, line []byte, at time.Time) (isNew, evicted bool) {
+	k := key{h.device, h.pattern, h.netdev}
+	e, ok := t.entries[k]
 	if !ok {
 		if len(t.entries) >= t.max {
 			t.evictOldest()
 			evicted = true
 		}
-		e = &entry{KernelFault: apitype.KernelFault{Device: device, Pattern: pattern, First: at, Last: at}}
-		t.entries[key{device, pattern}] = e
+		e = &entry{KernelFault: apitype.KernelFault{Device: h.device, Pattern: h.pattern, Class: h.class, Netdev: h.netdev,
+			First: at, Last: at}, down: h.down}
+		t.entries[k] = e
 		isNew = true
+	}
+	if e.down {
+		if e.nrecent == MaxRecent {
+			copy(e.recent[:], e.recent[1:])
+			e.nrecent--
+		}
+		e.recent[e.nrecent] = at
+		e.nrecent++
 	}
 	// Only the first MaxLine+1 bytes can show (every byte takes at least
 	// one), so they are what is hashed and escaped.
@@ -76,11 +97,22 @@ func (t *table) evictOldest() {
 	var at time.Time
 	first := true
 	for k, e := range t.entries {
-		if first || e.Last.Before(at) || e.Last.Equal(at) && (k.device < oldest.device || k.device == oldest.device && k.pattern < oldest.pattern) {
+		if first || e.Last.Before(at) || e.Last.Equal(at) && less(k, oldest) {
 			oldest, at, first = k, e.Last, false
 		}
 	}
 	delete(t.entries, oldest)
+}
+
+// less orders keys by device, pattern, then netdev.
+func less(a, b key) bool {
+	if a.device != b.device {
+		return a.device < b.device
+	}
+	if a.pattern != b.pattern {
+		return a.pattern < b.pattern
+	}
+	return a.netdev < b.netdev
 }
 
 // expire drops the entries whose Last is window or more before now and
@@ -119,17 +151,25 @@ func (t *table) forget(device string) bool {
 	return dropped
 }
 
-// list returns copies of the entries ordered by device, then pattern.
+// list returns copies of the entries ordered by device, pattern, then
+// netdev.
 func (t *table) list() []apitype.KernelFault {
 	out := make([]apitype.KernelFault, 0, len(t.entries))
 	for _, e := range t.entries {
-		out = append(out, e.KernelFault)
+		f := e.KernelFault
+		if e.nrecent > 0 {
+			f.Recent = slices.Clone(e.recent[:e.nrecent])
+		}
+		out = append(out, f)
 	}
 	slices.SortFunc(out, func(a, b apitype.KernelFault) int {
 		if c := strings.Compare(a.Device, b.Device); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Pattern, b.Pattern)
+		if c := strings.Compare(a.Pattern, b.Pattern); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Netdev, b.Netdev)
 	})
 	return out
 }

@@ -51,16 +51,21 @@ func TestPrintable(t *testing.T) {
 	}
 }
 
+// fatal is a hit of a fatal per-device pattern.
+func fatal(device, pattern string) hit {
+	return hit{device: device, pattern: pattern, class: ClassFatal}
+}
+
 func TestTableWindowAndForget(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	tab := newTable(64)
-	if isNew, _ := tab.add("rxe0", "err", 3, []byte("first"), t0); !isNew {
+	if isNew, _ := tab.add(fatal("rxe0", "err"), 3, []byte("first"), t0); !isNew {
 		t.Fatal("first add is not new")
 	}
-	if isNew, _ := tab.add("rxe0", "err", 2, []byte("second"), t0.Add(time.Minute)); isNew {
+	if isNew, _ := tab.add(fatal("rxe0", "err"), 2, []byte("second"), t0.Add(time.Minute)); isNew {
 		t.Fatal("second add of the same key is new")
 	}
-	tab.add("mlx5_0", "mlx5-health", 3, []byte("h"), t0.Add(2*time.Minute))
+	tab.add(fatal("mlx5_0", "mlx5-health"), 3, []byte("h"), t0.Add(2*time.Minute))
 	l := tab.list()
 	if len(l) != 2 || l[0].Device != "mlx5_0" || l[1].Device != "rxe0" {
 		t.Fatalf("list = %+v, want mlx5_0 then rxe0", l)
@@ -91,10 +96,10 @@ func TestTableEvictsLeastRecent(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	tab := newTable(4)
 	for i := range 4 {
-		tab.add(fmt.Sprintf("dev%d", i), "err", 3, nil, t0.Add(time.Duration(i)*time.Second))
+		tab.add(fatal(fmt.Sprintf("dev%d", i), "err"), 3, nil, t0.Add(time.Duration(i)*time.Second))
 	}
-	tab.add("dev0", "err", 3, nil, t0.Add(10*time.Second)) // dev1 is now the least recent
-	if _, ev := tab.add("dev9", "err", 3, nil, t0.Add(11*time.Second)); !ev {
+	tab.add(fatal("dev0", "err"), 3, nil, t0.Add(10*time.Second)) // dev1 is now the least recent
+	if _, ev := tab.add(fatal("dev9", "err"), 3, nil, t0.Add(11*time.Second)); !ev {
 		t.Fatal("a fifth key did not evict")
 	}
 	var got []string
@@ -111,8 +116,8 @@ func TestTableAddNoAlloc(t *testing.T) {
 	tab := newTable(64)
 	line := []byte("mlx5_core 0000:03:00.0: CREATE_QP(0x500) op_mod(0x0) failed, status bad parameter(0x3)")
 	now := time.Now()
-	tab.add("mlx5_0", "mlx5-cmd-failed", 3, line, now)
-	if n := testing.AllocsPerRun(1000, func() { tab.add("mlx5_0", "mlx5-cmd-failed", 3, line, now) }); n != 0 {
+	tab.add(fatal("mlx5_0", "mlx5-cmd-failed"), 3, line, now)
+	if n := testing.AllocsPerRun(1000, func() { tab.add(fatal("mlx5_0", "mlx5-cmd-failed"), 3, line, now) }); n != 0 {
 		t.Errorf("add of a known fault allocates %v times, want 0", n)
 	}
 }

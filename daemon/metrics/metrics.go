@@ -203,7 +203,7 @@ var (
 	healthCond = prometheus.NewDesc("rdmad_health_condition",
 		"1 for the current status (ok, unknown, problem) of each condition of the health verdict (docs/HEALTH.md), 0 for the others.", []string{"type", "status"}, nil)
 	kernelFault = prometheus.NewDesc("rdmad_kernel_fault_messages",
-		"Kernel log messages of one fault of an RDMA device (device, pattern: docs/HEALTH.md) within its window; the series goes when the fault's window ends.", []string{"device", "pattern"}, nil)
+		"Kernel log messages of one fault of an RDMA device (device, pattern, its class fatal or nonfatal, and the netdev of a per-port pattern: docs/HEALTH.md) within its window; the series goes when the fault's window ends.", []string{"device", "pattern", "class", "netdev"}, nil)
 	snapshotSeq = prometheus.NewDesc("rdmad_state_updates_total",
 		"State snapshots rdmad has published (the seq of GET /v1/status).", nil, nil)
 	daemonState = prometheus.NewDesc("rdmad_state",
@@ -233,7 +233,11 @@ var daemonSection = section{
 		ch <- gauge(startTime, float64(s.StartedAt.UnixNano())/1e9)
 		ch <- gauge(healthy, b2f(s.Healthy()))
 		for _, f := range s.KernelFaults {
-			ch <- gauge(kernelFault, float64(f.Count), f.Device, f.Pattern)
+			class := apitype.KernelFatal
+			if !f.Fatal() {
+				class = apitype.KernelNonFatal
+			}
+			ch <- gauge(kernelFault, float64(f.Count), f.Device, f.Pattern, class, f.Netdev)
 		}
 		for _, cond := range s.Health.Conditions {
 			for _, st := range conditionStatuses {

@@ -124,7 +124,8 @@ func fixtureSnapshot(t *testing.T) *apitype.Snapshot {
 			"inventory": {State: apitype.OK, Since: t0},
 			"dbus":      {State: apitype.Unavailable, Error: "no system bus", Since: t0},
 		},
-		KernelFaults: []apitype.KernelFault{{Device: "mlx5_0", Pattern: "mlx5-health", Line: "mlx5_core 0000:03:00.0: health compromised", Count: 3}},
+		KernelFaults: []apitype.KernelFault{{Device: "mlx5_0", Pattern: "link-down", Class: apitype.KernelNonFatal, Netdev: "ens1f0np0", Line: "mlx5_core 0000:03:00.0 ens1f0np0: Link down", Count: 1},
+			{Device: "mlx5_0", Pattern: "mlx5-health", Line: "mlx5_core 0000:03:00.0: health compromised", Count: 3}},
 		// Two conditions of each status are enough for the three series
 		// of rdmad_health_condition (the daemon fills all of them).
 		Health: apitype.Health{Status: apitype.ConditionProblem, Conditions: []apitype.Condition{

@@ -1,0 +1,5 @@
+//go:build !race
+
+package kmsg
+
+const raceEnabled = false
