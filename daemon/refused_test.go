@@ -278,9 +278,11 @@ func TestPeersFileChmodSeen(t *testing.T) {
 }
 
 // TestRefusedDropIn: a configuration drop-in rdmad refuses (a FIFO; a bad
-// value) is the verdict's ConfigInvalid, which names the file (and the
-// line), while the last good configuration stays in force; the fix and a
-// reload clear it. InputRefused is for the files the configuration names,
+// value; one its group may write, #41 item 8) is the verdict's
+// ConfigInvalid and the status's config error (which rdmactl status prints
+// under its config line), naming the file (and the line), why and the fix,
+// while the last good configuration stays in force; the fix and a reload
+// clear it. InputRefused is for the files the configuration names,
 // not for its own files: it stays ok.
 func TestRefusedDropIn(t *testing.T) {
 	dir := t.TempDir()
@@ -298,6 +300,14 @@ func TestRefusedDropIn(t *testing.T) {
 	}{
 		{"a FIFO", func() error { return unix.Mkfifo(bad, 0o644) }, bad + ": is a FIFO (named pipe), not a regular file"},
 		{"a bad value", func() error { return os.WriteFile(bad, []byte("[daemon]\nlog_level = \"loud\"\n"), 0o644) }, bad + ":2"},
+		// #41 item 8: a drop-in its group may write could grant
+		// admin_group; refused with the file, why and the fix.
+		{"a group-writable drop-in", func() error {
+			if err := os.WriteFile(bad, []byte("[daemon]\nadmin_group = \"users\"\n"), 0o664); err != nil {
+				return err
+			}
+			return os.Chmod(bad, 0o664)
+		}, bad + ": is owned by uid 0 with mode 0664; it decides what rdmad does as root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.Remove(bad)
@@ -319,6 +329,9 @@ func TestRefusedDropIn(t *testing.T) {
 			if cfg.Status != apitype.ConditionProblem || !strings.Contains(cfg.Message, tc.want) || s.Config.Generation != s0.Config.Generation {
 				t.Errorf("ConfigInvalid %s: %s (generation %d, was %d); want a problem naming %q, the last good configuration in force",
 					cfg.Status, cfg.Message, s.Config.Generation, s0.Config.Generation, tc.want)
+			}
+			if !strings.Contains(s.Config.Error, tc.want) {
+				t.Errorf("status config error %q; want it naming %q (rdmactl status prints it under its config line)", s.Config.Error, tc.want)
 			}
 			if in, _ := s.Health.Condition(apitype.CondInputRefused); in.Status != apitype.ConditionOK {
 				t.Errorf("InputRefused %s: %s; want ok (a drop-in is ConfigInvalid's)", in.Status, in.Message)
