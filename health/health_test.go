@@ -224,7 +224,7 @@ func TestFlaps(t *testing.T) {
 	if st := f.State(now)["rxe0/1"]; !st.Flapping || st.Downs != 3 || st.Transitions != 6 {
 		t.Fatalf("after 3 cycles in 30 s: %+v", st)
 	}
-	if next := f.NextChange(); !next.Equal(now.Add(2 * time.Minute)) {
+	if next := f.NextChange(now); !next.Equal(now.Add(2 * time.Minute)) {
 		t.Errorf("next change %v", next)
 	}
 	// Still flapping within the quiet window, cleared after it.
