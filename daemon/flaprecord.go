@@ -79,27 +79,43 @@ func (h *healthPart) keepFlaps(dir, boot string, now time.Time) {
 	}
 }
 
-// saveFlaps writes the flap record if the tracker changed since the last
-// write. A failure is logged once (until a write succeeds again), not
-// fatal: the tracker in memory is not affected. Under mu.
-func (h *healthPart) saveFlaps(now time.Time) {
+// takeRecord returns the flap record to write if the tracker changed
+// since the last one taken (nil: nothing to write, or no record kept).
+// Under mu; the write (writeRecord) is not, so that a publication's
+// verdict never waits for a disk.
+func (h *healthPart) takeRecord(now time.Time) []byte {
 	if h.recPath == "" || !h.flaps.Dirty() {
-		return
+		return nil
 	}
+	h.flaps.Saved()
 	b, err := h.flaps.Encode(h.boot, now)
 	if err == nil && len(b) > maxFlapRecord {
 		err = fmt.Errorf("the record takes %d bytes, more than the %d rdmad reads back; lower [health] flap_downs or flap_long_downs", len(b), maxFlapRecord)
 	}
-	if err == nil {
-		err = safefile.WriteAtomic(h.recPath, b, 0o600)
-	}
 	if err != nil {
+		h.log.Warn("port flap record not saved; a restart would forget the port flaps", "record", h.recPath, "err", err.Error())
+		return nil
+	}
+	return b
+}
+
+// writeRecord writes b (takeRecord's; nil: nothing). A failure is logged
+// once (until a write succeeds again), not fatal: the tracker in memory
+// is not affected, and the next change writes again. Main loop, not
+// under mu.
+func (h *healthPart) writeRecord(b []byte) {
+	if b == nil {
+		return
+	}
+	if err := safefile.WriteAtomic(h.recPath, b, 0o600); err != nil {
 		if !h.recFailed {
 			h.log.Warn("port flap record not saved; a restart would forget the port flaps", "record", h.recPath, "err", err.Error())
 		}
 		h.recFailed = true
+		h.mu.Lock()
+		h.flaps.Unsaved()
+		h.mu.Unlock()
 		return
 	}
 	h.recFailed = false
-	h.flaps.Saved()
 }

@@ -33,7 +33,8 @@ type healthPart struct {
 	memo health.Memo
 	// recPath is the flap record's file ("": flaps are not kept across
 	// restarts), boot the kernel's boot ID written into it, recFailed
-	// whether the last write failed (logged once); flaprecord.go.
+	// (main loop only) whether the last write failed (logged once);
+	// flaprecord.go.
 	recPath, boot string
 	recFailed     bool
 }
@@ -49,12 +50,16 @@ func (h *healthPart) configure(cfg *config.Config) {
 	if h == nil {
 		return // a test's bare Daemon
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hc := cfg.Health
 	h.flaps.SetConfig(health.FlapConfig{Downs: hc.FlapDowns, Window: hc.FlapWindow.Duration, Quiet: hc.FlapQuiet.Duration,
 		LongDowns: hc.FlapLongDowns, LongWindow: hc.FlapLongWindow.Duration})
-	h.saveFlaps(time.Now())
+	rec = h.takeRecord(time.Now())
 	h.expect.Ignore = append([]string(nil), hc.Ignore...)
 	h.expect.MinLoopbackGbps, h.expect.MinLoopbackShare = hc.MinLoopbackGbps, hc.MinLoopbackShare
 	h.minRates = h.minRates[:0]
@@ -72,6 +77,10 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 	if h == nil {
 		return
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	present := map[string]bool{}
@@ -95,14 +104,14 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 			}
 		}
 	}
-	h.flaps.Forget(func(k string) bool { return present[k] })
+	h.flaps.Forget(func(k string) bool { return present[k] }, now)
 	for i := range devs {
 		for j := range devs[i].Ports {
 			devs[i].Ports[j].Transitions = h.flaps.Port(portKey(devs[i].Name, devs[i].Ports[j].Port), now).Transitions
 		}
 	}
 	h.expect.MinRateGbps = rates
-	h.saveFlaps(now)
+	rec = h.takeRecord(now)
 	h.rearmLocked(now)
 }
 
@@ -141,12 +150,16 @@ func (h *healthPart) observeKernel(devs []apitype.Device, faults []apitype.Kerne
 	if h == nil {
 		return
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, key := range h.flaps.ObserveKernelFaults(devs, faults, now) {
 		h.logFlapping(key, netdevOf(devs, key), h.flaps.Port(key, now))
 	}
-	h.saveFlaps(now)
+	rec = h.takeRecord(now)
 	h.rearmLocked(now)
 }
 

@@ -124,6 +124,10 @@ type flapPort struct {
 	// link downs the kernel dated before are not counted either.
 	fresh, kwait bool
 	kfrom        time.Time
+	// unseen is set on a port restored from a record until its first
+	// observation: Forget keeps it while it holds downs (at a boot the
+	// first inventory read may come before the driver made the device).
+	unseen bool
 }
 
 // kernelSlack is how much later than the last kernel link down counted a
@@ -177,6 +181,7 @@ func (f *Flaps) Observe(key string, up bool, now time.Time) bool {
 		f.dirty = true
 		return false
 	}
+	p.unseen = false
 	if up && p.kwait {
 		p.kwait, p.kfrom, f.dirty = false, now, true
 	}
@@ -269,13 +274,24 @@ func (p *flapPort) quietSince() time.Time {
 	return p.last
 }
 
-// Forget drops the ports for which keep is false (devices gone).
-func (f *Flaps) Forget(keep func(key string) bool) {
-	for k := range f.ports {
-		if !keep(k) {
-			delete(f.ports, k)
-			f.dirty = true
+// Forget drops the ports for which keep is false (devices gone), but
+// not a port restored from a record and not observed since while it is
+// flapping or holds a down within either window at now: a device the
+// driver has not made yet at the first read after a reboot keeps its
+// evidence.
+func (f *Flaps) Forget(keep func(key string) bool, now time.Time) {
+	for k, p := range f.ports {
+		if keep(k) {
+			continue
 		}
+		if p.unseen {
+			w := max(f.cfg.Window, f.cfg.LongWindow)
+			if p.flapping || within(p.downs, now, w) > 0 || within(p.kdowns, now, w) > 0 {
+				continue
+			}
+		}
+		delete(f.ports, k)
+		f.dirty = true
 	}
 }
 

@@ -196,6 +196,27 @@ func TestFlapRecordRestore(t *testing.T) {
 	if st.Transitions != 7 || st.LongKernelDowns != 1 || st.LongDowns != 3 || !st.Long {
 		t.Errorf("after a reboot: %+v, want 7 transitions, the 3 downs of before (flapping by the long window), no bring-up link down counted", st)
 	}
+	// A restored port not seen yet is kept by Forget while it holds
+	// downs, dropped once it holds none; a port seen is dropped at once.
+	u := NewFlaps(FlapConfig{})
+	u.Restore(b, bootB, later)
+	u.SetConfig(longCfg)
+	u.Forget(func(string) bool { return false }, later)
+	if len(u.State(later)) != 1 {
+		t.Error("Forget dropped a restored port with downs before it was seen")
+	}
+	u.Forget(func(string) bool { return false }, t0.Add(7*time.Hour))
+	if len(u.State(later)) != 0 {
+		t.Error("Forget kept a restored port whose downs are all older than the windows")
+	}
+	r2 := NewFlaps(FlapConfig{})
+	r2.Restore(b, bootA, now)
+	r2.Observe("rxe0/1", true, now)
+	r2.Forget(func(string) bool { return false }, now)
+	if len(r2.State(now)) != 0 {
+		t.Error("Forget kept a port seen since the restore")
+	}
+
 	after := later.Add(time.Minute)
 	r.ObserveKernelFaults(s.Devices, []apitype.KernelFault{linkDown(after)}, after)
 	if st := r.Port("rxe0/1", after); st.LongKernelDowns != 2 {

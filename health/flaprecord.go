@@ -63,8 +63,10 @@ var bootIDSyntax = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 // since the last Saved (or since it was made).
 func (f *Flaps) Dirty() bool { return f.dirty }
 
-// Saved marks the tracker's state as written (Encode's bytes are on disk).
-func (f *Flaps) Saved() { f.dirty = false }
+// Saved marks the tracker's state as taken for writing (Encode's bytes);
+// Unsaved marks it changed again, when writing them failed.
+func (f *Flaps) Saved()   { f.dirty = false }
+func (f *Flaps) Unsaved() { f.dirty = true }
 
 // Encode returns the record of the tracker's state, written in boot (the
 // kernel's boot ID) at now, for Restore.
@@ -139,7 +141,7 @@ func (f *Flaps) Restore(b []byte, boot string, now time.Time) (RestoreInfo, erro
 		}
 		p := &flapPort{up: rp.Up, flapping: rp.Flapping, downs: past(rp.Downs, now), kdowns: past(rp.KernelDowns, now),
 			klast: rp.KernelLast, transitions: rp.Transitions, last: rp.LastChange, fresh: rp.Fresh, kwait: rp.KernelWait,
-			kfrom: rp.KernelFrom}
+			kfrom: rp.KernelFrom, unseen: true}
 		for _, t := range []*time.Time{&p.last, &p.klast, &p.kfrom} {
 			if t.After(now) {
 				*t = now

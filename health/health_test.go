@@ -257,7 +257,7 @@ func TestFlaps(t *testing.T) {
 	if st := f.State(now)["rxe0/1"]; st.Flapping || st.Downs != 0 || st.Transitions != 12 {
 		t.Errorf("after new thresholds: %+v, want no downs, not flapping, 12 transitions", st)
 	}
-	g.Forget(func(string) bool { return false })
+	g.Forget(func(string) bool { return false }, t0)
 	if len(g.State(t0)) != 0 {
 		t.Error("Forget kept a port")
 	}
