@@ -151,6 +151,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	d.log = newLogger(opts.Stderr, d.level)
 	d.health = newHealthPart(d.log)
+	// Before the first configure: a configuration with other thresholds
+	// than the record's counts anew.
+	boot, err := readBootID(bootIDPath)
+	if err != nil {
+		d.log.Debug("boot ID unreadable", "err", err)
+	}
+	d.health.keepFlaps(stateDir(opts.StateDir), boot, time.Now())
 	d.bwSlot = bw.NewSlot()
 	d.loopback = newLoopbackTests(d)
 	defer d.loopback.node.Close()
@@ -376,6 +383,7 @@ func (d *Daemon) loop(ctx context.Context, cfgChanged <-chan struct{}, apiErr <-
 		case <-d.health.timer.C:
 			// A flapping port's quiet window ended: decide again.
 			d.store.Update(func(*apitype.Snapshot) {})
+			d.health.rearm()
 		case <-resync.C:
 			d.refresh("periodic resync")
 			d.verbs.addDevices()

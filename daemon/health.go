@@ -31,6 +31,12 @@ type healthPart struct {
 	timer *time.Timer
 	// memo decides the verdicts (finish), under mu.
 	memo health.Memo
+	// recPath is the flap record's file ("": flaps are not kept across
+	// restarts), boot the kernel's boot ID written into it, recFailed
+	// (main loop only) whether the last write failed (logged once);
+	// flaprecord.go.
+	recPath, boot string
+	recFailed     bool
 }
 
 func newHealthPart(log *slog.Logger) *healthPart {
@@ -44,10 +50,16 @@ func (h *healthPart) configure(cfg *config.Config) {
 	if h == nil {
 		return // a test's bare Daemon
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hc := cfg.Health
-	h.flaps.SetConfig(health.FlapConfig{Downs: hc.FlapDowns, Window: hc.FlapWindow.Duration, Quiet: hc.FlapQuiet.Duration})
+	h.flaps.SetConfig(health.FlapConfig{Downs: hc.FlapDowns, Window: hc.FlapWindow.Duration, Quiet: hc.FlapQuiet.Duration,
+		LongDowns: hc.FlapLongDowns, LongWindow: hc.FlapLongWindow.Duration})
+	rec = h.takeRecord(time.Now())
 	h.expect.Ignore = append([]string(nil), hc.Ignore...)
 	h.expect.MinLoopbackGbps, h.expect.MinLoopbackShare = hc.MinLoopbackGbps, hc.MinLoopbackShare
 	h.minRates = h.minRates[:0]
@@ -65,6 +77,10 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 	if h == nil {
 		return
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	present := map[string]bool{}
@@ -78,8 +94,7 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 			was := h.flaps.Port(key, now).Flapping
 			if h.flaps.Observe(key, p.State == "ACTIVE", now) {
 				if st := h.flaps.Port(key, now); st.Flapping && !was {
-					h.log.Warn("RDMA port flapping", apitype.MessageIDKey, apitype.MsgPortFlapping,
-						"port", key, "downs", st.Downs, "window", st.Window.String())
+					h.logFlapping(key, p.Netdev, st)
 				}
 			}
 			for _, pol := range h.minRates {
@@ -89,15 +104,42 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 			}
 		}
 	}
-	h.flaps.Forget(func(k string) bool { return present[k] })
+	h.flaps.Forget(func(k string) bool { return present[k] }, now)
 	for i := range devs {
 		for j := range devs[i].Ports {
 			devs[i].Ports[j].Transitions = h.flaps.Port(portKey(devs[i].Name, devs[i].Ports[j].Port), now).Transitions
 		}
 	}
 	h.expect.MinRateGbps = rates
-	if next := h.flaps.NextChange(); !next.IsZero() {
-		h.timer.Reset(max(time.Until(next), 0) + 10*time.Millisecond)
+	rec = h.takeRecord(now)
+	h.rearmLocked(now)
+}
+
+// logFlapping logs that port key (over netdev) turned flapping, with the
+// rule that fired.
+func (h *healthPart) logFlapping(key, netdev string, st health.FlapState) {
+	attrs := []any{apitype.MessageIDKey, apitype.MsgPortFlapping, "port", key, "detail", st.Why(key, netdev)}
+	if st.Long {
+		attrs = append(attrs, "rule", "flap_long_window", "downs", st.LongDowns, "kernel_link_downs", st.LongKernelDowns,
+			"window", st.LongWindow.String())
+	} else {
+		attrs = append(attrs, "rule", "flap_window", "downs", st.Downs, "kernel_link_downs", st.KernelDowns, "window", st.Window.String())
+	}
+	h.log.Warn("RDMA port flapping", attrs...)
+}
+
+// rearm sets the timer to the next moment the flaps change by themselves
+// (a quiet window ends, the long window lets go of a down): the main loop
+// calls it when the timer fired.
+func (h *healthPart) rearm() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rearmLocked(time.Now())
+}
+
+func (h *healthPart) rearmLocked(now time.Time) {
+	if next := h.flaps.NextChange(now); !next.IsZero() {
+		h.timer.Reset(max(next.Sub(now), 0) + 10*time.Millisecond)
 	}
 }
 
@@ -108,16 +150,29 @@ func (h *healthPart) observeKernel(devs []apitype.Device, faults []apitype.Kerne
 	if h == nil {
 		return
 	}
+	// The record is written after mu is released (defers run last
+	// first).
+	var rec []byte
+	defer func() { h.writeRecord(rec) }()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, key := range h.flaps.ObserveKernelFaults(devs, faults, now) {
-		st := h.flaps.Port(key, now)
-		h.log.Warn("RDMA port flapping", apitype.MessageIDKey, apitype.MsgPortFlapping,
-			"port", key, "kernel_link_downs", st.KernelDowns, "window", st.Window.String())
+		h.logFlapping(key, netdevOf(devs, key), h.flaps.Port(key, now))
 	}
-	if next := h.flaps.NextChange(); !next.IsZero() {
-		h.timer.Reset(max(time.Until(next), 0) + 10*time.Millisecond)
+	rec = h.takeRecord(now)
+	h.rearmLocked(now)
+}
+
+// netdevOf is the netdev of port key of devs ("" if none).
+func netdevOf(devs []apitype.Device, key string) string {
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if portKey(d.Name, p.Port) == key {
+				return p.Netdev
+			}
+		}
 	}
+	return ""
 }
 
 // finish is the store's finish hook: it decides next's verdict, keeps the

@@ -250,6 +250,93 @@ func TestHealthFlapping(t *testing.T) {
 	waitHealthy(t, 90*time.Second)
 }
 
+// TestHealthFlapRecord is #39 item 4 on the bed, under systemd
+// (StateDirectory=rdmad): with the long window on (a drop-in, 2 downs in
+// 1 h; the bed's own 40-vm-flap.toml switches it off, as its tests take
+// eth0 down on purpose), one down/up cycle, a restart of rdmad.service,
+// and the port keeps its state_transitions; a second cycle after the
+// restart makes PortFlapping by the long window, named in its message.
+// The record is root's, mode 0600. A reload with other thresholds (the
+// drop-in removed) clears it.
+func TestHealthFlapRecord(t *testing.T) {
+	peersOther(t)
+	d := healthDiag(t)
+	waitActive(t)
+	const dropin = "81-e2e-flaplong.toml"
+	healthDropin(t, dropin, "[health]\nflap_long_downs = 2\nflap_long_window = \"1h\"\n")
+	waitHealthy(t, 90*time.Second)
+	transitions := func() (uint64, bool) {
+		dev, ok := mustStatus(t).device("rxe0")
+		if !ok {
+			return 0, false
+		}
+		p, ok := dev.port(1)
+		return p.Transitions, ok
+	}
+	cycle := func(i int) {
+		mustRun(t, "ip", "link", "set", "eth0", "down")
+		waitFor(t, 10*time.Second, fmt.Sprintf("cycle %d: rxe0/1 down", i), func() (bool, string) {
+			st, _, _ := healthNow(t).cond("PortDown")
+			return st == "problem", st
+		})
+		mustRun(t, "ip", "link", "set", "eth0", "up")
+		waitFor(t, 20*time.Second, fmt.Sprintf("cycle %d: rxe0/1 active", i), func() (bool, string) {
+			st, _, _ := healthNow(t).cond("PortDown")
+			return st == "ok", st
+		})
+	}
+	before, ok := transitions()
+	if !ok {
+		t.Fatal("no rxe0/1 in the status")
+	}
+	cycle(1)
+	after, _ := transitions()
+	if after != before+2 {
+		d.Errorf("one cycle: %d transitions, want %d", after, before+2)
+	}
+	if st, msg, _ := healthNow(t).cond("PortFlapping"); st != "ok" {
+		d.Errorf("one down: PortFlapping %s (%s), want ok", st, msg)
+	}
+	var fst unix.Stat_t
+	if err := unix.Lstat("/var/lib/rdmad/flaps.json", &fst); err != nil || fst.Mode&unix.S_IFMT != unix.S_IFREG ||
+		fst.Mode&0o777 != 0o600 || fst.Uid != 0 {
+		d.Errorf("/var/lib/rdmad/flaps.json: %v, mode %o uid %d; want root's regular file, mode 0600", err, fst.Mode, fst.Uid)
+	}
+
+	u0 := showUnit(t)
+	mustRun(t, "systemctl", "restart", "rdmad")
+	if u := waitActive(t); u.MainPID == u0.MainPID {
+		d.Errorf("rdmad not restarted: pid %d", u.MainPID)
+	}
+	waitFor(t, 30*time.Second, "rxe0/1 read after the restart", func() (bool, string) {
+		n, ok := transitions()
+		return ok && n == after, fmt.Sprintf("present %v, %d transitions (before the restart %d)", ok, n, after)
+	})
+	out := mustRun(t, "journalctl", "-u", "rdmad", "--since", "-1min", "-o", "cat")
+	if !strings.Contains(out, "port flaps restored") {
+		d.Errorf("the journal does not say the flaps were restored: %q", out)
+	}
+
+	cycle(2)
+	waitFor(t, 10*time.Second, "PortFlapping by the long window", func() (bool, string) {
+		st, msg, objs := healthNow(t).cond("PortFlapping")
+		return st == "problem" && len(objs) == 1 && objs[0] == "rxe0/1" && strings.Contains(msg, "went down 2 times in 1h (flap_long_window)"),
+			fmt.Sprintf("%s (%s) about %v", st, msg, objs)
+	})
+	if code, _ := checkNow(t); code != 1 {
+		d.Errorf("rdmactl check exits %d while flapping, want 1", code)
+	}
+
+	// Other thresholds count anew: removing the drop-in clears it.
+	os.Remove("/etc/rdmad/rdmad.d/" + dropin)
+	mustRun(t, "rdmactl", "reload")
+	waitFor(t, 10*time.Second, "PortFlapping clears with the long window off", func() (bool, string) {
+		st, msg, _ := healthNow(t).cond("PortFlapping")
+		return st == "ok", st + " " + msg
+	})
+	waitHealthy(t, 90*time.Second)
+}
+
 // TestHealthKernelFault: a kernel message of severity err in a driver's
 // form about an RDMA device raises KernelFault on it (the time it took is
 // logged); one about a device that does not exist raises nothing. The

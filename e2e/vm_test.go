@@ -131,6 +131,8 @@ type Port struct {
 	LinkLayer string `json:"link_layer"`
 	Netdev    string `json:"netdev"`
 	GIDs      []GID  `json:"gids"`
+	// Transitions is state_transitions, kept across restarts.
+	Transitions uint64 `json:"state_transitions"`
 }
 
 // A GID is one entry of a port's GID table.

@@ -1,7 +1,9 @@
 package health
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
@@ -17,12 +19,27 @@ const (
 	DefaultFlapQuiet  = 10 * time.Minute
 )
 
+// Long-window defaults ([health] flap_long_downs, flap_long_window): two
+// downs within six hours, the rule of azurehpc-health-checks'
+// check_ib_link_flapping (carrier losses in the kernel log): a link that
+// drops every hour never makes three downs in ten minutes.
+const (
+	DefaultFlapLongDowns  = 2
+	DefaultFlapLongWindow = 6 * time.Hour
+)
+
 // FlapConfig sets when a port counts as flapping: Downs downs within
-// Window raise it; Quiet without a transition clears it.
+// Window raise it; Quiet without a transition clears it. LongDowns downs
+// within LongWindow also make it flapping, for as long as the long window
+// holds them; LongDowns 0 (the zero FlapConfig) switches the long window
+// off (the daemon's configuration has it on by default).
 type FlapConfig struct {
 	Downs  int
 	Window time.Duration
 	Quiet  time.Duration
+
+	LongDowns  int
+	LongWindow time.Duration
 }
 
 func (c FlapConfig) withDefaults() FlapConfig {
@@ -35,8 +52,20 @@ func (c FlapConfig) withDefaults() FlapConfig {
 	if c.Quiet <= 0 {
 		c.Quiet = DefaultFlapQuiet
 	}
+	if c.LongDowns < 0 {
+		c.LongDowns = 0
+	}
+	if c.LongDowns == 0 {
+		c.LongWindow = 0
+	} else if c.LongWindow <= 0 {
+		c.LongWindow = DefaultFlapLongWindow
+	}
 	return c
 }
+
+// keep is how many downs of each witness a port keeps: enough for either
+// rule.
+func (c FlapConfig) keep() int { return max(c.Downs, c.LongDowns) }
 
 // FlapState is what the tracker knows of one port.
 type FlapState struct {
@@ -50,8 +79,16 @@ type FlapState struct {
 	// are seen by both).
 	KernelDowns int
 	// Flapping is set once Downs reached the threshold and stays until
-	// the port was quiet for the quiet window.
+	// the port was quiet for the quiet window, or while the long window
+	// holds its threshold of downs (Long).
 	Flapping bool
+	// Long is set when the port is flapping by the long window alone:
+	// LongDowns (or LongKernelDowns, the kernel's) downs within LongWindow
+	// reached [health] flap_long_downs. LongWindow is 0 when the long
+	// window is off.
+	Long                       bool
+	LongDowns, LongKernelDowns int
+	LongWindow                 time.Duration
 	// Transitions counts the changes into and out of ACTIVE since the
 	// port was first seen.
 	Transitions uint64
@@ -64,20 +101,33 @@ type FlapState struct {
 type Flaps struct {
 	cfg   FlapConfig
 	ports map[string]*flapPort
+	// dirty is set by every change a restart must keep (Record).
+	dirty bool
 }
 
 type flapPort struct {
 	up, flapping bool
-	// downs are the times of the last cfg.Downs downs, oldest first.
+	// downs are the times of the last cfg.keep() downs, oldest first.
 	downs       []time.Time
 	transitions uint64
 	last        time.Time
-	// kdowns are the times of the last cfg.Downs link downs the kernel
+	// kdowns are the times of the last cfg.keep() link downs the kernel
 	// logged (ObserveKernel), oldest first; klast is the latest one seen,
 	// kept across SetConfig, so that the same messages are not counted
 	// again.
 	kdowns []time.Time
 	klast  time.Time
+	// After a reboot (Restore of another boot's record) the port's next
+	// observation is its baseline, not a transition (fresh), and the
+	// kernel's link downs until the port is first seen ACTIVE are its
+	// bring-up, not counted (kwait); kfrom is when it was seen ACTIVE:
+	// link downs the kernel dated before are not counted either.
+	fresh, kwait bool
+	kfrom        time.Time
+	// unseen is set on a port restored from a record until its first
+	// observation: Forget keeps it while it holds downs (at a boot the
+	// first inventory read may come before the driver made the device).
+	unseen bool
 }
 
 // kernelSlack is how much later than the last kernel link down counted a
@@ -100,9 +150,25 @@ func (f *Flaps) SetConfig(cfg FlapConfig) {
 		return
 	}
 	f.cfg = cfg
+	f.dirty = true
 	for _, p := range f.ports {
 		p.downs, p.kdowns, p.flapping = nil, nil, false
 	}
+}
+
+// push appends t to ts, keeping the last n.
+func push(ts []time.Time, t time.Time, n int) []time.Time {
+	if len(ts) >= n {
+		copy(ts, ts[len(ts)-n+1:])
+		ts = ts[:n-1]
+	}
+	return append(ts, t)
+}
+
+// short reports whether the downs ts reach the short rule at now: the
+// last cfg.Downs of them within the window.
+func (f *Flaps) short(ts []time.Time, now time.Time) bool {
+	return len(ts) >= f.cfg.Downs && now.Sub(ts[len(ts)-f.cfg.Downs]) <= f.cfg.Window
 }
 
 // Observe records that port key is up (ACTIVE) or not at now, and reports
@@ -112,6 +178,17 @@ func (f *Flaps) Observe(key string, up bool, now time.Time) bool {
 	p, ok := f.ports[key]
 	if !ok {
 		f.ports[key] = &flapPort{up: up, last: now}
+		f.dirty = true
+		return false
+	}
+	p.unseen = false
+	if up && p.kwait {
+		p.kwait, p.kfrom, f.dirty = false, now, true
+	}
+	if p.fresh {
+		// The first read after a reboot: the reboot took the link down
+		// and up, which is no flap.
+		p.fresh, p.up, f.dirty = false, up, true
 		return false
 	}
 	if p.up == up {
@@ -119,13 +196,10 @@ func (f *Flaps) Observe(key string, up bool, now time.Time) bool {
 	}
 	p.up, p.last = up, now
 	p.transitions++
+	f.dirty = true
 	if !up {
-		if len(p.downs) >= f.cfg.Downs {
-			copy(p.downs, p.downs[1:])
-			p.downs = p.downs[:f.cfg.Downs-1]
-		}
-		p.downs = append(p.downs, now)
-		if len(p.downs) >= f.cfg.Downs && now.Sub(p.downs[0]) <= f.cfg.Window {
+		p.downs = push(p.downs, now, f.cfg.keep())
+		if f.short(p.downs, now) {
 			p.flapping = true
 		}
 	}
@@ -149,13 +223,13 @@ func (f *Flaps) ObserveKernel(key string, times []time.Time) bool {
 		if !p.klast.IsZero() && !t.After(p.klast.Add(kernelSlack)) {
 			continue
 		}
-		p.klast, counted = t, true
-		if len(p.kdowns) >= f.cfg.Downs {
-			copy(p.kdowns, p.kdowns[1:])
-			p.kdowns = p.kdowns[:f.cfg.Downs-1]
+		p.klast, f.dirty = t, true
+		if p.kwait || !t.After(p.kfrom) {
+			continue // the link's bring-up after a reboot
 		}
-		p.kdowns = append(p.kdowns, t)
-		if len(p.kdowns) >= f.cfg.Downs && t.Sub(p.kdowns[0]) <= f.cfg.Window {
+		counted = true
+		p.kdowns = push(p.kdowns, t, f.cfg.keep())
+		if f.short(p.kdowns, t) {
 			p.flapping = true
 		}
 	}
@@ -191,20 +265,33 @@ func (f *Flaps) ObserveKernelFaults(devs []apitype.Device, faults []apitype.Kern
 	return turned
 }
 
-// quietSince is when the port last changed by either witness.
+// quietSince is when the port last changed by either witness (a kernel
+// link down not counted, the bring-up after a reboot, is no change).
 func (p *flapPort) quietSince() time.Time {
-	if p.klast.After(p.last) {
-		return p.klast
+	if n := len(p.kdowns); n > 0 && p.kdowns[n-1].After(p.last) {
+		return p.kdowns[n-1]
 	}
 	return p.last
 }
 
-// Forget drops the ports for which keep is false (devices gone).
-func (f *Flaps) Forget(keep func(key string) bool) {
-	for k := range f.ports {
-		if !keep(k) {
-			delete(f.ports, k)
+// Forget drops the ports for which keep is false (devices gone), but
+// not a port restored from a record and not observed since while it is
+// flapping or holds a down within either window at now: a device the
+// driver has not made yet at the first read after a reboot keeps its
+// evidence.
+func (f *Flaps) Forget(keep func(key string) bool, now time.Time) {
+	for k, p := range f.ports {
+		if keep(k) {
+			continue
 		}
+		if p.unseen {
+			w := max(f.cfg.Window, f.cfg.LongWindow)
+			if p.flapping || within(p.downs, now, w) > 0 || within(p.kdowns, now, w) > 0 {
+				continue
+			}
+		}
+		delete(f.ports, k)
+		f.dirty = true
 	}
 }
 
@@ -230,30 +317,83 @@ func (f *Flaps) state(p *flapPort, now time.Time) FlapState {
 	if p.flapping && now.Sub(p.quietSince()) >= f.cfg.Quiet {
 		p.flapping = false
 	}
-	within := func(ts []time.Time) int {
-		n := 0
-		for _, t := range ts {
-			if now.Sub(t) <= f.cfg.Window {
-				n++
-			}
+	st := FlapState{Downs: within(p.downs, now, f.cfg.Window), KernelDowns: within(p.kdowns, now, f.cfg.Window),
+		Window: f.cfg.Window, Flapping: p.flapping, Transitions: p.transitions, LastChange: p.last}
+	if f.cfg.LongDowns > 0 {
+		st.LongWindow = f.cfg.LongWindow
+		st.LongDowns, st.LongKernelDowns = within(p.downs, now, f.cfg.LongWindow), within(p.kdowns, now, f.cfg.LongWindow)
+		if !st.Flapping && max(st.LongDowns, st.LongKernelDowns) >= f.cfg.LongDowns {
+			st.Flapping, st.Long = true, true
 		}
-		return n
 	}
-	return FlapState{Downs: within(p.downs), KernelDowns: within(p.kdowns), Window: f.cfg.Window, Flapping: p.flapping,
-		Transitions: p.transitions, LastChange: p.last}
+	return st
 }
 
-// NextChange is when a flapping port's quiet window ends, the next moment
-// State can change without an observation; zero when none is flapping.
-func (f *Flaps) NextChange() time.Time {
-	var next time.Time
-	for _, p := range f.ports {
-		if !p.flapping {
-			continue
+// within counts the times of ts within w before now.
+func within(ts []time.Time, now time.Time, w time.Duration) int {
+	n := 0
+	for _, t := range ts {
+		if now.Sub(t) <= w {
+			n++
 		}
-		if t := p.quietSince().Add(f.cfg.Quiet); next.IsZero() || t.Before(next) {
+	}
+	return n
+}
+
+// NextChange is the next moment after now at which State can change
+// without an observation: a flapping port's quiet window ends, or the
+// long window lets go of a down that holds a port flapping. Zero when
+// none is flapping.
+func (f *Flaps) NextChange(now time.Time) time.Time {
+	var next time.Time
+	at := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
+	for _, p := range f.ports {
+		if p.flapping {
+			at(p.quietSince().Add(f.cfg.Quiet))
+		}
+		if n := f.cfg.LongDowns; n > 0 {
+			for _, ts := range [][]time.Time{p.downs, p.kdowns} {
+				// The long rule holds until the n-th last down leaves the
+				// window (State counts a down exactly LongWindow old).
+				if len(ts) >= n {
+					at(ts[len(ts)-n].Add(f.cfg.LongWindow + time.Nanosecond))
+				}
+			}
+		}
+	}
 	return next
+}
+
+// Why says why a flapping port (key, over netdev) is: the rule that
+// fired and the witness that counted most.
+func (s FlapState) Why(key, netdev string) string {
+	if s.Long {
+		m := fmt.Sprintf("%s went down %d times in %s (flap_long_window)", key, s.LongDowns, shortDuration(s.LongWindow))
+		if s.LongKernelDowns > s.LongDowns {
+			m = fmt.Sprintf("%s went down %d times in %s (flap_long_window; the kernel logged %d link downs of %s)", key,
+				s.LongKernelDowns, shortDuration(s.LongWindow), s.LongKernelDowns, orUnknown(netdev))
+		}
+		return m
+	}
+	if s.KernelDowns > s.Downs {
+		return fmt.Sprintf("%s went down %d times in %s (the kernel logged %d link downs of %s)", key, s.KernelDowns, s.Window,
+			s.KernelDowns, orUnknown(netdev))
+	}
+	return fmt.Sprintf("%s went down %d times in %s", key, s.Downs, s.Window)
+}
+
+// shortDuration writes d without its zero tails: 6h, 90m, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

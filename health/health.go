@@ -268,12 +268,7 @@ func (e evaluator) flapping() apitype.Condition {
 		k := portKey(d.Name, p.Port)
 		if f, found := e.in.Flaps[k]; found && f.Flapping {
 			objs = append(objs, k)
-			m := fmt.Sprintf("%s went down %d times in %s", k, f.Downs, f.Window)
-			if f.KernelDowns > f.Downs {
-				m = fmt.Sprintf("%s went down %d times in %s (the kernel logged %d link downs of %s)", k, f.KernelDowns, f.Window,
-					f.KernelDowns, orUnknown(p.Netdev))
-			}
-			msgs = append(msgs, m)
+			msgs = append(msgs, f.Why(k, p.Netdev))
 		}
 	})
 	if len(objs) > 0 {

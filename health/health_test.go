@@ -224,7 +224,7 @@ func TestFlaps(t *testing.T) {
 	if st := f.State(now)["rxe0/1"]; !st.Flapping || st.Downs != 3 || st.Transitions != 6 {
 		t.Fatalf("after 3 cycles in 30 s: %+v", st)
 	}
-	if next := f.NextChange(); !next.Equal(now.Add(2 * time.Minute)) {
+	if next := f.NextChange(now); !next.Equal(now.Add(2 * time.Minute)) {
 		t.Errorf("next change %v", next)
 	}
 	// Still flapping within the quiet window, cleared after it.
@@ -257,7 +257,7 @@ func TestFlaps(t *testing.T) {
 	if st := f.State(now)["rxe0/1"]; st.Flapping || st.Downs != 0 || st.Transitions != 12 {
 		t.Errorf("after new thresholds: %+v, want no downs, not flapping, 12 transitions", st)
 	}
-	g.Forget(func(string) bool { return false })
+	g.Forget(func(string) bool { return false }, t0)
 	if len(g.State(t0)) != 0 {
 		t.Error("Forget kept a port")
 	}

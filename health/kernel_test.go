@@ -106,7 +106,7 @@ func TestKernelLinkDownsFlap(t *testing.T) {
 	g := NewFlaps(cfg)
 	g.Observe("rxe0/1", true, t0)
 	verdict(g, []apitype.KernelFault{linkDown(down1, down2, down3)}, down3)
-	if next := g.NextChange(); !next.Equal(down3.Add(cfg.Quiet)) {
+	if next := g.NextChange(down3); !next.Equal(down3.Add(cfg.Quiet)) {
 		t.Errorf("next change %v, want the last down plus the quiet window %v", next, down3.Add(cfg.Quiet))
 	}
 	if h, _ := verdict(g, nil, down3.Add(cfg.Quiet-time.Second)); h.Healthy {

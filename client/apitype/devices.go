@@ -35,7 +35,8 @@ type Port struct {
 	// NetdevSpeedMbps is the port's netdev's speed (RoCE), 0 unknown.
 	NetdevSpeedMbps int `json:"netdev_speed_mbps,omitempty"`
 	// Transitions counts the port's changes into and out of ACTIVE that
-	// rdmad saw since it started (docs/HEALTH.md, "Port flapping").
+	// rdmad saw since it first saw the port, kept across restarts in its
+	// state directory (docs/HEALTH.md, "Port flapping").
 	Transitions uint64 `json:"state_transitions"`
 	LID         int    `json:"lid,omitempty"`
 	SMLID       int    `json:"sm_lid,omitempty"`

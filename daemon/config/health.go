@@ -20,6 +20,11 @@ type Health struct {
 	FlapDowns  int      `toml:"flap_downs"`
 	FlapWindow Duration `toml:"flap_window"`
 	FlapQuiet  Duration `toml:"flap_quiet"`
+	// FlapLongDowns downs within FlapLongWindow make a port flapping as
+	// well, for as long as the long window holds them (a link that drops
+	// every hour); 0 switches the long window off.
+	FlapLongDowns  int      `toml:"flap_long_downs"`
+	FlapLongWindow Duration `toml:"flap_long_window"`
 	// KernelFaultWindow is how long a kernel-log fault of a device counts
 	// after its last message.
 	KernelFaultWindow Duration `toml:"kernel_fault_window"`
@@ -38,11 +43,14 @@ const (
 	DefaultFlapDowns         = 3
 	DefaultFlapWindow        = 10 * time.Minute
 	DefaultFlapQuiet         = 10 * time.Minute
+	DefaultFlapLongDowns     = 2
+	DefaultFlapLongWindow    = 6 * time.Hour
 	DefaultKernelFaultWindow = 10 * time.Minute
 )
 
 func defaultHealth() Health {
 	return Health{FlapDowns: DefaultFlapDowns, FlapWindow: Duration{DefaultFlapWindow}, FlapQuiet: Duration{DefaultFlapQuiet},
+		FlapLongDowns: DefaultFlapLongDowns, FlapLongWindow: Duration{DefaultFlapLongWindow},
 		KernelFaultWindow: Duration{DefaultKernelFaultWindow}, KernelLog: true}
 }
 
@@ -68,11 +76,19 @@ func (c *Config) validateHealth(k *checker) {
 	if h.FlapDowns < 1 || h.FlapDowns > 1000 {
 		bad(at("flap_downs"), "health.flap_downs", "%d is out of range; use 1 to 1000 downs (default %d)", h.FlapDowns, DefaultFlapDowns)
 	}
+	if h.FlapLongDowns < 0 || h.FlapLongDowns > 1000 {
+		bad(at("flap_long_downs"), "health.flap_long_downs", "%d is out of range; use 0 (no long window) to 1000 downs (default %d)", h.FlapLongDowns, DefaultFlapLongDowns)
+	}
+	if w := h.FlapLongWindow.Duration; h.FlapLongDowns > 0 && w <= h.FlapWindow.Duration && w >= time.Second {
+		bad(at("flap_long_window"), "health.flap_long_window", "%s is not longer than flap_window (%s); the long window catches the slow flaps the short one misses: make it longer (default %s) or set flap_long_downs = 0",
+			w, h.FlapWindow.Duration, DefaultFlapLongWindow)
+	}
 	for _, d := range []struct {
 		key string
 		v   time.Duration
 		def time.Duration
 	}{{"flap_window", h.FlapWindow.Duration, DefaultFlapWindow}, {"flap_quiet", h.FlapQuiet.Duration, DefaultFlapQuiet},
+		{"flap_long_window", h.FlapLongWindow.Duration, DefaultFlapLongWindow},
 		{"kernel_fault_window", h.KernelFaultWindow.Duration, DefaultKernelFaultWindow}} {
 		if d.v < time.Second || d.v > 7*24*time.Hour {
 			bad(at(d.key), "health."+d.key, "%s is out of range; use 1s to 168h (default %s)", d.v, d.def)

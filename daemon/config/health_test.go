@@ -26,8 +26,22 @@ min_rate = "200Gb/s"
 	}
 	h := cfg.Health
 	if len(h.Ignore) != 2 || h.FlapDowns != 4 || h.FlapWindow.Duration != time.Minute || h.FlapQuiet.Duration != DefaultFlapQuiet || !h.KernelLog ||
-		h.MinLoopbackGbps != 8 || h.MinLoopbackShare != 0.9 {
+		h.MinLoopbackGbps != 8 || h.MinLoopbackShare != 0.9 || h.FlapLongDowns != DefaultFlapLongDowns || h.FlapLongWindow.Duration != 6*time.Hour {
 		t.Errorf("health %+v", h)
+	}
+	// The long window: set, and switched off (its window is then not
+	// judged against flap_window).
+	for body, want := range map[string][2]int{
+		"[health]\nflap_long_downs = 3\nflap_long_window = \"12h\"\n": {3, 12},
+		"[health]\nflap_long_downs = 0\nflap_long_window = \"1m\"\n":  {0, 0},
+	} {
+		cfg, err := Load(write(t, map[string]string{"rdmad.toml": body}))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if h := cfg.Health; h.FlapLongDowns != want[0] || (want[0] > 0 && h.FlapLongWindow.Duration != time.Duration(want[1])*time.Hour) {
+			t.Errorf("%q: %+v", body, h)
+		}
 	}
 	pol := cfg.Policies[0]
 	if pol.MinRateGbps != 200 || pol.MinRateFor("mlx5_0", "") != 200 || pol.MinRateFor("rxe0", "eth0") != 0 {
@@ -40,6 +54,10 @@ func TestHealthConfigErrors(t *testing.T) {
 		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device or port`},
 		{"[health]\nflap_downs = 0\n", "rdmad.toml:2: health.flap_downs: 0 is out of range; use 1 to 1000"},
 		{"[health]\nflap_window = \"10ms\"\n", "rdmad.toml:2: health.flap_window: 10ms is out of range"},
+		{"[health]\nflap_long_downs = -1\n", "rdmad.toml:2: health.flap_long_downs: -1 is out of range; use 0 (no long window) to 1000 downs (default 2)"},
+		{"[health]\nflap_long_downs = 1001\n", "rdmad.toml:2: health.flap_long_downs: 1001 is out of range"},
+		{"[health]\nflap_long_window = \"200h\"\n", "rdmad.toml:2: health.flap_long_window: 200h0m0s is out of range; use 1s to 168h (default 6h0m0s)"},
+		{"[health]\nflap_window = \"1h\"\nflap_long_window = \"30m\"\n", "rdmad.toml:3: health.flap_long_window: 30m0s is not longer than flap_window (1h0m0s)"},
 		{"[health]\nmin_loopback_gbps = -1\n", "rdmad.toml:2: health.min_loopback_gbps: -1 is out of range; use 0 (none) to 100000 Gb/s"},
 		{"[health]\nmin_loopback_share = 90\n", "rdmad.toml:2: health.min_loopback_share: 90 is out of range; use 0 (none) to 1"},
 		{"[health]\nmin_loopback_share = nan\n", "health.min_loopback_share: NaN is out of range"},
