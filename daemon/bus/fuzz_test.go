@@ -294,7 +294,12 @@ func fzDispatch(t *testing.T, fail, reject bool, msg *dbus.Message) fzOutcome {
 	ifaceName, _ := msg.Headers[dbus.FieldInterface].Value().(string)
 	member, _ := msg.Headers[dbus.FieldMember].Value().(string)
 	sender, _ := msg.Headers[dbus.FieldSender].Value().(string)
-	desc := fmt.Sprintf("%s %s.%s(%s %.200v) from %q", path, ifaceName, member, dbus.SignatureOf(msg.Body...), msg.Body, sender)
+	// The wire's signature, not SignatureOf(msg.Body...): godbus decodes
+	// dicts keyed by booleans (a{bb} is valid D-Bus) into map[bool]bool,
+	// which its SignatureOf refuses with a panic. The server never calls it
+	// on a caller's body, and neither may the harness.
+	sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
+	desc := fmt.Sprintf("%s %s.%s(%s %.200v) from %q", path, ifaceName, member, sig, msg.Body, sender)
 
 	var out fzOutcome
 	setErr := func(stage string, err error) {
@@ -389,15 +394,15 @@ func fzDispatch(t *testing.T, fail, reject bool, msg *dbus.Message) fzOutcome {
 	if !isObj && !isNode && out.errName != "org.freedesktop.DBus.Error.UnknownObject" {
 		t.Fatalf("%s: a path that is no object answered %+v, want UnknownObject", desc, out)
 	}
-	if served && known && dbus.SignatureOf(msg.Body...).String() != wantSig {
+	if served && known && sig.String() != wantSig {
 		if out.errName != ErrInvalidArgs {
-			t.Fatalf("%s: arguments %s for a method taking (%s) answered %+v, want InvalidArgs", desc, dbus.SignatureOf(msg.Body...), wantSig, out)
+			t.Fatalf("%s: arguments %s for a method taking (%s) answered %+v, want InvalidArgs", desc, sig, wantSig, out)
 		}
 		if len(out.calls) != 0 {
 			t.Fatalf("%s: wrong arguments reached the backend", desc)
 		}
 	}
-	if served && isPriv && dbus.SignatureOf(msg.Body...).String() == wantSig {
+	if served && isPriv && sig.String() == wantSig {
 		switch {
 		case level < need && out.errName != ErrAccessDenied:
 			t.Fatalf("%s: call of %s (level %v) by a sender at level %v answered %+v, want AccessDenied", desc, member, need, level, out)
@@ -638,6 +643,7 @@ func FuzzDBusMessage(f *testing.F) {
 	f.Add(false, seed(DevicePath("mlx5_0"), PropertiesInterface, "GetAll", ":1.2", DeviceInterface))
 	f.Add(false, seed("/", IntrospectableInterface, "Introspect", ":1.9"))
 	f.Add(false, seed(Path, ObjectManagerInterface, "GetManagedObjects", ""))
+	f.Add(false, boolKeyed(f, seed(Path, Interface, "BandwidthTest", ":1.0", "", map[uint32]uint32{})))
 	f.Fuzz(func(t *testing.T, fail bool, data []byte) {
 		msg, err := dbus.DecodeMessage(bytes.NewReader(data))
 		if err != nil || msg.Type != dbus.TypeMethodCall {
@@ -663,5 +669,39 @@ func TestFuzzSendersLevels(t *testing.T) {
 		if got != s.level {
 			t.Errorf("sender %q: level %v (caller %+v, %v), want %v", s.name, got, c, err, s.level)
 		}
+	}
+}
+
+// boolKeyed turns a call whose body holds an a{uu} into the same call with
+// an a{bb}: the two have the same wire layout (a boolean is a 4-byte 0 or
+// 1), and godbus cannot encode a map keyed by bool itself. The fuzzer found
+// a{bb} first (daemon/bus/testdata/fuzz/FuzzDBusMessage/673e191b9c8ee004).
+func boolKeyed(tb testing.TB, b []byte) []byte {
+	tb.Helper()
+	n := bytes.Count(b, []byte("a{uu}"))
+	if n != 1 {
+		tb.Fatalf("boolKeyed: %d a{uu} in the message, want 1", n)
+	}
+	return bytes.Replace(b, []byte("a{uu}"), []byte("a{bb}"), 1)
+}
+
+// TestFuzzBoolKeyedDict: a call whose argument is a dict keyed by booleans
+// decodes (godbus gives map[bool]bool) and is refused like any argument of
+// the wrong type, without a panic in the handler or in the reply.
+func TestFuzzBoolKeyedDict(t *testing.T) {
+	var buf bytes.Buffer
+	if err := fzEncode(&buf, fzCall(Path, Interface, "BandwidthTest", ":1.0", []any{"", map[uint32]uint32{}}), 1); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := dbus.DecodeMessage(bytes.NewReader(boolKeyed(t, buf.Bytes())))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if _, ok := msg.Body[1].(map[bool]bool); !ok {
+		t.Fatalf("body[1] is %T, want map[bool]bool (the case under test)", msg.Body[1])
+	}
+	out := fzDispatch(t, false, false, msg)
+	if out.errName == "" {
+		t.Fatalf("BandwidthTest(s a{bb}) answered %v, want an error", out.ret)
 	}
 }

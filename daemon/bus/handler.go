@@ -179,13 +179,16 @@ type method struct {
 // arguments against in and passes the connection and the sender on to
 // Call, which the privileged methods need to ask the bus for the caller's
 // uid.
-func (m method) DecodeArguments(conn *dbus.Conn, sender string, _ *dbus.Message, body []any) ([]any, error) {
+func (m method) DecodeArguments(conn *dbus.Conn, sender string, msg *dbus.Message, body []any) ([]any, error) {
 	if m.any {
 		return []any{call{conn: conn, sender: sender}}, nil
 	}
 	// dbus.Store converts between Go kinds (a uint32 7 would become the
-	// string "\a"), so the wire types are compared first.
-	if len(body) != len(m.in) || dbus.SignatureOf(body...) != dbus.SignatureOf(m.in...) {
+	// string "\a"), so the wire types are compared first: the signature the
+	// message carries, never dbus.SignatureOf(body...), which panics on what
+	// godbus's decoder produces for a valid a{bb} (map[bool]bool): any local
+	// user could have stopped rdmad with one call.
+	if len(body) != len(m.in) || wireSignature(msg, body) != dbus.SignatureOf(m.in...).String() {
 		return nil, dbus.ErrMsgInvalidArg
 	}
 	ptrs := make([]any, len(m.in))
@@ -202,6 +205,28 @@ func (m method) DecodeArguments(conn *dbus.Conn, sender string, _ *dbus.Message,
 		c.args = append(c.args, reflect.ValueOf(p).Elem().Interface())
 	}
 	return []any{c}, nil
+}
+
+// wireSignature is the body's signature as the message carries it ("" for
+// an empty body). A message without one (a caller inside the process) has
+// its body's signature computed, and a body godbus cannot describe is no
+// signature at all.
+func wireSignature(msg *dbus.Message, body []any) (sig string) {
+	if msg != nil {
+		if v, ok := msg.Headers[dbus.FieldSignature]; ok {
+			s, _ := v.Value().(dbus.Signature)
+			return s.String()
+		}
+		if len(body) == 0 {
+			return ""
+		}
+	}
+	defer func() {
+		if recover() != nil {
+			sig = "\x00invalid"
+		}
+	}()
+	return dbus.SignatureOf(body...).String()
 }
 
 // Call implements dbus.Method.

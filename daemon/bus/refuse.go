@@ -11,6 +11,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/rdmad/rdmad/daemon/access"
+	"github.com/rdmad/rdmad/internal/busconn"
 	"github.com/rdmad/rdmad/internal/throttle"
 )
 
@@ -37,12 +38,15 @@ const (
 	RefusedDenied     = "denied"     // the access table refused the caller
 	RefusedBudget     = "budget"     // the caller's uid was over its call budget
 	RefusedUnverified = "unverified" // the bus could not say who the caller is
+	// RefusedUndecodable: a message godbus could not decode, dropped
+	// before it reached godbus (internal/busconn).
+	RefusedUndecodable = "undecodable"
 )
 
 // Counters counts what the D-Bus service refused. The daemon passes one to
 // Run and to the metrics (rdmad_dbus_calls_refused_total).
 type Counters struct {
-	denied, budget, unverified atomic.Uint64
+	denied, budget, unverified, undecodable atomic.Uint64
 }
 
 // Refused returns the refused calls by reason.
@@ -50,7 +54,7 @@ func (c *Counters) Refused() map[string]uint64 {
 	if c == nil {
 		return nil
 	}
-	return map[string]uint64{RefusedDenied: c.denied.Load(), RefusedBudget: c.budget.Load(), RefusedUnverified: c.unverified.Load()}
+	return map[string]uint64{RefusedDenied: c.denied.Load(), RefusedBudget: c.budget.Load(), RefusedUnverified: c.unverified.Load(), RefusedUndecodable: c.undecodable.Load()}
 }
 
 func (c *Counters) add(reason string) {
@@ -61,6 +65,8 @@ func (c *Counters) add(reason string) {
 		c.budget.Add(1)
 	case RefusedUnverified:
 		c.unverified.Add(1)
+	case RefusedUndecodable:
+		c.undecodable.Add(1)
 	}
 }
 
@@ -159,8 +165,25 @@ func (g *gate) refused(reason, method, sender string, caller access.Caller, err 
 	g.log.Warn("D-Bus call refused", append(attrs, "err", err)...)
 }
 
-// unknownUID is the refusal log's key for callers the bus could not name.
-const unknownUID = ^uint32(0)
+// unknownUID is the refusal log's key for callers the bus could not name,
+// undecodableKey the key of the messages the guard dropped.
+const (
+	unknownUID     = ^uint32(0)
+	undecodableKey = ^uint32(0) - 1
+)
+
+// dropped counts and logs a message the guard dropped, one line per
+// interval with the count held back.
+func (g *gate) dropped(info busconn.Dropped) {
+	g.counters.add(RefusedUndecodable)
+	ok, held := g.lines.Allow(undecodableKey, time.Now())
+	if !ok {
+		return
+	}
+	g.log.Warn("D-Bus message dropped: godbus cannot decode it, and would have closed rdmad's connection to the bus",
+		"why", info.Why, "bytes", info.Bytes, "sender", info.Sender, "interface", info.Interface, "member", info.Member,
+		"signature", info.Signature, "dropped_unlogged", held)
+}
 
 type callKey struct{}
 

@@ -29,6 +29,7 @@ import (
 	"github.com/rdmad/rdmad/daemon/access"
 	"github.com/rdmad/rdmad/daemon/service"
 	"github.com/rdmad/rdmad/daemon/state"
+	"github.com/rdmad/rdmad/internal/busconn"
 )
 
 // Options configure Run.
@@ -176,7 +177,7 @@ func (s *server) session(ctx context.Context) (owned bool, err error) {
 	connCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(connectTimeout, cancel)
-	conn, err := dbus.Connect(addr, dbus.WithHandler(s.h), dbus.WithContext(connCtx))
+	conn, err := s.connect(connCtx, addr)
 	if err != nil {
 		timer.Stop()
 		return false, connectError(err)
@@ -277,6 +278,13 @@ func connectError(err error) error {
 		return fmt.Errorf("dbus: connect to the system bus at %s: %w; start dbus.service", addr, err)
 	}
 	return fmt.Errorf("dbus: connect to the system bus at %s: %w", addr, err)
+}
+
+// connect is dbus.Connect through internal/busconn's guard: a message
+// godbus cannot decode is dropped (and counted) instead of closing the
+// connection.
+func (s *server) connect(ctx context.Context, addr string) (*dbus.Conn, error) {
+	return busconn.Connect(ctx, addr, s.h.gate.dropped, dbus.WithHandler(s.h), dbus.WithContext(ctx))
 }
 
 // systemBusSocket is the system bus's socket when DBUS_SYSTEM_BUS_ADDRESS is

@@ -531,6 +531,75 @@ func TestIntegrationBusctl(t *testing.T) {
 	}
 }
 
+// TestIntegrationBoolKeyedDictAttack: nobody sends a method an argument
+// that is a dict keyed by booleans (a{bb}, valid D-Bus, which the bus
+// passes on). godbus decodes an empty one into a value its SignatureOf
+// panics on (rdmad compared signatures that way: one call stopped the
+// daemon), and fails to decode a non-empty one with an error on which it
+// closes its connection (one call, or one unicast signal, which the
+// system bus lets anyone send, took rdmad off the bus). rdmad must answer
+// InvalidArgs, keep its connection (the same unique name) and keep serving.
+func TestIntegrationBoolKeyedDictAttack(t *testing.T) {
+	requireRoot(t)
+	testenv.Tool(t, "busctl", "apt-get install systemd")
+	testenv.Tool(t, "setpriv", "apt-get install util-linux: it runs a caller as nobody")
+	b := startBus(t, "")
+	store := newStore()
+	counters := &Counters{}
+	startRunOpts(t, Options{Store: store, Backend: newProbeBackend(store), Counters: counters}).waitFor(t, 0, apitype.OK, "")
+	busctl := func(asNobody bool, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command("busctl", append([]string{"--address=" + b.addr, "--timeout=5"}, args...)...)
+		if asNobody {
+			cmd = exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, cmd.Args...)...)
+		}
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	owner := func() string {
+		t.Helper()
+		out, err := busctl(false, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetNameOwner", "s", Name)
+		if err != nil {
+			t.Fatalf("GetNameOwner %s: %v: %s", Name, err, out)
+		}
+		return out
+	}
+	before := owner()
+	calls := [][]string{
+		{"BandwidthTest", "sa{bb}", "", "0"},
+		{"BandwidthTest", "sa{bb}", "", "1", "true", "false"},
+		{"BandwidthTest", "sv", "", "a{bb}", "2", "true", "true", "false", "false"},
+		{"Probe", "a{bb}", "1", "false", "true"},
+		{"Reload", "a{bb}", "1", "true", "true"},
+	}
+	for _, args := range calls {
+		out, err := busctl(true, append([]string{"call", Name, string(Path), Interface}, args...)...)
+		switch {
+		case err == nil:
+			t.Errorf("busctl call %s as nobody succeeded: %s", strings.Join(args, " "), out)
+		case !strings.Contains(out, "nvalid") && !strings.Contains(out, "rdmad cannot decode"):
+			t.Errorf("busctl call %s as nobody: %v: %s; want an invalid-arguments error", strings.Join(args, " "), err, out)
+		case strings.Contains(out, "timed out"):
+			t.Errorf("busctl call %s as nobody timed out: %s; want an answer", strings.Join(args, " "), out)
+		}
+	}
+	// A unicast signal needs no method and no policy for methods.
+	if out, err := busctl(true, "emit", "--destination="+Name, "/x", "org.example.X", "Boom", "a{bb}", "1", "true", "true"); err != nil {
+		t.Fatalf("busctl emit as nobody: %v: %s", err, out)
+	}
+	if out, err := busctl(false, "get-property", Name, string(Path), Interface, "State"); err != nil || out != `s "running"` {
+		t.Fatalf("after the a{bb} messages, get-property State: %v: %s; want rdmad still serving", err, out)
+	}
+	if after := owner(); after != before {
+		t.Errorf("%s's owner went from %s to %s: rdmad lost its connection to the bus", Name, before, after)
+	}
+	// The empty a{bb} decodes and is refused by the handler; the others
+	// are dropped before godbus, one count each (the signal too).
+	if got, want := counters.Refused()[RefusedUndecodable], uint64(len(calls)); got != want {
+		t.Errorf("undecodable count %d, want %d (the calls with entries and the signal)", got, want)
+	}
+}
+
 func isDBusError(err error, name string) bool {
 	var de dbus.Error
 	return errors.As(err, &de) && de.Name == name

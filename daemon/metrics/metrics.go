@@ -173,7 +173,7 @@ func (c *Collector) collectLive(s *apitype.Snapshot, ch chan<- prometheus.Metric
 // dbusRefused is not in the snapshot: the D-Bus service counts its
 // refusals itself (a flood of them must not publish snapshots).
 var dbusRefused = prometheus.NewDesc("rdmad_dbus_calls_refused_total",
-	"D-Bus method calls rdmad refused since it started, by reason: denied (the access table), budget (the caller's uid over its call budget), unverified (the bus could not say who called).",
+	"D-Bus method calls rdmad refused since it started, by reason: denied (the access table), budget (the caller's uid over its call budget), unverified (the bus could not say who called), undecodable (a message godbus cannot decode, dropped before it could close the connection).",
 	[]string{"reason"}, nil)
 
 func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {

@@ -14,6 +14,8 @@ import (
 	"os"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/rdmad/rdmad/internal/busconn"
 )
 
 const (
@@ -123,5 +125,8 @@ func connect(ctx context.Context) (*dbus.Conn, error) {
 		}
 		addr = "unix:path=" + busSocket
 	}
-	return dbus.Connect(addr, dbus.WithContext(ctx))
+	// Through the guard: anyone may send this connection a signal (the
+	// JobRemoved it waits for is broadcast), and one godbus cannot decode
+	// would otherwise close it mid-job.
+	return busconn.Connect(ctx, addr, nil, dbus.WithContext(ctx))
 }
