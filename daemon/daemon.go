@@ -598,6 +598,12 @@ func (d *Daemon) saveCopy(cfg *config.Config) {
 // and the ports whose state changed since the last read.
 func (d *Daemon) refresh(why string) {
 	devs, err := d.inv.Read()
+	// The PCI functions of RDMA adapters without their device
+	// (DeviceMissing): one of eight HCAs lost.
+	var lost []apitype.PCIFunction
+	if err == nil {
+		lost = d.inv.FunctionsWithoutDevice(devs)
+	}
 	// DCQCN's state of the RoCE netdevs, observed whether or not a policy
 	// manages it (mlx5's ecn sysfs files; others have none).
 	var ecnState []apitype.NetdevECN
@@ -630,6 +636,9 @@ func (d *Daemon) refresh(why string) {
 			_, read := s.Components[apitype.ComponentInventory]
 			prev, first = s.Devices, !read
 			s.Devices = devs
+			if !slices.EqualFunc(s.FunctionsWithoutDevice, lost, func(a, b apitype.PCIFunction) bool { return a == b }) {
+				s.FunctionsWithoutDevice = lost // a new slice only when it changed: the verdict's memo compares it by identity
+			}
 			s.ECN = ecnState
 			s.QoS = qosState
 			st, e := apitype.OK, error(nil)

@@ -683,6 +683,44 @@ func TestHealthNoDevice(t *testing.T) {
 	})
 }
 
+// TestHealthExpectedDevices (#39 item 2): a [health.expect] naming a
+// device the node does not have (rxe1, beside the real rxe0) makes
+// rdmactl check exit 1 naming it, with its rail, and /v1/health's
+// DeviceMissing about it; the drop-in removed, the node is healthy again.
+func TestHealthExpectedDevices(t *testing.T) {
+	peersOther(t)
+	d := healthDiag(t)
+	waitActive(t)
+	waitHealthy(t, 90*time.Second)
+	if st, msg, _ := healthNow(t).cond("DeviceMissing"); st != "ok" {
+		d.Errorf("DeviceMissing %s on a healthy node: %s", st, msg)
+	}
+	t.Cleanup(func() { waitHealthy(t, 60*time.Second) }) // after the drop-in's removal
+	healthDropin(t, "50-expect.toml", `
+[health.expect]
+devices = 2
+ports = 1
+[[health.expect.device]]
+name = "rxe0"
+rail = "rail0"
+[[health.expect.device]]
+name = "rxe1"
+rail = "rail1"
+`)
+	waitFor(t, 10*time.Second, "rdmactl check exits 1 naming rxe1", func() (bool, string) {
+		code, out := checkNow(t)
+		return code == 1 && strings.HasPrefix(out, "DeviceMissing: rxe1 (rail1) is missing"), fmt.Sprintf("exit %d: %q", code, out)
+	})
+	if st, msg, objs := healthNow(t).cond("DeviceMissing"); st != "problem" || len(objs) != 1 || objs[0] != "rxe1" ||
+		!strings.Contains(msg, "1 of 2 RDMA devices present") {
+		d.Errorf("DeviceMissing %s about %v: %s; want a problem about rxe1, 1 of 2 present", st, objs, msg)
+	}
+	if _, out := checkNow(t, "--format", "nhc"); !strings.Contains(out, "rdmad: DeviceMissing problem: rxe1 (rail1) is missing") {
+		d.Errorf("nhc format: %q", out)
+	}
+	// The drop-in's cleanup reloads without it: the node is healthy.
+}
+
 // TestHealthDBusDevice: the device object carries its own Health and the
 // loopback probes' ProbeState.
 func TestHealthDBusDevice(t *testing.T) {

@@ -6,6 +6,7 @@
 package health
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,6 +33,36 @@ type Expect struct {
 	// min_loopback_share of the port's rate); 0: not declared.
 	MinLoopbackGbps  float64
 	MinLoopbackShare float64
+	// Count, Ports and Devices are [health.expect]: how many RDMA devices
+	// the node has (0: not checked), how many ports each has (0: not
+	// checked), and devices that must be present.
+	Count   int
+	Ports   int
+	Devices []ExpectedDevice
+}
+
+// An ExpectedDevice is one [[health.expect.device]]: a device by name or
+// by PCI function, its rail (a label for messages) and its port count
+// (0: Expect.Ports).
+type ExpectedDevice struct {
+	Name, PCI, Rail string
+	Ports           int
+}
+
+// Matches reports whether d is the device x names.
+func (x ExpectedDevice) Matches(d apitype.Device) bool {
+	return (x.Name != "" && d.Name == x.Name) || (x.PCI != "" && d.PCI == x.PCI)
+}
+
+func (x ExpectedDevice) label() string {
+	l := x.Name
+	if l == "" {
+		l = x.PCI
+	}
+	if x.Rail != "" {
+		l += " (" + x.Rail + ")"
+	}
+	return l
 }
 
 // LoopbackThreshold is the least loopback bandwidth e declares for port p
@@ -74,7 +105,7 @@ func Evaluate(in Input) apitype.Health {
 	s := in.Snap
 	e := evaluator{in: in, s: s}
 	conds := []apitype.Condition{
-		e.config(), e.inputs(), e.noDevice(), e.verbs(), e.portDown(), e.flapping(), e.subnetManager(), e.linkRate(), e.pcie(),
+		e.config(), e.inputs(), e.noDevice(), e.deviceMissing(), e.verbs(), e.portDown(), e.flapping(), e.subnetManager(), e.linkRate(), e.pcie(),
 		e.loopback(), e.loopbackBandwidth(), e.mrpool(), e.memlock(), e.peers(), e.kernel(), e.policy(), e.daemon(),
 	}
 	h := apitype.Health{Status: apitype.ConditionOK, Conditions: conds}
@@ -172,6 +203,124 @@ func (e evaluator) noDevice() apitype.Condition {
 		names = append(names, d.Name)
 	}
 	return ok(apitype.CondNoDevice, "DevicesPresent", "RDMA devices: "+strings.Join(names, ", "))
+}
+
+// deviceMissing compares the devices with [health.expect] and looks for
+// PCI functions of RDMA adapters that lost their device (one of eight HCAs
+// gone is otherwise a healthy node: NoDevice fires only at zero).
+func (e evaluator) deviceMissing() apitype.Condition {
+	const t = apitype.CondDeviceMissing
+	if !e.inventoryRead() {
+		return e.notRead(t)
+	}
+	x := e.in.Expect
+	var judged []apitype.Device
+	for _, d := range e.s.Devices {
+		if !slices.Contains(x.Ignore, d.Name) {
+			judged = append(judged, d)
+		}
+	}
+	orphans := map[string]apitype.PCIFunction{}
+	var orphanOrder []string
+	for _, f := range e.s.FunctionsWithoutDevice {
+		if !slices.Contains(x.Ignore, f.Address) {
+			orphans[f.Address] = f
+			orphanOrder = append(orphanOrder, f.Address)
+		}
+	}
+	var reason string
+	var objs, msgs []string
+	note := func(r, obj, msg string) {
+		if reason == "" {
+			reason = r
+		}
+		if obj != "" && !slices.Contains(objs, obj) {
+			objs = append(objs, obj)
+		}
+		msgs = append(msgs, msg)
+	}
+	listed := map[string]bool{}
+	checkPorts := func(label string, d apitype.Device, want int) {
+		if want > 0 && len(d.Ports) != want {
+			note("PortsMissing", d.Name, fmt.Sprintf("%s has %d ports, expect %d", label, len(d.Ports), want))
+		}
+	}
+	for _, want := range x.Devices {
+		i := slices.IndexFunc(judged, want.Matches)
+		if i < 0 {
+			msg := want.label() + " is missing"
+			switch f, ok := orphans[want.PCI]; {
+			case ok:
+				msg += ": its PCI function has no RDMA device (" + functionText(f) + ")"
+				delete(orphans, want.PCI)
+			case want.PCI != "":
+				msg += ": no RDMA adapter answers at that PCI address (lspci -D -s " + want.PCI + "); reseat it or check its slot"
+			}
+			obj := want.Name
+			if obj == "" {
+				obj = want.PCI
+			}
+			note("ExpectedDeviceMissing", obj, msg)
+			continue
+		}
+		d := judged[i]
+		listed[d.Name] = true
+		label := d.Name
+		if want.Rail != "" {
+			label += " (" + want.Rail + ")"
+		}
+		checkPorts(label, d, cmp.Or(want.Ports, x.Ports))
+	}
+	for _, d := range judged {
+		if !listed[d.Name] {
+			checkPorts(d.Name, d, x.Ports)
+		}
+	}
+	if x.Count > 0 && len(judged) != x.Count {
+		if len(judged) < x.Count {
+			note("ExpectedDeviceMissing", "", fmt.Sprintf("%d of %d RDMA devices present", len(judged), x.Count))
+		} else {
+			var extra []string
+			for _, d := range judged {
+				if len(x.Devices) > 0 && !listed[d.Name] {
+					extra = append(extra, d.Name)
+				}
+			}
+			msg := fmt.Sprintf("%d RDMA devices, expect %d", len(judged), x.Count)
+			if len(extra) > 0 {
+				msg += " (not listed: " + strings.Join(extra, ", ") + ")"
+			}
+			note("UnexpectedDevice", "", msg)
+			for _, n := range extra {
+				objs = append(objs, n)
+			}
+		}
+	}
+	for _, a := range orphanOrder {
+		if f, ok := orphans[a]; ok {
+			note("FunctionWithoutRDMADevice", a, "PCI function "+functionText(f)+" has no RDMA device")
+		}
+	}
+	if reason != "" {
+		return problem(t, reason, objs, list(msgs)+"; the kernel log says why (dmesg | grep -e mlx5 -e "+
+			"'probe failed'); reseat or replace the adapter, or declare what the node has in [health.expect]")
+	}
+	switch {
+	case x.Count > 0 || len(x.Devices) > 0:
+		return ok(t, "DevicesAsExpected", fmt.Sprintf("%d RDMA devices, as [health.expect] declares", len(judged)))
+	case len(e.s.Devices) == 0:
+		return ok(t, "NoDevice", "no RDMA device (see NoDevice); no adapter's PCI function lacks its device")
+	}
+	return ok(t, "NoFunctionWithoutDevice", "every RDMA adapter's PCI function has its RDMA device; [health.expect] declares nothing more")
+}
+
+// functionText names a PCI function and its driver for a message.
+func functionText(f apitype.PCIFunction) string {
+	drv := "no driver bound"
+	if f.Driver != "" {
+		drv = "driver " + f.Driver
+	}
+	return fmt.Sprintf("%s, %s:%s, %s", f.Address, f.Vendor, f.Device, drv)
 }
 
 func (e evaluator) verbs() apitype.Condition {
@@ -292,7 +441,7 @@ func (e evaluator) linkRate() apitype.Condition {
 		return e.notRead(t)
 	}
 	if len(e.in.Expect.MinRateGbps) == 0 {
-		return ok(t, "NoExpectation", "no [[policy]] declares a min_rate")
+		return ok(t, "NoExpectation", "no [[policy]] min_rate or [health.expect] rate is declared")
 	}
 	var objs, msgs, unknowns []string
 	e.ports(func(d apitype.Device, p apitype.Port) {

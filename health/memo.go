@@ -44,6 +44,8 @@ func (m *Memo) sameInputs(in Input, flaps *Flaps) bool {
 	return in.Local == m.in.Local && sameSlice(in.Prev.Conditions, m.out.Conditions) && in.Prev.Status == m.out.Status &&
 		sameSlice(in.Expect.Ignore, m.in.Expect.Ignore) && sameMap(in.Expect.MinRateGbps, m.in.Expect.MinRateGbps) &&
 		in.Expect.MinLoopbackGbps == m.in.Expect.MinLoopbackGbps && in.Expect.MinLoopbackShare == m.in.Expect.MinLoopbackShare &&
+		in.Expect.Count == m.in.Expect.Count && in.Expect.Ports == m.in.Expect.Ports && sameSlice(in.Expect.Devices, m.in.Expect.Devices) &&
+		sameSlice(a.FunctionsWithoutDevice, b.FunctionsWithoutDevice) &&
 		a.Bandwidth == b.Bandwidth &&
 		(flaps == nil) == (m.flaps == nil) && (flaps == nil || flaps.same(m.flaps, in.Now)) &&
 		sameMap(a.Components, b.Components) && a.Config.Error == b.Config.Error && a.Config.Generation == b.Config.Generation &&

@@ -64,6 +64,15 @@ func TestMemo(t *testing.T) {
 		}, false},
 		{"the refusal taken back", func(s *apitype.Snapshot) { s.RefusedFiles = []apitype.RefusedFile{} }, false},
 		{"a lower threshold", func(*apitype.Snapshot) { expect.MinLoopbackShare = 0.5 }, false},
+		// DeviceMissing reads [health.expect] and the functions without
+		// a device.
+		{"an expected count", func(*apitype.Snapshot) { expect.Count = 2 }, false},
+		{"expected ports", func(*apitype.Snapshot) { expect.Ports = 2 }, false},
+		{"expected devices", func(*apitype.Snapshot) { expect.Devices = []ExpectedDevice{{Name: "rxe1"}} }, false},
+		{"a function without a device", func(s *apitype.Snapshot) {
+			s.FunctionsWithoutDevice = []apitype.PCIFunction{{Address: "0000:13:00.0", Class: "0x020700"}}
+		}, false},
+		{"the same expectation", func(*apitype.Snapshot) {}, true},
 		{"flapping", func(*apitype.Snapshot) {
 			for i := range 4 {
 				flaps.Observe("rxe0/1", i%2 == 1, now)

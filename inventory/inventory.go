@@ -86,6 +86,7 @@ func (r Reader) device(name string) (apitype.Device, error) {
 	if target, err := os.Readlink(filepath.Join(dir, "device")); err == nil {
 		d.Parent = filepath.Base(target)
 	}
+	d.PCI = devicePCI(dir)
 	d.PCIe = pcieLink(dir)
 	pents, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil {

@@ -12,6 +12,10 @@ type Device struct {
 	// Parent is the bus device (a PCI address) or "" for software devices
 	// such as rxe.
 	Parent string `json:"parent,omitempty"`
+	// PCI is the PCI function the device is on ("0000:17:00.0"): Parent
+	// for a device on a PCI function, the function above an auxiliary
+	// device (irdma on ice); "" for software devices.
+	PCI string `json:"pci,omitempty"`
 	// Uverbs is the verbs character device ("/dev/infiniband/uverbs0"), or
 	// "" when the kernel exposes none (ib_uverbs not loaded).
 	Uverbs string `json:"uverbs,omitempty"`
@@ -55,4 +59,16 @@ type GID struct {
 	// Type is "IB", "RoCE v1" or "RoCE v2".
 	Type   string `json:"type"`
 	Netdev string `json:"netdev,omitempty"`
+}
+
+// A PCIFunction is a PCI function of an RDMA adapter that has no RDMA
+// device: the adapter or its driver failed (mlx5_core probed, mlx5_ib did
+// not create the device; or no driver took the function).
+type PCIFunction struct {
+	Address string `json:"address"` // "0000:17:00.0"
+	Vendor  string `json:"vendor"`  // "0x15b3"
+	Device  string `json:"device"`  // "0x101b"
+	Class   string `json:"class"`   // "0x020700"
+	// Driver is the bound driver ("mlx5_core"), "" when none is bound.
+	Driver string `json:"driver,omitempty"`
 }

@@ -30,6 +30,11 @@ const (
 	CondInputRefused = "InputRefused"
 	// CondNoDevice: the node has no RDMA device.
 	CondNoDevice = "NoDevice"
+	// CondDeviceMissing: an RDMA device the node should have is not
+	// there: one [health.expect] declares is missing (or one more is
+	// there than it declares), or a PCI function of an RDMA adapter has
+	// no RDMA device while its driver's other functions have theirs.
+	CondDeviceMissing = "DeviceMissing"
 	// CondVerbs: devices are there, but verbs cannot work on them (no
 	// uverbs node, libibverbs or the device cannot be opened).
 	CondVerbs = "VerbsUnavailable"
@@ -72,7 +77,7 @@ const (
 
 // ConditionTypes lists every condition type in the order GET /v1/health
 // reports them: the node's first, then the devices', then the fabric's.
-var ConditionTypes = []string{CondConfig, CondInputRefused, CondNoDevice, CondVerbs, CondPortDown, CondPortFlapping,
+var ConditionTypes = []string{CondConfig, CondInputRefused, CondNoDevice, CondDeviceMissing, CondVerbs, CondPortDown, CondPortFlapping,
 	CondSubnetManager, CondLinkDegraded, CondPCIeDegraded, CondLoopback, CondLoopbackBandwidth, CondMRPool, CondMemlock, CondPeers,
 	CondKernelFault, CondPolicy, CondDaemon}
 

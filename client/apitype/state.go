@@ -43,9 +43,13 @@ type Snapshot struct {
 	StartedAt time.Time `json:"started_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	Config  Config      `json:"config"`
-	Devices []Device    `json:"devices"`
-	Policy  PolicyState `json:"policy"`
+	Config  Config   `json:"config"`
+	Devices []Device `json:"devices"`
+	// FunctionsWithoutDevice are the PCI functions of RDMA adapters that
+	// have no RDMA device (inventory.Reader.FunctionsWithoutDevice says
+	// which count); DeviceMissing judges them.
+	FunctionsWithoutDevice []PCIFunction `json:"pci_functions_without_rdma_device,omitempty"`
+	Policy                 PolicyState   `json:"policy"`
 	// Loopback is the loopback probe's latest result per port.
 	Loopback []LoopbackPort `json:"loopback"`
 	// MRPool is the memory registration pool per device.

@@ -111,12 +111,14 @@ func daemonHealth(ctx context.Context, g *globals, c *client.Client) (apitype.He
 // problem; what only rdmad knows is unknown.
 func localHealth(root string, why error) apitype.Health {
 	s := &apitype.Snapshot{Components: map[string]apitype.Component{}}
-	devs, err := inventory.Reader{Root: root}.Read()
+	r := inventory.Reader{Root: root}
+	devs, err := r.Read()
 	if err != nil {
 		s.Components[apitype.ComponentInventory] = apitype.Component{State: apitype.Error, Error: err.Error()}
 	} else {
 		s.Components[apitype.ComponentInventory] = apitype.Component{State: apitype.OK}
 		s.Devices = devs
+		s.FunctionsWithoutDevice = r.FunctionsWithoutDevice(devs)
 	}
 	h := health.Evaluate(health.Input{Snap: s, Now: time.Now(), Local: true})
 	for i := range h.Conditions {

@@ -36,7 +36,54 @@ type Health struct {
 	// applies, and 0 declares none. Below it, LoopbackBandwidthLow.
 	MinLoopbackGbps  float64 `toml:"min_loopback_gbps"`
 	MinLoopbackShare float64 `toml:"min_loopback_share"`
+	// Expect declares the RDMA devices the node should have
+	// ([health.expect]); a missing one is DeviceMissing.
+	Expect HealthExpect `toml:"expect"`
 }
+
+// HealthExpect is [health.expect]: what the node should have. Every key is
+// optional; what is not declared is not checked.
+type HealthExpect struct {
+	// Devices is how many RDMA devices the node has, those in [health]
+	// ignore not counted: fewer or more is DeviceMissing; 0: not checked.
+	Devices int `toml:"devices"`
+	// Ports is how many ports each device has; 0: not checked.
+	Ports int `toml:"ports"`
+	// Rate is the least active rate of each port ("400Gb/s"), judged as
+	// [[policy]] min_rate is (LinkDegraded); RateGbps is it parsed.
+	Rate     string  `toml:"rate"`
+	RateGbps float64 `toml:"-"`
+	// Device lists devices that must be present ([[health.expect.device]]),
+	// each by name or PCI address, with its rail and its own ports and
+	// rate. A drop-in's list replaces the main file's.
+	Device []ExpectDevice `toml:"device"`
+}
+
+// ExpectDevice is one [[health.expect.device]].
+type ExpectDevice struct {
+	Name string `toml:"name"` // "mlx5_0", as rdmactl status shows it
+	PCI  string `toml:"pci"`  // "0000:17:00.0", as lspci -D shows it
+	// Rail labels the device in messages ("rail3": the leaf it cables to).
+	Rail     string  `toml:"rail"`
+	Ports    int     `toml:"ports"`
+	Rate     string  `toml:"rate"`
+	RateGbps float64 `toml:"-"`
+}
+
+// Expected limits.
+const (
+	MaxExpectDevices = 1024
+	MaxExpectPorts   = 255
+)
+
+var (
+	// pciAddress is a PCI function as lspci -D and sysfs write it.
+	pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+	// deviceName is an RDMA device's name as the kernel gives it.
+	deviceName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	// railName is a rail's label: text for a message, nothing else.
+	railName = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,64}$`)
+)
 
 // Health defaults (docs/HEALTH.md says why).
 const (
@@ -54,8 +101,9 @@ func defaultHealth() Health {
 		KernelFaultWindow: Duration{DefaultKernelFaultWindow}, KernelLog: true}
 }
 
-// ignoreEntry is a device name or device/port, as the inventory names them.
-var ignoreEntry = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}(/[0-9]{1,3})?$`)
+// ignoreEntry is a device name or device/port, as the inventory names them,
+// or a PCI function (one DeviceMissing names for having no RDMA device).
+var ignoreEntry = regexp.MustCompile(`^([A-Za-z0-9_.-]{1,64}(/[0-9]{1,3})?|[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$`)
 
 // validateHealth checks [health].
 func (c *Config) validateHealth(k *checker) {
@@ -64,7 +112,7 @@ func (c *Config) validateHealth(k *checker) {
 	at := func(key string) string { return k.setter("health." + key) }
 	for _, e := range h.Ignore {
 		if !ignoreEntry.MatchString(e) {
-			bad(at("ignore"), "health.ignore", "%q is not a device or port; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl status shows them", e)
+			bad(at("ignore"), "health.ignore", "%q is not a device, port or PCI function; list RDMA device names (\"mlx5_1\") or ports (\"mlx5_0/2\") as rdmactl status shows them, or PCI functions (\"0000:17:00.0\") as lspci -D does", e)
 		}
 	}
 	if h.MinLoopbackGbps < 0 || h.MinLoopbackGbps > 1e5 || h.MinLoopbackGbps != h.MinLoopbackGbps {
@@ -83,6 +131,7 @@ func (c *Config) validateHealth(k *checker) {
 		bad(at("flap_long_window"), "health.flap_long_window", "%s is not longer than flap_window (%s); the long window catches the slow flaps the short one misses: make it longer (default %s) or set flap_long_downs = 0",
 			w, h.FlapWindow.Duration, DefaultFlapLongWindow)
 	}
+	c.validateExpect(k)
 	for _, d := range []struct {
 		key string
 		v   time.Duration
@@ -92,6 +141,68 @@ func (c *Config) validateHealth(k *checker) {
 		{"kernel_fault_window", h.KernelFaultWindow.Duration, DefaultKernelFaultWindow}} {
 		if d.v < time.Second || d.v > 7*24*time.Hour {
 			bad(at(d.key), "health."+d.key, "%s is out of range; use 1s to 168h (default %s)", d.v, d.def)
+		}
+	}
+}
+
+// validateExpect checks [health.expect].
+func (c *Config) validateExpect(k *checker) {
+	x := &c.Health.Expect
+	bad := k.bad
+	at := func(key string) string { return k.setter("health.expect." + key) }
+	if x.Devices < 0 || x.Devices > MaxExpectDevices {
+		bad(at("devices"), "health.expect.devices", "%d is out of range; use 0 (not checked) to %d, the RDMA devices the node has (rdmactl status lists them)", x.Devices, MaxExpectDevices)
+	}
+	if x.Ports < 0 || x.Ports > MaxExpectPorts {
+		bad(at("ports"), "health.expect.ports", "%d is out of range; use 0 (not checked) to %d ports per device", x.Ports, MaxExpectPorts)
+	}
+	if x.Rate != "" {
+		r, err := ParseRate(x.Rate)
+		if err != nil {
+			bad(at("rate"), "health.expect.rate", "%v", err)
+		}
+		x.RateGbps = r
+	}
+	if len(x.Device) > MaxExpectDevices {
+		bad(at("device"), "health.expect.device", "%d devices listed; at most %d", len(x.Device), MaxExpectDevices)
+		return
+	}
+	if x.Devices > 0 && len(x.Device) > x.Devices {
+		bad(at("devices"), "health.expect.devices", "%d, but %d [[health.expect.device]] are listed; make devices at least the list's length, or 0 to check the list alone", x.Devices, len(x.Device))
+	}
+	seen := map[string]int{}
+	for i := range x.Device {
+		d := &x.Device[i]
+		key := fmt.Sprintf("device[%d]", i)
+		at := func(sub string) string { return k.setter("health.expect." + key + "." + sub) }
+		where := "health.expect." + key
+		switch {
+		case d.Name == "" && d.PCI == "":
+			bad(at("name"), where, "names no device; give name = \"mlx5_0\" (as rdmactl status shows it) or pci = \"0000:17:00.0\" (as lspci -D shows it)")
+		case d.Name != "" && d.PCI != "":
+			bad(at("pci"), where+".pci", "gives both name %q and pci %q; give one (a name can move to another function after a reboot, a PCI address does not)", d.Name, d.PCI)
+		case d.Name != "" && !deviceName.MatchString(d.Name):
+			bad(at("name"), where+".name", "%q is not an RDMA device name; write it as rdmactl status shows it (\"mlx5_0\")", d.Name)
+		case d.PCI != "" && !pciAddress.MatchString(d.PCI):
+			bad(at("pci"), where+".pci", "%q is not a PCI function; write it as lspci -D shows it, in lower case (\"0000:17:00.0\")", d.PCI)
+		}
+		id := d.Name + d.PCI
+		if j, dup := seen[id]; dup && id != "" {
+			bad(at("name"), where, "%q is listed twice (device[%d] too); list each device once", id, j)
+		}
+		seen[id] = i
+		if d.Rail != "" && !railName.MatchString(d.Rail) {
+			bad(at("rail"), where+".rail", "%q is not a rail label; use up to 64 letters, digits and . _ : / - (\"rail3\")", d.Rail)
+		}
+		if d.Ports < 0 || d.Ports > MaxExpectPorts {
+			bad(at("ports"), where+".ports", "%d is out of range; use 0 (the [health.expect] ports) to %d", d.Ports, MaxExpectPorts)
+		}
+		if d.Rate != "" {
+			r, err := ParseRate(d.Rate)
+			if err != nil {
+				bad(at("rate"), where+".rate", "%v", err)
+			}
+			d.RateGbps = r
 		}
 	}
 }

@@ -43,6 +43,41 @@ min_rate = "200Gb/s"
 			t.Errorf("%q: %+v", body, h)
 		}
 	}
+	// [health.expect]: its keys, and a drop-in's device list replacing
+	// the main file's.
+	cfg2, err := Load(write(t, map[string]string{"rdmad.toml": `
+[health]
+ignore = ["0000:5f:00.0"]
+[health.expect]
+devices = 8
+ports = 1
+rate = "400Gb/s"
+[[health.expect.device]]
+name = "mlx5_0"
+rail = "rail0"
+[[health.expect.device]]
+pci = "0000:2a:00.0"
+ports = 2
+rate = "200G"
+`, "rdmad.d/10-rails.toml": `
+[[health.expect.device]]
+name = "mlx5_7"
+rail = "rail7"
+`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := cfg2.Health.Expect
+	if x.Devices != 8 || x.Ports != 1 || x.RateGbps != 400 || len(x.Device) != 1 || x.Device[0].Name != "mlx5_7" || x.Device[0].Rail != "rail7" {
+		t.Errorf("expect with a drop-in: %+v", x)
+	}
+	cfg3, err := Load(write(t, map[string]string{"rdmad.toml": "[[health.expect.device]]\npci = \"0000:2a:00.0\"\nports = 2\nrate = \"200G\"\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg3.Health.Expect.Device; len(d) != 1 || d[0].PCI != "0000:2a:00.0" || d[0].Ports != 2 || d[0].RateGbps != 200 {
+		t.Errorf("expect device: %+v", d)
+	}
 	pol := cfg.Policies[0]
 	if pol.MinRateGbps != 200 || pol.MinRateFor("mlx5_0", "") != 200 || pol.MinRateFor("rxe0", "eth0") != 0 {
 		t.Errorf("min_rate %+v", pol)
@@ -51,7 +86,21 @@ min_rate = "200Gb/s"
 
 func TestHealthConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
-		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device or port`},
+		{"[health]\nignore = [\"mlx5_0/x\"]\n", `rdmad.toml:2: health.ignore: "mlx5_0/x" is not a device, port or PCI function`},
+		{"[health]\nignore = [\"0000:17:00.0/1\"]\n", `health.ignore: "0000:17:00.0/1" is not a device, port or PCI function`},
+		{"[health.expect]\ndevices = -1\n", "rdmad.toml:2: health.expect.devices: -1 is out of range; use 0 (not checked) to 1024"},
+		{"[health.expect]\nports = 256\n", "rdmad.toml:2: health.expect.ports: 256 is out of range"},
+		{"[health.expect]\nrate = \"fast\"\n", `rdmad.toml:2: health.expect.rate: "fast" is not a link rate`},
+		{"[health.expect]\ndevices = 1\n[[health.expect.device]]\nname = \"a\"\n[[health.expect.device]]\nname = \"b\"\n", "health.expect.devices: 1, but 2 [[health.expect.device]] are listed"},
+		{"[[health.expect.device]]\nrail = \"r1\"\n", "rdmad.toml:1: health.expect.device[0]: names no device; give name = \"mlx5_0\""},
+		{"[[health.expect.device]]\nname = \"mlx5_0\"\npci = \"0000:17:00.0\"\n", `rdmad.toml:3: health.expect.device[0].pci: gives both name "mlx5_0" and pci "0000:17:00.0"; give one`},
+		{"[[health.expect.device]]\nname = \"mlx5 0\"\n", `rdmad.toml:2: health.expect.device[0].name: "mlx5 0" is not an RDMA device name`},
+		{"[[health.expect.device]]\npci = \"17:00.0\"\n", `rdmad.toml:2: health.expect.device[0].pci: "17:00.0" is not a PCI function; write it as lspci -D shows it`},
+		{"[[health.expect.device]]\npci = \"0000:17:00.0\"\n[[health.expect.device]]\npci = \"0000:17:00.0\"\n", `health.expect.device[1]: "0000:17:00.0" is listed twice (device[0] too)`},
+		{"[[health.expect.device]]\nname = \"mlx5_0\"\nrail = \"r\\u001b[31m\"\n", `health.expect.device[0].rail: "r\x1b[31m" is not a rail label`},
+		{"[[health.expect.device]]\nname = \"mlx5_0\"\nports = -2\n", "health.expect.device[0].ports: -2 is out of range"},
+		{"[[health.expect.device]]\nname = \"mlx5_0\"\nrate = \"0G\"\n", `health.expect.device[0].rate: "0G" is not a link rate`},
+		{"[health.expect]\ncount = 8\n", "health.expect.count"},
 		{"[health]\nflap_downs = 0\n", "rdmad.toml:2: health.flap_downs: 0 is out of range; use 1 to 1000"},
 		{"[health]\nflap_window = \"10ms\"\n", "rdmad.toml:2: health.flap_window: 10ms is out of range"},
 		{"[health]\nflap_long_downs = -1\n", "rdmad.toml:2: health.flap_long_downs: -1 is out of range; use 0 (no long window) to 1000 downs (default 2)"},

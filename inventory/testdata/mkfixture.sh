@@ -201,3 +201,53 @@ f $D/node_type "1: CA"
 f $D/ports/1/state "1: DOWN"
 f $D/ports/1/link_layer "Ethernet"
 f $D/ports/1/rate "Unknown"
+
+# testdata/lost: a node that lost one of its HCAs, as sysfs shows it, with
+# the functions that are not RDMA devices and must not count as lost. Each
+# function has vendor, device and class files and a driver link, and
+# bus/pci/devices links to it, as in /sys.
+R=${3:-lost}/sys
+rm -rf "$R"
+# fn ADDR VENDOR DEVICE CLASS DRIVER: a PCI function below the root port
+# 0000:00:ADDR's bus; DRIVER "" leaves it unbound.
+fn() {
+	F=devices/pci0000:00/$1
+	f $F/vendor "$2"
+	f $F/device "$3"
+	f $F/class "$4"
+	if [ -n "$5" ]; then
+		mkdir -p "$R/bus/pci/drivers/$5"
+		ln -s "../../../../bus/pci/drivers/$5" "$R/$F/driver"
+	fi
+	mkdir -p "$R/bus/pci/devices"
+	ln -s "../../../devices/pci0000:00/$1" "$R/bus/pci/devices/$(basename "$1")"
+}
+# The root ports themselves are PCI functions (bridges, class 0x0604).
+for p in 01 02 03 04 05 06 07; do
+	fn 0000:00:$p.0 0x8086 0x347a 0x060400 pcieport
+done
+# mlx5_0 and mlx5_1: two ConnectX-7 (InfiniBand class) with their devices.
+fn 0000:00:01.0/0000:17:00.0 0x15b3 0x1021 0x020700 mlx5_core
+rdma mlx5_0 pci0000:00/0000:00:01.0/0000:17:00.0 "400 Gb/sec (4X NDR)" ibp23s0 400000
+fn 0000:00:02.0/0000:2a:00.0 0x15b3 0x1021 0x020700 mlx5_core
+rdma mlx5_1 pci0000:00/0000:00:02.0/0000:2a:00.0 "400 Gb/sec (4X NDR)" ibp42s0 400000
+# 0000:3d:00.0: the third ConnectX-7, probed by mlx5_core, without its RDMA
+# device (mlx5_ib failed for it): lost.
+fn 0000:00:03.0/0000:3d:00.0 0x15b3 0x1021 0x020700 mlx5_core
+# 0000:4e:00.0: a ConnectX-6 Dx (Ethernet class) no driver took (mlx5_core
+# failed to probe it): lost.
+fn 0000:00:04.0/0000:4e:00.0 0x15b3 0x101d 0x020000 ""
+# 0000:2a:00.2: a VF of mlx5_1 without a device (it is a VM's): not lost.
+fn 0000:00:02.0/0000:2a:00.2 0x15b3 0x101e 0x020700 ""
+ln -s ../0000:2a:00.0 "$R/devices/pci0000:00/0000:00:02.0/0000:2a:00.2/physfn"
+# 0000:5f:00.0: a ConnectX passed to a VM (vfio-pci): not lost.
+fn 0000:00:05.0/0000:5f:00.0 0x15b3 0x101d 0x020000 vfio-pci
+# 0000:70:00.0: an Intel E810 without an RDMA device while another E810 has
+# one: ice's RDMA (irdma) is switched per function (devlink enable_roce), so
+# this is a NIC without RDMA, not lost.
+fn 0000:00:06.0/0000:70:00.0 0x8086 0x159b 0x020000 ice
+# 0000:81:00.0: an E810 with irdma: its RDMA device sits on the auxiliary
+# device below the function, which is the function's.
+fn 0000:00:07.0/0000:81:00.0 0x8086 0x159b 0x020000 ice
+mkdir -p "$R/devices/pci0000:00/0000:00:07.0/0000:81:00.0/ice.roce.0"
+rdma irdma0 pci0000:00/0000:00:07.0/0000:81:00.0/ice.roce.0 "100 Gb/sec (4X EDR)" ens81f0 100000
