@@ -12,7 +12,7 @@ package verbs
 // the C stack, so no Go pointer is ever kept by C.
 
 static struct ibv_ah *rdmad_create_ah(struct ibv_pd *pd, uint8_t port, int global, const uint8_t *dgid,
-		uint8_t sgid_index, uint16_t dlid, uint8_t sl, uint8_t tclass, uint8_t hop_limit) {
+		uint8_t sgid_index, uint16_t dlid, uint8_t sl, uint8_t tclass, uint8_t hop_limit, uint32_t flow_label) {
 	struct ibv_ah_attr a;
 	memset(&a, 0, sizeof a);
 	a.port_num = port;
@@ -24,6 +24,7 @@ static struct ibv_ah *rdmad_create_ah(struct ibv_pd *pd, uint8_t port, int globa
 		a.grh.sgid_index = sgid_index;
 		a.grh.hop_limit = hop_limit;
 		a.grh.traffic_class = tclass;
+		a.grh.flow_label = flow_label & 0xfffff;
 	}
 	return ibv_create_ah(pd, &a);
 }
@@ -58,7 +59,7 @@ func (p *PD) NewAH(path Path) (*AH, error) {
 	dgid := (*C.uint8_t)(C.CBytes(path.RemoteGID[:]))
 	defer C.free(unsafe.Pointer(dgid))
 	ah, err := C.rdmad_create_ah(p.pd, C.uint8_t(path.Port), C.int(global), dgid, C.uint8_t(path.GIDIndex),
-		C.uint16_t(path.DLID), C.uint8_t(path.SL), C.uint8_t(path.TClass), C.uint8_t(hop))
+		C.uint16_t(path.DLID), C.uint8_t(path.SL), C.uint8_t(path.TClass), C.uint8_t(hop), C.uint32_t(path.FlowLabel))
 	if ah == nil {
 		return nil, &Error{Verb: "ibv_create_ah", Object: fmt.Sprintf("to %s on %s port %d", path.RemoteGID, p.c.name, path.Port), Err: errnoOf(0, err)}
 	}

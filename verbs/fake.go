@@ -59,6 +59,9 @@ type fabric struct {
 	// moved counts the bytes RC WRITEs, READs and SENDs copied
 	// (FakeBytesMoved).
 	moved uint64
+	// udSends records the UD sends posted while a test asks for them
+	// (FakeRecordUDSends); nil: not recorded.
+	udSends *[]FakeUDSend
 }
 
 // An fdev is one instance of a device: a removed and re-added device is a

@@ -319,6 +319,10 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 			q.scq.push(WorkCompletion{WRID: wr.ID, Status: WCFlushErr, Opcode: wcOpcode(wr.Opcode), QPNum: q.num})
 			continue
 		}
+		if q.typ == QPTypeUD && fab.udSends != nil {
+			*fab.udSends = append(*fab.udSends, FakeUDSend{Device: q.c.name, QPN: q.num, RemoteQPN: wr.RemoteQPN,
+				AH: wr.AH.id, RemoteGID: wr.AH.path.RemoteGID, FlowLabel: wr.AH.path.FlowLabel & 0xfffff})
+		}
 		q.sq = append(q.sq, &pendingWR{wr: wr})
 		q.pump()
 	}

@@ -288,6 +288,36 @@ func FakeBytesMoved() uint64 {
 	return fab.moved
 }
 
+// A FakeUDSend is one UD send as posted: the QP it went from, the QP it
+// goes to, and the address handle it named with the handle's attributes
+// (what a NIC builds the packet's GRH and, on RoCE v2 for mlx5, the UDP
+// source port from).
+type FakeUDSend struct {
+	Device    string
+	QPN       uint32
+	RemoteQPN uint32
+	AH        uint64 // the handle's identity
+	RemoteGID GID
+	FlowLabel uint32
+}
+
+// FakeRecordUDSends starts recording the UD sends posted from now on and
+// returns a function that stops and returns them.
+func FakeRecordUDSends() func() []FakeUDSend {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	rec := []FakeUDSend{}
+	fab.udSends = &rec
+	return func() []FakeUDSend {
+		fab.mu.Lock()
+		defer fab.mu.Unlock()
+		if fab.udSends == &rec {
+			fab.udSends = nil
+		}
+		return rec
+	}
+}
+
 // FakeReset removes every device (as FakeRemoveDevice) and every drop.
 // Objects still open stay open (FakeLive counts them).
 func FakeReset() {

@@ -22,6 +22,12 @@ type Path struct {
 	TClass    uint8 // traffic class (RoCE: DSCP<<2 | ECN)
 	HopLimit  uint8
 	RemoteGID GID
+	// FlowLabel is the GRH flow label (20 bits) of an address handle. On
+	// RoCE v2 the UDP source port of a UD send comes from it on mlx5 and
+	// hns (ibv_flow_label_to_udp_sport; without one they pick a random
+	// port per handle), so that it decides the packet's ECMP path there;
+	// rxe takes the port from the QP instead. 0: none.
+	FlowLabel uint32
 	// RdAtomic is how many RDMA READs the QP answers at once (RC
 	// max_dest_rd_atomic); 0 means 1. A bandwidth test raises it.
 	RdAtomic uint8

@@ -78,7 +78,7 @@ type udPort struct {
 	wrItem      []int          // wrs[j] posts out[wrItem[j]]
 	out         []outgoing     // replies to post after a completion batch
 	probeOut    []outgoing     // scratch of ProbeBatch
-	ahs         map[verbs.GID]*ahEntry
+	ahs         map[ahKey]*ahEntry
 	// tclass is the traffic class of the handles in ahs (written with
 	// mu held, read without by local). retired holds the handles of the
 	// class before, destroyed once idle for ahIdle since retiredAt: sends
@@ -153,10 +153,60 @@ type ahEntry struct {
 	used time.Time
 }
 
+// An ahKey is what an address handle is for: a destination GID and the
+// GRH flow label of the sends to it. Each flow has its own handle to a
+// destination, and so its own label: on mlx5 and hns a RoCE v2 UD send's
+// UDP source port comes from its handle's flow label (or, without one, a
+// random port per handle), not from the QP, so with one handle per
+// destination every flow to a peer took one ECMP path (#39 item 1).
+type ahKey struct {
+	gid   verbs.GID
+	label uint32
+}
+
+// flowLabel is the GRH flow label of the sends from flow f of this port
+// to dst: a hash of the two GIDs and dst's QPN (an answer to another
+// node's flow goes back on a label of its own), with the flow added to its
+// low 14 bits. Those bits decide the source port that
+// ibv_flow_label_to_udp_sport makes of the label (its high 6 bits are
+// folded into them), so the K flows to one destination have K distinct
+// labels and K distinct source ports. Never 0, which asks for none.
+func flowLabel(src, dst verbs.GID, dstQPN uint32, f uint8) uint32 {
+	// FNV-1a, inline: this runs for every send, and hash/fnv's
+	// interface would allocate.
+	h := uint32(2166136261)
+	mix := func(b byte) { h = (h ^ uint32(b)) * 16777619 }
+	for _, b := range src {
+		mix(b)
+	}
+	for _, b := range dst {
+		mix(b)
+	}
+	for i := range 4 {
+		mix(byte(dstQPN >> (8 * i)))
+	}
+	base := (h ^ h>>20) & 0xfffff
+	low := (base + uint32(f)*0x1003) & 0x3fff // an odd stride: distinct for every f < 16384
+	l := base&^0x3fff | low
+	if l == 0 {
+		l = 1 << 14
+	}
+	return l
+}
+
+// FlowLabelSourcePort is the UDP source port rdma-core's
+// ibv_flow_label_to_udp_sport derives from a flow label (mlx5, hns), for
+// tests and status.
+func FlowLabelSourcePort(l uint32) uint16 {
+	low, high := l&0x3fff, l&0xfc000
+	low ^= high >> 14
+	return uint16(low | 0xc000)
+}
+
 func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr, vendor uint32) (p *udPort, err error) {
 	p = &udPort{key: fmt.Sprintf("%s/%d", vctx.Name(), num), dev: vctx.Name(), num: num, ll: pa.LinkLayer, lid: pa.LID,
 		qkey: e.qkey, e: e, mtu: pa.ActiveMTU, nrec: e.cfg.RecvSlots,
-		ahs: map[verbs.GID]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource*e.cfg.Flows),
+		ahs: map[ahKey]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource*e.cfg.Flows),
 		// The daemon numbers every flow's probes from one counter: K
 		// flows take the sequence numbers K times as fast, and the table
 		// grows with them so that an entry lives as long as with one.
@@ -351,37 +401,45 @@ func (p *udPort) dropRetired(now time.Time) {
 	p.retired = nil
 }
 
-// ah returns the cached address handle for dst, creating it. Called with
-// p.mu held. Idle handles are evicted when the cache is full.
-func (p *udPort) ah(dst ud.Endpoint, now time.Time) (*verbs.AH, error) {
+// ah returns the cached address handle for sends from flow f to dst,
+// creating it. Called with p.mu held. Idle handles are evicted when the
+// cache is full: it holds MaxAH handles per flow for the probes and as
+// many for the answers (each of a peer's flows is answered on a label of
+// its own).
+func (p *udPort) ah(dst ud.Endpoint, f uint8, now time.Time) (*verbs.AH, error) {
 	p.dropRetired(now)
-	if a := p.ahs[dst.GID]; a != nil {
+	global := p.ll != verbs.LinkLayerInfiniBand || !dst.GID.IsZero()
+	key := ahKey{gid: dst.GID}
+	if global {
+		key.label = flowLabel(p.gid.GID, dst.GID, dst.QPN, f)
+	}
+	if a := p.ahs[key]; a != nil {
 		a.used = now
 		return a.ah, nil
 	}
-	if len(p.ahs) >= p.e.cfg.MaxAH {
-		var oldest verbs.GID
+	if bound := 2 * p.e.cfg.MaxAH * len(p.flows); len(p.ahs) >= bound {
+		var oldest ahKey
 		var t time.Time
-		for g, a := range p.ahs {
+		for k, a := range p.ahs {
 			if t.IsZero() || a.used.Before(t) {
-				oldest, t = g, a.used
+				oldest, t = k, a.used
 			}
 		}
 		// Only a handle idle for a while goes: sends in flight may still
 		// refer to a recently used one.
 		if now.Sub(t) < ahIdle {
-			return nil, fmt.Errorf("peer probe: %s: %d address handles in use; lower [probe] max_peers", p.key, len(p.ahs))
+			return nil, fmt.Errorf("peer probe: %s: %d address handles in use; lower [probe] max_peers or flows", p.key, len(p.ahs))
 		}
 		p.ahs[oldest].ah.Close()
 		delete(p.ahs, oldest)
 	}
-	path := verbs.Path{Port: p.num, GIDIndex: p.gid.Index, Global: p.ll != verbs.LinkLayerInfiniBand || !dst.GID.IsZero(),
-		DLID: dst.LID, RemoteGID: dst.GID, TClass: uint8(p.tclass.Load())}
+	path := verbs.Path{Port: p.num, GIDIndex: p.gid.Index, Global: global,
+		DLID: dst.LID, RemoteGID: dst.GID, TClass: uint8(p.tclass.Load()), FlowLabel: key.label}
 	a, err := p.pd.NewAH(path)
 	if err != nil {
 		return nil, err
 	}
-	p.ahs[dst.GID] = &ahEntry{ah: a, used: now}
+	p.ahs[key] = &ahEntry{ah: a, used: now}
 	return a, nil
 }
 
@@ -455,7 +513,7 @@ func (p *udPort) postFlow(out []outgoing, f uint8, now time.Time, stamp int64, f
 			fail(o, fmt.Errorf("peer probe: %s: %w", p.key, ud.ErrBusy))
 			continue
 		}
-		ah, err := p.ah(o.dst, now)
+		ah, err := p.ah(o.dst, f, now)
 		if err != nil {
 			fail(o, err)
 			continue
