@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -27,17 +28,31 @@ const (
 	bootIDPath = "/proc/sys/kernel/random/boot_id"
 )
 
-// readBootID returns the boot ID at path, or "" when it cannot be read.
+// bootIDEnv carries the boot ID where /proc/sys is hidden: rdmad.service
+// runs with ProcSubset=pid, so the unit passes systemd's %b (the same ID,
+// 32 hex digits) in it.
+const bootIDEnv = "RDMAD_BOOT_ID"
+
+// readBootID returns the boot ID at path, or from $RDMAD_BOOT_ID where
+// path cannot be read, as a UUID; "" and an error when neither has one.
 func readBootID(path string) (string, error) {
 	b, err := safefile.ReadRegular(path, 64)
-	if err != nil {
-		return "", err
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if len(id) != 36 || strings.Count(id, "-") != 4 {
+			return "", fmt.Errorf("%s: %q is not a boot ID", path, id)
+		}
+		return id, nil
 	}
-	id := strings.TrimSpace(string(b))
-	if len(id) != 36 || strings.Count(id, "-") != 4 {
-		return "", fmt.Errorf("%s: %q is not a boot ID", path, id)
+	env, ok := os.LookupEnv(bootIDEnv)
+	if !ok {
+		return "", fmt.Errorf("%w; and $%s is not set (rdmad.service sets it to %%b)", err, bootIDEnv)
 	}
-	return id, nil
+	hex := strings.ToLower(strings.ReplaceAll(env, "-", ""))
+	if len(hex) != 32 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("$%s=%.40q is not a boot ID (32 hex digits, as systemd's %%b)", bootIDEnv, env)
+	}
+	return hex[:8] + "-" + hex[8:12] + "-" + hex[12:16] + "-" + hex[16:20] + "-" + hex[20:], nil
 }
 
 // keepFlaps makes the tracker outlive restarts through the record in dir
@@ -50,7 +65,7 @@ func (h *healthPart) keepFlaps(dir, boot string, now time.Time) {
 		return
 	}
 	if boot == "" {
-		h.log.Warn("the kernel's boot ID cannot be read, so port flaps are not kept across restarts", "boot_id", bootIDPath)
+		h.log.Warn("the kernel's boot ID cannot be read, so port flaps are not kept across restarts; under systemd, set Environment=RDMAD_BOOT_ID=%b in the unit (rdmad.service does)", "boot_id", bootIDPath)
 		return
 	}
 	h.mu.Lock()

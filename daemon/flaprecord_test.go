@@ -242,7 +242,20 @@ func TestBootID(t *testing.T) {
 	if len(a) != 36 || a != b {
 		t.Errorf("boot IDs %q, %q", a, b)
 	}
-	if _, err := readBootID(filepath.Join(t.TempDir(), "none")); err == nil {
+	none := filepath.Join(t.TempDir(), "none")
+	if _, err := readBootID(none); err == nil {
 		t.Error("a missing boot ID read")
+	}
+	// Under rdmad.service /proc/sys is hidden (ProcSubset=pid): the unit
+	// passes systemd's %b, the same ID without dashes.
+	t.Setenv(bootIDEnv, strings.ReplaceAll(a, "-", ""))
+	if got, err := readBootID(none); err != nil || got != a {
+		t.Errorf("boot ID from $%s = %q, %v; want %q", bootIDEnv, got, err, a)
+	}
+	for _, bad := range []string{"", "xyz", strings.Repeat("g", 32), strings.Repeat("a", 31), "../../etc/passwd"} {
+		t.Setenv(bootIDEnv, bad)
+		if got, err := readBootID(none); err == nil {
+			t.Errorf("$%s=%q read as %q", bootIDEnv, bad, got)
+		}
 	}
 }

@@ -423,7 +423,7 @@ func TestHealthKernelFault(t *testing.T) {
 		d.Errorf("status kernel_faults %+v (%v), want one err fault of %s with the line", st.KernelFaults, err, dev)
 	}
 	metrics := tclassMetrics(t)
-	if !strings.Contains(metrics, `rdmad_kernel_fault_messages{device="`+dev+`",pattern="err"} 1`) {
+	if !strings.Contains(metrics, `rdmad_kernel_fault_messages{class="fatal",device="`+dev+`",netdev="",pattern="err"} 1`) {
 		d.Errorf("metrics lack rdmad_kernel_fault_messages for %s", dev)
 	}
 	if !strings.Contains(metrics, `rdmad_health_condition{status="problem",type="KernelFault"} 1`) {
