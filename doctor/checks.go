@@ -146,7 +146,22 @@ func checkDevices(e *Env) Result {
 		for i, d := range devs {
 			names[i] = d.Name
 		}
-		return Result{Verdict: OK, Message: fmt.Sprintf("%d RDMA device(s): %s", len(devs), strings.Join(names, ", "))}
+		msg := fmt.Sprintf("%d RDMA device(s): %s", len(devs), strings.Join(names, ", "))
+		// One of eight HCAs lost is not "devices exist": the functions
+		// of RDMA adapters without their device (DeviceMissing too).
+		if lost := e.reader().FunctionsWithoutDevice(devs); len(lost) > 0 {
+			var fns []string
+			for _, f := range lost {
+				drv := "no driver bound"
+				if f.Driver != "" {
+					drv = "driver " + f.Driver
+				}
+				fns = append(fns, fmt.Sprintf("%s (%s:%s, %s)", f.Address, f.Vendor, f.Device, drv))
+			}
+			return Result{Verdict: Fail, Message: msg + "; but PCI function(s) of RDMA adapters have no RDMA device: " + strings.Join(fns, ", "),
+				Fix: "the kernel log says why (dmesg | grep -e mlx5 -e 'probe failed'); reseat or replace the adapter, or list the function in [health] ignore if it is not meant for RDMA"}
+		}
+		return Result{Verdict: OK, Message: msg}
 	}
 	nics := e.rdmaNICs()
 	if len(nics) > 0 {

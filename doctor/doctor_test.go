@@ -229,6 +229,11 @@ func TestChecks(t *testing.T) {
 			})
 			return &Env{SysRoot: root}
 		}, Fail, "PCI has 0000:03:00.0 (Mellanox Ethernet controller, RoCE capable)", "modprobe mlx5_ib"},
+		// inventory/testdata/lost: two of three ConnectX-7s have their
+		// device, the third and an unbound ConnectX have none.
+		{"one of the HCAs lost", "devices", func(t *testing.T) *Env { return &Env{SysRoot: "../inventory/testdata/lost"} }, Fail,
+			"3 RDMA device(s): irdma0, mlx5_0, mlx5_1; but PCI function(s) of RDMA adapters have no RDMA device: 0000:3d:00.0 (0x15b3:0x1021, driver mlx5_core), 0000:4e:00.0 (0x15b3:0x101d, no driver bound)",
+			"dmesg | grep -e mlx5"},
 		{"no devices, no NIC", "devices", func(t *testing.T) *Env { return &Env{SysRoot: t.TempDir()} }, Fail,
 			"no InfiniBand or Mellanox Ethernet NIC on PCI", "rdma link add rxe0 type rxe netdev eth0"},
 
