@@ -81,8 +81,14 @@ func (r Reader) FunctionsWithoutDevice(devs []apitype.Device) []apitype.PCIFunct
 	rdmaDrivers := map[string]bool{}
 	for _, e := range ents {
 		fdir := filepath.Join(dir, e.Name())
+		// Only network controllers (class 0x02xxxx: Ethernet, InfiniBand)
+		// are read further: a server has hundreds of other functions.
+		class := readString(fdir, "class")
+		if !strings.HasPrefix(strings.ToLower(class), "0x02") {
+			continue
+		}
 		f := function{PCIFunction: apitype.PCIFunction{Address: e.Name(),
-			Vendor: readString(fdir, "vendor"), Device: readString(fdir, "device"), Class: readString(fdir, "class")}}
+			Vendor: readString(fdir, "vendor"), Device: readString(fdir, "device"), Class: class}}
 		if drv, err := os.Readlink(filepath.Join(fdir, "driver")); err == nil {
 			f.Driver = filepath.Base(drv)
 		}
