@@ -188,7 +188,7 @@ func (m method) DecodeArguments(conn *dbus.Conn, sender string, msg *dbus.Messag
 	// message carries, never dbus.SignatureOf(body...), which panics on what
 	// godbus's decoder produces for a valid a{bb} (map[bool]bool): any local
 	// user could have stopped rdmad with one call.
-	if len(body) != len(m.in) || wireSignature(msg, body) != dbus.SignatureOf(m.in...).String() {
+	if len(body) != len(m.in) || wireSignature(msg) != dbus.SignatureOf(m.in...).String() {
 		return nil, dbus.ErrMsgInvalidArg
 	}
 	ptrs := make([]any, len(m.in))
@@ -207,26 +207,11 @@ func (m method) DecodeArguments(conn *dbus.Conn, sender string, msg *dbus.Messag
 	return []any{c}, nil
 }
 
-// wireSignature is the body's signature as the message carries it ("" for
-// an empty body). A message without one (a caller inside the process) has
-// its body's signature computed, and a body godbus cannot describe is no
-// signature at all.
-func wireSignature(msg *dbus.Message, body []any) (sig string) {
-	if msg != nil {
-		if v, ok := msg.Headers[dbus.FieldSignature]; ok {
-			s, _ := v.Value().(dbus.Signature)
-			return s.String()
-		}
-		if len(body) == 0 {
-			return ""
-		}
-	}
-	defer func() {
-		if recover() != nil {
-			sig = "\x00invalid"
-		}
-	}()
-	return dbus.SignatureOf(body...).String()
+// wireSignature is the body's signature as msg carries it ("" for an
+// empty body): godbus hands every method its message.
+func wireSignature(msg *dbus.Message) string {
+	s, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
+	return s.String()
 }
 
 // Call implements dbus.Method.

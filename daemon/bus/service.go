@@ -19,7 +19,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -160,7 +159,7 @@ type server struct {
 func (s *server) session(ctx context.Context) (owned bool, err error) {
 	// A machine without a system bus is told apart before the view is
 	// built: the retries there (every 30 s at most) build nothing.
-	addr, err := systemBusAddress()
+	addr, err := busconn.SystemBusAddress()
 	if err != nil {
 		return false, connectError(err)
 	}
@@ -269,7 +268,7 @@ var errBusLost = errors.New("dbus: connection to the system bus lost; is dbus.se
 func connectError(err error) error {
 	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
 	if addr == "" {
-		addr = "unix:path=" + systemBusSocket
+		addr = "unix:path=" + busconn.SystemBusSocket
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -285,28 +284,4 @@ func connectError(err error) error {
 // connection.
 func (s *server) connect(ctx context.Context, addr string) (*dbus.Conn, error) {
 	return busconn.Connect(ctx, addr, s.h.gate.dropped, dbus.WithHandler(s.h), dbus.WithContext(ctx))
-}
-
-// systemBusSocket is the system bus's socket when DBUS_SYSTEM_BUS_ADDRESS is
-// not set (the D-Bus specification's default).
-const systemBusSocket = "/run/dbus/system_bus_socket"
-
-// systemBusAddress is the system bus's address as godbus's
-// ConnectSystemBus finds it, except that a machine without a system bus
-// gives an error wrapping fs.ErrNotExist (godbus says only "system bus not
-// found"), so that the component shows "unavailable" rather than "error"
-// where there is no bus at all. An address from DBUS_SYSTEM_BUS_ADDRESS
-// naming one socket path (unix:path=P, the usual form) is checked the
-// same way.
-func systemBusAddress() (string, error) {
-	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
-	if addr == "" {
-		addr = "unix:path=" + systemBusSocket
-	}
-	if path, ok := strings.CutPrefix(addr, "unix:path="); ok && !strings.ContainsAny(path, ",;%") {
-		if _, err := os.Stat(path); err != nil {
-			return "", fmt.Errorf("no system bus (%w)", err)
-		}
-	}
-	return addr, nil
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/godbus/dbus/v5"
 
@@ -19,10 +18,9 @@ import (
 )
 
 const (
-	dest      = "org.freedesktop.systemd1"
-	path      = dbus.ObjectPath("/org/freedesktop/systemd1")
-	manager   = "org.freedesktop.systemd1.Manager"
-	busSocket = "/run/dbus/system_bus_socket"
+	dest    = "org.freedesktop.systemd1"
+	path    = dbus.ObjectPath("/org/freedesktop/systemd1")
+	manager = "org.freedesktop.systemd1.Manager"
 	// busName and busPath are the bus daemon's own: the sender it stamps
 	// on its messages, which no client can send as.
 	busName = "org.freedesktop.DBus"
@@ -118,12 +116,9 @@ func Start(ctx context.Context, unit string) error {
 
 // connect opens a private connection to the system bus, bounded by ctx.
 func connect(ctx context.Context) (*dbus.Conn, error) {
-	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
-	if addr == "" {
-		if _, err := os.Stat(busSocket); err != nil {
-			return nil, fmt.Errorf("no system bus: %w", err)
-		}
-		addr = "unix:path=" + busSocket
+	addr, err := busconn.SystemBusAddress()
+	if err != nil {
+		return nil, err
 	}
 	// Through the guard: anyone may send this connection a signal (the
 	// JobRemoved it waits for is broadcast), and one godbus cannot decode

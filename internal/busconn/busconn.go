@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,6 +307,28 @@ func logText(s string) string {
 		return s
 	}
 	return q
+}
+
+// SystemBusSocket is the system bus's socket when DBUS_SYSTEM_BUS_ADDRESS
+// is not set (the D-Bus specification's default).
+const SystemBusSocket = "/run/dbus/system_bus_socket"
+
+// SystemBusAddress is the system bus's address as godbus's
+// ConnectSystemBus finds it, except that a machine without a system bus
+// gives an error wrapping fs.ErrNotExist (godbus says only "system bus not
+// found"). An address from DBUS_SYSTEM_BUS_ADDRESS naming one socket path
+// (unix:path=P, the usual form) is checked the same way.
+func SystemBusAddress() (string, error) {
+	addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
+	if addr == "" {
+		addr = "unix:path=" + SystemBusSocket
+	}
+	if path, ok := strings.CutPrefix(addr, "unix:path="); ok && !strings.ContainsAny(path, ",;%") {
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("no system bus (%w)", err)
+		}
+	}
+	return addr, nil
 }
 
 // Connect is dbus.Connect through the guard: it dials addr, a D-Bus

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"path/filepath"
 	"strings"
@@ -278,5 +279,27 @@ func TestConnectTriesEachEntry(t *testing.T) {
 	}
 	if _, err := dial(ctx, "", nil); err == nil {
 		t.Fatal("dial of an empty address succeeded")
+	}
+}
+
+// TestSystemBusAddress: a machine without the bus's socket is told apart
+// (fs.ErrNotExist), for the default and for a unix:path= address; other
+// forms are passed on to the dial, which names them.
+func TestSystemBusAddress(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "absent"))
+	if _, err := SystemBusAddress(); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "no system bus") {
+		t.Errorf("absent socket: %v, want no system bus wrapping fs.ErrNotExist", err)
+	}
+	l, err := net.Listen("unix", filepath.Join(dir, "bus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, addr := range []string{"unix:path=" + filepath.Join(dir, "bus"), "unix:abstract=/x,guid=01", "tcp:host=localhost,port=1"} {
+		t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", addr)
+		if got, err := SystemBusAddress(); err != nil || got != addr {
+			t.Errorf("%q: %q, %v", addr, got, err)
+		}
 	}
 }
