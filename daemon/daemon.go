@@ -636,7 +636,7 @@ func (d *Daemon) refresh(why string) {
 			_, read := s.Components[apitype.ComponentInventory]
 			prev, first = s.Devices, !read
 			s.Devices = devs
-			if !slices.EqualFunc(s.FunctionsWithoutDevice, lost, func(a, b apitype.PCIFunction) bool { return a == b }) {
+			if !slices.Equal(s.FunctionsWithoutDevice, lost) {
 				s.FunctionsWithoutDevice = lost // a new slice only when it changed: the verdict's memo compares it by identity
 			}
 			s.ECN = ecnState

@@ -26,8 +26,9 @@ type healthPart struct {
 	// minRates are the [[policy]] min_rate blocks in force, matched
 	// against the ports at every inventory read.
 	minRates []config.Policy
-	// expectCfg is [health.expect] in force: its rates join min_rate's.
-	expectCfg config.HealthExpect
+	// expectRate is [health.expect] rate in force, for the ports of the
+	// devices without one of their own; it joins min_rate's.
+	expectRate float64
 	// timer fires when a flapping port's quiet window ends, so that the
 	// verdict clears without waiting for an event; main loop only.
 	timer *time.Timer
@@ -64,10 +65,10 @@ func (h *healthPart) configure(cfg *config.Config) {
 	rec = h.takeRecord(time.Now())
 	h.expect.Ignore = append([]string(nil), hc.Ignore...)
 	h.expect.MinLoopbackGbps, h.expect.MinLoopbackShare = hc.MinLoopbackGbps, hc.MinLoopbackShare
-	h.expectCfg = hc.Expect
+	h.expectRate = hc.Expect.RateGbps
 	h.expect.Count, h.expect.Ports, h.expect.Devices = hc.Expect.Devices, hc.Expect.Ports, nil
 	for _, x := range hc.Expect.Device {
-		h.expect.Devices = append(h.expect.Devices, health.ExpectedDevice{Name: x.Name, PCI: x.PCI, Rail: x.Rail, Ports: x.Ports})
+		h.expect.Devices = append(h.expect.Devices, health.ExpectedDevice{Name: x.Name, PCI: x.PCI, Rail: x.Rail, Ports: x.Ports, RateGbps: x.RateGbps})
 	}
 	h.minRates = h.minRates[:0]
 	for _, p := range cfg.Policies {
@@ -111,7 +112,7 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 			}
 			// [health.expect] rate: the device's own, else the node's;
 			// with a min_rate too, the higher holds.
-			if r := h.expectRate(*d); r > rates[key] {
+			if r := h.expectedRate(*d); r > rates[key] {
 				rates[key] = r
 			}
 		}
@@ -127,15 +128,15 @@ func (h *healthPart) observe(devs []apitype.Device, now time.Time) {
 	h.rearmLocked(now)
 }
 
-// expectRate is the rate [health.expect] declares for d's ports: its
+// expectedRate is the rate [health.expect] declares for d's ports: its
 // [[health.expect.device]]'s, else [health.expect] rate; 0 none.
-func (h *healthPart) expectRate(d apitype.Device) float64 {
-	for _, x := range h.expectCfg.Device {
-		if x.RateGbps > 0 && (health.ExpectedDevice{Name: x.Name, PCI: x.PCI}).Matches(d) {
+func (h *healthPart) expectedRate(d apitype.Device) float64 {
+	for _, x := range h.expect.Devices {
+		if x.RateGbps > 0 && x.Matches(d) {
 			return x.RateGbps
 		}
 	}
-	return h.expectCfg.RateGbps
+	return h.expectRate
 }
 
 // logFlapping logs that port key (over netdev) turned flapping, with the

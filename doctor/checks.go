@@ -152,11 +152,7 @@ func checkDevices(e *Env) Result {
 		if lost := e.reader().FunctionsWithoutDevice(devs); len(lost) > 0 {
 			var fns []string
 			for _, f := range lost {
-				drv := "no driver bound"
-				if f.Driver != "" {
-					drv = "driver " + f.Driver
-				}
-				fns = append(fns, fmt.Sprintf("%s (%s:%s, %s)", f.Address, f.Vendor, f.Device, drv))
+				fns = append(fns, f.Describe())
 			}
 			return Result{Verdict: Fail, Message: msg + "; but PCI function(s) of RDMA adapters have no RDMA device: " + strings.Join(fns, ", "),
 				Fix: "the kernel log says why (dmesg | grep -e mlx5 -e 'probe failed'); reseat or replace the adapter, or list the function in [health] ignore if it is not meant for RDMA"}

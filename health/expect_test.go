@@ -68,7 +68,7 @@ func TestDeviceMissing(t *testing.T) {
 			return s
 		}(), expect: Expect{Devices: []ExpectedDevice{{PCI: "0000:13:00.0", Rail: "rail3"}}},
 			status: apitype.ConditionProblem, reason: "ExpectedDeviceMissing", objects: []string{"0000:13:00.0"},
-			msg: []string{"0000:13:00.0 (rail3) is missing: its PCI function has no RDMA device (0000:13:00.0, 0x15b3:0x1021, driver mlx5_core)"}},
+			msg: []string{"0000:13:00.0 (rail3) is missing: its PCI function has no RDMA device: 0000:13:00.0 (0x15b3:0x1021, driver mlx5_core)"}},
 		{name: "by PCI, gone from the bus", snap: without(eight(), "mlx5_3"), expect: Expect{Devices: []ExpectedDevice{{PCI: "0000:13:00.0"}}},
 			status: apitype.ConditionProblem, reason: "ExpectedDeviceMissing", msg: []string{"no RDMA adapter answers at that PCI address (lspci -D -s 0000:13:00.0)"}},
 		{name: "function without device, nothing declared", snap: func() *apitype.Snapshot {
@@ -76,7 +76,7 @@ func TestDeviceMissing(t *testing.T) {
 			s.FunctionsWithoutDevice = []apitype.PCIFunction{lost, {Address: "0000:4e:00.0", Vendor: "0x15b3", Device: "0x101d", Class: "0x020000"}}
 			return s
 		}(), status: apitype.ConditionProblem, reason: "FunctionWithoutRDMADevice", objects: []string{"0000:13:00.0", "0000:4e:00.0"},
-			msg: []string{"PCI function 0000:13:00.0, 0x15b3:0x1021, driver mlx5_core has no RDMA device", "0000:4e:00.0, 0x15b3:0x101d, no driver bound"}},
+			msg: []string{"PCI function 0000:13:00.0 (0x15b3:0x1021, driver mlx5_core) has no RDMA device", "0000:4e:00.0 (0x15b3:0x101d, no driver bound)"}},
 		{name: "function ignored", snap: func() *apitype.Snapshot {
 			s := without(eight(), "mlx5_3")
 			s.FunctionsWithoutDevice = []apitype.PCIFunction{lost}

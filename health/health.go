@@ -42,11 +42,13 @@ type Expect struct {
 }
 
 // An ExpectedDevice is one [[health.expect.device]]: a device by name or
-// by PCI function, its rail (a label for messages) and its port count
-// (0: Expect.Ports).
+// by PCI function, its rail (a label for messages), its port count (0:
+// Expect.Ports) and its ports' least rate (0: none of its own), which the
+// daemon folds into MinRateGbps for LinkDegraded.
 type ExpectedDevice struct {
 	Name, PCI, Rail string
 	Ports           int
+	RateGbps        float64
 }
 
 // Matches reports whether d is the device x names.
@@ -251,7 +253,7 @@ func (e evaluator) deviceMissing() apitype.Condition {
 			msg := want.label() + " is missing"
 			switch f, ok := orphans[want.PCI]; {
 			case ok:
-				msg += ": its PCI function has no RDMA device (" + functionText(f) + ")"
+				msg += ": its PCI function has no RDMA device: " + f.Describe()
 				delete(orphans, want.PCI)
 			case want.PCI != "":
 				msg += ": no RDMA adapter answers at that PCI address (lspci -D -s " + want.PCI + "); reseat it or check its slot"
@@ -292,13 +294,15 @@ func (e evaluator) deviceMissing() apitype.Condition {
 			}
 			note("UnexpectedDevice", "", msg)
 			for _, n := range extra {
-				objs = append(objs, n)
+				if !slices.Contains(objs, n) {
+					objs = append(objs, n)
+				}
 			}
 		}
 	}
 	for _, a := range orphanOrder {
 		if f, ok := orphans[a]; ok {
-			note("FunctionWithoutRDMADevice", a, "PCI function "+functionText(f)+" has no RDMA device")
+			note("FunctionWithoutRDMADevice", a, "PCI function "+f.Describe()+" has no RDMA device")
 		}
 	}
 	if reason != "" {
@@ -312,15 +316,6 @@ func (e evaluator) deviceMissing() apitype.Condition {
 		return ok(t, "NoDevice", "no RDMA device (see NoDevice); no adapter's PCI function lacks its device")
 	}
 	return ok(t, "NoFunctionWithoutDevice", "every RDMA adapter's PCI function has its RDMA device; [health.expect] declares nothing more")
-}
-
-// functionText names a PCI function and its driver for a message.
-func functionText(f apitype.PCIFunction) string {
-	drv := "no driver bound"
-	if f.Driver != "" {
-		drv = "driver " + f.Driver
-	}
-	return fmt.Sprintf("%s, %s:%s, %s", f.Address, f.Vendor, f.Device, drv)
 }
 
 func (e evaluator) verbs() apitype.Condition {

@@ -72,3 +72,13 @@ type PCIFunction struct {
 	// Driver is the bound driver ("mlx5_core"), "" when none is bound.
 	Driver string `json:"driver,omitempty"`
 }
+
+// Describe names f and its driver for a message: "0000:17:00.0
+// (0x15b3:0x1021, driver mlx5_core)".
+func (f PCIFunction) Describe() string {
+	drv := "no driver bound"
+	if f.Driver != "" {
+		drv = "driver " + f.Driver
+	}
+	return f.Address + " (" + f.Vendor + ":" + f.Device + ", " + drv + ")"
+}

@@ -50,7 +50,7 @@ pci = "0000:2a:00.0"
 pci = "0000:3d:00.0"
 rail = "rail2"
 `, "DeviceMissing: 0000:3d:00.0 (rail2) is missing: its PCI function has no RDMA device"},
-		{"nothing declared", "", "DeviceMissing: PCI function 0000:3d:00.0, 0x15b3:0x1021, driver mlx5_core has no"},
+		{"nothing declared", "", "DeviceMissing: PCI function 0000:3d:00.0 (0x15b3:0x1021, driver mlx5_core) has no"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := os.MkdirTemp("", "rdmactl")
