@@ -104,7 +104,7 @@ func testProbeRoundAllocs(t *testing.T, m *Manager, flows int) {
 		run()
 	}
 	if got := testing.AllocsPerRun(200, run); got != 0 {
-		t.Errorf("%v allocations per round of %d probes; want 0", got, 2*flows*len(peers))
+		t.Errorf("%v allocations per round (a probe on each of %d paths, %d flows each, and a loss's burst); want 0", got, 2*len(peers), flows)
 	}
 	for _, p := range peers {
 		if p.state != apitype.PeerUp || p.paths[0].sent == 0 {
@@ -198,8 +198,8 @@ func TestSharedFingerprints(t *testing.T) {
 // loss per round; ns/op divided by 2,000 is the cost of one probe.
 func BenchmarkProbeRound(b *testing.B) { benchProbeRound(b, 1) }
 
-// BenchmarkProbeRoundFlows4 is the same with 4 flows per path: 8,000
-// probes a round.
+// BenchmarkProbeRoundFlows4 is the same with 4 flows per path, walked
+// round-robin: 2,000 probes a round too, and the loss's burst (4 more).
 func BenchmarkProbeRoundFlows4(b *testing.B) { benchProbeRound(b, 4) }
 
 func benchProbeRound(b *testing.B, flows int) {

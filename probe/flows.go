@@ -11,35 +11,61 @@ import (
 )
 
 // Flows: a RoCE v2 fabric spreads traffic over its equal-cost paths by the
-// UDP source port, which the adapter derives from the sending QP, so one
-// probe QP sees one of them. With [probe] flows = K each local port has K
-// probe QPs (verbs/peer), and every turn of a path sends one probe on each
-// flow the peer admitted (R-Pingmesh probes several flows per target the
-// same way): each flow keeps a window of [probe] window samples, and the
-// path's figures are those of the union of its flows' windows (K times
-// [probe] window samples, so that they span the same turns as with one
-// flow). The path keeps no window of its own: that would be every sample
-// twice, and the probe path's cost per probe would grow with K as it
-// wrote to two windows far apart. A flow is lossy by the same loss rule as a
-// path; a path with a lossy flow is degraded with the flows as its reason
+// UDP source port, which the adapter derives from the sending QP (rxe) or
+// from the address handle's flow label (mlx5), so one probe flow sees one
+// of them. With [probe] flows = K each local port has K probe QPs
+// (verbs/peer), and a path's turns walk the flows the peer admitted
+// round-robin, one probe a turn (R-Pingmesh walks a target's flow labels
+// the same way, within one probe budget): the probe rate is that of one
+// flow, whatever K. Each flow keeps a window of its own of window/K
+// samples (at least minFlowWindow), and the path's figures are those of
+// the union of its flows' windows, which spans the same turns as one
+// flow's window would. The path keeps no window of its own: that would
+// be every sample twice. A flow is lossy by the same loss rule as a path;
+// a path with a lossy flow is degraded with the flows as its reason
 // ("loss on 1 of 4 flows"), since one bad link behind a switch drops only
-// the flows hashed onto it. A path is down only when every flow lost
-// down_after probes in a row, and up again after up_after answers in a row
-// on any flow.
+// the flows hashed onto it.
+//
+// A lost probe on a flow not known lossy is either noise, a flow going
+// bad or the start of an outage, and waiting K turns for the flow's next
+// probe would make every one of them K times slower to tell: the path's
+// next turn is brought forward (expire) and probes every flow at once (a
+// burst, flowSet.burst), so that a dead flow has its second loss, and a
+// dead path a loss on every flow, within a timeout or two. A path is down
+// when its last down_after probes were lost and so was every flow's last
+// one (a path with one flow of four answering is degraded, "3 of 4
+// flows"), and up again once its flows answered up_after probes since
+// their last losses, counted together.
 
 // DefaultFlows is [probe] flows' default. R-Pingmesh's reasoning: a fault
 // on one of the n equal-cost links between two switches is missed by K
 // flows hashed independently with probability (1-1/n)^K; with 4 flows and
 // the 4 to 8 uplinks of a ToR that is 32% to 59% for one peer alone, and
 // a node probes tens of peers over the same uplinks, so that together
-// they cover every link while each path costs 4 probes a turn.
+// they cover every link, while each path still costs one probe a turn.
 const DefaultFlows = 4
+
+// minFlowWindow is the fewest samples a flow's window holds: enough that
+// the loss rule (at least two losses) can tell a lossy flow from one lost
+// probe.
+const minFlowWindow = 5
+
+// flowWindow is the size of each of k flows' windows for a path window of
+// w samples: a k-th of it, so that their union spans the turns one
+// flow's window of w would, and at least minFlowWindow.
+func flowWindow(w, k int) int { return max((w+k-1)/k, minFlowWindow) }
 
 // A flowSet is the flows of a path that probes more than one: kept apart
 // (path.fl, nil on one flow) so that a path on one flow costs a pointer.
 type flowSet struct {
 	flows []flowState
 	lossy uint8 // how many of flows are lossy
+	// next is the flow of the path's next turn (round-robin); burst says
+	// the next turn probes every flow (after a loss: expire).
+	next  uint8
+	burst bool
+	// lostRun is the path's run of lost probes, of any flow.
+	lostRun int32
 	// at is the flow whose sample is being judged (-1: every flow's), for
 	// restart.
 	at int8
@@ -52,8 +78,8 @@ type flowSet struct {
 }
 
 // A flowState is one flow of a path: its own window and counters, the
-// runs of answers and losses that decide the path's down and up, and
-// whether it is lossy now.
+// runs of answers and losses since its last loss and answer (which decide
+// the path's down and up), and whether it is lossy now.
 type flowState struct {
 	win        window
 	sent, lost uint64
@@ -106,6 +132,7 @@ func (fs *flowSet) restart(s sample) {
 		}
 	}
 	fs.lossy = 0
+	fs.lostRun = 0
 	fs.fresh = math.MaxUint16
 }
 
@@ -118,10 +145,54 @@ func (pa *path) pathFlows() int {
 	return len(pa.fl.flows)
 }
 
-// canSend reports whether another turn's probes may go: at most
-// maxInflightPerPath turns in flight, each a probe per flow.
+// turnProbes returns how many probes the path's next turn sends: one, or
+// one per flow in a burst.
+func (pa *path) turnProbes() int {
+	if pa.fl == nil || !pa.fl.burst {
+		return 1
+	}
+	return len(pa.fl.flows)
+}
+
+// canSend reports whether the path's next turn may go: at most
+// maxInflightPerPath probes in flight once it went, a burst's past the
+// one probe of the turn not counted.
 func (pa *path) canSend() bool {
-	return int(pa.inflight) <= (maxInflightPerPath-1)*pa.pathFlows()
+	return int(pa.inflight) <= maxInflightPerPath-1+pa.turnProbes()-1
+}
+
+// turnFlows returns the flows the path's next turn probes, from first
+// to first+n-1: the next one of the round-robin, or every flow in a
+// burst. It moves the round-robin on and ends the burst.
+func (pa *path) turnFlows() (first, n int) {
+	fl := pa.fl
+	switch {
+	case fl == nil:
+		return 0, 1
+	case fl.burst:
+		fl.burst = false
+		return 0, len(fl.flows)
+	}
+	f := int(fl.next) % len(fl.flows)
+	fl.next = uint8((f + 1) % len(fl.flows))
+	return f, 1
+}
+
+// hurry reports whether a lost probe of the path's flow calls for the
+// path's next turn soon, and sets that turn to be a burst: on one flow
+// always; on several unless the flow is lossy and some flow answered its
+// last probe (one dead flow among answering ones is no outage, and must
+// not make the path probed ten times a second).
+func (pa *path) hurry(flow int) bool {
+	fl := pa.fl
+	if fl == nil {
+		return true
+	}
+	if flow >= 0 && flow < len(fl.flows) && fl.flows[flow].lossy && !pa.everyFlowLosing() {
+		return false
+	}
+	fl.burst = true
+	return true
 }
 
 // offeredFlows returns the QPNs of lp's further flows (1 on) that this
@@ -173,7 +244,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	if pa.pathFlows() != n {
 		fs := make([]flowState, n)
 		for i := range fs {
-			fs[i].win = *newWindow(m.cfg.Window)
+			fs[i].win = *newWindow(flowWindow(m.cfg.Window, n))
 		}
 		pa.fl = &flowSet{flows: fs, pcts: pcts{fresh: math.MaxUint16}}
 		// The path's figures are its flows' (flowSet.loss, stats): it
@@ -218,23 +289,29 @@ func (pa *path) observeFlows(flow int, s sample, buf *[]uint16, t Thresholds, no
 	} else {
 		pa.fl.added(len(pa.fl.flows))
 	}
-	// Down when every flow lost down_after in a row; up again after
-	// up_after answers in a row on any.
-	lostRun, okRun := math.MaxInt, 0
-	for i := range pa.fl.flows {
-		lostRun = min(lostRun, int(pa.fl.flows[i].consecLost))
-		okRun = max(okRun, int(pa.fl.flows[i].consecOK))
+	// The path's runs (health.judge reads them): down when its last
+	// down_after probes were lost and so was every flow's last one; up
+	// again after up_after answers since the flows' last losses, counted
+	// together. A sample of every flow (-1) is one probe of the path.
+	if s.lost {
+		if pa.fl.lostRun < math.MaxInt32 {
+			pa.fl.lostRun++
+		}
+	} else {
+		pa.fl.lostRun = 0
 	}
-	pa.h.consecLost, pa.h.consecOK = int32(lostRun), int32(okRun)
-	// The path's figures count probes of every flow: a turn lost on all
-	// of them is K losses, and takes K times MinLosses to weigh as
-	// MinLosses lost turns do with one flow (a single lost probe never
-	// degrades a path).
-	tp := t
-	tp.MinLosses *= len(pa.fl.flows)
+	pa.h.consecLost, pa.h.consecOK = 0, 0
+	if pa.everyFlowLosing() {
+		pa.h.consecLost = pa.fl.lostRun
+	}
+	if !s.lost {
+		for i := range pa.fl.flows {
+			pa.h.consecOK += int32(pa.fl.flows[i].consecOK)
+		}
+	}
 	// Back up from down, judge restarts the flows (flowSet.restart).
 	pa.fl.at = int8(flow)
-	return pa.h.judge(s, judged{fs: pa.fl, buf: buf}, tp, now, pa.flowsReason(t, tx), tx)
+	return pa.h.judge(s, judged{fs: pa.fl, buf: buf}, t, now, pa.flowsReason(t, tx), tx)
 }
 
 // A flowsKey is what a path's flows reason was written for.

@@ -85,17 +85,23 @@ func flowsRound(m *Manager, peers []*mpeer, lose func(p *mpeer, flow uint8) bool
 	m.expire(now.Add(time.Second))
 }
 
-// TestFlowsOneLossy: a path whose flow 2 of 4 drops everything is degraded
-// (not up, not down) with "1 of 4 flows" in its reason, the state shows
-// the flows with the lossy one marked, and the path is up again once the
-// flow's window is clean.
+// TestFlowsOneLossy: a path's turns walk its flows round-robin, one
+// probe a turn; a path whose flow 2 of 4 drops everything stays up on
+// that flow's first loss (noise), which makes its next turn a burst on
+// every flow, and is degraded (not up, not down) at the burst's second
+// loss, with "1 of 4 flows" in its reason; the state shows the flows with
+// the lossy one marked, and the path is up again once the flow's window
+// is clean. The other peers cost one probe a turn throughout.
 func TestFlowsOneLossy(t *testing.T) {
 	m := flowsManager(t, 3, 4, 10)
 	peers := m.peers.inOrder()
 	now := time.Now()
 	bad := peers[1]
 	dropFlow2 := func(p *mpeer, f uint8) bool { return p == bad && f == 2 }
-	for range 5 {
+	for r := range 4 {
+		if r == 3 && bad.state != apitype.PeerUp {
+			t.Fatalf("after 3 turns (flow 2 lost once) the peer is %s (%s), want up", bad.state, bad.reason)
+		}
 		now = now.Add(time.Second)
 		flowsRound(m, peers, dropFlow2, now)
 	}
@@ -114,24 +120,43 @@ func TestFlowsOneLossy(t *testing.T) {
 	st := m.State()
 	var pp apitype.PeerPath
 	for _, sp := range st.Peers {
+		var sent uint64
+		for _, f := range sp.Paths[0].Flows {
+			sent += f.Sent
+		}
 		if sp.Name == bad.spec.Name {
 			pp = sp.Paths[0]
+		} else if sent != 4 || sp.Paths[0].Sent != 4 {
+			t.Errorf("peer %s: %d probes in 4 turns (path says %d), want 4: one a turn", sp.Name, sent, sp.Paths[0].Sent)
 		}
 	}
 	if pp.State != apitype.PeerDegraded || pp.LossyFlows != 1 || len(pp.Flows) != 4 {
 		t.Fatalf("path %+v: want degraded with 4 flows, 1 lossy", pp)
 	}
+	// Turns 1 to 3 on flows 0 to 2, turn 4 the burst on all four.
+	wantSent := []uint64{2, 2, 2, 1}
 	for i, f := range pp.Flows {
 		lossy := i == 2
-		if f.Flow != i || f.Lossy != lossy || f.SourcePort != uint16(0xc000+i) || f.Sent != 5 || (f.Lost == 5) != lossy || (f.LossPct == 100) != lossy {
-			t.Errorf("flow %d: %+v; want sent 5, lost all only on flow 2, source port %#x", i, f, 0xc000+i)
+		if f.Flow != i || f.Lossy != lossy || f.SourcePort != uint16(0xc000+i) || f.Sent != wantSent[i] || (f.Lost == f.Sent) != lossy || (f.LossPct == 100) != lossy {
+			t.Errorf("flow %d: %+v; want sent %d, lost all only on flow 2, source port %#x", i, f, wantSent[i], 0xc000+i)
 		}
 		if !lossy && (f.RTTP50 != q(30*time.Microsecond) || f.RTTP99 != q(30*time.Microsecond)) {
 			t.Errorf("flow %d: RTT p50 %v p99 %v, want 30µs as a window keeps it", i, f.RTTP50, f.RTTP99)
 		}
 	}
-	// Healed: once the flow's window of 10 has at most 1 loss it clears.
-	for range 10 {
+	// A lossy flow's further losses, the others answering, bring no
+	// burst: the turns stay one probe each.
+	sent0 := bad.paths[0].sent
+	for range 8 {
+		now = now.Add(time.Second)
+		flowsRound(m, peers, dropFlow2, now)
+	}
+	if d := bad.paths[0].sent - sent0; d != 8 {
+		t.Errorf("8 turns of the degraded path sent %d probes, want 8", d)
+	}
+	// Healed: once the flow's window (10/4 turns, at least 5) has at most
+	// 1 loss it clears: 4 answers on flow 2, 16 turns.
+	for range 16 {
 		now = now.Add(time.Second)
 		flowsRound(m, peers, func(*mpeer, uint8) bool { return false }, now)
 	}
@@ -140,31 +165,66 @@ func TestFlowsOneLossy(t *testing.T) {
 	}
 }
 
-// TestFlowsDown: a path is down only when every flow lost down_after in a
-// row; with one flow of four still answering it is degraded ("3 of 4").
+// TestFlowsDown: a path is down only when its last down_after probes
+// and every flow's last one were lost: a turn's loss brings a burst on
+// every flow, and a path that loses it is down after two turns; one with
+// a flow of four still answering is degraded ("3 of 4"). Back, it is up
+// after up_after answers, its flows afresh.
 func TestFlowsDown(t *testing.T) {
 	m := flowsManager(t, 2, 4, 10)
 	peers := m.peers.inOrder()
 	now := time.Now()
 	a, b := peers[0], peers[1]
 	lose := func(p *mpeer, f uint8) bool { return p == a || (p == b && f != 0) }
-	for range 4 {
+	for range 2 {
 		now = now.Add(time.Second)
 		flowsRound(m, peers, lose, now)
 	}
 	if a.state != apitype.PeerDown {
-		t.Errorf("peer losing every flow is %s (%s), want down", a.state, a.reason)
+		t.Errorf("peer losing every flow is %s (%s) after a turn and a burst, want down", a.state, a.reason)
+	}
+	for range 8 {
+		now = now.Add(time.Second)
+		flowsRound(m, peers, lose, now)
 	}
 	if b.state != apitype.PeerDegraded || !strings.Contains(b.reason, "3 of 4 flows") {
 		t.Errorf("peer answering on one flow of four is %s (%s), want degraded, 3 of 4 flows", b.state, b.reason)
 	}
-	// Back: up after up_after answers in a row, its flows afresh.
+	// Back: up after up_after answers, its flows afresh.
 	for range 3 {
 		now = now.Add(time.Second)
 		flowsRound(m, peers, func(*mpeer, uint8) bool { return false }, now)
 	}
 	if a.state != apitype.PeerUp || a.paths[0].fl.lossy != 0 {
 		t.Errorf("peer back is %s (%s), %d lossy flows; want up", a.state, a.reason, a.paths[0].fl.lossy)
+	}
+}
+
+// TestFlowsUpOnTheAnsweringFlows: a down path whose flows come back but
+// two of four is up after up_after answers on the two, although no
+// up_after of its probes in a row were answered.
+func TestFlowsUpOnTheAnsweringFlows(t *testing.T) {
+	m := flowsManager(t, 1, 4, 10)
+	p := m.peers.inOrder()[0]
+	now := time.Now()
+	for range 2 {
+		now = now.Add(time.Second)
+		flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
+	}
+	if p.state != apitype.PeerDown {
+		t.Fatalf("peer is %s (%s), want down", p.state, p.reason)
+	}
+	halfDead := func(_ *mpeer, f uint8) bool { return f == 1 || f == 2 }
+	for r := range 12 {
+		now = now.Add(time.Second)
+		flowsRound(m, []*mpeer{p}, halfDead, now)
+		if p.state != apitype.PeerDown {
+			t.Logf("up after %d turns", r+1)
+			break
+		}
+	}
+	if p.state == apitype.PeerDown {
+		t.Errorf("a path answering on 2 of 4 flows stays %s (%s) after 12 turns", p.state, p.reason)
 	}
 }
 
@@ -193,10 +253,12 @@ func TestFlowsOldPeer(t *testing.T) {
 	}
 	m.acceptFlows(pa, m.local[0], wire.Message{Type: wire.TypeAnswer, Ext: []wire.Ext{wire.FlowsAcceptedExt(2)}})
 	targets = targets[:0]
-	m.send(p, pa, now)
-	m.sched.flush(m.opts.Transport, m.log)
-	if len(targets) != 3 || targets[2].Flow != 2 {
-		t.Errorf("probes after 2 more flows were admitted: %+v, want flows 0, 1, 2", targets)
+	for range 4 {
+		m.send(p, pa, now)
+		m.sched.flush(m.opts.Transport, m.log)
+	}
+	if len(targets) != 4 || targets[0].Flow != 0 || targets[1].Flow != 1 || targets[2].Flow != 2 || targets[3].Flow != 0 {
+		t.Errorf("4 turns after 2 more flows were admitted: %+v, want one probe each, on flows 0, 1, 2, 0", targets)
 	}
 	// More than were offered is not believed.
 	m.acceptFlows(pa, m.local[0], wire.Message{Type: wire.TypeAnswer, Ext: []wire.Ext{wire.FlowsAcceptedExt(9)}})
@@ -353,54 +415,115 @@ func TestFlowsAdmission(t *testing.T) {
 	}
 }
 
-// TestFlowsNoHurryOnOneFlow: a lost probe on one flow while the others
-// answer does not bring the path's next turn forward (that would probe it
-// ten times a second while a flow is dead); losses on every flow do.
+// TestFlowsNoHurryOnOneFlow: a lost probe of a flow not known lossy
+// brings the path's next turn forward and makes it a burst on every flow
+// (to tell noise, a bad flow and an outage apart within a timeout); one
+// of a lossy flow while the others answer does not (that would probe the
+// path ten times a second while a flow is dead); losses on every flow do.
 func TestFlowsNoHurryOnOneFlow(t *testing.T) {
 	m := flowsManager(t, 1, 4, 10)
 	p := m.peers.inOrder()[0]
+	var targets []ud.Target
+	m.opts.Transport = &recordTransport{sinkTransport: sinkTransport{ports: m.local}, got: &targets}
 	now := time.Now()
-	// The round times its losses out a second after now.
-	p.setDue(now.Add(5 * time.Second))
-	m.sched.due.fix(p)
-	flowsRound(m, []*mpeer{p}, func(_ *mpeer, f uint8) bool { return f == 2 }, now)
-	if d := p.dueAt().Sub(now); d != 5*time.Second {
-		t.Errorf("one flow lost: next turn moved to %v, want it kept at 5s", d)
+	// turn gives the peer a turn (on each of its 2 paths) that loses what
+	// lose says, and returns when the next is due and how many probes
+	// went on each path.
+	turn := func(lose func(*mpeer, uint8) bool) (time.Duration, int) {
+		t.Helper()
+		// The round times its losses out a second after now.
+		p.setDue(now.Add(5 * time.Second))
+		m.sched.due.fix(p)
+		targets = targets[:0]
+		flowsRound(m, []*mpeer{p}, lose, now)
+		return p.dueAt().Sub(now), len(targets) / len(p.paths)
 	}
-	flowsRound(m, []*mpeer{p}, func(*mpeer, uint8) bool { return true }, now)
-	if d := p.dueAt().Sub(now); d >= 2*time.Second {
-		t.Errorf("every flow lost: next turn in %v, want within 100ms of the timeouts", d)
+	bursts := func() (n int) {
+		for _, pa := range p.paths {
+			if pa.fl.burst {
+				n++
+			}
+		}
+		return n
+	}
+	// A turn lost (flow 0 of each path): soon, and bursts.
+	if d, n := turn(func(*mpeer, uint8) bool { return true }); d >= 2*time.Second || n != 1 || bursts() != 2 {
+		t.Errorf("flow 0's first loss: next turn in %v after %d probes a path, %d bursts; want soon, after 1, 2", d, n, bursts())
+	}
+	if _, n := turn(func(*mpeer, uint8) bool { return false }); n != 4 || bursts() != 0 {
+		t.Errorf("the burst sent %d probes a path, %d bursts left; want 4, 0", n, bursts())
+	}
+	// Flow 2 lossy (two losses in its window), its turn lost, the
+	// others answering: no hurry.
+	for _, pa := range p.paths {
+		pa.fl.flows[2].win.add(sample{lost: true})
+		pa.fl.flows[2].win.add(sample{lost: true})
+		pa.fl.flows[2].lossy, pa.fl.lossy, pa.fl.next = true, 1, 2
+	}
+	if d, n := turn(func(_ *mpeer, f uint8) bool { return f == 2 }); d != 5*time.Second || n != 1 || bursts() != 0 {
+		t.Errorf("a lossy flow lost: next turn moved to %v after %d probes a path, %d bursts; want it kept at 5s, 1, none", d, n, bursts())
+	}
+	// Every flow losing: a burst lost whole is soon again.
+	for _, pa := range p.paths {
+		pa.fl.burst = true
+	}
+	if d, n := turn(func(*mpeer, uint8) bool { return true }); d >= 2*time.Second || n != 4 {
+		t.Errorf("every flow lost: next turn in %v after %d probes a path, want within 100ms of the timeouts, after 4", d, n)
+	}
+}
+
+// TestFlowsBudget: at flows = 4 a path's turns cost what they cost on
+// one flow, one probe each, and the flows share them evenly.
+func TestFlowsBudget(t *testing.T) {
+	m := flowsManager(t, 10, 4, 100)
+	peers := m.peers.inOrder()
+	now := time.Now()
+	for range 100 {
+		now = now.Add(time.Second)
+		flowsRound(m, peers, func(*mpeer, uint8) bool { return false }, now)
+	}
+	for _, p := range peers {
+		for _, pa := range p.paths {
+			if pa.sent != 100 {
+				t.Errorf("%s %s: %d probes in 100 turns, want 100", p.spec.Name, pa.local, pa.sent)
+			}
+			for i, f := range pa.fl.flows {
+				if f.sent != 25 || f.win.size() != 25 {
+					t.Errorf("%s %s flow %d: %d probes, window of %d; want 25 and 25", p.spec.Name, pa.local, i, f.sent, f.win.size())
+				}
+			}
+		}
 	}
 }
 
 // TestFlowsPathFigures: a path's figures are those of the union of its
-// flows' windows: K × window samples, the loss over all of them, the
-// percentiles of every flow's answers together; and back from down the
-// path counts only the samples since.
+// flows' windows (window/K each, at least 5): the loss over all of them,
+// the percentiles of every flow's answers together; and back from down
+// the path counts only the samples since.
 func TestFlowsPathFigures(t *testing.T) {
 	m := flowsManager(t, 1, 4, 10)
 	p := m.peers.inOrder()[0]
 	pa := p.paths[0]
 	now := time.Now()
-	for r := range 12 { // 12 turns: the windows of 10 are full
+	for r := range 6 { // 6 rounds: the windows of 5 are full
 		now = now.Add(time.Second)
 		for f := range 4 {
 			// Flow f answers in (f+1) × 10 µs; flow 0 lost the last
-			// turn but one.
-			m.observeFlow(p, pa, f, sample{lost: f == 0 && r == 10, rtt: time.Duration(f+1) * 10 * time.Microsecond}, now)
+			// round but one.
+			m.observeFlow(p, pa, f, sample{lost: f == 0 && r == 4, rtt: time.Duration(f+1) * 10 * time.Microsecond}, now)
 		}
 	}
 	pp := m.State().Peers[0].Paths[0]
-	// 39 answers: 9 of 10 µs, then 10 each of 20, 30 and 40 µs.
-	if pp.State != apitype.PeerUp || pp.Samples != 40 || pp.LossPct != 2.5 || pp.RTTP50 != q(30*time.Microsecond) || pp.RTTP99 != q(40*time.Microsecond) {
-		t.Errorf("path %s: %d samples, loss %v%%, RTT p50 %v p99 %v; want up, 40, 2.5%%, 30µs, 40µs", pp.State, pp.Samples, pp.LossPct, pp.RTTP50, pp.RTTP99)
+	// 19 answers: 4 of 10 µs, then 5 each of 20, 30 and 40 µs.
+	if pp.State != apitype.PeerUp || pp.Samples != 20 || pp.LossPct != 5 || pp.RTTP50 != q(30*time.Microsecond) || pp.RTTP99 != q(40*time.Microsecond) {
+		t.Errorf("path %s: %d samples, loss %v%%, RTT p50 %v p99 %v; want up, 20, 5%%, 30µs, 40µs", pp.State, pp.Samples, pp.LossPct, pp.RTTP50, pp.RTTP99)
 	}
-	if f := pp.Flows[0]; f.LossPct != 10 || f.RTTP50 != q(10*time.Microsecond) {
-		t.Errorf("flow 0: loss %v%%, RTT p50 %v; want 10%%, 10µs", f.LossPct, f.RTTP50)
+	if f := pp.Flows[0]; f.LossPct != 20 || f.RTTP50 != q(10*time.Microsecond) {
+		t.Errorf("flow 0: loss %v%%, RTT p50 %v; want 20%%, 10µs", f.LossPct, f.RTTP50)
 	}
-	// Down (every flow lost 3 in a row), then up after 3 answers on flow
-	// 1: the path's figures start again from the answer that brought it
-	// up.
+	// Down (3 failures of the whole path), then up after 3 answers on
+	// flow 1: the path's figures start again from the answer that
+	// brought it up.
 	for range 3 {
 		m.observeFlow(p, pa, -1, sample{lost: true}, now)
 	}

@@ -164,10 +164,12 @@ func (m *Manager) probeAuth(p *mpeer) bool {
 	return len(a.Key) > 0 && (a.Require || p.authenticated)
 }
 
-// send queues a probe on each of the path's flows; flush posts them.
+// send queues the path's turn: a probe on its next flow, or on every flow
+// in a burst (turnFlows); flush posts them.
 func (m *Manager) send(p *mpeer, pa *path, now time.Time) {
 	auth := m.probeAuth(p)
-	for f := range pa.pathFlows() {
+	first, n := pa.turnFlows()
+	for f := first; f < first+n; f++ {
 		m.sched.queue(p, pa, uint8(f), now, auth)
 	}
 }
@@ -261,13 +263,11 @@ func (m *Manager) expire(now time.Time) {
 			fl.flows[f.flow].sent++
 		}
 		m.observeFlow(f.p, f.pa, int(f.flow), sample{lost: true}, now)
-		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p && f.pa.everyFlowLosing() {
+		if f.pa.h.state != apitype.PeerDown && m.peers.byName[f.p.spec.Name] == f.p && f.pa.hurry(int(f.flow)) {
 			// Probe again soon: a lost probe is either noise or the
 			// start of an outage, and the next ones tell which sooner
-			// than a full interval would. With several flows only when
-			// every flow's last probe was lost: one dead flow among
-			// answering ones is no outage, and must not make the path
-			// probed ten times a second.
+			// than a full interval would; on several flows the turn
+			// probes every flow (hurry, flows.go).
 			if soon := monoNs(now.Add(min(m.cfg.Interval/10, 100*time.Millisecond))); soon < f.p.due {
 				f.p.due = soon
 				m.sched.due.fix(f.p)

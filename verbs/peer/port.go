@@ -207,9 +207,11 @@ func openPort(e *Engine, vctx *verbs.Context, num int, pa verbs.PortAttr, vendor
 	p = &udPort{key: fmt.Sprintf("%s/%d", vctx.Name(), num), dev: vctx.Name(), num: num, ll: pa.LinkLayer, lid: pa.LID,
 		qkey: e.qkey, e: e, mtu: pa.ActiveMTU, nrec: e.cfg.RecvSlots,
 		ahs: map[ahKey]*ahEntry{}, admitted: newAdmTable(4*e.cfg.MaxAH, admitPerSource*e.cfg.Flows),
-		// The daemon numbers every flow's probes from one counter: K
-		// flows take the sequence numbers K times as fast, and the table
-		// grows with them so that an entry lives as long as with one.
+		// The daemon walks a path's flows one probe a turn, but after a
+		// loss a turn probes every flow (probe's burst): when one bad
+		// link makes every path burst at once, the sequence numbers go
+		// K times as fast, and the table grows with them so that an
+		// entry lives as long as with one flow.
 		pend: newPendingTable(pendingSlots * e.cfg.Flows), done: make(chan struct{})}
 	p.tclass.Store(uint32(e.trafficClass(vctx.Name(), num)))
 	// The port being built, released on an error: the early returns
