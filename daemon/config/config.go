@@ -31,6 +31,10 @@ const (
 	// says why 4) and MaxProbeFlows its bound (probe/ud.MaxFlows).
 	DefaultProbeFlows = 4
 	MaxProbeFlows     = 16
+	// MaxProbePeers bounds [probe] max_peers: the peer engine caches an
+	// address handle per destination and flow, at most 4,096 per port
+	// (verbs/peer Config.MaxAH).
+	MaxProbePeers = 4096
 )
 
 // A Config is the merged, validated configuration. It is never mutated after

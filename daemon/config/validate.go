@@ -392,8 +392,8 @@ func (c *Config) validateProbe(k *checker) {
 	if pr.Window < 10 || pr.Window > 10000 {
 		bad(at("window"), "probe.window", "%d is out of range; use 10 to 10000 probes", pr.Window)
 	}
-	if pr.MaxPeers < 1 || pr.MaxPeers > 4096 {
-		bad(at("max_peers"), "probe.max_peers", "%d is out of range; use 1 to 4096", pr.MaxPeers)
+	if pr.MaxPeers < 1 || pr.MaxPeers > MaxProbePeers {
+		bad(at("max_peers"), "probe.max_peers", "%d is out of range; use 1 to %d", pr.MaxPeers, MaxProbePeers)
 	}
 	if pr.Flows < 1 || pr.Flows > MaxProbeFlows {
 		bad(at("flows"), "probe.flows", "%d is out of range; use 1 to %d probe flows (UDP source ports) per path; default %d, 1 probes one ECMP path", pr.Flows, MaxProbeFlows, DefaultProbeFlows)
