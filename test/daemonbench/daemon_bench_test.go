@@ -34,6 +34,7 @@ import (
 	"github.com/rdmad/rdmad/client"
 	"github.com/rdmad/rdmad/client/apitype"
 	"github.com/rdmad/rdmad/daemon"
+	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/internal/testenv"
 	"github.com/rdmad/rdmad/probe/probetest"
@@ -104,6 +105,8 @@ func startDaemon(tb testing.TB, body string) *daemonRun {
 			// The daemon runs the engine (PeerEngine.Run): the
 			// transport's Run, which must run once.
 			t := probetest.NewMemTransport(1, 100*time.Microsecond, 0.001)
+			// A QP per flow on each port, as verbs/peer makes them.
+			t.SetFlows(max(c.Flows, 1))
 			t.OnReply = c.OnReply
 			select {
 			case r.tr <- t:
@@ -168,10 +171,10 @@ func (r *daemonRun) waitUp(tb testing.TB, n int, limit time.Duration) {
 }
 
 // startWithFleet runs a fake fleet of n peers (one port each, in groups
-// of perGroup) and the daemon probing them all through peers_file, with
-// the [probe] lines extra added; the fleet is closed at the end of tb,
-// after the daemon's stop that the caller defers.
-func startWithFleet(tb testing.TB, n, perGroup int, extra string) *daemonRun {
+// of perGroup, admitting flows probe flows) and the daemon probing them
+// all through peers_file, with the [probe] lines extra added; the fleet is
+// closed at the end of tb, after the daemon's stop that the caller defers.
+func startWithFleet(tb testing.TB, n, perGroup, flows int, extra string) *daemonRun {
 	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -188,7 +191,7 @@ func startWithFleet(tb testing.TB, n, perGroup int, extra string) *daemonRun {
 	}
 	local, _ := probetest.NewMemTransport(1, 0, 0).Ports()
 	fp := probetest.Fingerprint(local)
-	fleet, err := probetest.StartFleet(n, 1, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
+	fleet, err := probetest.StartFleetFlows(n, 1, flows, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)),
 		fp.Marshal(), time.Minute)
 	if err != nil {
 		tb.Fatal(err)
@@ -197,10 +200,17 @@ func startWithFleet(tb testing.TB, n, perGroup int, extra string) *daemonRun {
 	return startDaemon(tb, fmt.Sprintf("[probe]\npeers_file = %q\nport = %d\nmax_peers = %d\ngroup = \"tor-000\"\n%s", peersFile, port, n, extra))
 }
 
-func BenchmarkDaemonPeers1000At1Hz(b *testing.B) { benchDaemonPeers(b, 1000) }
+// BenchmarkDaemonPeers1000At1Hz probes on one flow ([probe] flows = 1);
+// BenchmarkDaemonPeers1000At1HzDefaults with every other [probe] setting
+// as a package installs it (flows 4, walked round-robin), max_peers but
+// the peers as the operator of 1,000 nodes sets them.
+func BenchmarkDaemonPeers1000At1Hz(b *testing.B) { benchDaemonPeers(b, 1000, 1, "flows = 1\n") }
+func BenchmarkDaemonPeers1000At1HzDefaults(b *testing.B) {
+	benchDaemonPeers(b, 1000, config.DefaultProbeFlows, "")
+}
 
-func benchDaemonPeers(b *testing.B, n int) {
-	r := startWithFleet(b, n, 40, "")
+func benchDaemonPeers(b *testing.B, n, flows int, extra string) {
+	r := startWithFleet(b, n, 40, flows, extra)
 	defer r.stop(b)
 	tr := <-r.tr
 	r.waitUp(b, n, 60*time.Second+time.Duration(n)*time.Millisecond)
@@ -238,9 +248,17 @@ func benchDaemonPeers(b *testing.B, n int) {
 	}
 	writeHeap(b, *memProfile, "")
 	// The figures are only worth reading if the daemon probed everyone at
-	// the configured rate.
+	// the configured rate: one probe per peer and turn, whatever the
+	// flows (walked round-robin), on every flow.
 	if rate := float64(sent) / wall.Seconds(); rate < 0.9*float64(n) || rate > 1.2*float64(n) {
 		b.Errorf("%.0f probes/s, want about %d (%d peers at 1 Hz)", rate, n, n)
+	}
+	if st, err := r.c.Status(context.Background()); err != nil {
+		b.Error(err)
+	} else if len(st.Peers.Peers) > 0 {
+		if got := len(st.Peers.Peers[0].Paths[0].Flows); got != flows {
+			b.Errorf("peer %s is probed on %d flows, want %d", st.Peers.Peers[0].Name, got, flows)
+		}
 	}
 	b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "core-%")
 	b.ReportMetric(float64(sleeps)/wall.Seconds(), "wakeups/s")

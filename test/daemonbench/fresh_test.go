@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/rdmad/rdmad/daemon/config"
 )
 
 // TestStatusFreshFigures: the peer manager builds its state for figures
@@ -17,7 +19,7 @@ import (
 // probes sent a period before the request, not those sent just before.)
 func TestStatusFreshFigures(t *testing.T) {
 	const n = 3
-	r := startWithFleet(t, n, 1, "peer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n")
+	r := startWithFleet(t, n, 1, config.DefaultProbeFlows, "peer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n")
 	defer r.stop(t)
 	tr := <-r.tr
 	r.waitUp(t, n, 30*time.Second)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
+	"github.com/rdmad/rdmad/daemon/config"
 )
 
 // TestStalledProbesReported: when the peer engine's post does not return
@@ -19,7 +20,7 @@ import (
 // component is ok again and the figures move.
 func TestStalledProbesReported(t *testing.T) {
 	const n = 2
-	r := startWithFleet(t, n, 1, "peer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n")
+	r := startWithFleet(t, n, 1, config.DefaultProbeFlows, "peer_interval = \"100ms\"\npeer_timeout = \"50ms\"\n")
 	defer r.stop(t)
 	r.waitUp(t, n, 30*time.Second)
 
