@@ -48,7 +48,7 @@ var (
 	scaleDelay      = flag.Duration("scale.delay", 100*time.Microsecond, "BenchmarkPeers*At1Hz: time from a probe to its reply")
 	scaleLoss       = flag.Float64("scale.loss", 0.001, "BenchmarkPeers*At1Hz: share of probes without a reply")
 	scalePorts      = flag.Int("scale.ports", 1, "BenchmarkPeers*At1Hz: local probe ports (every peer is probed from each)")
-	scaleFlows      = flag.Int("scale.flows", 1, "BenchmarkPeers*At1Hz (not the *Flows4 ones): probe flows per path ([probe] flows)")
+	scaleFlows      = flag.Int("scale.flows", 1, "BenchmarkPeers*At1Hz (not the *Defaults ones): probe flows per path ([probe] flows)")
 	scaleProfile    = flag.String("scale.cpuprofile", "", "BenchmarkPeers*At1Hz: write a CPU profile of the measured seconds only (go test's -cpuprofile covers the warm-up too)")
 	scaleMemProfile = flag.String("scale.memprofile", "", "BenchmarkPeers*At1Hz: write a heap profile when bytes/peer is measured, with the manager running")
 	scaleWarmup     = flag.Duration("scale.warmup", 100*time.Second, "BenchmarkPeers*At1Hz: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
@@ -214,12 +214,6 @@ func BenchmarkPeers100At1Hz(b *testing.B)   { benchPeersAt1Hz(b, 100) }
 func BenchmarkPeers1000At1Hz(b *testing.B)  { benchPeersAt1Hz(b, 1000) }
 func BenchmarkPeers10000At1Hz(b *testing.B) { benchPeersAt1Hz(b, 10000) }
 
-// The same with [probe] flows = 4 (walked round-robin: one probe per path
-// and turn), and max_peers as the flows 1 ones, beyond the
-// configuration's bound at 10,000.
-func BenchmarkPeers1000At1HzFlows4(b *testing.B)  { benchPeersAt1HzFlows(b, 1000, 4) }
-func BenchmarkPeers10000At1HzFlows4(b *testing.B) { benchPeersAt1HzFlows(b, 10000, 4) }
-
 // The defaults: every [probe] setting as a package installs it
 // (defaultSettings: flows 4, window 100, 1 s, 500 ms, rotate 1m), with
 // max_peers as the operator of the fleet sets it, at most the
@@ -230,9 +224,11 @@ func BenchmarkPeers10000At1HzFlows4(b *testing.B) { benchPeersAt1HzFlows(b, 1000
 func BenchmarkPeers1000At1HzDefaults(b *testing.B)  { benchScale(b, 1000, defaultSettings(1000)) }
 func BenchmarkPeers10000At1HzDefaults(b *testing.B) { benchScale(b, 10000, defaultSettings(10000)) }
 
-func benchPeersAt1Hz(b *testing.B, n int) { benchPeersAt1HzFlows(b, n, *scaleFlows) }
-
-func benchPeersAt1HzFlows(b *testing.B, n, flows int) {
+// benchPeersAt1Hz is the engine as rounds before the defaults' rows
+// measured it: flows 1 (-scale.flows), and max_peers = n, beyond the
+// configuration's bound at 10,000.
+func benchPeersAt1Hz(b *testing.B, n int) {
+	flows := *scaleFlows
 	s := Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, Window: 100,
 		MaxPeers: n, Rotate: time.Minute, Resolve: time.Minute, Flows: flows,
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}}
