@@ -39,7 +39,6 @@ import (
 	"time"
 
 	"github.com/rdmad/rdmad/client/apitype"
-	"github.com/rdmad/rdmad/daemon/config"
 	"github.com/rdmad/rdmad/internal/rusage"
 	"github.com/rdmad/rdmad/probe/probetest"
 )
@@ -111,16 +110,19 @@ func scaleSettings(n, flows int) Settings {
 		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}}
 }
 
-// defaultSettings is the [probe] settings a package installs
-// (config.Default, turned into the manager's as daemon/peers.go does),
-// with max_peers as the operator of n peers sets it: n, at most what the
-// configuration accepts (config.MaxProbePeers).
+// maxPeersBound is [probe] max_peers' bound (config.MaxProbePeers: probe
+// may not import the daemon's configuration, internal/layout).
+const maxPeersBound = 4096
+
+// defaultSettings is the [probe] settings a package installs (the
+// defaults of daemon/config, turned into the manager's as daemon/peers.go
+// does; daemon/config TestProbeDefaultsOfTheBenchmarks fails when they
+// part), with max_peers as the operator of n peers sets it: n, at most
+// its bound.
 func defaultSettings(n int) Settings {
-	pr := config.Default().Probe
-	return Settings{Interval: pr.PeerInterval.Duration, Timeout: pr.PeerTimeout.Duration, Window: pr.Window,
-		MaxPeers: min(n, config.MaxProbePeers), Rotate: pr.Rotate.Duration, Resolve: time.Minute, Flows: pr.Flows,
-		Threshold: Thresholds{DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, LossPct: pr.LossThreshold,
-			MinLosses: 2, RTT: pr.RTTThreshold.Duration}}
+	return Settings{Interval: time.Second, Timeout: 500 * time.Millisecond, Window: 100,
+		MaxPeers: min(n, maxPeersBound), Rotate: time.Minute, Resolve: time.Minute, Flows: DefaultFlows,
+		Threshold: Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 1, MinLosses: 2}}
 }
 
 // startScaleSettings is startScale with the manager's settings s (its
