@@ -74,6 +74,9 @@ type fdev struct {
 	fatal      bool     // DEVICE_FATAL: every verb fails
 	failN      int      // the next failN work requests fail with failStatus
 	failStatus WCStatus
+	// postBlock holds the ports whose posts block (FakeBlockPost) until
+	// their channel is closed.
+	postBlock map[int]chan struct{}
 	nextQPN    uint32
 	nextKey    uint32
 	qps        map[uint32]*QP

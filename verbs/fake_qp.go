@@ -308,6 +308,13 @@ const MaxSendList = 32
 func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
+	for b := q.c.dev.postBlock[q.port]; b != nil; b = q.c.dev.postBlock[q.port] {
+		// A blocked post (FakeBlockPost) waits without the fabric's
+		// lock: everything else goes on meanwhile.
+		fab.mu.Unlock()
+		<-b
+		fab.mu.Lock()
+	}
 	if q.dead {
 		return 0, fmt.Errorf("verbs: %s: %w", q.obj(), ErrClosed)
 	}

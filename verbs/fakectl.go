@@ -222,6 +222,41 @@ func FakeFailWork(name string, n int, status WCStatus) error {
 	return nil
 }
 
+// FakeBlockPost makes every post of a send (ibv_post_send) on the QPs of
+// the device's port block until the function it returns is called, as
+// rxe's does while it retries a send the kernel dropped (the caller's
+// thread runs rxe's requester). Posts already running finish; other
+// ports and devices are untouched. FakeReset releases every block.
+func FakeBlockPost(name string, port int) (release func(), err error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	d, err := fakeDev(name)
+	if err != nil {
+		return nil, err
+	}
+	if d.port(port) == nil {
+		return nil, fmt.Errorf("fake NIC: %s has no port %d", name, port)
+	}
+	if d.postBlock[port] != nil {
+		return nil, fmt.Errorf("fake NIC: the posts of %s port %d are blocked already", name, port)
+	}
+	if d.postBlock == nil {
+		d.postBlock = map[int]chan struct{}{}
+	}
+	b := make(chan struct{})
+	d.postBlock[port] = b
+	return func() {
+		// Whoever takes the block out of the table closes it: this,
+		// once, or FakeReset.
+		fab.mu.Lock()
+		defer fab.mu.Unlock()
+		if d.postBlock[port] == b {
+			delete(d.postBlock, port)
+			close(b)
+		}
+	}, nil
+}
+
 // FakeQPs returns the numbers of the device's QPs, sorted.
 func FakeQPs(name string) []uint32 {
 	fab.mu.Lock()
@@ -325,6 +360,10 @@ func FakeReset() {
 	defer fab.mu.Unlock()
 	for name, d := range fab.devs {
 		d.gone = true
+		for port, b := range d.postBlock {
+			delete(d.postBlock, port)
+			close(b)
+		}
 		delete(fab.devs, name)
 	}
 	clear(fab.drop)

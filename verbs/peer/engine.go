@@ -350,8 +350,8 @@ func (e *Engine) Admit(local string, src ud.Endpoint, from netip.Addr, authentic
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.admMu.Lock()
+	defer p.admMu.Unlock()
 	if err := p.admitted.admit(srcKey{gid: src.GID, qpn: src.QPN}, from, src.QKey, src.LID, authenticated, until, time.Now()); err != nil {
 		return fmt.Errorf("peer probe: %s: %w", local, err)
 	}
@@ -494,9 +494,15 @@ func (e *Engine) scan(devs map[string]*device) {
 	e.released = nil
 	var drop []*udPort
 	for k, p := range e.ports {
-		p.mu.Lock()
-		broken := p.broken
-		p.mu.Unlock()
+		// Not waiting for a port whose post has not returned (it holds
+		// p.mu): that would hold e.mu, and with it every other port's
+		// ProbeBatch, for as long. Such a port is looked at again at the
+		// next scan.
+		var broken error
+		if p.mu.TryLock() {
+			broken = p.broken
+			p.mu.Unlock()
+		}
 		d := devs[p.dev]
 		if !present[p.dev] || broken != nil || d == nil || released[p.dev] || !d.ctx.Alive() {
 			if broken != nil {

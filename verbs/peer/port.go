@@ -86,7 +86,14 @@ type udPort struct {
 	tclass    atomic.Uint32
 	retired   []*verbs.AH
 	retiredAt time.Time
-	admitted  admTable     // sources the responder answers
+	// admitted is the sources the responder answers, under its own lock
+	// admMu (taken inside mu, never around it): Admit, which the control
+	// endpoint calls for every query, must not wait for mu, which a post
+	// holds for as long as the provider takes to return (rxe retrying a
+	// dropped send holds it for seconds), or one stuck port would stop
+	// the control endpoint for every port.
+	admMu     sync.Mutex
+	admitted  admTable
 	pend      pendingTable // this port's probes awaiting replies
 	// mac tags and checks version-2 payloads with the key of macFor,
 	// the engine's authentication settings when they were last looked at
@@ -360,9 +367,12 @@ func (p *udPort) recvFlow(wrid uint64) uint8 {
 
 // local describes the port as the control endpoint advertises it.
 func (p *udPort) local() ud.LocalPort {
+	// Without p.mu (the control endpoint asks while a post may hold it):
+	// only the fields fixed when the port was opened are read, not a copy
+	// of each flowQP, whose send counts the posts change.
 	flows := make([]ud.Flow, len(p.flows))
-	for i, f := range p.flows {
-		flows[i] = ud.Flow{QPN: f.qp.Num(), SourcePort: f.sport}
+	for i := range p.flows {
+		flows[i] = ud.Flow{QPN: p.flows[i].qp.Num(), SourcePort: p.flows[i].sport}
 	}
 	return ud.LocalPort{Key: p.key, Device: p.dev, Port: p.num, GIDIndex: p.gid.Index, LinkLayer: p.ll.String(), TrafficClass: uint8(p.tclass.Load()),
 		Endpoint: ud.Endpoint{GID: p.gid.GID, QPN: p.qp.Num(), QKey: p.qkey, LID: p.lid}, Flows: flows}
@@ -375,8 +385,14 @@ const ahIdle = 10 * time.Second
 // setTrafficClass makes tc the class of the port's probes and answers from
 // the next one on, and reports whether it changed. The handles of the old
 // class are retired, not destroyed: sends in flight may refer to them.
+//
+// A port whose post has not returned (it holds p.mu) is left as it is and
+// reports false: the engine's scan, which calls this, must not stand in
+// one port's post; the next scan sets the class.
 func (p *udPort) setTrafficClass(tc uint8, now time.Time) bool {
-	p.mu.Lock()
+	if !p.mu.TryLock() {
+		return false
+	}
 	defer p.mu.Unlock()
 	if p.closed || uint32(tc) == p.tclass.Load() {
 		return false
@@ -751,14 +767,19 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 	}
 	switch pl.Kind {
 	case KindProbe:
+		p.admMu.Lock()
 		adm, ok := p.admitted.lookup(srcKey{gid: src, qpn: wc.SrcQP}, now)
 		if !ok {
+			p.admMu.Unlock()
 			e.count(&e.stats.Unadmitted)
 			return replies
 		}
 		// The source proved it is there (and has the key, if one is
 		// required): its admission now outlives floods of claims.
 		p.admitted.confirm(adm)
+		qkey, lid := adm.qkey, adm.lid
+		cqkey, clid, cand := adm.candidate(now)
+		p.admMu.Unlock()
 		// The answer goes in the probe's version, to the GID of the GRH
 		// and the QPN of the completion, with the qkey and LID the
 		// admission gave, not to anything the packet claims.
@@ -768,12 +789,12 @@ func (p *udPort) receive(wc *verbs.WorkCompletion, pkt []byte, t int64, now time
 		}
 		// It leaves from the QP the probe came to: the prober takes a
 		// reply only from the QPN it probed.
-		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: adm.qkey, LID: adm.lid}, pl: r, flow: flow})
-		if qkey, lid, ok := adm.candidate(now); ok && (qkey != adm.qkey || lid != adm.lid) {
+		p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: qkey, LID: lid}, pl: r, flow: flow})
+		if cand && (cqkey != qkey || clid != lid) {
 			// Somebody asked for other parameters and nobody has proved
 			// which are the peer's (admit.go): the reply goes to both;
 			// the peer's adapter drops the one with a wrong qkey.
-			p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: qkey, LID: lid}, pl: r, flow: flow})
+			p.out = append(p.out, outgoing{dst: ud.Endpoint{GID: src, QPN: wc.SrcQP, QKey: cqkey, LID: clid}, pl: r, flow: flow})
 		}
 	case KindReply:
 		sent, ok := p.pend.match(pl.Seq, src, wc.SrcQP, pl.Version, flow, t)
