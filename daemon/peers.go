@@ -331,6 +331,10 @@ func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 		state.SetComponent(s, apitype.ComponentPeers, apitype.Unavailable, perr, now)
 	case len(ports) == 0 && perr != nil:
 		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, perr, now)
+	case stuckPorts(s.Peers) != nil:
+		// A port whose post does not return is rdmad's trouble on this
+		// node, not its peers': DaemonDegraded names it (probe/post.go).
+		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, stuckPorts(s.Peers), now)
 	case r.keyError() != nil:
 		// The probes run on with the key in force: the refused key file
 		// is the verdict's InputRefused (refused.go), not a part of rdmad
@@ -339,6 +343,24 @@ func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 	default:
 		state.SetComponent(s, apitype.ComponentPeers, apitype.OK, r.fileError(), now)
 	}
+}
+
+// stuckPorts is the error of the peers component while some probe port
+// is cut off because its post of probes does not return (the manager's
+// apitype.PeerPort.Stuck), naming each device and port; nil when none is.
+func stuckPorts(ps apitype.Peers) error {
+	var msgs []string
+	for _, lp := range ps.Ports {
+		if lp.Stuck == "" {
+			continue
+		}
+		dev, port, _ := strings.Cut(lp.Key, "/")
+		msgs = append(msgs, fmt.Sprintf("probe port %s (device %s port %s): %s", lp.Key, dev, port, lp.Stuck))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s; the other ports are probed as usual. A provider stands in ibv_post_send when a send is retried inside it (rxe after a dropped packet) or the adapter is wedged: check `rdma link show` and the kernel log for the device", strings.Join(msgs, "; "))
 }
 
 // peersFreshWait bounds how long a reader waits for fresh peer figures

@@ -193,6 +193,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.control.close()
 
 	m.peers.localIPs = localAddrs()
+	m.sched.posters = map[string]*poster{}
+	defer m.sched.stopPosters()
 	m.apply(ctx, m.cfg, time.Now())
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -241,6 +243,10 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 		// with the ports of now.
 		m.pass.in(phasePorts)
 		m.refreshPorts(now)
+	}
+	if m.sched.posters != nil {
+		m.pass.in(phaseCollect)
+		m.collectPosts(now)
 	}
 	m.pass.in(phaseInbox)
 	m.takeInbox(now)
@@ -318,6 +324,9 @@ func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 	}
 	m.local, m.localErr = m.opts.Transport.Ports()
 	m.localGen++
+	if m.sched.posters != nil {
+		m.sched.prunePosters(m.local)
+	}
 	m.peers.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
 	m.sizeControl()

@@ -222,6 +222,9 @@ func (m *Manager) refreshPorts(now time.Time) {
 	if !samePorts(ports, m.local) || errString(err) != errString(m.localErr) {
 		m.local, m.localErr = ports, err
 		m.localGen++
+		if m.sched.posters != nil {
+			m.sched.prunePosters(ports)
+		}
 		m.pub.changed = true
 		m.refreshFingerprint(now, true)
 	}
@@ -338,7 +341,8 @@ func (m *Manager) nodeState() apitype.Peers {
 	out := apitype.Peers{NodeID: strconv.FormatUint(m.opts.NodeID, 16), Ports: []apitype.PeerPort{},
 		Configured: len(m.cfg.Peers)}
 	for _, lp := range m.local {
-		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.pub.faults[portSuspect(lp.Key)]})
+		out.Ports = append(out.Ports, apitype.PeerPort{Key: lp.Key, GID: lp.GID.String(), QPN: lp.QPN, TrafficClass: lp.TrafficClass, LocalFault: m.pub.faults[portSuspect(lp.Key)],
+			Stuck: m.sched.stuckText(lp.Key)})
 	}
 	out.Counters = m.counters()
 	out.ControlPort, out.ControlError = m.control.port, m.control.err

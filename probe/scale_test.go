@@ -129,6 +129,12 @@ func defaultSettings(n int) Settings {
 // port, group and peers set here), s.Flows flows per path, which every
 // fake peer admits.
 func startScaleSettings(tb testing.TB, n, ports int, s Settings, delay time.Duration, loss float64) *scaleRun {
+	return startScaleWrapped(tb, n, ports, s, delay, loss, nil)
+}
+
+// startScaleWrapped is startScaleSettings with the manager's transport
+// wrap(the memory transport) when wrap is set.
+func startScaleWrapped(tb testing.TB, n, ports int, s Settings, delay time.Duration, loss float64, wrap func(*probetest.MemTransport) Transport) *scaleRun {
 	flows := s.Flows
 	l, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
@@ -155,7 +161,11 @@ func startScaleSettings(tb testing.TB, n, ports int, s Settings, delay time.Dura
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.heap0 = ms.HeapAlloc
-	r.m, err = New(Options{Transport: r.tr, NodeID: 1, ListenHost: node.Addr().String(), Logger: slog.New(slog.DiscardHandler),
+	var tr Transport = r.tr
+	if wrap != nil {
+		tr = wrap(r.tr)
+	}
+	r.m, err = New(Options{Transport: tr, NodeID: 1, ListenHost: node.Addr().String(), Logger: slog.New(slog.DiscardHandler),
 		OnState:     func(ps apitype.Peers) { r.last.Store(&ps); r.pubs.Add(1) },
 		Fingerprint: scaleFingerprint}, s)
 	if err != nil {

@@ -29,6 +29,12 @@ type scheduler struct {
 	// rising says a down path answered in this pass (rise): the next
 	// pass comes at the next tick.
 	rising bool
+	// posters post each local port's batches on a goroutine of their
+	// own (post.go); nil until Run starts them, and flush posts on the
+	// caller's goroutine (the tests that drive a pass by hand). cut
+	// counts the posters cut off from the schedule.
+	posters map[string]*poster
+	cut     int
 }
 
 func newScheduler() scheduler { return scheduler{outbox: map[string]*outQueue{}} }
@@ -149,7 +155,7 @@ func (m *Manager) visit(ctx context.Context, p *mpeer, now time.Time) {
 		if !pa.resolved || pa.askedAgo(now) >= m.cfg.Resolve || downAsk || (v2Due && i == 0) || (clockDue && i == 0) {
 			m.query(p, i, now)
 		}
-		if pa.resolved && pa.canSend() {
+		if pa.resolved && pa.canSend() && !m.sched.isCut(pa.local) {
 			m.send(p, pa, now)
 		}
 	}
@@ -188,10 +194,15 @@ func (s *scheduler) queue(p *mpeer, pa *path, flow uint8, now time.Time, auth bo
 	q.ts = append(q.ts, ud.Target{Dst: pa.remote, Seq: s.seq, Auth: auth, Flow: flow})
 }
 
-// flush posts the queued probes through tr, one batch per local port. A
-// probe that did not go is not in flight: it counts as not sent, not as
-// lost.
+// flush posts the queued probes through tr, one batch per local port: it
+// hands them to the ports' posters once Run started them (post.go), else
+// posts them itself. A probe that did not go is not in flight: it counts
+// as not sent, not as lost.
 func (s *scheduler) flush(tr Transport, log *slog.Logger) {
+	if s.posters != nil {
+		s.post(tr, log)
+		return
+	}
 	for local, q := range s.outbox {
 		ts := q.ts
 		if len(ts) == 0 {
@@ -253,6 +264,13 @@ func (m *Manager) expire(now time.Time) {
 		seq, f, ok := m.sched.nextExpired(now, m.cfg.Timeout)
 		if !ok {
 			break
+		}
+		if m.sched.heldByPost(f.pa.local, monoNs(now), m.cfg.Timeout) {
+			// It waits behind, or is in, a post that has not returned
+			// (post.go): not a loss of the path's.
+			m.sched.notSent++
+			f.pa.inflight--
+			continue
 		}
 		f.pa.inflight--
 		f.pa.lost++

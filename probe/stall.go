@@ -33,6 +33,7 @@ const (
 	phaseSettings
 	phasePorts
 	phaseFinish
+	phaseCollect
 )
 
 var phaseNames = [...]string{
@@ -40,11 +41,12 @@ var phaseNames = [...]string{
 	phaseInbox:    "taking the replies and control answers",
 	phaseExpire:   "counting timed-out probes",
 	phaseVisits:   "visiting the peers due",
-	phasePost:     "posting probes to the RDMA provider (ibv_post_send; a provider that blocks there, as rxe retrying a send the kernel dropped, does this)",
+	phasePost:     "handing the probes to the ports' posters",
 	phasePublish:  "publishing the state",
 	phaseSettings: "applying new settings",
 	phasePorts:    "reading the local ports from the RDMA engine",
 	phaseFinish:   "finishing the pass (the allow list, the fingerprint)",
+	phaseCollect:  "taking what the ports' posters report",
 }
 
 func (w *passWatch) begin(now time.Time, ph passPhase) {

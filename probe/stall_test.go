@@ -8,10 +8,13 @@ import (
 	"github.com/rdmad/rdmad/client/apitype"
 )
 
-// TestStalledPass: a pass that blocks in posting probes (the provider's
-// call does not return) is reported by Stalled once it has stood longer
-// than the bound, with what it is doing; when the post returns, the pass
-// ends, Stalled says nothing, and the probes go again.
+// TestStalledPass: a post into the provider that does not return (here
+// the transport's ProbeBatch blocked) no longer holds the pass: the
+// manager is never reported as stalled, the port is cut off after
+// PostBound with its path unknown, not down, and when the post returns the
+// probes go again and the peer comes back up. Stalled still reports a
+// pass that stands (it is the daemon's watchdog of the manager), which
+// only something other than a post can now cause.
 func TestStalledPass(t *testing.T) {
 	port, f := loopbackFabric(t)
 	a := startNode(t, f, "127.0.0.2", "127.0.0.3", port, 1)
@@ -31,29 +34,25 @@ func TestStalledPass(t *testing.T) {
 	f.mu.Lock()
 	a.pr.postHold = hold
 	f.mu.Unlock()
-	const bound = 300 * time.Millisecond
-	deadline := time.Now().Add(5 * time.Second)
-	var since time.Time
-	var doing string
-	for {
-		var stalled bool
-		if since, doing, stalled = a.m.Stalled(time.Now(), bound); stalled {
-			break
+	deadline := time.Now().Add(PostBound + 2*time.Second)
+	for time.Now().Before(deadline) {
+		if _, doing, stalled := a.m.Stalled(time.Now(), 300*time.Millisecond); stalled {
+			t.Fatalf("a blocked post stalled the pass (%s)", doing)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a pass blocked in ProbeBatch for 5 s was not reported as stalled")
+		if p := a.peer("127.0.0.3"); p.State == apitype.PeerDown {
+			t.Fatalf("the peer is down (%s) while this node's port cannot post: want unknown", p.Reason)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if age := time.Since(since); age < bound || age > 5*time.Second {
-		t.Errorf("stalled since %v ago, want between the bound %v and 5 s", age, bound)
+	p := a.peer("127.0.0.3")
+	if p.State != apitype.PeerUnknown || !strings.Contains(p.Reason, "ibv_post_send") {
+		t.Errorf("with its only port cut off the peer is %s (%q), want unknown saying the post does not return", p.State, p.Reason)
 	}
-	if !strings.Contains(doing, "ibv_post_send") {
-		t.Errorf("stalled pass is %q, want it to say it is posting probes", doing)
-	}
-	// A bound longer than the stall: not reported.
-	if _, _, stalled := a.m.Stalled(time.Now(), time.Hour); stalled {
-		t.Error("Stalled with a one-hour bound reports a stall of seconds")
+	a.mu.Lock()
+	stuck := a.last.Ports[0].Stuck
+	a.mu.Unlock()
+	if stuck == "" {
+		t.Error("the port whose post does not return has no Stuck text")
 	}
 
 	f.mu.Lock()
@@ -61,19 +60,17 @@ func TestStalledPass(t *testing.T) {
 	sent := a.pr.sentTo[b.pr.qpn]
 	f.mu.Unlock()
 	close(hold)
-	waitFor := time.Now().Add(5 * time.Second)
-	for {
-		f.mu.Lock()
-		now := a.pr.sentTo[b.pr.qpn]
-		f.mu.Unlock()
-		more := now > sent+2
-		_, _, stalled := a.m.Stalled(time.Now(), bound)
-		if more && !stalled {
-			break
-		}
-		if time.Now().After(waitFor) {
-			t.Fatalf("after the post returned: stalled %v, probes to b %d (were %d)", stalled, now, sent)
-		}
-		time.Sleep(20 * time.Millisecond)
+	waitState(t, a, "127.0.0.3", apitype.PeerUp, 5*time.Second)
+	f.mu.Lock()
+	now := a.pr.sentTo[b.pr.qpn]
+	f.mu.Unlock()
+	if now <= sent {
+		t.Errorf("after the post returned no probe went to b (%d, were %d)", now, sent)
+	}
+	a.mu.Lock()
+	stuck = a.last.Ports[0].Stuck
+	a.mu.Unlock()
+	if stuck != "" {
+		t.Errorf("the port is still Stuck after its post returned: %q", stuck)
 	}
 }

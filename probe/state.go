@@ -115,9 +115,15 @@ func (m *Manager) observeFlow(p *mpeer, pa *path, flow int, s sample, now time.T
 // aggregate sets the peer's state: the worst of its paths.
 func (m *Manager) aggregate(p *mpeer, now time.Time) {
 	st := apitype.PeerUnknown
-	var worst *path
+	var worst, cut *path
 	for i, pa := range p.paths {
 		if !pa.resolved && pa.h.state == apitype.PeerUnknown {
+			continue
+		}
+		if pa.h.state == apitype.PeerUnknown && m.sched.isCut(pa.local) {
+			// Its port, not the peer, is at fault (post.go): the peer
+			// is judged by its other paths.
+			cut = pa
 			continue
 		}
 		if i == 0 || st == apitype.PeerUnknown || stateRank(pa.h.state) > stateRank(st) {
@@ -125,6 +131,9 @@ func (m *Manager) aggregate(p *mpeer, now time.Time) {
 		}
 	}
 	reason := ""
+	if worst == nil && cut != nil {
+		worst = cut
+	}
 	if worst != nil && worst.h.reason != "" {
 		reason = m.texts.portReason(p.reason, worst.local, worst.h.reason)
 	}

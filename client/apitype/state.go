@@ -263,6 +263,12 @@ type PeerPort struct {
 	// switch port, this host) explains that better than as many remote
 	// ones. It says so, with the count.
 	LocalFault string `json:"local_fault,omitempty"`
+	// Stuck is set while the port is cut off from the probes because
+	// its post of probes (ibv_post_send) has not returned for more than
+	// a second (a provider standing in the call, as rxe retrying a
+	// dropped send): its paths are unknown, not down, and every other
+	// port keeps its schedule (docs/PROBES.md). It says since when.
+	Stuck string `json:"stuck,omitempty"`
 }
 
 // A Peer is one probed node.

@@ -114,8 +114,8 @@ func (t *MemTransport) LargestBatch() int { return int(t.largest.Load()) }
 // ProbeBatch takes every probe of ts and queues its reply, unless it is
 // lost.
 func (t *MemTransport) ProbeBatch(local string, ts []ud.Target) int {
-	if n := int64(len(ts)); n > t.largest.Load() {
-		t.largest.Store(n) // one caller: the manager's goroutine
+	for n, l := int64(len(ts)), t.largest.Load(); n > l && !t.largest.CompareAndSwap(l, n); l = t.largest.Load() {
+		// The ports' posters call this concurrently.
 	}
 	now := time.Now()
 	t.mu.Lock()
