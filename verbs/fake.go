@@ -77,11 +77,11 @@ type fdev struct {
 	// postBlock holds the ports whose posts block (FakeBlockPost) until
 	// their channel is closed.
 	postBlock map[int]chan struct{}
-	nextQPN    uint32
-	nextKey    uint32
-	qps        map[uint32]*QP
-	mrs        map[uint32]*MR // by key (lkey == rkey, as rxe)
-	ctxs       map[*Context]bool
+	nextQPN   uint32
+	nextKey   uint32
+	qps       map[uint32]*QP
+	mrs       map[uint32]*MR // by key (lkey == rkey, as rxe)
+	ctxs      map[*Context]bool
 }
 
 type fport struct {

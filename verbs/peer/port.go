@@ -92,9 +92,9 @@ type udPort struct {
 	// holds for as long as the provider takes to return (rxe retrying a
 	// dropped send holds it for seconds), or one stuck port would stop
 	// the control endpoint for every port.
-	admMu     sync.Mutex
-	admitted  admTable
-	pend      pendingTable // this port's probes awaiting replies
+	admMu    sync.Mutex
+	admitted admTable
+	pend     pendingTable // this port's probes awaiting replies
 	// mac tags and checks version-2 payloads with the key of macFor,
 	// the engine's authentication settings when they were last looked at
 	// (authLocked); nil when authentication is off.
