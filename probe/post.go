@@ -178,14 +178,16 @@ func (s *scheduler) stuckText(local string) string {
 	return ""
 }
 
-// unsend takes the probe seq out of flight without a result: it did not
-// go, or nobody knows whether it did.
+// unsend takes the probe seq out of flight without a result, counted as
+// not sent: it did not go, or nobody knows whether it did. A probe no
+// longer in flight (a cut port's, refused after its call returned) is not
+// counted twice.
 func (s *scheduler) unsend(seq uint64) *flight {
-	s.notSent++
 	f := s.flights.get(seq)
 	if f == nil {
 		return nil
 	}
+	s.notSent++
 	f.pa.inflight--
 	g := *f
 	*f = flight{}
