@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,16 +29,35 @@ const (
 )
 
 // npdMaxOutput is node-problem-detector's default max_output_length: the
-// plugin's output beyond it is cut.
+// plugin's output beyond it is cut. It is --max-output's default, so that
+// `rdmactl check` without it prints what it always did.
 const npdMaxOutput = 80
+
+// The bounds of --max-output. NPD reads at most 4096 bytes of a plugin's
+// output (its maxCustomPluginBufferBytes), so more would be cut there
+// mid-word; below 16 bytes no message says anything.
+const (
+	minMaxOutput = 16
+	maxMaxOutput = 4096
+)
 
 // checkFormats are the formats --format takes (the completions offer them).
 var checkFormats = []string{"npd", "nhc"}
+
+// checkTypes are the condition types --type takes (the completions offer
+// them).
+var checkTypes = apitype.ConditionTypes
 
 // cmdCheck answers "may this node run RDMA jobs?" from rdmad's verdict
 // (GET /v1/health), or, when rdmad does not answer, from what rdmactl can
 // read itself (the inventory): a problem there is still a problem; else
 // the verdict is unknown.
+//
+// --type TYPE narrows the verdict to the condition of that type (one
+// node-problem-detector condition per type, each with the type as its
+// reason: packaging/npd/rdmad-health.json): the exit code is that
+// condition's, and --format npd prints its message alone (the objects and
+// the fix). --max-output N bounds the npd line (default 80 bytes).
 func cmdCheck(ctx context.Context, g *globals, c *client.Client, x call) int {
 	format := x.flags["format"]
 	switch format {
@@ -44,6 +65,30 @@ func cmdCheck(ctx context.Context, g *globals, c *client.Client, x call) int {
 	default:
 		usageError(g.stderr, lookupCommand("check"), fmt.Errorf("--format %q is not a format; use npd (one line, the default) or nhc", format))
 		return checkUnknown
+	}
+	typ, byType := x.flags["type"]
+	if byType && !slices.Contains(checkTypes, typ) {
+		hint := ""
+		if s := suggest(typ, checkTypes); s != "" {
+			hint = " (did you mean " + s + "?)"
+		}
+		usageError(g.stderr, lookupCommand("check"), fmt.Errorf("--type %q is not a condition type%s; use one of %s",
+			typ, hint, strings.Join(checkTypes, ", ")))
+		return checkUnknown
+	}
+	maxOutput := npdMaxOutput
+	if v, ok := x.flags["max-output"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < minMaxOutput || n > maxMaxOutput {
+			usageError(g.stderr, lookupCommand("check"), fmt.Errorf("--max-output %q is not a number of bytes from %d to %d; e.g. 1024 (node-problem-detector's max_output_length)",
+				v, minMaxOutput, maxMaxOutput))
+			return checkUnknown
+		}
+		if g.json || format == "nhc" {
+			usageError(g.stderr, lookupCommand("check"), errors.New("--max-output bounds the line of --format npd; --format nhc and --json are never cut"))
+			return checkUnknown
+		}
+		maxOutput = n
 	}
 	timeout := 10 * time.Second
 	if v, ok := x.flags["timeout"]; ok {
@@ -61,6 +106,9 @@ func cmdCheck(ctx context.Context, g *globals, c *client.Client, x call) int {
 	if raw == nil && h.Status == "" {
 		h = localHealth("/", why)
 	}
+	if byType {
+		h, raw = ofType(h, typ), nil
+	}
 	switch {
 	case g.json && raw != nil:
 		g.stdout.Write(raw)
@@ -71,8 +119,10 @@ func cmdCheck(ctx context.Context, g *globals, c *client.Client, x call) int {
 		printJSON(g.stdout, h)
 	case format == "nhc":
 		printNHC(g.stdout, h)
+	case byType:
+		fmt.Fprintln(g.stdout, npdTypeLine(h.Conditions[0], maxOutput))
 	default:
-		fmt.Fprintln(g.stdout, npdLine(h))
+		fmt.Fprintln(g.stdout, npdLine(h, maxOutput))
 	}
 	switch h.Status {
 	case apitype.ConditionOK:
@@ -137,15 +187,45 @@ func oneLineErr(err error) string {
 	return s
 }
 
-// npdLine is the one line node-problem-detector shows as the condition's
-// message: the worst condition's type and message, at most 80 bytes (NPD
-// cuts the rest), a longer one cut after a whole word with "...".
-func npdLine(h apitype.Health) string {
+// npdLine is the one line node-problem-detector shows as the aggregate
+// condition's message: the worst condition's type and message, at most n
+// bytes (NPD's max_output_length: it cuts the rest), a longer one cut
+// after a whole word with "...".
+func npdLine(h apitype.Health, n int) string {
 	w := h.Worst()
 	if w == nil {
-		return clipWords("ok: every RDMA health check passes", npdMaxOutput)
+		return clipWords("ok: every RDMA health check passes", n)
 	}
-	return clipWords(w.Type+": "+oneLine(w.Message), npdMaxOutput)
+	return clipWords(w.Type+": "+oneLine(w.Message), n)
+}
+
+// npdTypeLine is the line of --type: the condition's message alone (the
+// NPD condition and its reason name the type), at most n bytes, cut as
+// npdLine cuts.
+func npdTypeLine(c apitype.Condition, n int) string {
+	msg := strings.TrimSpace(oneLine(c.Message))
+	if msg == "" {
+		msg = c.Type + " " + c.Status
+	}
+	return clipWords(msg, n)
+}
+
+// ofType is the verdict of h's condition of type t alone: its status is
+// the condition's. A verdict without that condition (an rdmad older than
+// this rdmactl, which does not check it) makes it unknown.
+func ofType(h apitype.Health, t string) apitype.Health {
+	c, found := h.Condition(t)
+	if !found {
+		c = apitype.Condition{Type: t, Status: apitype.ConditionUnknown, Reason: "NotReported",
+			Message: "rdmad's verdict has no " + t + " condition: this rdmad is older than rdmactl and does not check it; restart rdmad after an upgrade"}
+	}
+	status := c.Status
+	switch status {
+	case apitype.ConditionOK, apitype.ConditionProblem:
+	default:
+		status = apitype.ConditionUnknown
+	}
+	return apitype.Health{Healthy: status == apitype.ConditionOK, Status: status, Conditions: []apitype.Condition{c}}
 }
 
 // clipWords returns s if it has at most n bytes, else its words that fit

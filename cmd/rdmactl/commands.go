@@ -122,15 +122,21 @@ func init() {
 			name:    "check",
 			summary: "may this node run RDMA jobs? the health verdict for schedulers (exit 0 ok, 1 problem, 2 unknown)",
 			help: "Print rdmad's health verdict (GET /v1/health, docs/HEALTH.md) the way schedulers read it: " +
-				"--format npd (the default) prints one line of at most 80 bytes naming the worst condition, for a " +
+				"--format npd (the default) prints one line naming the worst condition and its message, at most 80 bytes " +
+				"(--max-output sets the bound; a longer message is cut after a whole word with ...), for a " +
 				"node-problem-detector custom plugin; --format nhc prints a line per condition that is not ok, for " +
-				"Slurm NHC's check_rdmad; --json prints the verdict's JSON. When rdmad does not answer, rdmactl reads " +
+				"Slurm NHC's check_rdmad; --json prints the verdict's JSON. --type TYPE judges one condition type alone " +
+				"(exit 0 ok, 1 problem, 2 unknown by that condition; --format npd prints its message, which names the " +
+				"objects and the fix): rdmad's node-problem-detector config sets one node condition per type " +
+				"(RDMAPortFlapping, reason PortFlapping) with it. When rdmad does not answer, rdmactl reads " +
 				"the inventory itself: a missing device, a down port, a missing verbs node or a degraded PCIe link is " +
 				"still a problem (1); otherwise the verdict is unknown (2).",
 			exits: "0 healthy; 1 a problem (a condition is a problem); 2 unknown (rdmad does not answer and the local " +
 				"checks found no problem, a condition is unknown, or a usage error)",
 			flags: []flagDef{
-				{long: "format", arg: "FORMAT", eg: "npd", values: checkFormats, help: "npd (one line of at most 80 bytes, the default) or nhc (a line per condition not ok)"},
+				{long: "format", arg: "FORMAT", eg: "npd", values: checkFormats, help: "npd (one line of at most 80 bytes or --max-output, the default) or nhc (a line per condition not ok)"},
+				{long: "type", arg: "TYPE", eg: "PortFlapping", values: checkTypes, help: "judge only the condition of this type (docs/HEALTH.md lists them); --format npd prints its message"},
+				{long: "max-output", arg: "BYTES", eg: "1024", help: "the most bytes of the --format npd line (default 80, 16 to 4096): node-problem-detector's max_output_length"},
 				{long: "timeout", arg: "DURATION", eg: "5s", help: "how long to wait for rdmad (default 10s, 100ms to 1m)"},
 			},
 			daemon:        true,

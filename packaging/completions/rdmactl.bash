@@ -38,7 +38,11 @@ _rdmactl() {
 		COMPREPLY=($(compgen -W 'unknown up degraded down' -- "$cur"))
 		return
 		;;
-	--timeout | --qps | --size | --duration | --interval | --since)
+	--type)
+		COMPREPLY=($(compgen -W 'ConfigInvalid InputRefused NoDevice DeviceMissing VerbsUnavailable PortDown PortFlapping SubnetManagerMissing LinkDegraded PCIeDegraded LoopbackFailing LoopbackBandwidthLow MRRegistrationFailing MemlockTooLow PeersUnreachable KernelFault PolicyNotConverging DaemonDegraded' -- "$cur"))
+		return
+		;;
+	--max-output | --timeout | --qps | --size | --duration | --interval | --since)
 		return
 		;;
 	esac
@@ -49,7 +53,7 @@ _rdmactl() {
 	local i cmd= nargs=0
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		--socket | -s | --output | -o | --format | --group | --op | --state | --timeout | --qps | --size | --duration | --interval | --since) ((i++)) ;;
+		--socket | -s | --output | -o | --format | --group | --op | --state | --type | --max-output | --timeout | --qps | --size | --duration | --interval | --since) ((i++)) ;;
 		-*) ;;
 		*)
 			if [ -z "$cmd" ]; then
@@ -65,7 +69,7 @@ _rdmactl() {
 		local flags
 		case $cmd in
 		'') flags='--socket --json --full --help --version' ;;
-		check) flags='--format --timeout --socket --json --full --help' ;;
+		check) flags='--format --type --max-output --timeout --socket --json --full --help' ;;
 		peers) flags='--state --group --socket --json --full --help' ;;
 		bw) flags='--loopback --qps --op --size --duration --socket --json --full --help' ;;
 		doctor) flags='--interval --socket --json --full --help' ;;

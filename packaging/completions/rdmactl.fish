@@ -45,7 +45,9 @@ complete -c rdmactl -s h -l help -d 'show this help, or a command\'s (rdmactl CO
 complete -c rdmactl -n '__fish_use_subcommand' -s V -l version -d 'print rdmactl\'s version and exit'
 
 # check
-complete -c rdmactl -n '__fish_seen_subcommand_from check' -l format -x -a 'npd nhc' -d 'npd (one line of at most 80 bytes, the default) or nhc (a line per condition not ok)'
+complete -c rdmactl -n '__fish_seen_subcommand_from check' -l format -x -a 'npd nhc' -d 'npd (one line of at most 80 bytes or --max-output, the default) or nhc (a line per condition not ok)'
+complete -c rdmactl -n '__fish_seen_subcommand_from check' -l type -x -a 'ConfigInvalid InputRefused NoDevice DeviceMissing VerbsUnavailable PortDown PortFlapping SubnetManagerMissing LinkDegraded PCIeDegraded LoopbackFailing LoopbackBandwidthLow MRRegistrationFailing MemlockTooLow PeersUnreachable KernelFault PolicyNotConverging DaemonDegraded' -d 'judge only the condition of this type (docs/HEALTH.md lists them); --format npd prints its message'
+complete -c rdmactl -n '__fish_seen_subcommand_from check' -l max-output -x -d 'the most bytes of the --format npd line (default 80, 16 to 4096): node-problem-detector\'s max_output_length'
 complete -c rdmactl -n '__fish_seen_subcommand_from check' -l timeout -x -d 'how long to wait for rdmad (default 10s, 100ms to 1m)'
 
 # policy
