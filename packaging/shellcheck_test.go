@@ -14,7 +14,7 @@ import (
 // item 7): the package build, its maintainer scripts and the install and
 // run scripts of the repository, and the package check itself.
 var lintedScripts = []string{
-	"build", "check",
+	"build", "check", "maintainer",
 	"scripts/deb-postinst", "scripts/deb-prerm", "scripts/deb-postrm",
 	"scripts/rpm-post", "scripts/rpm-preun", "scripts/rpm-postun",
 	"../scripts/deps", "../scripts/run-foreground",
