@@ -383,14 +383,16 @@ type PeerFlow struct {
 	// provider computes it (Soft-RoCE: from the QPN), 0 when it cannot be
 	// known from the host (hardware adapters); QPN is the local probe QP
 	// it leaves from.
-	SourcePort uint16        `json:"source_port"`
-	QPN        uint32        `json:"qpn"`
-	Sent       uint64        `json:"sent"`
-	Lost       uint64        `json:"lost"`
-	LossPct    float64       `json:"loss_pct"`
-	RTTP50     time.Duration `json:"rtt_p50_ns"`
-	RTTP99     time.Duration `json:"rtt_p99_ns"`
-	Lossy      bool          `json:"lossy"`
+	SourcePort uint16 `json:"source_port"`
+	// Lossy, beside SourcePort rather than last, keeps a PeerFlow at 56
+	// bytes, not 64: a state holds one per flow of every path.
+	Lossy   bool          `json:"lossy"`
+	QPN     uint32        `json:"qpn"`
+	Sent    uint64        `json:"sent"`
+	Lost    uint64        `json:"lost"`
+	LossPct float64       `json:"loss_pct"`
+	RTTP50  time.Duration `json:"rtt_p50_ns"`
+	RTTP99  time.Duration `json:"rtt_p99_ns"`
 }
 
 // PeerCounters count what the probes dropped and answered.
