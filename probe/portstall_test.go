@@ -191,3 +191,50 @@ func TestPortStallOthersKeepRate(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPortCutJudgesPeerByOtherPaths: while a port is cut off, and after it
+// rejoins until its path's next sample, the peer is judged by its other
+// paths: up, not unknown, even when the cut port's path is its last (a
+// later unknown path would otherwise make it unknown, stateRank). With
+// every path cut off the peer is unknown, saying why; the next answer on
+// the rejoined path brings that path up.
+func TestPortCutJudgesPeerByOtherPaths(t *testing.T) {
+	m := flowsManager(t, 1, 1, 20)
+	p := m.peers.inOrder()[0]
+	now := time.Now()
+	for _, pa := range p.paths {
+		m.observe(p, pa, sample{rtt: 30}, now)
+	}
+	if p.state != apitype.PeerUp {
+		t.Fatalf("peer %s before the cut, want up", p.state)
+	}
+	m.sched.posters = map[string]*poster{}
+	for _, lp := range m.local {
+		m.sched.posters[lp.Key] = &poster{local: lp.Key}
+	}
+	last := p.paths[len(p.paths)-1]
+	pp := m.sched.posters[last.local]
+
+	m.cutPort(last.local, pp, now, now)
+	if last.h.state != apitype.PeerUnknown || !strings.Contains(last.h.reason, "ibv_post_send") {
+		t.Errorf("the cut port's path is %s (%q), want unknown naming the call", last.h.state, last.h.reason)
+	}
+	if p.state != apitype.PeerUp {
+		t.Errorf("with one of its ports cut off the peer is %s (%q), want up by its other path", p.state, p.reason)
+	}
+	m.rejoinPort(last.local, pp, now)
+	if p.state != apitype.PeerUp {
+		t.Errorf("after the port rejoined, before its path's next probe, the peer is %s (%q), want up", p.state, p.reason)
+	}
+	m.observe(p, last, sample{rtt: 30}, now)
+	if last.h.state != apitype.PeerUp || p.state != apitype.PeerUp {
+		t.Errorf("after the rejoined path's answer: path %s, peer %s; want both up", last.h.state, p.state)
+	}
+
+	for _, pa := range p.paths {
+		m.cutPort(pa.local, m.sched.posters[pa.local], now, now)
+	}
+	if p.state != apitype.PeerUnknown || !strings.Contains(p.reason, "cut off") {
+		t.Errorf("with every port cut off the peer is %s (%q), want unknown saying the ports are cut off", p.state, p.reason)
+	}
+}

@@ -275,13 +275,19 @@ func (m *Manager) cutPort(local string, pp *poster, since, now time.Time) {
 		"effect", "its paths are unknown and not probed until the call returns; the other ports keep their schedule")
 }
 
+// rejoinReason is the reason of a path whose port came back from a cut
+// until its next sample: aggregate judges its peer by the other paths
+// meanwhile, as while the port was cut, so that a peer does not turn
+// unknown for the interval its rejoined path waits for a probe.
+const rejoinReason = "this node's port is back in the schedule after its post returned; waiting for the path's next probe"
+
 // rejoinPort takes the port local back into the schedule: its call
-// returned. Its paths stay unknown until their next answer.
+// returned. Its paths stay unknown until their next sample (rejoinReason).
 func (m *Manager) rejoinPort(local string, pp *poster, now time.Time) {
 	m.log.Info("probe port back: its post returned", "port", local, "cut_off_for", now.Sub(pp.cutSince).Round(time.Millisecond))
 	pp.cut, pp.stuck = false, ""
 	m.sched.cut--
-	m.setPortPaths(local, "", now)
+	m.setPortPaths(local, rejoinReason, now)
 }
 
 // setPortPaths makes every path from the port local unknown for reason

@@ -120,9 +120,10 @@ func (m *Manager) aggregate(p *mpeer, now time.Time) {
 		if !pa.resolved && pa.h.state == apitype.PeerUnknown {
 			continue
 		}
-		if pa.h.state == apitype.PeerUnknown && m.sched.isCut(pa.local) {
-			// Its port, not the peer, is at fault (post.go): the peer
-			// is judged by its other paths.
+		if pa.h.state == apitype.PeerUnknown && (pa.h.reason == rejoinReason || m.sched.isCut(pa.local)) {
+			// Its port, not the peer, is at fault (post.go), or its
+			// port just rejoined and it waits for its next probe: the
+			// peer is judged by its other paths.
 			cut = pa
 			continue
 		}
