@@ -52,3 +52,18 @@ func TestPeerGroupFault(t *testing.T) {
 		t.Errorf("a gauge for peers without a group:\n%s", out)
 	}
 }
+
+// TestPeerPortStuck: every probe port has rdmad_peer_port_stuck, 1 while
+// the manager has it cut off because its post does not return.
+func TestPeerPortStuck(t *testing.T) {
+	snap := &apitype.Snapshot{Peers: apitype.Peers{Ports: []apitype.PeerPort{
+		{Key: "mlx5_0/1", Stuck: "its post of probes (ibv_post_send) has not returned since 2026-12-07T10:00:00Z"},
+		{Key: "mlx5_1/1"},
+	}}}
+	out := scrapeSnapshot(t, snap)
+	for _, want := range []string{`rdmad_peer_port_stuck{local="mlx5_0/1"} 1`, `rdmad_peer_port_stuck{local="mlx5_1/1"} 0`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s:\n%s", want, out)
+		}
+	}
+}

@@ -40,6 +40,8 @@ var (
 		"Control endpoint messages by outcome: answered, refused (source not allowed), malformed, unauthenticated (no tag while the fleet key is required), bad_tag, rate_limited or overflow (dropped by the kernel: the socket's receive buffer was full).", []string{"outcome"}, nil)
 	peerLocalFault = prometheus.NewDesc("rdmad_peer_local_fault",
 		"1 while every peer (at least two) is down from this local port: the port, its link or this host is the likelier fault.", []string{"local"}, nil)
+	peerPortStuck = prometheus.NewDesc("rdmad_peer_port_stuck",
+		"1 while this local port is cut off from the probes because its post of probes (ibv_post_send) has not returned for more than a second: its paths are unknown, the other ports are probed as usual, and DaemonDegraded names it.", []string{"local"}, nil)
 	peerGroupFault = prometheus.NewDesc("rdmad_peer_group_fault",
 		"1 while every probed peer (at least two) of the group is down from every local port and peers of other groups answer: the group's switch or uplink is the likelier fault.", []string{"group"}, nil)
 	peerMismatches = prometheus.NewDesc("rdmad_peer_fingerprint_mismatches",
@@ -53,7 +55,7 @@ var (
 var peerStates = []string{"unknown", "up", "degraded", "down"}
 
 var peerSection = section{
-	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerLossyFlows, peerControl, peerProbesIn, peerLocalFault, peerGroupFault, peerNotSent, peerMismatches, peerProbeRTTHist, peerPathRTTHist, peerClockOffset, peerClockError},
+	descs: []*prometheus.Desc{peerInfo, peerNodeInfo, peerUp, peerState, peerRTT, peerHostDelay, peerLoss, peerSent, peerLost, peerLossyFlows, peerControl, peerProbesIn, peerLocalFault, peerPortStuck, peerGroupFault, peerNotSent, peerMismatches, peerProbeRTTHist, peerPathRTTHist, peerClockOffset, peerClockError},
 	collect: func(c *Collector, s *apitype.Snapshot, ch chan<- prometheus.Metric) {
 		if s.Peers.NodeID != "" {
 			ch <- gauge(peerNodeInfo, 1, s.Peers.NodeID)
@@ -63,6 +65,7 @@ var peerSection = section{
 		}
 		for _, lp := range s.Peers.Ports {
 			ch <- gauge(peerLocalFault, b2f(lp.LocalFault != ""), lp.Key)
+			ch <- gauge(peerPortStuck, b2f(lp.Stuck != ""), lp.Key)
 		}
 		// Every group of a probed peer, 1 for the suspects: a cleared
 		// fault reads 0 rather than vanishing.
