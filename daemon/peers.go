@@ -326,15 +326,16 @@ func (d *Daemon) startPeers() {
 // an error.
 func (r *peerRunner) setComponent(s *apitype.Snapshot, now time.Time) {
 	ports, perr := r.eng.Ports()
+	stuck := stuckPorts(s.Peers)
 	switch {
 	case len(ports) == 0 && errors.Is(perr, verbs.ErrUnavailable):
 		state.SetComponent(s, apitype.ComponentPeers, apitype.Unavailable, perr, now)
 	case len(ports) == 0 && perr != nil:
 		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, perr, now)
-	case stuckPorts(s.Peers) != nil:
+	case stuck != nil:
 		// A port whose post does not return is rdmad's trouble on this
 		// node, not its peers': DaemonDegraded names it (probe/post.go).
-		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, stuckPorts(s.Peers), now)
+		state.SetComponent(s, apitype.ComponentPeers, apitype.Error, stuck, now)
 	case r.keyError() != nil:
 		// The probes run on with the key in force: the refused key file
 		// is the verdict's InputRefused (refused.go), not a part of rdmad

@@ -3,6 +3,7 @@ package probe
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,11 +207,8 @@ func (s *scheduler) post(tr Transport, log *slog.Logger) {
 			pp = newPoster(local, tr)
 			s.posters[local] = pp
 		}
-		handed := len(q.ts)
-		over := 0
-		if pp.cut {
-			over = len(q.ts) // isCut keeps these from being queued; a one-shot's may be
-		} else {
+		handed, over := len(q.ts), len(q.ts) // a cut port's (isCut keeps most from being queued; a one-shot's may be)
+		if !pp.cut {
 			over = pp.hand(q, s.limit)
 		}
 		for _, t := range q.ts[:over] {
@@ -263,12 +261,11 @@ func (m *Manager) cutPort(local string, pp *poster, since, now time.Time) {
 		m.sched.unsend(t.Seq)
 	}
 	// Nobody knows whether the probes in flight on it went: no result.
-	fs := &m.sched.flights
-	for seq, end := fs.frontSeq(), fs.frontSeq()+uint64(fs.n); seq < end; seq++ {
-		if f := fs.get(seq); f != nil && f.pa.local == local {
+	m.sched.inFlight(func(seq uint64, f *flight) {
+		if f.pa.local == local {
 			m.sched.unsend(seq)
 		}
-	}
+	})
 	reason := "this node's port " + local + " is cut off from the probes: " + pp.stuck
 	m.setPortPaths(local, reason, now)
 	m.log.Error("probe port cut off: its post does not return", "port", local, "since", since, "bound", PostBound,
@@ -316,14 +313,7 @@ func (m *Manager) setPortPaths(local, reason string, now time.Time) {
 // prunePosters stops the posters of ports no longer in local.
 func (s *scheduler) prunePosters(local []ud.LocalPort) {
 	for key, pp := range s.posters {
-		found := false
-		for _, lp := range local {
-			if lp.Key == key {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.ContainsFunc(local, func(lp ud.LocalPort) bool { return lp.Key == key }) {
 			if pp.cut {
 				s.cut--
 			}

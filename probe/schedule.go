@@ -213,11 +213,8 @@ func (s *scheduler) flush(tr Transport, log *slog.Logger) {
 				if t.Err == nil {
 					continue
 				}
-				s.notSent++
-				if f := s.flights.get(t.Seq); f != nil {
-					f.pa.inflight--
+				if f := s.unsend(t.Seq); f != nil {
 					log.Debug("probe not sent", "peer", f.p.spec.Name, "port", local, "err", t.Err)
-					*f = flight{}
 				}
 			}
 		}
@@ -294,14 +291,22 @@ func (m *Manager) expire(now time.Time) {
 	}
 }
 
+// inFlight calls fn for every probe in flight, oldest first.
+func (s *scheduler) inFlight(fn func(seq uint64, f *flight)) {
+	fs := &s.flights
+	for seq, end := fs.frontSeq(), fs.frontSeq()+uint64(fs.n); seq < end; seq++ {
+		if f := fs.get(seq); f != nil {
+			fn(seq, f)
+		}
+	}
+}
+
 // losePath counts the probes in flight on p's path pa lost now (their QP
 // is gone), as their timeout would.
 func (m *Manager) losePath(p *mpeer, pa *path, now time.Time) {
-	fs := &m.sched.flights
-	for seq, end := fs.frontSeq(), fs.frontSeq()+uint64(fs.n); seq < end; seq++ {
-		f := fs.get(seq)
-		if f == nil || f.pa != pa {
-			continue
+	m.sched.inFlight(func(seq uint64, f *flight) {
+		if f.pa != pa {
+			return
 		}
 		flow := f.flow
 		*f = flight{} // a hole the front skips
@@ -314,7 +319,7 @@ func (m *Manager) losePath(p *mpeer, pa *path, now time.Time) {
 			fl.flows[flow].sent++
 		}
 		m.observeFlow(p, pa, int(flow), sample{lost: true}, now)
-	}
+	})
 }
 
 func jitter(d time.Duration) time.Duration {

@@ -251,6 +251,9 @@ func printPeerFaults(w io.Writer, ps apitype.Peers) {
 			if p.LocalFault != "" {
 				fmt.Fprintf(w, "LOCAL FAULT? %s\n", p.LocalFault)
 			}
+			if p.Stuck != "" {
+				fmt.Fprintf(w, "PORT CUT OFF: %s: %s\n", p.Key, p.Stuck)
+			}
 		}
 	}
 	for _, g := range ps.GroupFaults {

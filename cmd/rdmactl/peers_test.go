@@ -20,7 +20,7 @@ func TestPrintPeers(t *testing.T) {
 	ps := apitype.Peers{
 		Ports: []apitype.PeerPort{
 			{Key: "rxe0/1", GID: "192.0.2.1", QPN: 0x11, TrafficClass: 104, LocalFault: "all 2 peers are down from rxe0/1: suspect this port"},
-			{Key: "rxe1/1", GID: "198.51.100.1", QPN: 0x12},
+			{Key: "rxe1/1", GID: "198.51.100.1", QPN: 0x12, Stuck: "its post of probes (ibv_post_send) has not returned since 2026-12-07T10:00:00Z"},
 		},
 		Configured:   2,
 		Peers:        []apitype.Peer{down("192.0.2.17"), down("192.0.2.18")},
@@ -36,6 +36,7 @@ func TestPrintPeers(t *testing.T) {
 		"Probe ports: rxe0/1 (QPN 0x11, GID 192.0.2.1, tclass 104) rxe1/1 (QPN 0x12, GID 198.51.100.1, tclass 0)\n",
 		"CONTROL ENDPOINT: peers: listen on control endpoint [::]:18600: address already in use; still answering on UDP port 18516\n",
 		"LOCAL FAULT? all 2 peers are down from rxe0/1: suspect this port\n",
+		"PORT CUT OFF: rxe1/1: its post of probes (ibv_post_send) has not returned since 2026-12-07T10:00:00Z\n",
 		"192.0.2.17",
 	} {
 		if !strings.Contains(out, want) {
