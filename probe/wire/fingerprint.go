@@ -126,6 +126,12 @@ func printableBytes(b []byte) bool {
 // at a rune boundary, every character that is not printable replaced, so
 // that what a peer shows in a terminal is text.
 func clean(s string) string {
+	if len(s) <= MaxFingerprintString && Printable(s) {
+		// Already fit (a node's own, nearly always): no copy. Marshal
+		// runs every few seconds (probe's fingerprintEvery), and made
+		// a dozen strings each time.
+		return s
+	}
 	out := make([]byte, 0, min(len(s), MaxFingerprintString))
 	for _, r := range s {
 		if !printable(r) {

@@ -254,3 +254,20 @@ func FuzzDecodeFingerprint(f *testing.F) {
 		}
 	})
 }
+
+// TestMarshalCleanFingerprintAllocatesOnce: a node rebuilds its own
+// fingerprint every few seconds (probe's fingerprintEvery), and its
+// strings are nearly always printable and short: Marshal makes its buffer
+// and copies none of them.
+func TestMarshalCleanFingerprintAllocatesOnce(t *testing.T) {
+	f := testFingerprint()
+	if n := testing.AllocsPerRun(100, func() { f.Marshal() }); n != 1 {
+		t.Errorf("Marshal of a clean fingerprint: %.0f allocations, want 1 (its buffer)", n)
+	}
+	// A string that needs cleaning is still cleaned.
+	f.Ports[0].FWVer = "22.39\x1b[31m"
+	got, err := DecodeFingerprint(f.Marshal())
+	if err != nil || got.Ports[0].FWVer != "22.39?[31m" {
+		t.Errorf("FWVer after cleaning %q (%v), want the escape replaced", got.Ports[0].FWVer, err)
+	}
+}
