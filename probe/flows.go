@@ -86,10 +86,10 @@ type flowState struct {
 	consecLost uint16
 	consecOK   uint16
 	lossy      bool
-	// qpn and sport are the local flow's QPN and UDP source port (0:
-	// unknown), for the state and the reasons.
+	// sport is the local flow's UDP source port (0: unknown), for the
+	// reasons. Its QPN the state takes from the local port (flowStates):
+	// 48 bytes a flow, not 72 (TestPeerSizeClass).
 	sport uint16
-	qpn   uint32
 }
 
 // loss returns the counts and the loss rate of the union of the flows'
@@ -243,9 +243,11 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	}
 	if pa.pathFlows() != n {
 		fs := make([]flowState, n)
+		ws := make([]*window, n)
 		for i := range fs {
-			fs[i].win = *newWindow(flowWindow(m.cfg.Window, n))
+			ws[i] = &fs[i].win
 		}
+		newWindows(flowWindow(m.cfg.Window, n), ws...)
 		pa.fl = &flowSet{flows: fs, pcts: pcts{fresh: math.MaxUint16}}
 		// The path's figures are its flows' (flowSet.loss, stats): it
 		// needs no window of its own.
@@ -253,7 +255,7 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 		m.pub.changed = true
 	}
 	for i := range pa.fl.flows {
-		pa.fl.flows[i].qpn, pa.fl.flows[i].sport = lp.Flows[i].QPN, lp.Flows[i].SourcePort
+		pa.fl.flows[i].sport = lp.Flows[i].SourcePort
 	}
 }
 
@@ -375,7 +377,11 @@ func (pa *path) flowStates(out []apitype.PeerFlow, st winStats, lp *ud.LocalPort
 	for i := range pa.fl.flows {
 		f := &pa.fl.flows[i]
 		ws := f.win.published(buf)
-		out = append(out, apitype.PeerFlow{Flow: i, SourcePort: f.sport, QPN: f.qpn, Sent: f.sent, Lost: f.lost,
+		var qpn uint32
+		if lp != nil && i < len(lp.Flows) {
+			qpn = lp.Flows[i].QPN
+		}
+		out = append(out, apitype.PeerFlow{Flow: i, SourcePort: f.sport, QPN: qpn, Sent: f.sent, Lost: f.lost,
 			LossPct: ws.LossPct, RTTP50: ws.P50, RTTP99: ws.P99, Lossy: f.lossy})
 	}
 	return out

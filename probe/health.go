@@ -44,21 +44,24 @@ type health struct {
 	badFor badKey
 }
 
-// A badKey is the figures a degraded reason gives.
+// A badKey is the figures a degraded reason gives: the counts, and the
+// p99 as its window code (the percentiles are codes decoded: exact). The
+// thresholds the text also gives are not in it: a reload that changes
+// them clears every key (Manager.apply), which keeps a path's health at
+// 64 bytes and its path in the 352-byte size class (TestPeerSizeClass).
 type badKey struct {
 	lost, samples int32
-	p99, rtt      time.Duration
-	lossPct       float64
+	p99           uint16
 }
 
-func keyOf(ws winStats, t Thresholds) badKey {
-	return badKey{lost: int32(ws.Lost), samples: int32(ws.Samples), p99: ws.P99, rtt: t.RTT, lossPct: t.LossPct}
+func keyOf(ws winStats) badKey {
+	return badKey{lost: int32(ws.Lost), samples: int32(ws.Samples), p99: toF12(ws.P99)}
 }
 
 // badReason returns why ws is bad under t ("" when it is not), reusing the
 // health's reason when it was written for the same figures.
 func (h *health) badReason(ws winStats, t Thresholds, tx *texts) string {
-	k := keyOf(ws, t)
+	k := keyOf(ws)
 	if h.state == apitype.PeerDegraded && h.reason != "" && k == h.badFor {
 		return h.reason
 	}

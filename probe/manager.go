@@ -308,6 +308,10 @@ func (m *Manager) tick(ctx context.Context, now time.Time) time.Time {
 // endpoint where it is, says so in the state and the log, and is tried
 // again at the next reload.
 func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
+	if s.Threshold != m.cfg.Threshold {
+		// The reasons kept give the thresholds of before.
+		m.forgetReasons()
+	}
 	m.cfg = s
 	m.control.err = ""
 	if m.control.ctl != nil {
@@ -330,6 +334,19 @@ func (m *Manager) apply(ctx context.Context, s Settings, now time.Time) {
 	m.peers.epoch = uint64(now.UnixNano()) / uint64(s.Rotate)
 	m.reselect(now)
 	m.sizeControl()
+}
+
+// forgetReasons drops the degraded reasons kept for their figures (the
+// paths' and the texts'): they give the thresholds they were written
+// for, which badKey does not hold. A path's next sample writes its reason
+// again.
+func (m *Manager) forgetReasons() {
+	m.texts = newTexts()
+	for _, p := range m.peers.byName {
+		for _, pa := range p.paths {
+			pa.h.badFor = badKey{}
+		}
+	}
 }
 
 func (m *Manager) localErrOr() error {

@@ -229,7 +229,7 @@ type path struct {
 	// not since it was made or last had to be asked again): 8 bytes
 	// rather than a time.Time's 24 (TestPeerSizeClass).
 	asked    int64
-	win      window // in the path: one cache line less to touch per probe; empty on several flows (fl)
+	win      window // in the path: one cache line less to touch per probe; empty on several flows (fl), whose windows share one array
 	h        health
 	sent     uint64
 	lost     uint64
@@ -238,7 +238,7 @@ type path struct {
 	lastSeq  uint64                     // last probe with a result
 	inflight int32
 	// The bools and remoteIdx together, beside inflight: a path in the
-	// 416-byte size class (TestPeerSizeClass).
+	// 352-byte size class (TestPeerSizeClass).
 	resolved bool
 	auth     bool // the last reply carried a valid tag
 	// stale: the peer's state was set apart from its paths (setPeerStateApart);

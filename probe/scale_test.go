@@ -49,7 +49,7 @@ var (
 	scalePorts      = flag.Int("scale.ports", 1, "BenchmarkPeers*At1Hz: local probe ports (every peer is probed from each)")
 	scaleFlows      = flag.Int("scale.flows", 1, "BenchmarkPeers*At1Hz (not the *Defaults ones): probe flows per path ([probe] flows)")
 	scaleProfile    = flag.String("scale.cpuprofile", "", "BenchmarkPeers*At1Hz: write a CPU profile of the measured seconds only (go test's -cpuprofile covers the warm-up too)")
-	scaleMemProfile = flag.String("scale.memprofile", "", "BenchmarkPeers*At1Hz: write a heap profile when bytes/peer is measured, with the manager running")
+	scaleMemProfile = flag.String("scale.memprofile", "", "BenchmarkPeers*At1Hz: write a heap profile when bytes/peer is measured, with the manager running, and one as the measured seconds begin (the file with .start added): go tool pprof -sample_index=alloc_objects -diff_base FILE.start FILE shows what the measured seconds allocated (allocs/probe); run with -test.memprofilerate 1 to see every allocation")
 	scaleWarmup     = flag.Duration("scale.warmup", 100*time.Second, "BenchmarkPeers*At1Hz: probing before the measurement, after every peer is up (100s fills the default window of 100 probes)")
 	scaleReader     = flag.Duration("scale.reader", 0, "BenchmarkPeers*At1Hz: a reader asks for the figures (Manager.Fresh, as a scrape does) this often while measuring; 0: none")
 )
@@ -274,6 +274,9 @@ func benchScale(b *testing.B, n int, s Settings) {
 			b.Fatal(err)
 		}
 	}
+	if *scaleMemProfile != "" {
+		writeHeapProfile(b, *scaleMemProfile+".start")
+	}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	fleet0, cpu0, sleeps0 := fleetStats(b, r.fleet), rusage.CPU(), rusage.Sleeps()
@@ -335,14 +338,7 @@ func benchScale(b *testing.B, n int, s Settings) {
 	var ms2 runtime.MemStats
 	runtime.ReadMemStats(&ms2)
 	if *scaleMemProfile != "" {
-		f, err := os.Create(*scaleMemProfile)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
+		writeHeapProfile(b, *scaleMemProfile)
 	}
 
 	node := cpu - cpu0
@@ -357,6 +353,18 @@ func benchScale(b *testing.B, n int, s Settings) {
 	b.ReportMetric(float64(pubs)/wall.Seconds(), "publishes/s")
 	b.Logf("%d peers: %d probes in %v (%d lost by the transport), %d publishes, node CPU %v, fake peers' process %v, %d control answers and %d queries from the fake peers, %d GCs",
 		n, sent, wall.Round(time.Millisecond), lost, pubs, node, fleet.CPU-fleet0.CPU, fleet.Answered-fleet0.Answered, fleet.Asked-fleet0.Asked, ms1.NumGC-ms0.NumGC)
+}
+
+// writeHeapProfile writes the heap profile to file.
+func writeHeapProfile(tb testing.TB, file string) {
+	f, err := os.Create(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // BenchmarkTimerWakeup50Hz is the yardstick of the figures above: nothing

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"time"
+	"unsafe"
 )
 
 // A sample is one probe's outcome.
@@ -61,9 +62,15 @@ func fromF12(c uint16) time.Duration {
 // percentiles are computed only when asked for, in scratch space that the
 // caller gives (the manager's windows share one: they are used by its
 // goroutine only). n is at most [probe] window's 10,000: next and lost
-// fit 16 bits, and the window's header 40 bytes in its path's 384.
+// fit 16 bits, and the window's header 24 bytes in its path's 384.
 type window struct {
-	s    []byte // n samples of slotSize bytes (set, rtt, host)
+	// s is the first of n samples of slotSize bytes each (set, rtt,
+	// host); nil for a window of none. A pointer and a count rather than
+	// a slice: 24 bytes a window instead of 40, and a path on four flows
+	// holds five (TestWindowSize). The flows of a path share one array
+	// (newWindows).
+	s    *byte
+	n    int16
 	next int16
 	lost int16
 	full bool
@@ -95,29 +102,58 @@ func (c *pcts) publish(st winStats, stats func() winStats) winStats {
 }
 
 // newWindow returns a window of n samples (at most math.MaxInt16).
-func newWindow(n int) *window { return &window{s: make([]byte, slotSize*min(n, math.MaxInt16))} }
+func newWindow(n int) *window {
+	w := new(window)
+	newWindows(n, w)
+	return w
+}
+
+// newWindows makes each of ws a window of n samples (at most
+// math.MaxInt16), all in one array: the flows of a path, allocated once
+// rather than per flow.
+func newWindows(n int, ws ...*window) {
+	n = min(max(n, 0), math.MaxInt16)
+	if n == 0 {
+		for _, w := range ws {
+			*w = window{}
+		}
+		return
+	}
+	buf := make([]byte, slotSize*n*len(ws))
+	for i, w := range ws {
+		*w = window{s: &buf[slotSize*n*i], n: int16(n)}
+	}
+}
 
 // size is how many samples the window holds when full.
-func (w *window) size() int { return len(w.s) / slotSize }
+func (w *window) size() int { return int(w.n) }
+
+// slot returns the bytes of sample i.
+func (w *window) slot(i int) []byte {
+	if uint(i) >= uint(w.n) {
+		panic("probe: window sample out of range")
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(w.s), slotSize*i)), slotSize)
+}
 
 // set stores sample i as its codes: the round trip's 12 bits in the first
 // byte and the low half of the second, the host delay's in the high half
 // of the second and the third.
 func (w *window) set(i int, rtt, host uint16) {
-	b := w.s[slotSize*i : slotSize*i+slotSize]
+	b := w.slot(i)
 	b[0], b[1], b[2] = byte(rtt), byte(rtt>>8)|byte(host<<4), byte(host>>4)
 }
 
 // rtt returns sample i's round trip code (lostCode: lost).
 func (w *window) rtt(i int) uint16 {
-	b := w.s[slotSize*i : slotSize*i+2]
+	b := w.slot(i)
 	return uint16(b[0]) | uint16(b[1]&0xf)<<8
 }
 
 // host returns sample i's host delay code.
 func (w *window) host(i int) uint16 {
-	b := w.s[slotSize*i+1 : slotSize*i+3]
-	return uint16(b[0]>>4) | uint16(b[1])<<4
+	b := w.slot(i)
+	return uint16(b[1]>>4) | uint16(b[2])<<4
 }
 
 func (w *window) add(s sample) {

@@ -3,6 +3,7 @@ package probe
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,5 +272,62 @@ func BenchmarkWindowStats(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.stats(&buf)
+	}
+}
+
+// TestWindowsShareOneArray: the windows of a path's flows are made in one
+// array (newWindows) and must not write into each other's samples.
+func TestWindowsShareOneArray(t *testing.T) {
+	var a, b, c window
+	newWindows(5, &a, &b, &c)
+	for i := range 7 {
+		a.add(sample{lost: true})
+		b.add(sample{rtt: time.Duration(1000 + i)})
+		c.add(sample{rtt: 2 * time.Microsecond, host: time.Microsecond})
+	}
+	if a.size() != 5 || b.size() != 5 || c.size() != 5 {
+		t.Fatalf("sizes %d %d %d, want 5 each", a.size(), b.size(), c.size())
+	}
+	if st := a.stats(nil); st.Samples != 5 || st.Lost != 5 {
+		t.Errorf("a: %+v, want 5 samples all lost", st)
+	}
+	if st := b.stats(nil); st.Samples != 5 || st.Lost != 0 || st.P50 < 1000 || st.P50 > 1010 || st.HostP99 != 0 {
+		t.Errorf("b: %+v, want 5 answered of about 1 µs, no host delay", st)
+	}
+	if st := c.stats(nil); st.Lost != 0 || st.P50 != 2*time.Microsecond || st.HostP99 != time.Microsecond {
+		t.Errorf("c: %+v, want 2 µs round trips with 1 µs host delays", st)
+	}
+	var none window
+	newWindows(0, &none)
+	if none.size() != 0 || none.count() != 0 {
+		t.Errorf("a window of 0: size %d, count %d", none.size(), none.count())
+	}
+}
+
+// TestReloadRewritesDegradedReason: a degraded path's reason gives the
+// loss threshold; the figures it was written for (badKey) leave the
+// thresholds out, so a reload that changes them must make the next sample
+// write it again (Manager.forgetReasons), not keep the old threshold's text.
+func TestReloadRewritesDegradedReason(t *testing.T) {
+	t1 := Thresholds{DownAfter: 3, UpAfter: 3, LossPct: 5, MinLosses: 2}
+	pa := &path{local: "mem0/1", win: *newWindow(20), h: newHealth(time.Now())}
+	m := &Manager{texts: newTexts()}
+	m.peers.byName = map[string]*mpeer{"a": {paths: []*path{pa}}}
+	var buf []uint16
+	for i := range 20 {
+		pa.h.observe(sample{lost: i%5 == 0, rtt: 10 * time.Microsecond}, &pa.win, &buf, t1, time.Now(), m.texts)
+	}
+	if pa.h.state != apitype.PeerDegraded || !strings.Contains(pa.h.reason, "threshold 5.0%") {
+		t.Fatalf("state %s, reason %q: want degraded at the 5%% threshold", pa.h.state, pa.h.reason)
+	}
+	t2 := t1
+	t2.LossPct = 10
+	m.forgetReasons()
+	// The same window figures, judged under the new threshold (20 % is
+	// still over it).
+	pa.h.observe(sample{rtt: 10 * time.Microsecond}, &pa.win, &buf, t2, time.Now(), m.texts)
+	pa.h.observe(sample{lost: true}, &pa.win, &buf, t2, time.Now(), m.texts)
+	if !strings.Contains(pa.h.reason, "threshold 10.0%") {
+		t.Errorf("reason after the reload %q: want the new 10%% threshold", pa.h.reason)
 	}
 }
