@@ -243,11 +243,11 @@ func (m *Manager) acceptFlows(pa *path, lp ud.LocalPort, a wire.Message) {
 	}
 	if pa.pathFlows() != n {
 		fs := make([]flowState, n)
-		ws := make([]*window, n)
+		size := flowWindow(m.cfg.Window, n)
+		samples := newSamples(size, n)
 		for i := range fs {
-			ws[i] = &fs[i].win
+			fs[i].win = windowAt(samples, size, i)
 		}
-		newWindows(flowWindow(m.cfg.Window, n), ws...)
 		pa.fl = &flowSet{flows: fs, pcts: pcts{fresh: math.MaxUint16}}
 		// The path's figures are its flows' (flowSet.loss, stats): it
 		// needs no window of its own.

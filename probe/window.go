@@ -62,13 +62,13 @@ func fromF12(c uint16) time.Duration {
 // percentiles are computed only when asked for, in scratch space that the
 // caller gives (the manager's windows share one: they are used by its
 // goroutine only). n is at most [probe] window's 10,000: next and lost
-// fit 16 bits, and the window's header 24 bytes in its path's 384.
+// fit 16 bits, and the window's header 24 bytes in its path's 352.
 type window struct {
 	// s is the first of n samples of slotSize bytes each (set, rtt,
 	// host); nil for a window of none. A pointer and a count rather than
 	// a slice: 24 bytes a window instead of 40, and a path on four flows
-	// holds five (TestWindowSize). The flows of a path share one array
-	// (newWindows).
+	// holds five (TestPeerSizeClass). The flows of a path share one
+	// array (newSamples).
 	s    *byte
 	n    int16
 	next int16
@@ -103,26 +103,24 @@ func (c *pcts) publish(st winStats, stats func() winStats) winStats {
 
 // newWindow returns a window of n samples (at most math.MaxInt16).
 func newWindow(n int) *window {
-	w := new(window)
-	newWindows(n, w)
-	return w
+	w := windowAt(newSamples(n, 1), n, 0)
+	return &w
 }
 
-// newWindows makes each of ws a window of n samples (at most
-// math.MaxInt16), all in one array: the flows of a path, allocated once
-// rather than per flow.
-func newWindows(n int, ws ...*window) {
+// newSamples returns the samples of k windows of n samples each (n at
+// most math.MaxInt16), in one array: a path's flows allocate once rather
+// than per flow (windowAt).
+func newSamples(n, k int) []byte {
+	return make([]byte, slotSize*min(max(n, 0), math.MaxInt16)*k)
+}
+
+// windowAt returns the i-th window of n samples in buf (newSamples).
+func windowAt(buf []byte, n, i int) window {
 	n = min(max(n, 0), math.MaxInt16)
 	if n == 0 {
-		for _, w := range ws {
-			*w = window{}
-		}
-		return
+		return window{}
 	}
-	buf := make([]byte, slotSize*n*len(ws))
-	for i, w := range ws {
-		*w = window{s: &buf[slotSize*n*i], n: int16(n)}
-	}
+	return window{s: &buf[slotSize*n*i], n: int16(n)}
 }
 
 // size is how many samples the window holds when full.

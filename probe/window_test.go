@@ -276,10 +276,10 @@ func BenchmarkWindowStats(b *testing.B) {
 }
 
 // TestWindowsShareOneArray: the windows of a path's flows are made in one
-// array (newWindows) and must not write into each other's samples.
+// array (newSamples, windowAt) and must not write into each other's samples.
 func TestWindowsShareOneArray(t *testing.T) {
-	var a, b, c window
-	newWindows(5, &a, &b, &c)
+	buf := newSamples(5, 3)
+	a, b, c := windowAt(buf, 5, 0), windowAt(buf, 5, 1), windowAt(buf, 5, 2)
 	for i := range 7 {
 		a.add(sample{lost: true})
 		b.add(sample{rtt: time.Duration(1000 + i)})
@@ -297,8 +297,7 @@ func TestWindowsShareOneArray(t *testing.T) {
 	if st := c.stats(nil); st.Lost != 0 || st.P50 != 2*time.Microsecond || st.HostP99 != time.Microsecond {
 		t.Errorf("c: %+v, want 2 µs round trips with 1 µs host delays", st)
 	}
-	var none window
-	newWindows(0, &none)
+	none := windowAt(newSamples(0, 1), 0, 0)
 	if none.size() != 0 || none.count() != 0 {
 		t.Errorf("a window of 0: size %d, count %d", none.size(), none.count())
 	}
